@@ -1,0 +1,61 @@
+"""The serialized graph format shared by both runtimes and the harness (DESIGN.md §2).
+
+This is the one thing the three independent implementations share: a versioned JSON + .npz
+description of values and ops, the error classes a runtime raises, and the records a runtime
+reports after each execute. It imports nothing but the standard library and numpy.
+"""
+
+from graph_format.errors import (
+    BackendUnavailable,
+    DeviceError,
+    GraphBuildError,
+    GraphFormatError,
+    InputError,
+    ParityError,
+    PropagationError,
+    ResizeError,
+)
+from graph_format.graph import (
+    DTYPES,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    Arg,
+    Graph,
+    OpNode,
+    ScalarValue,
+    SymIntValue,
+    TensorValue,
+    Value,
+)
+from graph_format.runtime import Dims, DispatchRecord, Grid, LoadedGraph, Runtime, StepResult
+from graph_format.signatures import SIGNATURES, ArgSlot, OpSignature
+
+__all__ = [
+    "DTYPES",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "SIGNATURES",
+    "Arg",
+    "ArgSlot",
+    "BackendUnavailable",
+    "DeviceError",
+    "Dims",
+    "DispatchRecord",
+    "Graph",
+    "GraphBuildError",
+    "GraphFormatError",
+    "Grid",
+    "InputError",
+    "LoadedGraph",
+    "OpNode",
+    "OpSignature",
+    "ParityError",
+    "PropagationError",
+    "ResizeError",
+    "Runtime",
+    "ScalarValue",
+    "StepResult",
+    "SymIntValue",
+    "TensorValue",
+    "Value",
+]

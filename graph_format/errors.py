@@ -1,0 +1,103 @@
+"""Errors shared by the graph format and both runtimes.
+
+Both backends raise these classes so that the harness can check that they reject the same
+inputs for the same reason (DESIGN.md §4.4). They carry structured fields as well as a
+message, so a comparison never depends on wording.
+"""
+
+from __future__ import annotations
+
+
+class ParityError(Exception):
+    """Base class of every error this project raises on purpose."""
+
+
+class GraphFormatError(ParityError, ValueError):
+    """A graph file is malformed; the message names the file, the JSON location and the fault."""
+
+
+class GraphBuildError(ParityError, ValueError):
+    """A well-formed graph that a backend cannot build (an op rejects its shapes or formats).
+
+    Attributes:
+        op: the op name in the graph.
+        tensor: the offending tensor, when there is one.
+    """
+
+    def __init__(self, op: str, message: str, *, tensor: str | None = None) -> None:
+        super().__init__(f"op {op!r}: {message}")
+        self.op = op
+        self.tensor = tensor
+
+
+class ResizeError(ParityError, ValueError):
+    """A requested live shape is invalid for a tensor; the graph is left unchanged.
+
+    Attributes:
+        tensor: the tensor's name.
+        dim: the offending dim index, or None for a rank change.
+        value: the requested size (the requested rank for a rank change).
+        limit: the bound it broke (the max size, 1, or the allocated rank).
+        reason: "rank", "nonpositive" or "above_max".
+    """
+
+    def __init__(self, tensor: str, dim: int | None, value: int, limit: int, reason: str) -> None:
+        if reason == "rank":
+            text = f"tensor {tensor!r}: rank must stay {limit}, got rank {value}"
+        elif reason == "nonpositive":
+            text = f"tensor {tensor!r}: dim {dim} must be >= 1, got {value}"
+        else:
+            text = f"tensor {tensor!r}: dim {dim} = {value} exceeds its max {limit}"
+        super().__init__(text)
+        self.tensor = tensor
+        self.dim = dim
+        self.value = value
+        self.limit = limit
+        self.reason = reason
+
+    def key(self) -> tuple[str, int | None, str]:
+        """What two backends must agree on when they both reject a resize."""
+        return (self.tensor, self.dim, self.reason)
+
+
+class InputError(ParityError, ValueError):
+    """Execute inputs that are invalid beyond their shape; the graph is left unchanged.
+
+    Examples: a missing input, a host dtype that cannot be converted, a token id outside the
+    vocabulary, `input_pos + S` past the end of the KV cache, co-inputs whose live shapes
+    disagree.
+
+    Attributes:
+        subject: the input, tensor or op the fault is about.
+        reason: a short machine-readable reason shared by both backends.
+    """
+
+    def __init__(self, subject: str, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.subject = subject
+        self.reason = reason
+
+    def key(self) -> tuple[str, str]:
+        """What two backends must agree on when they both reject an input."""
+        return (self.subject, self.reason)
+
+
+class PropagationError(ParityError, RuntimeError):
+    """The resize engine did not converge (a cycle or a hook that keeps changing shapes)."""
+
+
+class DeviceError(ParityError, RuntimeError):
+    """The device or API reported an error while executing (validation error, device lost).
+
+    Attributes:
+        messages: the messages the API or the validation layer produced.
+    """
+
+    def __init__(self, backend: str, messages: list[str]) -> None:
+        super().__init__(f"{backend}: " + "; ".join(messages))
+        self.backend = backend
+        self.messages = messages
+
+
+class BackendUnavailable(ParityError, RuntimeError):
+    """No device or driver for a backend; the message says what to install."""

@@ -1,0 +1,116 @@
+"""The interface both runtimes offer to the harness (DESIGN.md §3), as plain data and Protocols.
+
+Nothing here computes shapes, resizes or dispatches: it only fixes what a runtime reports
+after each execute, so that the harness can compare two independent implementations field
+by field. The runtimes satisfy the Protocols structurally; neither imports the harness.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from graph_format.graph import Graph
+
+Dims = tuple[int, ...]
+Grid = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class DispatchRecord:
+    """One compute dispatch of one execute.
+
+    `logical_count` is the workgroup count the op's kernel design asks for (identical on
+    both backends by contract); `physical_grid` is what was handed to the API after folding
+    a count that exceeds the device's per-dimension limit. A skipped dispatch (a route not
+    taken, or an empty live size) has `ran` False and a zero logical count.
+    """
+
+    op: str
+    kernel: str
+    workgroup_size: Grid
+    logical_count: Grid
+    physical_grid: Grid
+    ran: bool
+
+    def logical(self) -> tuple[str, str, Grid, Grid, bool]:
+        """The part that must match exactly across backends and the contract model."""
+        return (self.op, self.kernel, self.workgroup_size, self.logical_count, self.ran)
+
+
+@dataclass
+class StepResult:
+    """What one execute produced.
+
+    Attributes:
+        outputs: graph outputs, read back at their live dims.
+        cur_dims: live dims of every tensor value after the step.
+        symints: every SymInt value after the step.
+        dispatches: the dispatch log, in submission order.
+        tensors: tensors asked for with `read=`, at their live dims (intermediates included).
+        raw: whole allocations asked for with `read_raw=`, as bytes (uint8 arrays).
+        validation_messages: driver or API validation messages raised during the step.
+    """
+
+    outputs: dict[str, np.ndarray]
+    cur_dims: dict[str, Dims]
+    symints: dict[str, int]
+    dispatches: list[DispatchRecord]
+    tensors: dict[str, np.ndarray] = field(default_factory=dict)
+    raw: dict[str, np.ndarray] = field(default_factory=dict)
+    validation_messages: list[str] = field(default_factory=list)
+
+
+class LoadedGraph(Protocol):
+    """A graph built on one backend, ready to execute any number of times."""
+
+    def execute(
+        self,
+        inputs: Mapping[str, np.ndarray | int],
+        *,
+        read: Sequence[str] = (),
+        read_raw: Sequence[str] = (),
+        fill: Mapping[str, tuple[int, int]] | None = None,
+    ) -> StepResult:
+        """Resize to the inputs' live shapes, run every dispatch in one submit, read back.
+
+        Args:
+            inputs: every graph input by name: host arrays for tensors, ints for SymInts.
+            read: extra tensors to read back at their live size.
+            read_raw: tensors whose whole allocation to read back as bytes.
+            fill: tensor -> (byte offset, u32 word): before the dispatches, fill the tensor's
+                allocation from the offset to its end with the word (slack canaries).
+
+        Raises:
+            ResizeError, InputError: invalid inputs; the graph is left as it was.
+        """
+        ...
+
+    def cur_dims(self) -> dict[str, Dims]:
+        """Live dims of every tensor value."""
+        ...
+
+    def allocation_nbytes(self, name: str) -> int:
+        """Bytes allocated for a tensor (its max size rounded up to 4 bytes)."""
+        ...
+
+    def close(self) -> None:
+        """Release the graph's device objects (idempotent)."""
+        ...
+
+
+class Runtime(Protocol):
+    """A backend: one device, any number of loaded graphs."""
+
+    name: str
+
+    def info(self) -> dict[str, Any]:
+        """Adapter/driver facts for reports: name, vendor, driver version, API, limits."""
+        ...
+
+    def load(self, graph: Graph) -> LoadedGraph:
+        """Build `graph` on the device; raises GraphBuildError when an op rejects it."""
+        ...

@@ -1,0 +1,77 @@
+"""What the oracle stack reports: divergences, their classes and which side is blamed."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Kind(StrEnum):
+    """Failure classes, from DESIGN.md §4 and issue "Harness depth" item 3."""
+
+    BUILD_ERROR = "build_error"  # a backend refused (or accepted) a graph unlike the contract
+    ERROR_ASYMMETRY = "error_asymmetry"  # one side raised where the contract says otherwise
+    STATE_AFTER_REJECT = "state_after_reject"  # a rejected step changed the graph
+    CUR_DIMS = "cur_dims"  # live dims differ from the contract
+    DISPATCH = "dispatch"  # dispatch log (kernel, workgroup size, count, ran) differs
+    PHYSICAL_GRID = "physical_grid"  # a physical grid breaks device limits or misses work
+    CANARY_WRITE = "canary_write"  # a write into the slack past a tensor's live bytes
+    STALE_READ = "stale_read"  # poison from the slack showed up in a live value
+    NUMERIC = "numeric"  # error above the derived budget
+    NAN_INF = "nan_inf"  # non-finite where the reference is finite
+    VALIDATION = "validation"  # a validation-layer or API validation message
+    CRASH = "crash"  # an unexpected exception or a lost device
+
+
+METADATA_KINDS = frozenset({Kind.CUR_DIMS, Kind.DISPATCH, Kind.PHYSICAL_GRID})
+
+# Blame values: which side is wrong.
+WEBGPU, VULKAN, BOTH, MODEL = "webgpu", "vulkan", "both", "model"
+
+
+@dataclass
+class Divergence:
+    """One finding of one step.
+
+    Attributes:
+        step: step index (-1 for load time).
+        kind: failure class.
+        blame: "webgpu", "vulkan", "both" (wrong alike or each wrong) or "model" (the
+            contract model disagrees with two backends that agree with each other).
+        op: the op concerned, when known.
+        tensor: the tensor concerned, when known.
+        message: one line for humans.
+        factor: error / budget for numeric divergences.
+        details: structured evidence (indices, values, expected vs actual).
+    """
+
+    step: int
+    kind: Kind
+    blame: str
+    message: str
+    op: str | None = None
+    tensor: str | None = None
+    factor: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-data form for JSONL records."""
+        data = asdict(self)
+        data["kind"] = str(self.kind)
+        return data
+
+
+def blame_from(wrong: dict[str, bool], agree_with_each_other: bool = False) -> str:
+    """Blame from which backends disagree with the contract.
+
+    Args:
+        wrong: backend name -> whether it disagrees with the contract model.
+        agree_with_each_other: whether the disagreeing backends report the same thing.
+    """
+    bad = [name for name, is_wrong in wrong.items() if is_wrong]
+    if len(bad) == 1:
+        return bad[0]
+    if len(bad) > 1 and len(bad) == len(wrong) and agree_with_each_other:
+        return MODEL
+    return BOTH

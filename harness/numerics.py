@@ -1,0 +1,79 @@
+"""Floating-point facts behind the error budgets, and the comparison that uses them.
+
+Budgets are bounds, not tolerances: each op's model derives, per output element, how far a
+correct float32 implementation may be from the float64 reference (reduction length,
+magnitudes of the terms, the unit roundoff, and the accuracy WGSL and GLSL promise for
+builtins), times `SAFETY`. A result is within budget when |actual - reference| <= budget
+for every element; `utilization` is the largest ratio, so 1.0 is the edge.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Unit roundoff of float32 (round to nearest) and the spacing of floats at 1.0.
+U32 = 2.0**-24
+EPS32 = 2.0**-23
+# How much slack a derived worst-case bound gets: it covers second-order terms the first-order
+# derivations drop, never a systematic error (one of those is O(1) larger than any budget).
+SAFETY = 2.0
+# Accuracy of builtins in ULPs, from the WGSL spec (§ floating-point accuracy) and the
+# Vulkan/GLSL precision tables, which agree on these: inverseSqrt 2 ULP, division 2.5 ULP,
+# exp(x) 3 + 2|x| ULP, sin/cos absolute 2^-11 in [-pi, pi].
+ULP_INVERSE_SQRT = 2.0
+ULP_DIVIDE = 2.5
+
+
+def gamma(n: int | np.ndarray) -> float | np.ndarray:
+    """Higham's gamma_n = n u / (1 - n u): the relative error bound of an n-term float32 sum."""
+    return n * U32 / (1.0 - n * U32)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How one actual array compares with its reference under a budget."""
+
+    utilization: float  # max |actual - reference| / budget; inf for an unbudgeted mismatch
+    max_abs_error: float
+    worst_index: tuple[int, ...] | None
+    nan_mismatch: int  # elements non-finite in actual but finite (or different) in reference
+    shape_ok: bool
+
+    @property
+    def ok(self) -> bool:
+        """Within budget, finite where the reference is, and of the right shape."""
+        return self.shape_ok and self.nan_mismatch == 0 and self.utilization <= 1.0
+
+
+def compare(actual: np.ndarray, reference: np.ndarray, budget: np.ndarray) -> Comparison:
+    """Compare `actual` with `reference` element by element under `budget`.
+
+    NaN/Inf policy: an element that is not finite in `actual` is a failure unless the
+    reference has the same non-finite value at the same index. Never a wildcard.
+    """
+    if actual.shape != reference.shape:
+        return Comparison(float("inf"), float("inf"), None, 0, False)
+    act = actual.astype(np.float64)
+    ref = np.asarray(reference, np.float64)
+    bud = np.broadcast_to(np.asarray(budget, np.float64), ref.shape)
+    act_bad = ~np.isfinite(act)
+    ref_bad = ~np.isfinite(ref)
+    same_special = act_bad & ref_bad & ((act == ref) | (np.isnan(act) & np.isnan(ref)))
+    nan_mismatch = int(np.count_nonzero((act_bad | ref_bad) & ~same_special))
+    finite = ~(act_bad | ref_bad)
+    if not finite.any():
+        return Comparison(0.0, 0.0, None, nan_mismatch, True)
+    err = np.where(finite, np.abs(act - ref), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err == 0, 0.0, err / np.where(bud > 0, bud, 0.0))
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    return Comparison(
+        utilization=float(ratio[worst]),
+        max_abs_error=float(err.max()),
+        worst_index=tuple(int(i) for i in worst),
+        nan_mismatch=nan_mismatch,
+        shape_ok=True,
+    )

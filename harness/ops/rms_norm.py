@@ -1,0 +1,87 @@
+"""Model of rms_norm(x, weight, eps): out = x * rsqrt(mean(x^2, -1) + eps) * weight.
+
+Kernel design (both backends): one workgroup of 64 invocations per row (rows = numel / W),
+`rms_norm_vec4` when the row width W is a multiple of 4, else `rms_norm`. W is the weight's
+length and may not change at run time: a live last dim != W is refused by both backends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from graph_format import Graph, GraphBuildError, InputError, OpNode
+from harness.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
+from harness.ops import Args, ExpectedDispatch, KernelSpec, LiveState, kernels, numel, ro, rw
+
+WORKGROUP = (64, 1, 1)
+
+
+class RmsNormModel:
+    """Contract, reference and budget of rms_norm."""
+
+    kernels = kernels(
+        KernelSpec("rms_norm", "rms_norm", "rms_norm", (rw("out"), ro("x"), ro("weight"))),
+        KernelSpec(
+            "rms_norm_vec4",
+            "rms_norm_vec4",
+            "rms_norm_vec4",
+            (rw("out", "vec4<f32>"), ro("x", "vec4<f32>"), ro("weight", "vec4<f32>")),
+        ),
+    )
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        x, w, out = (
+            graph.tensor(n) for n in (node.args["x"], node.args["weight"], node.outputs["out"])
+        )  # type: ignore[arg-type]
+        if any(t.dtype != "float32" for t in (x, w, out)):
+            raise GraphBuildError(node.name, "rms_norm is float32 only")
+        if w.dims != (x.dims[-1],):
+            raise GraphBuildError(node.name, "weight length != x width", tensor=w.name)
+        if out.dims != x.dims:
+            raise GraphBuildError(node.name, "out dims != x dims", tensor=out.name)
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        dims = live.of(node, "x")
+        width = live.max_of(node, "weight")[0]
+        if dims[-1] != width:
+            raise InputError(node.name, "row_width", f"live width {dims[-1]} != {width}")
+        live.set_output(node, "out", dims)
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        dims = live.of(node, "x")
+        kernel = "rms_norm_vec4" if dims[-1] % 4 == 0 else "rms_norm"
+        return [(node.name, kernel, WORKGROUP, (numel(dims) // dims[-1], 1, 1), True)]
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        x, w, eps = args["x"], args["weight"], args["eps"]
+        rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+        return {"out": x * rstd * w}
+
+    def budget(
+        self,
+        node: OpNode,
+        args: Args,
+        errors: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        x, w, eps = args["x"], args["weight"], args["eps"]
+        n = x.shape[-1]
+        rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+        # Rounding: sum of n squares (gamma_n, any order), /n and +eps (u each) give the
+        # argument of inverseSqrt, whose relative error halves through the root; the
+        # builtin adds its own ULPs; two products (x*rstd, *w) add u each.
+        rel = (gamma(n) + 2 * U32) / 2 + ULP_INVERSE_SQRT * EPS32 + 2 * U32
+        local = SAFETY * rel * np.abs(outputs["out"])
+        # Propagation of input error e (first order): d out_i = w_i r dx_i - x_i w_i r^3
+        # (1/n) sum_j x_j dx_j.
+        e = errors.get("x", 0.0)
+        e_w = errors.get("weight", 0.0)
+        coupled = np.sum(np.abs(x) * e, axis=-1, keepdims=True) / n
+        propagated = np.abs(w) * rstd * e + np.abs(x * w) * rstd**3 * coupled
+        propagated = propagated + np.abs(x) * rstd * e_w
+        return {"out": local + propagated}
+
+
+MODEL = RmsNormModel()

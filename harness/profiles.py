@@ -1,0 +1,62 @@
+"""Hypothesis settings profiles for quick local runs, PR runs and nightly runs.
+
+`quick` is for a developer's loop, `pr` is what CI and the test suite use (derandomized, so a
+CI failure reproduces), `nightly` searches longer, keeps its example database between runs
+and steers generation toward high error-budget utilization with `target()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+# Generating a graph and running it on two devices is slow by Hypothesis's standards.
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named search budget."""
+
+    name: str
+    max_examples: int  # per family
+    derandomize: bool
+    keep_database: bool
+
+
+PROFILES = {
+    "quick": Profile("quick", 10, derandomize=False, keep_database=True),
+    "pr": Profile("pr", 30, derandomize=True, keep_database=False),
+    "nightly": Profile("nightly", 400, derandomize=False, keep_database=True),
+}
+
+
+def hypothesis_settings(
+    profile: str, *, max_examples: int | None = None, database_dir: str | None = None
+) -> settings:
+    """Hypothesis settings for a profile (optionally with another example budget)."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose from {sorted(PROFILES)}")
+    p = PROFILES[profile]
+    database = (
+        DirectoryBasedExampleDatabase(database_dir) if p.keep_database and database_dir else None
+    )
+    return settings(
+        max_examples=max_examples or p.max_examples,
+        derandomize=p.derandomize,
+        database=database,
+        deadline=None,  # pipeline creation makes first examples slow
+        print_blob=True,
+        suppress_health_check=_SLOW_OK,
+        report_multiple_bugs=True,
+    )
+
+
+def register_profiles() -> None:
+    """Register the profiles with Hypothesis under their names (for pytest)."""
+    for name in PROFILES:
+        settings.register_profile(
+            name, hypothesis_settings(name, database_dir=".hypothesis/examples")
+        )

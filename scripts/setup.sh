@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian machine: the Vulkan driver stack (lavapipe, loader,
+# validation layers), glslc, a virtual environment in .venv and the Python packages.
+# Run as root, or as a user with sudo. Every step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(mesa-vulkan-drivers libvulkan1 glslc spirv-tools vulkan-validationlayers)
+missing=()
+for pkg in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+python=${PYTHON:-python3}
+if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: Python >= 3.11 is required, $python is $("$python" --version 2>&1)" >&2
+  exit 2
+fi
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+# Reinstall only when the dependency list changed.
+stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+  echo "setup: installing Python packages into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[test]'
+  rm -f .venv/.installed-*
+  touch "$stamp"
+fi

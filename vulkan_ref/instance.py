@@ -1,0 +1,203 @@
+"""Vulkan instance, device and queue for the reference runtime, with validation-layer capture.
+
+One `VulkanContext` per process and validation setting. With validation on, the Khronos
+validation layer reports through a `VK_EXT_debug_utils` messenger into `messages`, which each
+execute drains into its `StepResult`, so that any message fails a parity check.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import vulkan as vk
+
+from graph_format import BackendUnavailable
+
+VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
+# Fence waits are bounded so a hung dispatch fails a test instead of freezing it.
+FENCE_TIMEOUT_NS = 60 * 1_000_000_000
+
+
+def validation_requested() -> bool:
+    """Whether `VULKAN_PARITY_VALIDATION` asks for the validation layer (default: on)."""
+    return os.environ.get("VULKAN_PARITY_VALIDATION", "1") not in ("0", "false", "no", "")
+
+
+@dataclass
+class VulkanContext:
+    """Instance, physical and logical device, a compute queue and its command pool."""
+
+    instance: Any
+    physical_device: Any
+    device: Any
+    queue: Any
+    queue_family: int
+    command_pool: Any
+    properties: Any
+    memory_properties: Any
+    validation: bool
+    messages: list[str] = field(default_factory=list)
+    _keepalive: list[Any] = field(default_factory=list)
+
+    @property
+    def max_workgroup_count(self) -> tuple[int, int, int]:
+        """maxComputeWorkGroupCount (x, y, z)."""
+        return tuple(int(c) for c in self.properties.limits.maxComputeWorkGroupCount)  # type: ignore[return-value]
+
+    @property
+    def max_invocations(self) -> int:
+        """maxComputeWorkGroupInvocations."""
+        return int(self.properties.limits.maxComputeWorkGroupInvocations)
+
+    def info(self) -> dict[str, Any]:
+        """Adapter facts for reports."""
+        p = self.properties
+        api = p.apiVersion
+        return {
+            "backend": "vulkan",
+            "api": f"Vulkan {api >> 22}.{(api >> 12) & 0x3FF}.{api & 0xFFF} via vulkan "
+            f"(python) {getattr(vk, '__version__', '1.3.275.1')}",
+            "adapter": str(p.deviceName),
+            "vendor": f"0x{p.vendorID:04x}",
+            "driver": f"0x{p.driverVersion:x}",
+            "adapter_type": _DEVICE_TYPES.get(p.deviceType, str(p.deviceType)),
+            "max_workgroups_per_dim": self.max_workgroup_count[0],
+            "validation": self.validation,
+        }
+
+    def drain_messages(self) -> list[str]:
+        """Validation messages received since the last call."""
+        out, self.messages[:] = list(self.messages), []
+        return out
+
+    def memory_type(self, type_bits: int, flags: int) -> int:
+        """Index of a memory type allowed by `type_bits` that has all of `flags`."""
+        props = self.memory_properties
+        for i in range(props.memoryTypeCount):
+            if type_bits & (1 << i) and props.memoryTypes[i].propertyFlags & flags == flags:
+                return i
+        raise BackendUnavailable(f"vulkan: no memory type with flags 0x{flags:x}")
+
+
+_DEVICE_TYPES = {
+    vk.VK_PHYSICAL_DEVICE_TYPE_CPU: "CPU",
+    vk.VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: "DiscreteGPU",
+    vk.VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: "IntegratedGPU",
+    vk.VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: "VirtualGPU",
+}
+# Discrete GPUs first, CPU (lavapipe) last: the same preference wgpu's "high-performance" has.
+_PREFERENCE = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
+
+
+@functools.cache
+def get_context(validation: bool | None = None) -> VulkanContext:
+    """The process-wide Vulkan context (created on first use).
+
+    Args:
+        validation: enable VK_LAYER_KHRONOS_validation; None reads VULKAN_PARITY_VALIDATION.
+
+    Raises:
+        BackendUnavailable: no loader, no device, or validation asked for but not installed.
+    """
+    if validation is None:
+        validation = validation_requested()
+    try:
+        layers = {p.layerName for p in vk.vkEnumerateInstanceLayerProperties()}
+    except (OSError, vk.VkError) as err:
+        raise BackendUnavailable(
+            f"vulkan: the Vulkan loader is not usable ({err}); install 'libvulkan1' and a "
+            "driver such as 'mesa-vulkan-drivers'"
+        ) from None
+    if validation and VALIDATION_LAYER not in layers:
+        raise BackendUnavailable(
+            f"vulkan: {VALIDATION_LAYER} was requested but is not installed; install "
+            "'vulkan-validationlayers' or set VULKAN_PARITY_VALIDATION=0"
+        )
+    messages: list[str] = []
+    keepalive: list[Any] = []
+    app = vk.VkApplicationInfo(
+        pApplicationName="vulkan-parity",
+        pEngineName="vulkan_ref",
+        apiVersion=vk.VK_MAKE_VERSION(1, 1, 0),
+    )
+    layer_names = [VALIDATION_LAYER] if validation else []
+    ext_names = ["VK_EXT_debug_utils"] if validation else []
+    instance_info = vk.VkInstanceCreateInfo(
+        pApplicationInfo=app,
+        enabledLayerCount=len(layer_names),
+        ppEnabledLayerNames=layer_names,
+        enabledExtensionCount=len(ext_names),
+        ppEnabledExtensionNames=ext_names,
+    )
+    instance = vk.vkCreateInstance(instance_info, None)
+    if validation:
+        keepalive.append(_install_messenger(instance, messages))
+
+    physical = _pick_physical_device(instance)
+    families = vk.vkGetPhysicalDeviceQueueFamilyProperties(physical)
+    family = next(
+        (i for i, f in enumerate(families) if f.queueFlags & vk.VK_QUEUE_COMPUTE_BIT), None
+    )
+    if family is None:
+        raise BackendUnavailable("vulkan: the device has no compute queue")
+    priorities = vk.ffi.new("float[]", [1.0])
+    queue_info = vk.VkDeviceQueueCreateInfo(
+        queueFamilyIndex=family, queueCount=1, pQueuePriorities=priorities
+    )
+    device_info = vk.VkDeviceCreateInfo(queueCreateInfoCount=1, pQueueCreateInfos=[queue_info])
+    device = vk.vkCreateDevice(physical, device_info, None)
+    queue = vk.vkGetDeviceQueue(device, family, 0)
+    pool_info = vk.VkCommandPoolCreateInfo(
+        flags=vk.VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT, queueFamilyIndex=family
+    )
+    pool = vk.vkCreateCommandPool(device, pool_info, None)
+    return VulkanContext(
+        instance=instance,
+        physical_device=physical,
+        device=device,
+        queue=queue,
+        queue_family=family,
+        command_pool=pool,
+        properties=vk.vkGetPhysicalDeviceProperties(physical),
+        memory_properties=vk.vkGetPhysicalDeviceMemoryProperties(physical),
+        validation=validation,
+        messages=messages,
+        _keepalive=keepalive,
+    )
+
+
+def _pick_physical_device(instance: Any) -> Any:
+    devices = vk.vkEnumeratePhysicalDevices(instance)
+    if not devices:
+        raise BackendUnavailable(
+            "vulkan: no Vulkan device found; install 'mesa-vulkan-drivers' for lavapipe"
+        )
+
+    def rank(pd: Any) -> int:
+        kind = _DEVICE_TYPES.get(vk.vkGetPhysicalDeviceProperties(pd).deviceType, "")
+        return _PREFERENCE.get(kind, 4)
+
+    return min(devices, key=rank)
+
+
+def _install_messenger(instance: Any, messages: list[str]) -> Any:
+    """Route validation-layer warnings and errors into `messages`; returns what must stay alive."""
+
+    def on_message(severity: int, types: int, data: Any, user: Any) -> int:
+        messages.append(vk.ffi.string(data.pMessage).decode(errors="replace"))
+        return 0  # VK_FALSE: never abort the call
+
+    create = vk.vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT")
+    info = vk.VkDebugUtilsMessengerCreateInfoEXT(
+        messageSeverity=vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
+        | vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+        messageType=vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
+        | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
+        | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+        pfnUserCallback=on_message,
+    )
+    messenger = create(instance, info, None)
+    return (messenger, on_message, info)

@@ -1,0 +1,71 @@
+"""rms_norm on Vulkan: a dispatch node with one 64-lane workgroup per row.
+
+The shader reads the live row width and row count from x's metadata UBO; the node's
+global size is 64 invocations per live row, and the vec4 shader is picked when the live
+width is a multiple of 4. The resize function keeps out at x's live sizes and refuses a
+live width other than the weight's length (upstream silently used the build-time width).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from graph_format import InputError, OpNode
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+
+LOCAL_SIZE = (64, 1, 1)
+
+
+def add_rms_norm_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the rms_norm dispatch node of `node`."""
+    x = graph.tensor_arg(node, "x")
+    weight = graph.tensor_arg(node, "weight")
+    out = graph.output(node, "out")
+    eps = float(graph.scalar_arg(node, "eps"))
+    bad = [t.name for t in (x, weight, out) if t.dtype != "float32"]
+    if bad:
+        raise graph.fail(node, f"rms_norm is float32 only; {bad} are not")
+    if len(weight.max_sizes) != 1 or weight.max_sizes[0] != x.max_sizes[-1]:
+        raise graph.fail(
+            node,
+            f"weight must be [{x.max_sizes[-1]}] to match x's width, got {list(weight.max_sizes)}",
+            tensor=weight.name,
+        )
+    if out.max_sizes != x.max_sizes:
+        raise graph.fail(
+            node,
+            f"out must be {list(x.max_sizes)} like x, got {list(out.max_sizes)}",
+            tensor=out.name,
+        )
+
+    def resize_rms_norm_node(g: ComputeGraph) -> None:
+        sizes = g.sizes_of(x)
+        if sizes[-1] != weight.max_sizes[0]:
+            raise InputError(
+                node.name,
+                "row_width",
+                f"vulkan: {node.name}: live width {sizes[-1]} of {x.name!r} differs from the "
+                f"weight length {weight.max_sizes[0]}",
+            )
+        g.virtual_resize(out, sizes)
+
+    def pick_shader(g: ComputeGraph) -> str:
+        return "rms_norm_vec4" if g.sizes_of(x)[-1] % 4 == 0 else "rms_norm"
+
+    def pick_global(g: ComputeGraph) -> tuple[int, int, int]:
+        rows = x.numel // g.sizes_of(x)[-1]
+        return (rows * LOCAL_SIZE[0], 1, 1)
+
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(out.name, x.name, weight.name),
+            resize_fn=resize_rms_norm_node,
+            pick_shader=pick_shader,
+            pick_global=pick_global,
+            local_size=LOCAL_SIZE,
+            bindings=(out, x, weight, out.meta, x.meta),
+            push_constants=lambda g: struct.pack("<f", eps),
+            push_constant_size=4,
+        )
+    )

@@ -1,0 +1,100 @@
+"""GLSL -> SPIR-V with glslc, cached by content: `glsl/<kernel>.comp` compiled once per source.
+
+The cache key covers everything that changes the binary (the source and every file it
+includes, the defines, the flags and the compiler's version), so the cache never needs
+invalidating. Entries are written atomically, so parallel test workers can share it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+
+from graph_format import BackendUnavailable
+
+GLSL_DIR = Path(__file__).resolve().parents[1] / "glsl"
+INCLUDE_DIR = GLSL_DIR / "include"
+FLAGS = ("-fshader-stage=compute", "--target-env=vulkan1.1", "-O", "-I", str(INCLUDE_DIR))
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+class ShaderCompileError(RuntimeError):
+    """glslc rejected a shader; the message carries the file, line and compiler text."""
+
+    def __init__(self, path: Path, returncode: int, stderr: str) -> None:
+        super().__init__(f"glslc failed on {path} (exit {returncode}):\n{stderr.strip()}")
+        self.path = path
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+def cache_dir() -> Path:
+    """Where compiled SPIR-V is kept: $VULKAN_PARITY_CACHE or .cache/spirv in the checkout."""
+    env = os.environ.get("VULKAN_PARITY_CACHE")
+    return Path(env) if env else GLSL_DIR.parent / ".cache" / "spirv"
+
+
+@functools.cache
+def _glslc() -> tuple[str, str]:
+    exe = shutil.which("glslc")
+    if exe is None:
+        raise BackendUnavailable("vulkan: glslc not found on PATH; install Debian's 'glslc'")
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, check=False)
+    return exe, version.stdout.strip()
+
+
+def _sources(path: Path, seen: set[Path] | None = None) -> list[bytes]:
+    """The bytes of a shader and, recursively, of every file it includes."""
+    seen = seen if seen is not None else set()
+    if path in seen:
+        return []
+    seen.add(path)
+    text = path.read_bytes()
+    parts = [text]
+    for name in _INCLUDE.findall(text.decode()):
+        parts += _sources(INCLUDE_DIR / name, seen)
+    return parts
+
+
+def compile_glsl(kernel: str, defines: Mapping[str, int | str] | None = None) -> bytes:
+    """SPIR-V of `glsl/<kernel>.comp` built with `defines`, from the cache when possible.
+
+    Raises:
+        FileNotFoundError: there is no such shader file.
+        ShaderCompileError: glslc rejected it.
+        BackendUnavailable: glslc is not installed.
+    """
+    path = GLSL_DIR / f"{kernel}.comp"
+    if not path.exists():
+        raise FileNotFoundError(f"no GLSL shader for kernel {kernel!r}: expected {path}")
+    define_flags = tuple(f"-D{k}={v}" for k, v in sorted((defines or {}).items()))
+    exe, version = _glslc()
+    digest = hashlib.sha256()
+    for part in (*_sources(path), *(f.encode() for f in (*define_flags, *FLAGS)), version.encode()):
+        digest.update(hashlib.sha256(part).digest())
+    key = digest.hexdigest()[:24]
+    cached = cache_dir() / f"{kernel}-{key}.spv"
+    if cached.exists():
+        return cached.read_bytes()
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.spv"
+        proc = subprocess.run(
+            [exe, *FLAGS, *define_flags, str(path), "-o", str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise ShaderCompileError(path, proc.returncode, proc.stderr)
+        staged = cached.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(out, staged)
+        os.replace(staged, cached)
+    return cached.read_bytes()

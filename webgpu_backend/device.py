@@ -1,0 +1,139 @@
+"""Adapter and device acquisition for the WebGPU runtime, and the per-device pipeline cache.
+
+One `GPUDevice` serves every graph of a process: pipelines are expensive to create (about
+0.1 s each on lavapipe), so they are cached per device, keyed by kernel, binding layout and
+override constants, and shared across graphs and Hypothesis examples.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+import wgpu
+
+from graph_format import BackendUnavailable
+from webgpu_backend.shaders import load_wgsl
+
+# How a kernel sees each of its bindings (group 0, binding = position in the list).
+BindingKind = str  # "storage_rw" | "storage_ro" | "uniform"
+
+_BUFFER_TYPES = {
+    "storage_rw": wgpu.BufferBindingType.storage,
+    "storage_ro": wgpu.BufferBindingType.read_only_storage,
+    "uniform": wgpu.BufferBindingType.uniform,
+}
+
+# Limits raised to the adapter's maximum so that benchmark-sized weights fit in one binding.
+_RAISED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size")
+
+
+@dataclass
+class Pipeline:
+    """A compute pipeline with the bind group layout it was built against."""
+
+    kernel: str
+    pipeline: Any
+    layout: Any
+
+
+@dataclass
+class WebGPUDevice:
+    """A device, its limits and its caches of shader modules and pipelines."""
+
+    adapter: Any
+    device: Any
+    max_workgroups_per_dim: int
+    max_invocations_per_workgroup: int
+    _modules: dict[str, Any] = field(default_factory=dict)
+    _layouts: dict[tuple[BindingKind, ...], tuple[Any, Any]] = field(default_factory=dict)
+    _pipelines: dict[tuple[Any, ...], Pipeline] = field(default_factory=dict)
+
+    def info(self) -> dict[str, Any]:
+        """Adapter facts for reports."""
+        info = dict(self.adapter.info)
+        return {
+            "backend": "webgpu",
+            "api": f"wgpu-native via wgpu-py {wgpu.__version__} ({info.get('backend_type')})",
+            "adapter": info.get("device", ""),
+            "vendor": info.get("vendor", ""),
+            "driver": info.get("description", ""),
+            "adapter_type": info.get("adapter_type", ""),
+            "max_workgroups_per_dim": self.max_workgroups_per_dim,
+        }
+
+    def bind_group_layout(self, kinds: tuple[BindingKind, ...]) -> tuple[Any, Any]:
+        """(bind group layout, pipeline layout) for bindings of these kinds, cached."""
+        if kinds not in self._layouts:
+            entries = [
+                {
+                    "binding": i,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": _BUFFER_TYPES[kind]},
+                }
+                for i, kind in enumerate(kinds)
+            ]
+            bgl = self.device.create_bind_group_layout(entries=entries)
+            pl = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
+            self._layouts[kinds] = (bgl, pl)
+        return self._layouts[kinds]
+
+    def pipeline(
+        self,
+        kernel: str,
+        kinds: tuple[BindingKind, ...],
+        constants: dict[str, int | float] | None = None,
+    ) -> Pipeline:
+        """The compute pipeline of `wgsl/<kernel>.wgsl` with these override constants."""
+        constants = constants or {}
+        key = (kernel, kinds, tuple(sorted(constants.items())))
+        cached = self._pipelines.get(key)
+        if cached is not None:
+            return cached
+        if kernel not in self._modules:
+            self._modules[kernel] = self.device.create_shader_module(
+                label=kernel, code=load_wgsl(kernel)
+            )
+        bgl, pl = self.bind_group_layout(kinds)
+        pipeline = self.device.create_compute_pipeline(
+            label=kernel,
+            layout=pl,
+            compute={
+                "module": self._modules[kernel],
+                "entry_point": "main",
+                "constants": dict(constants),
+            },
+        )
+        self._pipelines[key] = Pipeline(kernel, pipeline, bgl)
+        return self._pipelines[key]
+
+
+@functools.cache
+def get_device() -> WebGPUDevice:
+    """The process-wide WebGPU device (created on first use).
+
+    Raises:
+        BackendUnavailable: no adapter was found; the message names the package to install.
+    """
+    try:
+        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    except Exception as err:  # wgpu raises RuntimeError subclasses with driver text
+        adapter = None
+        reason = str(err)
+    else:
+        reason = "request_adapter returned None"
+    if adapter is None:
+        raise BackendUnavailable(
+            f"webgpu: no WebGPU adapter found ({reason}). On Debian install "
+            "'mesa-vulkan-drivers libvulkan1' for the lavapipe CPU driver."
+        )
+    limits = {name: adapter.limits[name] for name in _RAISED_LIMITS}
+    # No shader-f16: parity is defined in strict fp32 (reference §6, precision).
+    device = adapter.request_device_sync(label="vulkan-parity", required_limits=limits)
+    return WebGPUDevice(
+        adapter=adapter,
+        device=device,
+        max_workgroups_per_dim=int(device.limits["max-compute-workgroups-per-dimension"]),
+        max_invocations_per_workgroup=int(device.limits["max-compute-invocations-per-workgroup"]),
+    )

@@ -1,0 +1,573 @@
+"""The WebGPU graph: tensors at max size, per-op resize hooks, a bounded fixpoint, one submit.
+
+Resize model (reference §1, with its known divergences fixed):
+- `set_cur_dims` validates a live shape and marks the tensor dirty only when it changes.
+- Ops register resize hooks on the values they read (tensors and SymInts alike). A hook
+  recomputes the op's params uniform, its dispatch counts and its outputs' `cur_dims`.
+- `propagate_resize` runs hooks, in registration (topological) order, for every dirty
+  trigger, as a fixpoint bounded by the number of hooks + 1 passes. SymInts are values like
+  tensors: a `sym_size` hook fires when its source tensor changes, so nothing reads a stale
+  intermediate (upstream's Phase-1 SymInt hooks do, reference §7.2).
+- A hook that sees inconsistent inputs may be looking at a co-input that a deeper producer
+  has not updated yet (reference §7.1). Its error is therefore held, not raised: it is
+  dropped if the hook later succeeds and raised only if it is still pending once the
+  fixpoint converges. Any error restores the graph to its state before the step.
+- Params uniforms are written only after propagation succeeds, with the inputs and all
+  dispatches in one submit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from graph_format import (
+    DTYPES,
+    DeviceError,
+    DispatchRecord,
+    Graph,
+    GraphBuildError,
+    InputError,
+    OpNode,
+    ParityError,
+    PropagationError,
+    ResizeError,
+    StepResult,
+    SymIntValue,
+    TensorValue,
+)
+from webgpu_backend.device import BindingKind, Pipeline, WebGPUDevice
+from webgpu_backend.tensor import Dims, WebGPUTensor, storage_size
+
+_STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+
+
+@dataclass
+class ParamsBuffer:
+    """An op's params uniform. `update` marks it for upload only when the bytes change."""
+
+    buffer: Any
+    data: bytes
+    dirty: bool = True
+
+    def update(self, data: bytes) -> None:
+        """Stage new contents; written to the GPU at the next execute."""
+        if data != self.data:
+            self.data = data
+            self.dirty = True
+
+
+@dataclass
+class ScratchBuffer:
+    """A private buffer of one op (attention scores, split-K partials): not a graph value."""
+
+    name: str
+    buffer: Any
+    alloc_nbytes: int
+
+
+@dataclass
+class Dispatch:
+    """One dispatch slot of an op. `count` is the logical 1-D workgroup count; 0 skips it.
+
+    A slot may hold several kernel variants built against the same bindings (for example a
+    flat and a broadcasting elementwise kernel); `select` switches between them at resize
+    time without rebuilding anything.
+    """
+
+    op: str
+    kernel: str
+    workgroup_size: int
+    pipelines: dict[str, Pipeline]
+    bind_group: Any
+    count: int = 0
+
+    def select(self, kernel: str) -> None:
+        """Make `kernel` (one of the variants built for this slot) the one that runs."""
+        if kernel not in self.pipelines:
+            raise KeyError(f"{self.op}: no variant {kernel!r}; built: {sorted(self.pipelines)}")
+        self.kernel = kernel
+
+
+@dataclass
+class _Hook:
+    op: str
+    order: int
+    triggers: frozenset[str]
+    fn: Callable[[], None]
+
+
+@dataclass
+class _Snapshot:
+    cur_dims: dict[str, Dims]
+    symints: dict[str, int]
+    counts: list[tuple[str, int]]
+    params: list[tuple[bytes, bool]]
+
+
+@dataclass
+class _Staging:
+    buffer: Any = None
+    size: int = 0
+
+
+def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
+    """Physical grid for a 1-D workgroup count: (count, 1, 1), or a near-square 2-D fold.
+
+    Kernels recover the flat workgroup index as `wid.x + wid.y * num_workgroups.x` and
+    return when it reaches the logical count, so the fold's waste is harmless.
+    """
+    if count <= max_per_dim:
+        return (count, 1, 1)
+    x = min(math.isqrt(count - 1) + 1, max_per_dim)
+    y = -(-count // x)
+    if y > max_per_dim:
+        raise InputError(
+            "dispatch", "grid_limit", f"{count} workgroups exceed a {max_per_dim}² 2-D grid"
+        )
+    return (x, y, 1)
+
+
+class WebGPUGraph:
+    """A graph built on a WebGPU device. Implements `graph_format.LoadedGraph`.
+
+    Op builders (webgpu_backend/ops) use `arg_*`, `output`, `create_params`, `add_dispatch`,
+    `add_resize_hook`, `set_cur_dims` and `symint`; the harness uses `execute`.
+    """
+
+    def __init__(self, dev: WebGPUDevice, graph: Graph) -> None:
+        from webgpu_backend.ops import OP_BUILDERS  # the registry imports this module
+
+        self.dev = dev
+        self.graph = graph
+        self.tensors: dict[str, WebGPUTensor] = {}
+        self.symints: dict[str, int] = {}
+        self.dispatches: list[Dispatch] = []
+        self._params: list[ParamsBuffer] = []
+        self._scratch: list[ScratchBuffer] = []
+        self._hooks: list[_Hook] = []
+        self._pending: dict[int, ParityError] = {}  # hook order -> error held until convergence
+        self._staging = _Staging()
+        self._closed = False
+
+        for value in graph.values.values():
+            if isinstance(value, TensorValue):
+                self.tensors[value.name] = self._create_tensor(value)
+            elif isinstance(value, SymIntValue):
+                self.symints[value.name] = 0  # serialized SymInts start at 0, as upstream
+        for node in graph.ops:
+            OP_BUILDERS[node.op](self, node)
+        # Every hook runs once at the first execute: all values start dirty.
+        self._dirty: set[str] = set(self.tensors) | set(self.symints)
+
+    # ------------------------------------------------------------------ construction
+
+    def _create_tensor(self, value: TensorValue) -> WebGPUTensor:
+        dtype = DTYPES[value.dtype]
+        tensor = WebGPUTensor(
+            name=value.name,
+            dtype=value.dtype,
+            elem_size=dtype.itemsize,
+            dims=value.dims,
+            cur_dims=value.dims,
+            buffer=None,
+            is_constant=value.constant is not None,
+            is_state=value.state,
+        )
+        tensor.buffer = self.dev.device.create_buffer(
+            label=value.name, size=tensor.alloc_nbytes, usage=_STORAGE_USAGE
+        )
+        data = self.graph.initial_data(value)
+        if data is not None:
+            self._upload(tensor, np.ascontiguousarray(data, dtype))
+        return tensor
+
+    def _upload(self, tensor: WebGPUTensor, data: np.ndarray) -> None:
+        raw = data.tobytes()
+        if len(raw) % 4:
+            raw += bytes(4 - len(raw) % 4)  # WebGPU copies whole 4-byte words
+        self.dev.device.queue.write_buffer(tensor.buffer, 0, raw)
+
+    # ------------------------------------------------------------------ builder API
+
+    def fail(self, node: OpNode, message: str, tensor: str | None = None) -> GraphBuildError:
+        """A build error for `node` (returned, for `raise graph.fail(...)`)."""
+        return GraphBuildError(node.name, message, tensor=tensor)
+
+    def arg_tensor(self, node: OpNode, slot: str) -> WebGPUTensor:
+        """The tensor passed as argument `slot`."""
+        name = node.args[slot]
+        assert isinstance(name, str)
+        return self.tensors[name]
+
+    def optional_tensor(self, node: OpNode, slot: str) -> WebGPUTensor | None:
+        """The tensor passed as optional argument `slot`, or None."""
+        name = node.args.get(slot)
+        return self.tensors[name] if isinstance(name, str) else None
+
+    def arg_scalar(self, node: OpNode, slot: str) -> int | float:
+        """The literal int or float passed as argument `slot`."""
+        name = node.args[slot]
+        assert isinstance(name, str)
+        return self.graph.scalar(name)
+
+    def int_or_symint(self, node: OpNode, slot: str) -> Callable[[], int]:
+        """A reader of the current value of an int-or-SymInt argument."""
+        name = node.args[slot]
+        assert isinstance(name, str)
+        if name in self.symints:
+            return lambda: self.symints[name]
+        value = int(self.graph.scalar(name))
+        return lambda: value
+
+    def output(self, node: OpNode, slot: str) -> WebGPUTensor:
+        """The tensor written as output `slot`."""
+        return self.tensors[node.outputs[slot]]
+
+    def create_params(self, nbytes: int) -> ParamsBuffer:
+        """A params uniform of `nbytes` bytes (rounded up to 16, as uniform layout wants)."""
+        size = max(16, (nbytes + 15) // 16 * 16)
+        buffer = self.dev.device.create_buffer(
+            size=size, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
+        )
+        params = ParamsBuffer(buffer, bytes(size))
+        self._params.append(params)
+        return params
+
+    def create_scratch(self, node: OpNode, label: str, nbytes: int) -> ScratchBuffer:
+        """A private storage buffer of `nbytes` for `node`, usable in `add_dispatch`."""
+        size = storage_size(nbytes)
+        buffer = self.dev.device.create_buffer(
+            label=f"{node.name}.{label}", size=size, usage=_STORAGE_USAGE
+        )
+        scratch = ScratchBuffer(f"{node.name}.{label}", buffer, size)
+        self._scratch.append(scratch)
+        return scratch
+
+    def add_dispatch(
+        self,
+        node: OpNode,
+        kernels: str | Mapping[str, str],
+        *,
+        workgroup_size: int,
+        writes: Sequence[WebGPUTensor | ScratchBuffer],
+        reads: Sequence[WebGPUTensor | ScratchBuffer],
+        params: ParamsBuffer | None,
+        constants: Mapping[str, int | float] | None = None,
+    ) -> Dispatch:
+        """Record a dispatch slot, initially skipped (count 0).
+
+        Args:
+            kernels: the kernel name (shader `wgsl/<name>.wgsl`), or variant name -> shader
+                file stem for a slot with several variants; the first variant is selected.
+            workgroup_size: invocations per workgroup; also the override constant `wg_size`.
+            writes, reads, params: bindings, in this order (written tensors first, then
+                read tensors, then the params uniform).
+            constants: further override constants.
+        """
+        if workgroup_size > self.dev.max_invocations_per_workgroup:
+            raise self.fail(
+                node,
+                f"{workgroup_size} invocations per workgroup requested, the device allows "
+                f"{self.dev.max_invocations_per_workgroup}",
+            )
+        variants = {kernels: kernels} if isinstance(kernels, str) else dict(kernels)
+        kinds: list[BindingKind] = ["storage_rw"] * len(writes) + ["storage_ro"] * len(reads)
+        resources = [t.buffer for t in [*writes, *reads]]
+        if params is not None:
+            kinds.append("uniform")
+            resources.append(params.buffer)
+        all_constants = {"wg_size": workgroup_size, **(constants or {})}
+        pipelines = {
+            variant: self.dev.pipeline(shader, tuple(kinds), all_constants)
+            for variant, shader in variants.items()
+        }
+        first = next(iter(pipelines.values()))
+        bind_group = self.dev.device.create_bind_group(
+            layout=first.layout,
+            entries=[
+                {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
+                for i, b in enumerate(resources)
+            ],
+        )
+        dispatch = Dispatch(node.name, next(iter(variants)), workgroup_size, pipelines, bind_group)
+        self.dispatches.append(dispatch)
+        return dispatch
+
+    def add_resize_hook(
+        self, node: OpNode, triggers: Iterable[str], fn: Callable[[], None]
+    ) -> None:
+        """Run `fn` whenever one of `triggers` (tensor or SymInt names) changes."""
+        self._hooks.append(_Hook(node.name, len(self._hooks), frozenset(triggers), fn))
+
+    def set_cur_dims(self, tensor: WebGPUTensor, dims: Sequence[int]) -> None:
+        """Set a tensor's live dims; marks it dirty only if they change.
+
+        Raises:
+            ResizeError: rank change, a dim < 1, or a dim above the max.
+        """
+        dims = tuple(int(d) for d in dims)
+        tensor.check_dims(dims)
+        if dims != tensor.cur_dims:
+            tensor.cur_dims = dims
+            self._dirty.add(tensor.name)
+
+    def set_symint(self, name: str, value: int) -> None:
+        """Set a SymInt; marks it dirty only if it changes."""
+        if self.symints[name] != value:
+            self.symints[name] = value
+            self._dirty.add(name)
+
+    # ------------------------------------------------------------------ resize engine
+
+    def propagate_resize(self) -> None:
+        """Run the resize hooks of dirty values to a fixpoint (see the module docstring).
+
+        Raises:
+            ResizeError, InputError: an op rejects the converged live shapes.
+            PropagationError: the hooks kept changing shapes for more than len(hooks)+1 passes.
+        """
+        max_passes = len(self._hooks) + 1
+        passes = 0
+        while self._dirty:
+            if passes == max_passes:
+                raise PropagationError(
+                    f"webgpu: resize hooks did not converge in {max_passes} passes; "
+                    f"still dirty: {sorted(self._dirty)}"
+                )
+            processing, self._dirty = self._dirty, set()
+            for hook in self._hooks:
+                if hook.triggers.isdisjoint(processing):
+                    continue
+                try:
+                    hook.fn()
+                except (InputError, ResizeError) as err:
+                    self._pending[hook.order] = err
+                else:
+                    self._pending.pop(hook.order, None)
+            passes += 1
+        if self._pending:
+            first = min(self._pending)
+            raise self._pending[first]
+
+    def _snapshot(self) -> _Snapshot:
+        return _Snapshot(
+            cur_dims={n: t.cur_dims for n, t in self.tensors.items()},
+            symints=dict(self.symints),
+            counts=[(d.kernel, d.count) for d in self.dispatches],
+            params=[(p.data, p.dirty) for p in self._params],
+        )
+
+    def _restore(self, snap: _Snapshot) -> None:
+        for name, dims in snap.cur_dims.items():
+            self.tensors[name].cur_dims = dims
+        self.symints.update(snap.symints)
+        for dispatch, (kernel, count) in zip(self.dispatches, snap.counts, strict=True):
+            dispatch.kernel, dispatch.count = kernel, count
+        for params, (data, dirty) in zip(self._params, snap.params, strict=True):
+            params.data, params.dirty = data, dirty
+        self._pending.clear()
+        self._dirty.clear()
+
+    # ------------------------------------------------------------------ LoadedGraph
+
+    def cur_dims(self) -> dict[str, Dims]:
+        """Live dims of every tensor value."""
+        return {name: t.cur_dims for name, t in self.tensors.items()}
+
+    def allocation_nbytes(self, name: str) -> int:
+        """Bytes allocated for tensor `name`."""
+        return self.tensors[name].alloc_nbytes
+
+    def _check_inputs(
+        self, inputs: Mapping[str, np.ndarray | int]
+    ) -> tuple[list[tuple[WebGPUTensor, np.ndarray]], dict[str, int]]:
+        """Validate every input before anything changes; return (tensor, data), SymInts."""
+        expected = self.graph.inputs
+        for name in expected:
+            if name not in inputs:
+                raise InputError(name, "missing", f"webgpu: graph input {name!r} is missing")
+        for name in inputs:
+            if name not in expected:
+                raise InputError(
+                    name, "unknown", f"webgpu: {name!r} is not a graph input; inputs: {expected}"
+                )
+        tensors: list[tuple[WebGPUTensor, np.ndarray]] = []
+        symints: dict[str, int] = {}
+        for name in expected:
+            value = inputs[name]
+            if name in self.symints:
+                if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                    raise InputError(
+                        name,
+                        "dtype",
+                        f"webgpu: SymInt input {name!r} must be an int, got {type(value).__name__}",
+                    )
+                symints[name] = int(value)
+                continue
+            tensor = self.tensors[name]
+            data = _host_array(name, tensor.dtype, value)
+            tensor.check_dims(tuple(data.shape))
+            tensors.append((tensor, data))
+        return tensors, symints
+
+    def execute(
+        self,
+        inputs: Mapping[str, np.ndarray | int],
+        *,
+        read: Sequence[str] = (),
+        read_raw: Sequence[str] = (),
+        fill: Mapping[str, tuple[int, int]] | None = None,
+    ) -> StepResult:
+        """Resize to the inputs, run every dispatch in one submit and read back.
+
+        See `graph_format.LoadedGraph.execute`.
+        """
+        if self._closed:
+            raise RuntimeError("webgpu: execute on a closed graph")
+        tensor_inputs, symint_inputs = self._check_inputs(inputs)
+        snap = self._snapshot()
+        try:
+            for tensor, data in tensor_inputs:
+                self.set_cur_dims(tensor, data.shape)
+            for name, value in symint_inputs.items():
+                self.set_symint(name, value)
+            self.propagate_resize()
+        except ParityError:
+            self._restore(snap)
+            raise
+
+        queue = self.dev.device.queue
+        for params in self._params:
+            if params.dirty:
+                queue.write_buffer(params.buffer, 0, params.data)
+                params.dirty = False
+        for name, (offset, word) in (fill or {}).items():
+            tensor = self.tensors[name]
+            words = (tensor.alloc_nbytes - offset) // 4
+            if words > 0:
+                queue.write_buffer(tensor.buffer, offset, np.full(words, word, np.uint32))
+        for tensor, data in tensor_inputs:
+            self._upload(tensor, data)
+
+        records: list[DispatchRecord] = []
+        encoder = self.dev.device.create_command_encoder()
+        try:
+            cpass = encoder.begin_compute_pass()
+            max_dim = self.dev.max_workgroups_per_dim
+            for d in self.dispatches:
+                wg = (d.workgroup_size, 1, 1)
+                if d.count == 0:
+                    records.append(DispatchRecord(d.op, d.kernel, wg, (0, 0, 0), (0, 0, 0), False))
+                    continue
+                grid = fold_grid(d.count, max_dim)
+                cpass.set_pipeline(d.pipelines[d.kernel].pipeline)
+                cpass.set_bind_group(0, d.bind_group)
+                cpass.dispatch_workgroups(*grid)
+                records.append(DispatchRecord(d.op, d.kernel, wg, (d.count, 1, 1), grid, True))
+            cpass.end()
+            reads = self._encode_reads(encoder, read, read_raw)
+            queue.submit([encoder.finish()])
+            blob = self._map_staging(reads[-1][3] + reads[-1][2] if reads else 0)
+        except wgpu.GPUValidationError as err:
+            raise DeviceError("webgpu", [str(err)]) from None
+
+        result = StepResult(
+            outputs={},
+            cur_dims=self.cur_dims(),
+            symints=dict(self.symints),
+            dispatches=records,
+        )
+        for kind, name, nbytes, offset in reads:
+            raw = blob[offset : offset + nbytes]
+            if kind == "raw":
+                result.raw[name] = np.frombuffer(raw, np.uint8).copy()
+                continue
+            tensor = self.tensors[name]
+            array = np.frombuffer(raw[: tensor.cur_nbytes], DTYPES[tensor.dtype])
+            array = array.reshape(tensor.cur_dims).copy()
+            (result.outputs if kind == "output" else result.tensors)[name] = array
+        return result
+
+    def _encode_reads(
+        self, encoder: Any, read: Sequence[str], read_raw: Sequence[str]
+    ) -> list[tuple[str, str, int, int]]:
+        """Copy outputs, extra tensors and raw allocations into one staging buffer."""
+        wanted = [("output", n) for n in self.graph.outputs]
+        wanted += [("tensor", n) for n in read]
+        wanted += [("raw", n) for n in read_raw]
+        layout: list[tuple[str, str, int, int]] = []
+        offset = 0
+        for kind, name in wanted:
+            tensor = self.tensors[name]
+            nbytes = tensor.alloc_nbytes if kind == "raw" else storage_size(tensor.cur_nbytes)
+            layout.append((kind, name, nbytes, offset))
+            offset += (nbytes + 7) // 8 * 8  # map offsets must be multiples of 8
+        if offset > self._staging.size:
+            if self._staging.buffer is not None:
+                self._staging.buffer.destroy()
+            self._staging.buffer = self.dev.device.create_buffer(
+                size=offset, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+            )
+            self._staging.size = offset
+        for _kind, name, nbytes, off in layout:
+            encoder.copy_buffer_to_buffer(
+                self.tensors[name].buffer, 0, self._staging.buffer, off, nbytes
+            )
+        return layout
+
+    def _map_staging(self, nbytes: int) -> bytes:
+        if nbytes == 0:
+            return b""
+        staging = self._staging.buffer
+        staging.map_sync(wgpu.MapMode.READ, 0, (nbytes + 7) // 8 * 8)
+        try:
+            return bytes(staging.read_mapped(0, (nbytes + 7) // 8 * 8))
+        finally:
+            staging.unmap()
+
+    def close(self) -> None:
+        """Release this graph's buffers (pipelines stay cached on the device)."""
+        if self._closed:
+            return
+        self._closed = True
+        for tensor in self.tensors.values():
+            tensor.buffer.destroy()
+        for params in self._params:
+            params.buffer.destroy()
+        for scratch in self._scratch:
+            scratch.buffer.destroy()
+        if self._staging.buffer is not None:
+            self._staging.buffer.destroy()
+
+
+def _host_array(name: str, dtype: str, value: Any) -> np.ndarray:
+    """Host data for a tensor input as a C-contiguous array of the tensor's dtype.
+
+    int32 tensors accept int64 host data (token ids), narrowed after a range check, as
+    ExecuTorch does; every other dtype must match exactly.
+    """
+    if not isinstance(value, np.ndarray):
+        raise InputError(
+            name,
+            "dtype",
+            f"webgpu: tensor input {name!r} must be a numpy array, got {type(value).__name__}",
+        )
+    want = DTYPES[dtype]
+    if value.dtype == want:
+        return np.ascontiguousarray(value)
+    if want == np.int32 and value.dtype == np.int64:
+        info = np.iinfo(np.int32)
+        if value.size and (value.min() < info.min or value.max() > info.max):
+            raise InputError(
+                name, "int_range", f"webgpu: int64 input {name!r} has values outside int32"
+            )
+        return value.astype(np.int32)
+    raise InputError(
+        name, "dtype", f"webgpu: tensor input {name!r} must be {dtype}, got {value.dtype}"
+    )

@@ -1,0 +1,25 @@
+"""WebGPU op builders, one module per op: each records dispatches and registers resize hooks.
+
+A builder validates what it can at load (dtypes, ranks, formats: `GraphBuildError`), records
+its dispatch slots with `WebGPUGraph.add_dispatch` and registers a hook on every value it
+reads, which recomputes params, workgroup counts and its outputs' `cur_dims`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from webgpu_backend.ops import binary, rms_norm
+
+if TYPE_CHECKING:
+    from graph_format import OpNode
+    from webgpu_backend.graph import WebGPUGraph
+
+OpBuilder = Callable[["WebGPUGraph", "OpNode"], None]
+
+OP_BUILDERS: dict[str, OpBuilder] = {
+    "rms_norm": rms_norm.build,
+    "add": binary.build,
+    "mul": binary.build,
+}

@@ -1,0 +1,105 @@
+"""add and mul on WebGPU: elementwise with numpy broadcasting, hooks on both inputs.
+
+One dispatch slot with two variants: `<op>_flat` when both live shapes are equal and
+`<op>_broadcast` otherwise, re-selected by the hook. 64 invocations per workgroup, one per
+output element. Shapes that do not broadcast raise from the hook; because the hook may run
+while a co-input is still stale, the graph holds that error until propagation converges.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from graph_format import InputError, OpNode
+from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.tensor import Dims
+
+WORKGROUP_SIZE = 64
+MAX_RANK = 4
+OP_KINDS = {"add": 0, "mul": 1}
+# struct Params { numel, pad x3, out_sizes: vec4<u32>, a_strides: vec4<u32>, b_strides: vec4<u32> }
+PARAMS = struct.Struct("<4I4I4I4I")
+
+
+def broadcast_dims(a: Dims, b: Dims) -> Dims | None:
+    """numpy's broadcast of two shapes, or None when they are incompatible."""
+    rank = max(len(a), len(b))
+    a4 = (1,) * (rank - len(a)) + a
+    b4 = (1,) * (rank - len(b)) + b
+    out = []
+    for x, y in zip(a4, b4, strict=True):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(max(x, y))
+    return tuple(out)
+
+
+def _strides(dims: Dims, out: Dims) -> tuple[int, ...]:
+    """Element strides of `dims` right-aligned to 4 dims, 0 where it broadcasts into `out`."""
+    padded = (1,) * (MAX_RANK - len(dims)) + dims
+    padded_out = (1,) * (MAX_RANK - len(out)) + out
+    strides = [0] * MAX_RANK
+    step = 1
+    for d in reversed(range(MAX_RANK)):
+        strides[d] = step if padded[d] == padded_out[d] and padded[d] != 1 else 0
+        step *= padded[d]
+    return tuple(strides)
+
+
+def build(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the add/mul dispatch of `node` and its hook on both inputs."""
+    a = graph.arg_tensor(node, "a")
+    b = graph.arg_tensor(node, "b")
+    out = graph.output(node, "out")
+    for tensor in (a, b, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(node, f"{tensor.name!r} must be float32, got {tensor.dtype}")
+        if len(tensor.dims) > MAX_RANK:
+            raise graph.fail(node, f"{tensor.name!r} has rank {len(tensor.dims)} > {MAX_RANK}")
+    expected = broadcast_dims(a.dims, b.dims)
+    if expected is None or expected != out.dims:
+        raise graph.fail(
+            node,
+            f"out must have the broadcast dims of {list(a.dims)} and {list(b.dims)} "
+            f"({list(expected) if expected else 'incompatible'}), got {list(out.dims)}",
+            tensor=out.name,
+        )
+
+    flat, broadcast = f"{node.op}_flat", f"{node.op}_broadcast"
+    params = graph.create_params(PARAMS.size)
+    dispatch = graph.add_dispatch(
+        node,
+        {flat: "binary_flat", broadcast: "binary_broadcast"},
+        workgroup_size=WORKGROUP_SIZE,
+        writes=[out],
+        reads=[a, b],
+        params=params,
+        constants={"op_kind": OP_KINDS[node.op]},
+    )
+
+    def resize() -> None:
+        dims = broadcast_dims(a.cur_dims, b.cur_dims)
+        if dims is None:
+            raise InputError(
+                node.name,
+                "broadcast",
+                f"webgpu: op {node.name!r}: live dims {list(a.cur_dims)} and "
+                f"{list(b.cur_dims)} do not broadcast",
+            )
+        graph.set_cur_dims(out, dims)
+        numel = math.prod(dims)
+        out4 = (1,) * (MAX_RANK - len(dims)) + dims
+        if a.cur_dims == b.cur_dims:
+            dispatch.select(flat)
+            params.update(PARAMS.pack(numel, 0, 0, 0, *out4, *([0] * 8)))
+        else:
+            dispatch.select(broadcast)
+            params.update(
+                PARAMS.pack(
+                    numel, 0, 0, 0, *out4, *_strides(a.cur_dims, dims), *_strides(b.cur_dims, dims)
+                )
+            )
+        dispatch.count = -(-numel // WORKGROUP_SIZE)
+
+    graph.add_resize_hook(node, [a.name, b.name], resize)

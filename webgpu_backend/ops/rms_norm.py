@@ -1,0 +1,67 @@
+"""rms_norm on WebGPU: one workgroup of 64 lanes per row, scalar or vec4 kernel; hook on x.
+
+Unlike upstream (reference §3.1), the hook re-reads the live row width and rejects a width
+that differs from the weight's, instead of silently normalizing with the build-time width.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from graph_format import InputError, OpNode
+from webgpu_backend.graph import WebGPUGraph
+
+WORKGROUP_SIZE = 64
+# struct Params { num_rows: u32, row_width: u32, eps: f32, _pad: u32 }
+PARAMS = struct.Struct("<IIfI")
+
+
+def build(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the rms_norm dispatch of `node` and its resize hook."""
+    x = graph.arg_tensor(node, "x")
+    weight = graph.arg_tensor(node, "weight")
+    out = graph.output(node, "out")
+    eps = float(graph.arg_scalar(node, "eps"))
+    for tensor in (x, weight, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(node, f"{tensor.name!r} must be float32, got {tensor.dtype}")
+    width = x.dims[-1]
+    if weight.dims != (width,):
+        raise graph.fail(
+            node,
+            f"weight must have dims [{width}] (x's last dim), got {list(weight.dims)}",
+            tensor=weight.name,
+        )
+    if out.dims != x.dims:
+        raise graph.fail(
+            node, f"out must have x's dims {list(x.dims)}, got {list(out.dims)}", tensor=out.name
+        )
+
+    # The row width is the weight length, fixed at build, so the variant is fixed too.
+    kernel = "rms_norm_vec4" if width % 4 == 0 else "rms_norm"
+    params = graph.create_params(PARAMS.size)
+    dispatch = graph.add_dispatch(
+        node,
+        kernel,
+        workgroup_size=WORKGROUP_SIZE,
+        writes=[out],
+        reads=[x, weight],
+        params=params,
+    )
+
+    def resize() -> None:
+        dims = x.cur_dims
+        if dims[-1] != width:
+            raise InputError(
+                node.name,
+                "row_width",
+                f"webgpu: op {node.name!r}: x's live last dim must stay {width} (the weight "
+                f"length), got {dims[-1]}",
+            )
+        rows = math.prod(dims[:-1])
+        params.update(PARAMS.pack(rows, width, eps, 0))
+        dispatch.count = rows
+        graph.set_cur_dims(out, dims)
+
+    graph.add_resize_hook(node, [x.name], resize)

@@ -1,0 +1,26 @@
+"""The one place that knows where WGSL kernels live: `wgsl/<kernel>.wgsl` at the repo root."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+WGSL_DIR = Path(__file__).resolve().parents[1] / "wgsl"
+
+
+class ShaderNotFound(FileNotFoundError):
+    """A kernel name with no WGSL file."""
+
+
+@functools.cache
+def load_wgsl(kernel: str) -> str:
+    """The source of kernel `kernel`.
+
+    Raises:
+        ShaderNotFound: naming the path that was expected.
+    """
+    path = WGSL_DIR / f"{kernel}.wgsl"
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        raise ShaderNotFound(f"no WGSL shader for kernel {kernel!r}: expected {path}") from None
