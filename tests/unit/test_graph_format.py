@@ -1,0 +1,84 @@
+"""The graph format: round trips, and errors that say what is wrong and where."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from graph_format import Graph, GraphFormatError
+from harness.builder import GraphBuilder
+
+
+def _graph() -> Graph:
+    b = GraphBuilder()
+    x = b.input("x", "float32", [2, 8, 16])
+    w = b.constant("w", np.arange(16, dtype=np.float32))
+    h = b.op("rms_norm", x=x, weight=w, eps=b.float(1e-6, "eps"))
+    b.output(b.op("add", a=x, b=h))
+    return b.build()
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    graph = _graph()
+    path = graph.save(tmp_path / "g")
+    loaded = Graph.load(path)
+    assert loaded.to_json() == graph.to_json()
+    np.testing.assert_array_equal(loaded.constants["w"], graph.constants["w"])
+
+
+def _doc() -> dict[str, Any]:
+    return copy.deepcopy(_graph().to_json())
+
+
+CONSTANTS = {"w": np.arange(16, dtype=np.float32)}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where", "what"),
+    [
+        (lambda d: d.update(version=2), "version", "understands version 1, got 2"),
+        (lambda d: d.update(format="onnx"), "format", "'vulkan-parity-graph'"),
+        (lambda d: d["values"][0].update(dims=[2, 0, 16]), "values[0].dims", "positive ints"),
+        (lambda d: d["values"][0].update(dtype="float64"), "values[0].dtype", "float64"),
+        (lambda d: d["values"][1].update(dims=[15]), "values[1].constant", "float32[15]"),
+        (lambda d: d["ops"][0].update(op="conv2d"), "ops[0].op", "unknown op 'conv2d'"),
+        (
+            lambda d: d["ops"][0]["args"].update(weight="w2"),
+            "ops[0].args.weight",
+            "unknown value 'w2'",
+        ),
+        (lambda d: d["ops"][0]["args"].update(bias="w"), "ops[0].args.bias", "no argument 'bias'"),
+        (lambda d: d["ops"][0]["args"].pop("eps"), "ops[0].args.eps", "is required"),
+        (lambda d: d["ops"][0]["args"].update(eps="x"), "ops[0].args.eps", "must name a float"),
+        (lambda d: d["ops"].reverse(), "ops[0].args.b", "read before anything writes it"),
+        (lambda d: d["ops"][1]["outputs"].update(out="x"), "ops[1].outputs.out", "already written"),
+        (lambda d: d.update(outputs=["w"]), "outputs[0]", "not written by any op"),
+        (lambda d: d["values"].append(dict(d["values"][0])), "values[5].name", "duplicate"),
+    ],
+)
+def test_malformed_graph_is_located(mutate: Any, where: str, what: str) -> None:
+    doc = _doc()
+    mutate(doc)
+    with pytest.raises(GraphFormatError) as info:
+        Graph.from_json(doc, CONSTANTS, source="g.json")
+    message = str(info.value)
+    assert message.startswith(f"g.json: {where}:"), message
+    assert what in message, message
+
+
+def test_unreadable_files_are_reported(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(GraphFormatError, match="not valid JSON"):
+        Graph.load(bad)
+    with pytest.raises(GraphFormatError, match="cannot be read"):
+        Graph.load(tmp_path / "missing.json")
+    doc = _doc() | {"constants_file": "nowhere.npz"}
+    (tmp_path / "g.json").write_text(json.dumps(doc))
+    with pytest.raises(GraphFormatError, match=r"nowhere\.npz"):
+        Graph.load(tmp_path / "g.json")
