@@ -42,13 +42,22 @@ from harness.numerics import compare
 from harness.ops import model_for
 from harness.reference import ReferenceEvaluator, op_args
 
-POISON_MASK = 0xFFFF0000
-POISON_TAG = 0x7FEA0000  # a quiet NaN; the low 16 bits carry the step index
+# Slack poison is a quiet NaN carrying a marker bit that arithmetic never sets on its own
+# (canonical NaNs are 0x7FC00000), tagged with the tensor it was written into and the step.
+# Distinct tags per tensor make a slack-to-slack copy visible as a write, and let a stale
+# read name the tensor and step its value came from.
+POISON_MARK = 0x7FE00000
+POISON_MASK = 0xFFE00000
 
 
-def poison_word(step: int) -> int:
-    """The u32 written into slack before step `step`."""
-    return POISON_TAG | (step & 0xFFFF)
+def poison_word(step: int, tensor_id: int) -> int:
+    """The u32 written into the slack of canaried tensor `tensor_id` before step `step`."""
+    return POISON_MARK | ((tensor_id & 0x1FF) << 12) | (step & 0xFFF)
+
+
+def decode_poison(word: int) -> tuple[int, int]:
+    """(tensor id, step) of a poison word."""
+    return (word >> 12) & 0x1FF, word & 0xFFF
 
 
 def error_key(err: BaseException) -> tuple[Any, ...]:
@@ -233,13 +242,12 @@ class LockstepRunner:
         expected = model.try_step(inputs)
         fill: dict[str, tuple[int, int]] = {}
         if isinstance(expected, ModelStep) and self.canaries:
-            word = poison_word(index)
-            for name in canaried:
+            for tensor_id, name in enumerate(canaried):
                 live = (
                     int(np.prod(expected.cur_dims[name]))
                     * DTYPES[graph.tensor(name).dtype].itemsize
                 )
-                fill[name] = ((live + 3) // 4 * 4, word)
+                fill[name] = ((live + 3) // 4 * 4, poison_word(index, tensor_id))
         results: dict[str, StepResult] = {}
         failures: dict[str, BaseException] = {}
         for name, lg in loaded.items():
@@ -461,15 +469,16 @@ class LockstepRunner:
         fill: Mapping[str, tuple[int, int]],
     ) -> list[Divergence]:
         out: list[Divergence] = []
-        word = poison_word(index)
+        canaried = list(fill)
         for name, res in results.items():
-            for tensor, (offset, _) in fill.items():
+            for tensor, (offset, word) in fill.items():
                 raw = res.raw[tensor]
                 slack = raw[offset : len(raw) // 4 * 4].view(np.uint32)
                 hit = np.flatnonzero(slack != word)
                 if hit.size:
                     itemsize = DTYPES[graph.tensor(tensor).dtype].itemsize
                     first = (offset + 4 * int(hit[0])) // itemsize
+                    elements = sorted({(offset + 4 * int(h)) // itemsize for h in hit[:4096]})
                     out.append(
                         Divergence(
                             index,
@@ -480,30 +489,43 @@ class LockstepRunner:
                             f"{int(np.prod(expected.cur_dims[tensor]))})",
                             op=_producer(graph, tensor),
                             tensor=tensor,
-                            details={"words": int(hit.size), "first_element": first},
+                            details={
+                                "words": int(hit.size),
+                                "first_element": first,
+                                "elements": elements[:256],
+                                "live_numel": int(np.prod(expected.cur_dims[tensor])),
+                                "max_numel": int(np.prod(graph.tensor(tensor).dims)),
+                            },
                         )
                     )
             live_values = {**res.outputs, **res.tensors}
             for tensor, array in live_values.items():
                 if array.dtype.itemsize != 4 or graph.tensor(tensor).state:
                     continue
-                words = np.ascontiguousarray(array).view(np.uint32)
-                poisoned = np.flatnonzero((words & POISON_MASK) == POISON_TAG)
+                words = np.ascontiguousarray(array).view(np.uint32).ravel()
+                poisoned = np.flatnonzero((words & POISON_MASK) == POISON_MARK)
                 if poisoned.size:
-                    tags = sorted({int(w) & 0xFFFF for w in words.ravel()[poisoned[:64]]})
+                    origins = sorted(
+                        {
+                            (canaried[t] if t < len(canaried) else f"#{t}", step)
+                            for t, step in (decode_poison(int(w)) for w in words[poisoned[:256]])
+                        }
+                    )
+                    sources = ", ".join(f"{t} at step {st}" for t, st in origins[:4])
                     out.append(
                         Divergence(
                             index,
                             Kind.STALE_READ,
                             name,
                             f"{name}: {poisoned.size} live element(s) of {tensor!r} hold slack "
-                            f"poison (from steps {tags}); first flat index {int(poisoned[0])}",
+                            f"poison (from {sources}); first flat index {int(poisoned[0])}",
                             op=_producer(graph, tensor),
                             tensor=tensor,
                             details={
                                 "elements": int(poisoned.size),
                                 "first": int(poisoned[0]),
-                                "tags": tags,
+                                "indices": [int(i) for i in poisoned[:256]],
+                                "origins": [list(o) for o in origins],
                             },
                         )
                     )

@@ -230,7 +230,12 @@ def cases(families: Sequence[str] | None = None) -> st.SearchStrategy[Case]:
 
 @st.composite
 def invalid_steps(draw: st.DrawFn, case: Case) -> dict[str, np.ndarray | int]:
-    """A step that both backends must refuse: a rank change, a dim < 1 or above its max."""
+    """A step that both backends must treat alike, usually by refusing it.
+
+    A rank change, a dim < 1 or above its max (refused before anything changes), or a last
+    dim narrowed below its max, which an op may refuse while propagating (rms_norm's width)
+    or accept (a broadcast): the contract model says which.
+    """
     graph = case.graph
     tensor_inputs = [
         n for n in graph.inputs if n in case.steps[0] and isinstance(case.steps[0][n], np.ndarray)
@@ -238,8 +243,12 @@ def invalid_steps(draw: st.DrawFn, case: Case) -> dict[str, np.ndarray | int]:
     name = draw(st.sampled_from(tensor_inputs))
     max_dims = list(graph.tensor(name).dims)
     step = dict(case.steps[0])
-    kind = draw(st.sampled_from(["rank", "zero", "above"]))
+    kind = draw(st.sampled_from(["rank", "zero", "above", "narrow"]))
     dims = list(step[name].shape)  # type: ignore[union-attr]
+    if kind == "narrow":
+        dims[-1] = max(1, max_dims[-1] - draw(st.integers(1, 3)))
+        step[name] = np.ones(dims, graph.tensor(name).dtype)
+        return step
     if kind == "rank":
         dims = [*dims, 1] if draw(st.booleans()) or len(dims) == 1 else dims[1:]
     else:

@@ -137,6 +137,7 @@ class _Snapshot:
     sizes: dict[str, Sizes]
     symints: dict[str, int]
     nodes: list[tuple[str, WG, ComputePipeline | None]] = field(default_factory=list)
+    updated: set[str] = field(default_factory=set)
 
 
 def descriptor_kinds(bindings: Sequence[VTensor | Buffer]) -> tuple[str, ...]:
@@ -398,6 +399,7 @@ class ComputeGraph:
                 for n in self.nodes
                 if isinstance(n, DispatchNode)
             ],
+            updated=set(self.updated),
         )
 
     def _restore(self, snap: _Snapshot) -> None:
@@ -408,7 +410,8 @@ class ComputeGraph:
         dispatches = [n for n in self.nodes if isinstance(n, DispatchNode)]
         for node, (kernel, global_size, pipeline) in zip(dispatches, snap.nodes, strict=True):
             node.kernel, node.global_size, node.pipeline = kernel, global_size, pipeline
-        self.updated.clear()
+        # Back to what was pending before the step (everything, before the first execute).
+        self.updated = set(snap.updated)
 
     # ------------------------------------------------------------------ LoadedGraph
 

@@ -108,6 +108,7 @@ class _Snapshot:
     symints: dict[str, int]
     counts: list[tuple[str, int]]
     params: list[tuple[bytes, bool]]
+    dirty: set[str]
 
 
 @dataclass
@@ -361,6 +362,7 @@ class WebGPUGraph:
             symints=dict(self.symints),
             counts=[(d.kernel, d.count) for d in self.dispatches],
             params=[(p.data, p.dirty) for p in self._params],
+            dirty=set(self._dirty),
         )
 
     def _restore(self, snap: _Snapshot) -> None:
@@ -372,7 +374,8 @@ class WebGPUGraph:
         for params, (data, dirty) in zip(self._params, snap.params, strict=True):
             params.data, params.dirty = data, dirty
         self._pending.clear()
-        self._dirty.clear()
+        # Back to what was pending before the step (everything, before the first execute).
+        self._dirty = set(snap.dirty)
 
     # ------------------------------------------------------------------ LoadedGraph
 

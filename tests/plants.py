@@ -1,0 +1,147 @@
+"""Planting bugs in a backend for a test, and nowhere else.
+
+Each context manager changes one backend's behaviour for the duration of a `with` block
+(shader text substitution, or a wrapped resize hook / dispatch node) and clears the pipeline
+caches on the way in and out, so that no planted pipeline outlives the test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import vulkan_ref.graph
+import vulkan_ref.spirv
+import webgpu_backend.device
+from graph_format import OpNode
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+from webgpu_backend.device import get_device
+from webgpu_backend.graph import Dispatch, WebGPUGraph
+
+
+def _clear_webgpu_caches() -> None:
+    dev = get_device()
+    dev._modules.clear()
+    dev._pipelines.clear()
+
+
+@contextmanager
+def wgsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
+    """Load `wgsl/<stem>.wgsl` with `old` replaced by `new` (which must occur)."""
+    original = webgpu_backend.device.load_wgsl
+
+    def load(kernel: str) -> str:
+        source = original(kernel)
+        if kernel == stem:
+            assert old in source, f"{stem}.wgsl does not contain {old!r}"
+            source = source.replace(old, new)
+        return source
+
+    _clear_webgpu_caches()
+    webgpu_backend.device.load_wgsl = load
+    try:
+        yield
+    finally:
+        webgpu_backend.device.load_wgsl = original
+        _clear_webgpu_caches()
+
+
+@contextmanager
+def glsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
+    """Compile `glsl/<stem>.comp` with `old` replaced by `new` (which must occur)."""
+    original_dir = vulkan_ref.spirv.GLSL_DIR
+    with tempfile.TemporaryDirectory() as tmp:
+        planted = Path(tmp) / "glsl"
+        shutil.copytree(original_dir, planted)
+        path = planted / f"{stem}.comp"
+        source = path.read_text()
+        assert old in source, f"{stem}.comp does not contain {old!r}"
+        path.write_text(source.replace(old, new))
+        vulkan_ref.graph._PIPELINE_CACHES.clear()
+        vulkan_ref.spirv.GLSL_DIR = planted
+        try:
+            yield
+        finally:
+            vulkan_ref.spirv.GLSL_DIR = original_dir
+            vulkan_ref.graph._PIPELINE_CACHES.clear()
+
+
+@contextmanager
+def webgpu_after_hook(
+    op_type: str, after: Callable[[WebGPUGraph, OpNode, list[Dispatch]], None]
+) -> Iterator[None]:
+    """Run `after(graph, node, its dispatches)` right after every resize hook of `op_type`."""
+    original = WebGPUGraph.add_resize_hook
+
+    def add_resize_hook(self: WebGPUGraph, node: OpNode, triggers: Any, fn: Any) -> None:
+        if node.op != op_type:
+            return original(self, node, triggers, fn)
+
+        def planted() -> None:
+            fn()
+            after(self, node, [d for d in self.dispatches if d.op == node.name])
+
+        return original(self, node, triggers, planted)
+
+    WebGPUGraph.add_resize_hook = add_resize_hook  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        WebGPUGraph.add_resize_hook = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def webgpu_without_set_cur_dims(op_type: str) -> Iterator[None]:
+    """Make the hooks of `op_type` forget to set their outputs' live dims."""
+    original_hook = WebGPUGraph.add_resize_hook
+    original_set = WebGPUGraph.set_cur_dims
+    active: list[str] = []
+
+    def add_resize_hook(self: WebGPUGraph, node: OpNode, triggers: Any, fn: Any) -> None:
+        if node.op != op_type:
+            return original_hook(self, node, triggers, fn)
+
+        def planted() -> None:
+            active.append(node.name)
+            try:
+                fn()
+            finally:
+                active.pop()
+
+        return original_hook(self, node, triggers, planted)
+
+    def set_cur_dims(self: WebGPUGraph, tensor: Any, dims: Any) -> None:
+        if not active:
+            original_set(self, tensor, dims)
+
+    WebGPUGraph.add_resize_hook = add_resize_hook  # type: ignore[method-assign]
+    WebGPUGraph.set_cur_dims = set_cur_dims  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        WebGPUGraph.add_resize_hook = original_hook  # type: ignore[method-assign]
+        WebGPUGraph.set_cur_dims = original_set  # type: ignore[method-assign]
+
+
+@contextmanager
+def vulkan_node_patch(
+    op_type: str, patch: Callable[[ComputeGraph, DispatchNode], None]
+) -> Iterator[None]:
+    """Let `patch(graph, node)` alter every dispatch node of `op_type` as it is added."""
+    original = ComputeGraph.add_dispatch_node
+
+    def add_dispatch_node(self: ComputeGraph, node: DispatchNode) -> DispatchNode:
+        op = next(n for n in self.graph.ops if n.name == node.op)
+        if op.op == op_type:
+            patch(self, node)
+        return original(self, node)
+
+    ComputeGraph.add_dispatch_node = add_dispatch_node  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ComputeGraph.add_dispatch_node = original  # type: ignore[method-assign]

@@ -1,0 +1,41 @@
+"""GLSL compilation: errors carry file, line and the compiler's message; the cache is by content."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import vulkan_ref.spirv as spirv
+from vulkan_ref.spirv import ShaderCompileError, compile_glsl
+
+
+def test_compile_error_names_file_and_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "broken.comp").write_text(
+        "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { undeclared = 1; }\n"
+    )
+    monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
+    monkeypatch.setenv("VULKAN_PARITY_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(ShaderCompileError) as info:
+        compile_glsl("broken")
+    message = str(info.value)
+    assert "broken.comp:3:" in message and "undeclared" in message
+
+
+def test_cache_is_keyed_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { }\n"
+    (tmp_path / "k.comp").write_text(source)
+    monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
+    monkeypatch.setenv("VULKAN_PARITY_CACHE", str(tmp_path / "cache"))
+    first = compile_glsl("k")
+    assert len(list((tmp_path / "cache").glob("k-*.spv"))) == 1
+    assert compile_glsl("k") == first
+    (tmp_path / "k.comp").write_text(source.replace("{ }", "{ barrier(); }"))
+    compile_glsl("k")
+    assert len(list((tmp_path / "cache").glob("k-*.spv"))) == 2
+
+
+def test_missing_shader_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        compile_glsl("nope")
