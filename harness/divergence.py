@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -22,9 +23,33 @@ class Kind(StrEnum):
     NAN_INF = "nan_inf"  # non-finite where the reference is finite
     VALIDATION = "validation"  # a validation-layer or API validation message
     CRASH = "crash"  # an unexpected exception or a lost device
+    DEGENERATE = "degenerate"  # the case itself proves nothing (constant inputs, zero outputs)
 
 
 METADATA_KINDS = frozenset({Kind.CUR_DIMS, Kind.DISPATCH, Kind.PHYSICAL_GRID})
+
+# Within one step, the more fundamental finding comes first: a crash or a wrong dispatch
+# explains the numeric errors that follow from it, not the other way round.
+PRIORITY = {
+    kind: rank
+    for rank, kind in enumerate(
+        [
+            Kind.DEGENERATE,
+            Kind.CRASH,
+            Kind.BUILD_ERROR,
+            Kind.VALIDATION,
+            Kind.ERROR_ASYMMETRY,
+            Kind.STATE_AFTER_REJECT,
+            Kind.CUR_DIMS,
+            Kind.DISPATCH,
+            Kind.PHYSICAL_GRID,
+            Kind.CANARY_WRITE,
+            Kind.STALE_READ,
+            Kind.NAN_INF,
+            Kind.NUMERIC,
+        ]
+    )
+}
 
 # Blame values: which side is wrong.
 WEBGPU, VULKAN, BOTH, MODEL = "webgpu", "vulkan", "both", "model"
@@ -39,7 +64,8 @@ class Divergence:
         kind: failure class.
         blame: "webgpu", "vulkan", "both" (wrong alike or each wrong) or "model" (the
             contract model disagrees with two backends that agree with each other).
-        op: the op concerned, when known.
+        op: the op concerned (its name in the graph), when known.
+        op_type: that op's type (`rms_norm`...), which survives shrinking unlike the name.
         tensor: the tensor concerned, when known.
         message: one line for humans.
         factor: error / budget for numeric divergences.
@@ -54,6 +80,20 @@ class Divergence:
     tensor: str | None = None
     factor: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    op_type: str | None = None
+
+    def signature(self) -> tuple[str, str, str, str]:
+        """What identifies "the same bug": class, op type, blame, and for numeric failures
+        the order of magnitude of error / budget (so shrinking cannot trade a 1000x error
+        for a barely failing one)."""
+        bucket = ""
+        if self.kind == Kind.NUMERIC:
+            bucket = (
+                "inf"
+                if self.factor is None
+                else f"1e{math.floor(math.log10(max(self.factor, 1.0)))}"
+            )
+        return (str(self.kind), self.op_type or "-", self.blame, bucket)
 
     def to_json(self) -> dict[str, Any]:
         """Plain-data form for JSONL records."""
@@ -75,3 +115,12 @@ def blame_from(wrong: dict[str, bool], agree_with_each_other: bool = False) -> s
     if len(bad) > 1 and len(bad) == len(wrong) and agree_with_each_other:
         return MODEL
     return BOTH
+
+
+def primary(divergences: list[Divergence], op_order: dict[str, int] | None = None) -> Divergence:
+    """The divergence that stands for a case: earliest step, most fundamental class, first op."""
+    order = op_order or {}
+    return min(
+        divergences,
+        key=lambda d: (d.step, PRIORITY[d.kind], order.get(d.op or "", len(order))),
+    )

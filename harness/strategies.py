@@ -247,7 +247,7 @@ def invalid_steps(draw: st.DrawFn, case: Case) -> dict[str, np.ndarray | int]:
     dims = list(step[name].shape)  # type: ignore[union-attr]
     if kind == "narrow":
         dims[-1] = max(1, max_dims[-1] - draw(st.integers(1, 3)))
-        step[name] = np.ones(dims, graph.tensor(name).dtype)
+        step[name] = float_array(np.random.default_rng(draw(_seeds())), dims)
         return step
     if kind == "rank":
         dims = [*dims, 1] if draw(st.booleans()) or len(dims) == 1 else dims[1:]

@@ -16,6 +16,7 @@ from graph_format import BackendUnavailable, Runtime
 from harness.backends import open_runtime
 from harness.lockstep import LockstepRunner
 from harness.profiles import register_profiles
+from harness.verdict import CaseChecker
 
 register_profiles()
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pr"))
@@ -52,6 +53,12 @@ def runtimes(webgpu: Runtime, vulkan: Runtime) -> list[Runtime]:
 def runner(runtimes: list[Runtime]) -> LockstepRunner:
     """A lockstep runner over both runtimes with every oracle on."""
     return LockstepRunner(runtimes)
+
+
+@pytest.fixture(scope="session")
+def checker(runner: LockstepRunner) -> CaseChecker:
+    """Runs cases with repeatability classification and signature-keyed verdicts."""
+    return CaseChecker(runner)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -1,0 +1,515 @@
+"""The oracle stack of DESIGN.md §4, one function per oracle, each returning divergences.
+
+The lockstep runner (harness/lockstep.py) decides when each runs; these functions only
+compare what the backends reported with what the contract model and the float64 reference
+predict, classify each difference and say which side is to blame.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graph_format import (
+    DTYPES,
+    DeviceError,
+    Graph,
+    GraphBuildError,
+    InputError,
+    ParityError,
+    ResizeError,
+    StepResult,
+    TensorValue,
+)
+from harness.contract import ModelStep
+from harness.divergence import MODEL, Divergence, Kind, blame_from
+from harness.numerics import Comparison, compare
+from harness.ops import ExpectedDispatch, model_for
+from harness.reference import op_args
+
+# ---------------------------------------------------------------------------- errors
+
+
+def error_key(err: BaseException) -> tuple[Any, ...]:
+    """What must match between two rejections: class and structured key."""
+    if isinstance(err, ResizeError | InputError):
+        return (type(err).__name__, *err.key())
+    if isinstance(err, GraphBuildError):
+        return (type(err).__name__, err.op, err.tensor)
+    return (type(err).__name__,)
+
+
+def check_build(
+    expected: GraphBuildError | None, errors: Mapping[str, BaseException | None]
+) -> list[Divergence]:
+    """Load-time rejection (or acceptance) must match the contract on every backend."""
+    want = error_key(expected) if expected else None
+    wrong = {name: (error_key(err) if err else None) != want for name, err in errors.items()}
+    if not any(wrong.values()):
+        return []
+    got = {name: str(err) if err else "loaded" for name, err in errors.items()}
+    return [
+        Divergence(
+            -1,
+            Kind.BUILD_ERROR,
+            blame_from(wrong, len(set(got.values())) == 1),
+            f"load: expected {expected if expected else 'success'}, got {got}",
+            op=expected.op if expected else None,
+            details={"expected": str(expected) if expected else None, "got": got},
+        )
+    ]
+
+
+def check_errors(
+    step: int,
+    expected: ModelStep | ParityError,
+    failures: Mapping[str, BaseException],
+    backends: Sequence[str],
+    dims_before: Mapping[str, dict[str, Any]],
+    dims_after: Mapping[str, dict[str, Any]],
+) -> list[Divergence]:
+    """Crashes, rejections the contract does not predict (or predicted ones that did not
+    happen, or happened for another reason), and rejections that changed the graph."""
+    out: list[Divergence] = []
+    for name, err in failures.items():
+        if isinstance(err, DeviceError):
+            out.append(
+                Divergence(
+                    step, Kind.CRASH, name, f"{name}: {err}", details={"messages": err.messages}
+                )
+            )
+        elif not isinstance(err, ParityError):
+            out.append(
+                Divergence(step, Kind.CRASH, name, f"{name} crashed: {type(err).__name__}: {err}")
+            )
+    if isinstance(expected, ModelStep):
+        out += [
+            Divergence(
+                step,
+                Kind.ERROR_ASYMMETRY,
+                name,
+                f"{name} rejected a step the contract accepts: {err}",
+                details={"key": list(error_key(err))},
+            )
+            for name, err in failures.items()
+            if isinstance(err, ResizeError | InputError)
+        ]
+        return out
+    want = error_key(expected)
+    got = {name: error_key(failures[name]) if name in failures else None for name in backends}
+    wrong = {name: key != want for name, key in got.items()}
+    if any(wrong.values()):
+        out.append(
+            Divergence(
+                step,
+                Kind.ERROR_ASYMMETRY,
+                blame_from(wrong, len({str(v) for v in got.values()}) == 1),
+                f"expected rejection {want}, got {got}",
+                details={
+                    "expected": list(want),
+                    "got": {k: list(v) if v else None for k, v in got.items()},
+                },
+            )
+        )
+    for name in backends:
+        if name in failures and dims_after[name] != dims_before[name]:
+            changed = [t for t, d in dims_after[name].items() if d != dims_before[name][t]]
+            out.append(
+                Divergence(
+                    step,
+                    Kind.STATE_AFTER_REJECT,
+                    name,
+                    f"{name} rejected the step but changed live dims of {changed}",
+                    details={"tensors": changed},
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------- metadata
+
+
+def dispatch_json(entry: ExpectedDispatch) -> dict[str, Any]:
+    """A dispatch log entry as plain data."""
+    op, kernel, wg, count, ran = entry
+    return {"op": op, "kernel": kernel, "wg": list(wg), "count": list(count), "ran": ran}
+
+
+def _by_op(log: Sequence[ExpectedDispatch]) -> dict[str, list[ExpectedDispatch]]:
+    grouped: dict[str, list[ExpectedDispatch]] = {}
+    for entry in log:
+        grouped.setdefault(entry[0], []).append(entry)
+    return grouped
+
+
+def _brief(entries: Sequence[ExpectedDispatch]) -> str:
+    parts = [
+        f"{kernel} x{tuple(count)}" + ("" if ran else " skipped")
+        for _, kernel, _, count, ran in entries
+    ]
+    return "[" + ", ".join(parts) + "]"
+
+
+def check_metadata(
+    step: int, expected: ModelStep, results: Mapping[str, StepResult]
+) -> list[Divergence]:
+    """Every tensor's cur_dims and every op's dispatch slots, exactly as the contract says."""
+    out: list[Divergence] = []
+    for tensor, want in expected.cur_dims.items():
+        got = {name: tuple(res.cur_dims.get(tensor, ())) for name, res in results.items()}
+        wrong = {name: dims != want for name, dims in got.items()}
+        if any(wrong.values()):
+            out.append(
+                Divergence(
+                    step,
+                    Kind.CUR_DIMS,
+                    blame_from(wrong, len(set(got.values())) == 1),
+                    f"cur_dims of {tensor!r}: contract {list(want)}, "
+                    + ", ".join(f"{n} {list(d)}" for n, d in got.items()),
+                    tensor=tensor,
+                    details={"expected": list(want), "got": {n: list(d) for n, d in got.items()}},
+                )
+            )
+    want_by_op = _by_op(expected.dispatches)
+    got_by_op = {
+        name: _by_op([d.logical() for d in res.dispatches]) for name, res in results.items()
+    }
+    for op in dict.fromkeys([*want_by_op, *(op for g in got_by_op.values() for op in g)]):
+        want = want_by_op.get(op, [])
+        got = {name: by_op.get(op, []) for name, by_op in got_by_op.items()}
+        wrong = {name: entries != want for name, entries in got.items()}
+        if not any(wrong.values()):
+            continue
+        out.append(
+            Divergence(
+                step,
+                Kind.DISPATCH,
+                blame_from(wrong, len({tuple(v) for v in got.values()}) == 1),
+                f"dispatches of {op!r}: contract {_brief(want)}, "
+                + ", ".join(f"{n} {_brief(e)}" for n, e in got.items()),
+                op=op,
+                details={
+                    "expected": [dispatch_json(d) for d in want],
+                    "got": {n: [dispatch_json(d) for d in e] for n, e in got.items()},
+                },
+            )
+        )
+    return out
+
+
+def check_grids(
+    step: int, results: Mapping[str, StepResult], limits: Mapping[str, int]
+) -> list[Divergence]:
+    """Physical grids within the device's per-dimension limit, covering the logical count
+    with less than one row of waste."""
+    out: list[Divergence] = []
+    for name, res in results.items():
+        limit = limits[name]
+        for d in res.dispatches:
+            if not d.ran:
+                continue
+            need = int(np.prod(d.logical_count))
+            have = int(np.prod(d.physical_grid))
+            if (
+                any(g > limit or g < 1 for g in d.physical_grid)
+                or have < need
+                or have - need >= max(d.physical_grid[0], 1)
+            ):
+                out.append(
+                    Divergence(
+                        step,
+                        Kind.PHYSICAL_GRID,
+                        name,
+                        f"{name}: {d.op}/{d.kernel} grid {d.physical_grid} for logical "
+                        f"{d.logical_count} (limit {limit}/dim)",
+                        op=d.op,
+                        details={"grid": list(d.physical_grid), "logical": list(d.logical_count)},
+                    )
+                )
+    return out
+
+
+def check_validation(step: int, results: Mapping[str, StepResult]) -> list[Divergence]:
+    """Any validation message is a finding."""
+    return [
+        Divergence(step, Kind.VALIDATION, name, f"{name}: {msg}", details={"message": msg})
+        for name, res in results.items()
+        for msg in res.validation_messages
+    ]
+
+
+# ---------------------------------------------------------------------------- canaries
+
+# Slack poison is a quiet NaN carrying a marker bit that arithmetic never sets on its own
+# (canonical NaNs are 0x7FC00000), tagged with the tensor it was written into and the step.
+# Distinct tags per tensor make a slack-to-slack copy visible as a write, and let a stale
+# read name the tensor and step its value came from.
+POISON_MARK = 0x7FE00000
+POISON_MASK = 0xFFE00000
+
+
+def poison_word(step: int, tensor_id: int) -> int:
+    """The u32 written into the slack of canaried tensor `tensor_id` before step `step`."""
+    return POISON_MARK | ((tensor_id & 0x1FF) << 12) | (step & 0xFFF)
+
+
+def decode_poison(word: int) -> tuple[int, int]:
+    """(tensor id, step) of a poison word."""
+    return (word >> 12) & 0x1FF, word & 0xFFF
+
+
+def canary_fill(
+    step: int, graph: Graph, expected: ModelStep, canaried: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """Per canaried tensor, (first slack byte, poison word) for the contract's live dims."""
+    fill = {}
+    for tensor_id, name in enumerate(canaried):
+        itemsize = DTYPES[graph.tensor(name).dtype].itemsize
+        live = int(np.prod(expected.cur_dims[name])) * itemsize
+        fill[name] = ((live + 3) // 4 * 4, poison_word(step, tensor_id))
+    return fill
+
+
+def check_canaries(
+    step: int,
+    graph: Graph,
+    expected: ModelStep,
+    results: Mapping[str, StepResult],
+    fill: Mapping[str, tuple[int, int]],
+) -> list[Divergence]:
+    """Slack unchanged after the step (no write past the live size), and no poison in any
+    live value read back (no stale read)."""
+    out: list[Divergence] = []
+    canaried = list(fill)
+    for name, res in results.items():
+        for tensor, (offset, word) in fill.items():
+            raw = res.raw[tensor]
+            slack = raw[offset : len(raw) // 4 * 4].view(np.uint32)
+            hit = np.flatnonzero(slack != word)
+            if not hit.size:
+                continue
+            itemsize = DTYPES[graph.tensor(tensor).dtype].itemsize
+            elements = sorted({(offset + 4 * int(h)) // itemsize for h in hit[:4096]})
+            live_numel = int(np.prod(expected.cur_dims[tensor]))
+            out.append(
+                Divergence(
+                    step,
+                    Kind.CANARY_WRITE,
+                    name,
+                    f"{name} wrote {hit.size} word(s) past the live size of {tensor!r} "
+                    f"(first at element {elements[0]}; live numel {live_numel})",
+                    op=producer(graph, tensor),
+                    tensor=tensor,
+                    details={
+                        "words": int(hit.size),
+                        "first_element": elements[0],
+                        "elements": elements[:256],
+                        "live_numel": live_numel,
+                        "max_numel": int(np.prod(graph.tensor(tensor).dims)),
+                    },
+                )
+            )
+        for tensor, array in {**res.outputs, **res.tensors}.items():
+            if array.dtype.itemsize != 4 or graph.tensor(tensor).state:
+                continue
+            words = np.ascontiguousarray(array).view(np.uint32).ravel()
+            poisoned = np.flatnonzero((words & POISON_MASK) == POISON_MARK)
+            if not poisoned.size:
+                continue
+            origins = sorted(
+                {
+                    (canaried[t] if t < len(canaried) else f"#{t}", st)
+                    for t, st in (decode_poison(int(w)) for w in words[poisoned[:256]])
+                }
+            )
+            sources = ", ".join(f"{t} at step {st}" for t, st in origins[:4])
+            out.append(
+                Divergence(
+                    step,
+                    Kind.STALE_READ,
+                    name,
+                    f"{name}: {poisoned.size} live element(s) of {tensor!r} hold slack poison "
+                    f"(from {sources}); first flat index {int(poisoned[0])}",
+                    op=producer(graph, tensor),
+                    tensor=tensor,
+                    details={
+                        "elements": int(poisoned.size),
+                        "first": int(poisoned[0]),
+                        "indices": [int(i) for i in poisoned[:256]],
+                        "origins": [list(o) for o in origins],
+                    },
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------- numerics
+
+
+def numeric_divergence(
+    step: int, backend: str, op: str | None, tensor: str, cmp: Comparison, scope: str
+) -> Divergence:
+    """A numeric, non-finite or shape finding from a failed comparison."""
+    if not cmp.shape_ok:
+        kind, msg = Kind.NUMERIC, f"{backend}: {tensor!r} has the wrong shape"
+    elif cmp.nan_mismatch:
+        kind = Kind.NAN_INF
+        msg = (
+            f"{backend}: {tensor!r} has {cmp.nan_mismatch} non-finite value(s) where the "
+            "reference is finite"
+        )
+    else:
+        kind = Kind.NUMERIC
+        msg = (
+            f"{backend}: {tensor!r} is {cmp.utilization:.3g}x over its error budget "
+            f"(max abs error {cmp.max_abs_error:.3g} at {cmp.worst_index})"
+        )
+    return Divergence(
+        step,
+        kind,
+        backend,
+        msg,
+        op=op,
+        tensor=tensor,
+        factor=cmp.utilization if np.isfinite(cmp.utilization) else None,
+        details={
+            "scope": scope,
+            "worst_index": cmp.worst_index,
+            "max_abs_error": cmp.max_abs_error,
+        },
+    )
+
+
+def check_ops(
+    step: int,
+    graph: Graph,
+    backend: str,
+    values: Mapping[str, np.ndarray],
+    observed: Mapping[str, np.ndarray],
+    symints: Mapping[str, int],
+    states: Sequence[str],
+    utilization: dict[str, float],
+) -> list[Divergence]:
+    """Each op against its float64 reference evaluated on this backend's own inputs to it.
+
+    Judged on its own inputs, an op's error is its own: the first op that fails is where a
+    divergence starts, whatever happens downstream.
+
+    Args:
+        values: float64 values of every tensor as this backend saw it: inputs, constants,
+            state before the step, and every op output it produced.
+        observed: what the backend produced (outputs, intermediates, state after the step).
+    """
+    out: list[Divergence] = []
+    for node in graph.ops:
+        model = model_for(node.op)
+        args = op_args(graph, node, values, symints)
+        outs = model.reference(node, args)
+        budgets = model.budget(node, args, {}, outs)
+        checks = [
+            (node.outputs[slot], outs[slot], budgets[slot])
+            for slot in node.outputs
+            if isinstance(graph.values[node.outputs[slot]], TensorValue)
+        ]
+        # State the op updates in place (KV caches): after the step vs the reference's update.
+        checks += [
+            (arg, args[slot], budgets.get(slot, np.zeros(1)))
+            for slot, arg in node.args.items()
+            if isinstance(arg, str) and arg in states
+        ]
+        for tensor, ref, budget in checks:
+            cmp = compare(observed[tensor], ref, budget)
+            utilization[f"{node.name}:{tensor}"] = cmp.utilization
+            if not cmp.ok:
+                out.append(numeric_divergence(step, backend, node.name, tensor, cmp, "op"))
+    return out
+
+
+def check_outputs(
+    step: int,
+    graph: Graph,
+    backend: str,
+    outputs: Mapping[str, np.ndarray],
+    ref_values: Mapping[str, np.ndarray],
+    ref_errors: Mapping[str, Any],
+    utilization: dict[str, float],
+) -> list[Divergence]:
+    """Graph outputs against the pure float64 reference, with bounds propagated end to end."""
+    out = []
+    for tensor in graph.outputs:
+        cmp = compare(outputs[tensor], ref_values[tensor], ref_errors[tensor])
+        utilization[f"out:{tensor}"] = cmp.utilization
+        if not cmp.ok:
+            out.append(
+                numeric_divergence(step, backend, producer(graph, tensor), tensor, cmp, "graph")
+            )
+    return out
+
+
+def check_degenerate(
+    step: int,
+    graph: Graph,
+    inputs: Mapping[str, Any],
+    ref_values: Mapping[str, np.ndarray],
+    ref_errors: Mapping[str, Any],
+) -> list[Divergence]:
+    """A case that cannot fail proves nothing: constant float inputs, or a graph output
+    that lies entirely within its own error budget (all noise, such as all zeros)."""
+    out = []
+    for name, value in inputs.items():
+        if not isinstance(value, np.ndarray) or value.dtype != np.float32:
+            continue
+        flat = value.ravel()
+        if (flat.size > 1 and np.all(flat == flat[0])) or (flat.size == 1 and flat[0] == 0):
+            out.append(
+                Divergence(
+                    step,
+                    Kind.DEGENERATE,
+                    "case",
+                    f"input {name!r} is constant ({flat[0]!r}): outputs cannot tell bugs apart",
+                    tensor=name,
+                )
+            )
+    for tensor in graph.outputs:
+        ref = np.abs(ref_values[tensor])
+        floor = np.broadcast_to(np.asarray(ref_errors[tensor]), ref.shape)
+        if ref.size and not np.any(ref > floor):
+            out.append(
+                Divergence(
+                    step,
+                    Kind.DEGENERATE,
+                    "case",
+                    f"output {tensor!r} is below its error budget everywhere (max |value| "
+                    f"{float(ref.max()):.3g}): any result would pass",
+                    tensor=tensor,
+                )
+            )
+    return out
+
+
+def merge_blame(divergences: list[Divergence]) -> list[Divergence]:
+    """Fold the same numeric finding on several backends into one blamed on "both"."""
+    merged: dict[tuple[Any, ...], Divergence] = {}
+    rest: list[Divergence] = []
+    for d in divergences:
+        if d.kind not in (Kind.NUMERIC, Kind.NAN_INF):
+            rest.append(d)
+            continue
+        key = (d.kind, d.op, d.tensor, d.details.get("scope"))
+        if key in merged and merged[key].blame != d.blame:
+            first = merged[key]
+            first.blame = "both" if first.blame != MODEL else first.blame
+            first.message += f"; {d.message}"
+            # None stands for an infinite factor, which dominates any finite one.
+            first.factor = None if None in (first.factor, d.factor) else max(first.factor, d.factor)  # type: ignore[type-var]
+        else:
+            merged[key] = d
+    return rest + list(merged.values())
+
+
+def producer(graph: Graph, tensor: str) -> str | None:
+    """Name of the op that writes `tensor`, if any."""
+    node = graph.producer(tensor)
+    return node.name if node else None
