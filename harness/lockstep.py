@@ -249,7 +249,7 @@ class _CaseRun:
         div += oracles.check_errors(index, expected, failures, list(self.loaded), before, after)
         if not isinstance(expected, ModelStep) or not results:
             return record
-        div += oracles.check_metadata(index, expected, results)
+        div += oracles.check_metadata(index, graph, expected, results)
         div += oracles.check_grids(index, results, self.runner.limits)
         div += oracles.check_validation(index, results)
         if self.runner.canaries:

@@ -153,7 +153,7 @@ def _brief(entries: Sequence[ExpectedDispatch]) -> str:
 
 
 def check_metadata(
-    step: int, expected: ModelStep, results: Mapping[str, StepResult]
+    step: int, graph: Graph, expected: ModelStep, results: Mapping[str, StepResult]
 ) -> list[Divergence]:
     """Every tensor's cur_dims and every op's dispatch slots, exactly as the contract says."""
     out: list[Divergence] = []
@@ -168,6 +168,7 @@ def check_metadata(
                     blame_from(wrong, len(set(got.values())) == 1),
                     f"cur_dims of {tensor!r}: contract {list(want)}, "
                     + ", ".join(f"{n} {list(d)}" for n, d in got.items()),
+                    op=producer(graph, tensor),
                     tensor=tensor,
                     details={"expected": list(want), "got": {n: list(d) for n, d in got.items()}},
                 )
