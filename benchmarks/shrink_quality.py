@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"Adapter: {adapter}\n")
     print(
-        "| planted bug | signature kept | examples | find s | shrink s | first case: steps / ops / input elements | minimal: steps / ops / input elements (dims) |"
+        "| planted bug | signature kept | examples | find s | shrink s "
+        "| first case: steps / ops / input elements "
+        "| minimal: steps / ops / input elements (dims) |"
     )
     print("|---|---|---|---|---|---|---|")
     for plant in PLANTS:
@@ -66,11 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             sig = "|".join(s for s in (out.signature or ()) if s) or "not found"
             f = f"{first.steps} / {first.ops} / {first.input_max_numel}" if first else "-"
-            m = (
-                f"{minimal.steps} / {minimal.ops} / {minimal.input_max_numel} ({minimal.input_dims})"
-                if minimal
-                else "-"
-            )
+            m = "-"
+            if minimal:
+                m = f"{minimal.steps} / {minimal.ops} / {minimal.input_max_numel} "
+                m += f"({minimal.input_dims})"
             print(
                 f"| {plant.name} | {sig}{'' if kept else ' (DRIFTED)'} | {out.examples} | "
                 f"{out.find_seconds:.1f} | {out.shrink_seconds:.1f} | {f} | {m} |",
