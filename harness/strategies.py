@@ -211,11 +211,19 @@ def dag_cases(draw: st.DrawFn) -> Case:
     return Case(b.build(), steps, name="dag", meta={"seed": seed, "family": "dag"})
 
 
+def random_graphs() -> st.SearchStrategy[Case]:
+    """Random DAGs over every op with a generator (harness/graphgen.py)."""
+    from harness.graphgen import random_graph_cases  # graphgen builds on this module
+
+    return random_graph_cases()
+
+
 FAMILIES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
     "rms_norm": rms_norm_cases,
     "add": lambda: binary_cases("add"),
     "mul": lambda: binary_cases("mul"),
     "dag": dag_cases,
+    "random": random_graphs,
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 
 from harness.case import Case
-from harness.strategies import binary_cases, dag_cases, rms_norm_cases
+from harness.strategies import binary_cases, dag_cases, random_graphs, rms_norm_cases
 from harness.verdict import CaseChecker
 
 pytestmark = pytest.mark.gpu
@@ -37,4 +37,9 @@ def test_mul_agrees(checker: CaseChecker, case: Case) -> None:
 
 @given(case=dag_cases())
 def test_dags_agree(checker: CaseChecker, case: Case) -> None:
+    _check(checker, case)
+
+
+@given(case=random_graphs())
+def test_random_graphs_agree(checker: CaseChecker, case: Case) -> None:
     _check(checker, case)
