@@ -7,7 +7,7 @@ and steers generation toward high error-budget utilization with `target()`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -18,18 +18,41 @@ _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter
 
 @dataclass(frozen=True)
 class Profile:
-    """A named search budget."""
+    """A named search budget, and the coverage cells a run of it must fill.
+
+    `required_coverage` maps an op type to regime tags and kernel variants
+    (harness/coverage.py) that every backend must have exercised by the end of the run;
+    `harness.coverage.missing_cells` lists those left empty.
+    """
 
     name: str
     max_examples: int  # per family
     derandomize: bool
     keep_database: bool
+    required_coverage: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
+
+# The regimes where resize bugs live, for the ops every profile exercises.
+_CORE_CELLS = {
+    "rms_norm": (
+        "size=1",
+        "size=max",
+        "size=mid",
+        "step=grow",
+        "step=shrink",
+        "rms_norm",
+        "rms_norm_vec4",
+    ),
+    "add": ("size=1", "size=max", "step=shrink", "add_flat", "add_broadcast"),
+    "mul": ("size=1", "size=max", "step=shrink", "mul_flat", "mul_broadcast"),
+}
 
 PROFILES = {
     "quick": Profile("quick", 10, derandomize=False, keep_database=True),
     "pr": Profile("pr", 30, derandomize=True, keep_database=False),
-    "nightly": Profile("nightly", 400, derandomize=False, keep_database=True),
+    "nightly": Profile(
+        "nightly", 400, derandomize=False, keep_database=True, required_coverage=_CORE_CELLS
+    ),
 }
 
 

@@ -214,3 +214,13 @@ def test_wasteful_physical_grid_is_caught(
 ) -> None:
     monkeypatch.setattr(webgpu_backend.graph, "fold_grid", lambda count, limit: (count, 2, 1))
     assert_found(runner, rms_norm_case(), Kind.PHYSICAL_GRID, "webgpu")
+
+
+def test_coverage_records_regimes_and_variants(runner: LockstepRunner) -> None:
+    cells = runner.run(rms_norm_case()).coverage.to_json()["rms_norm"]
+    for backend in ("webgpu", "vulkan"):
+        assert cells[backend]["variants"] == ["rms_norm_vec4"]
+        # rows: 16 (the max) -> 3 -> 10
+        assert {"size=max", "size=mid", "step=first", "step=shrink", "step=grow"} <= set(
+            cells[backend]["regimes"]
+        )
