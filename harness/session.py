@@ -390,7 +390,8 @@ class RunSession:
             target(min(float(result.max_utilization), 1e6), label="max error/budget")
         if unexpected:
             state.unexpected_found = True
-            key = tuple(sorted({r["signature"] for r in record["divergences"]}))
+            # One candidate per bug (op, class, blame), whatever regime it showed in.
+            key = tuple(sorted({r["signature"].rsplit("|", 1)[0] for r in record["divergences"]}))
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)

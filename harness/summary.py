@@ -285,16 +285,18 @@ def _findings(
     for (source, chunk, _), r in cases.items():
         if (source, chunk) in finished or not r.get("unexpected"):
             continue
-        key = (source, chunk, tuple(sorted({d["signature"] for d in r["divergences"]})))
+        # One provisional finding per bug (op, class, blame), whatever regime it showed in.
+        bug = sorted({d["signature"].rsplit("|", 1)[0] for d in r["divergences"]})
+        key = (source, chunk, tuple(bug))
         if key not in best or _case_size(r) < _case_size(best[key]):
             best[key] = r
-    for (source, chunk, sigs), r in sorted(best.items(), key=lambda kv: kv[0]):
+    for (source, chunk, _), r in sorted(best.items(), key=lambda kv: kv[0]):
         add(
             source,
             chunk,
             str(r["case_id"]),
             {
-                "signatures": list(sigs),
+                "signatures": sorted({d["signature"] for d in r["divergences"]}),
                 "unexpected": r["unexpected"],
                 "provisional": True,
                 "shrunk": False,
