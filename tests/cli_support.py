@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 WEIGHT_USE = "* weight[i]"
 WEIGHT_DROPPED = "* (weight[i] * 0.0 + 1.0)"  # keeps the binding used, drops its effect
@@ -117,3 +119,21 @@ PLANTED_RUN_ARGS: Sequence[str] = (
     "--progress-every",
     "5",
 )
+
+
+@pytest.fixture(scope="session")
+def planted_wgsl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """wgsl/ with rms_norm ignoring its weight."""
+    return once(shared_root(tmp_path_factory), "planted-wgsl", plant_rms_norm_without_weight)
+
+
+@pytest.fixture(scope="session")
+def planted_run(tmp_path_factory: pytest.TempPathFactory, planted_wgsl: Path) -> Path:
+    """A nightly-profile run (2 chunks, no database) against the planted shaders."""
+
+    def make(out: Path) -> None:
+        proc = parity("run", *PLANTED_RUN_ARGS, "--wgsl-dir", planted_wgsl, "--out", out)
+        assert proc.returncode == 1, proc.stderr
+        (out.parent / "planted-run.stderr").write_text(proc.stderr)
+
+    return once(shared_root(tmp_path_factory), "planted-run", make)

@@ -24,33 +24,11 @@ import pytest
 from tests.cli_support import (
     PLANTED_RUN_ARGS,
     REPO,
-    once,
     parity,
-    plant_rms_norm_without_weight,
     popen_parity,
-    shared_root,
 )
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="session")
-def planted_wgsl(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """wgsl/ with rms_norm ignoring its weight."""
-    root = shared_root(tmp_path_factory)
-    return once(root, "planted-wgsl", plant_rms_norm_without_weight)
-
-
-@pytest.fixture(scope="session")
-def planted_run(tmp_path_factory: pytest.TempPathFactory, planted_wgsl: Path) -> Path:
-    """A nightly-profile run (2 chunks, no database) against the planted shaders."""
-
-    def make(out: Path) -> None:
-        proc = parity("run", *PLANTED_RUN_ARGS, "--wgsl-dir", planted_wgsl, "--out", out)
-        assert proc.returncode == 1, proc.stderr
-        (out.parent / "planted-run.stderr").write_text(proc.stderr)
-
-    return once(shared_root(tmp_path_factory), "planted-run", make)
 
 
 def _summary(folder: Path) -> dict[str, Any]:
