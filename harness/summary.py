@@ -100,8 +100,9 @@ def summarize(
         for d in r.get("divergences", []):
             if d.get("expected"):
                 matches[str(d["expected"])] += 1
+            # Known and unexpected occurrences of one signature are separate groups.
             sig = by_signature.setdefault(
-                d["signature"],
+                f"{d['signature']}#{d.get('expected') or ''}",
                 {
                     "signature": d["signature"],
                     "op": d.get("op_type"),
@@ -119,10 +120,12 @@ def summarize(
 
     findings = _findings(runs, cases, chunk_records)
     for f in findings:
-        for s in f["signatures"]:
-            if s in by_signature:
-                by_signature[s]["findings"] += 1
-                by_signature[s]["failures"].append(f["id"])
+        for sig in f["signatures"]:
+            keys = [f"{sig}#{k}" for k in ([""] if f["unexpected"] else f["known"])]
+            for key in keys:
+                if key in by_signature:
+                    by_signature[key]["findings"] += 1
+                    by_signature[key]["failures"].append(f["id"])
 
     adapters_seen = [run.get("adapters", {}) for run in runs]
     expectations = []
