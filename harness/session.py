@@ -215,6 +215,8 @@ class RunSession:
         "error" (a chunk failed for a reason other than a divergence).
         """
         assert self.writer is not None, "start() first"
+        # The time budget is for the search: device start-up in start() does not count.
+        self.started = time.monotonic()
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
         }

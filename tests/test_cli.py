@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -302,17 +303,32 @@ link = "https://example.invalid/issues/3"
     assert "&lt;b&gt;bold&lt;/b&gt;" in index and "<b>bold</b>" not in index
 
 
-def test_list_shows_families_ops_variants_and_adapters() -> None:
-    proc = parity("list")
-    assert proc.returncode == 0, proc.stderr
+def _main(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    """Run the command in this process (fast: no interpreter start-up, no imports)."""
+    from harness.cli import main
+
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as exit_:  # argparse: --help and bad arguments
+        status = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_list_shows_families_ops_variants_and_adapters(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _main(capsys, "list")
+    assert status == 0
     for text in ("rms_norm", "rms_norm_vec4", "dag", "nightly", "webgpu", "vulkan", "driver"):
-        assert text in proc.stdout
-    doc = json.loads(parity("list", "--json").stdout)
-    assert doc["adapters"]["vulkan"]["available"]
+        assert text in out
+    status, out, _ = _main(capsys, "list", "--json")
+    doc = json.loads(out)
+    assert doc["adapters"]["vulkan"]["available"] and doc["adapters"]["webgpu"]["available"]
     assert "rms_norm_vec4" in doc["ops"]["rms_norm"]
 
 
-def test_usage_errors_exit_2_with_a_message(tmp_path: Path) -> None:
+def test_usage_errors_exit_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cases = [
         (("run", "--families", "nope"), "unknown families ['nope']"),
         (("run", "--ops", "rms_nrom"), "unknown op 'rms_nrom'"),
@@ -324,12 +340,18 @@ def test_usage_errors_exit_2_with_a_message(tmp_path: Path) -> None:
         (("report", tmp_path / "no-run"), "no such run folder"),
         (("merge", tmp_path / "m", tmp_path / "no-run"), "no such run folder"),
         (("run", "--max-examples", "0"), "positive integer"),
+        (("run", "--profile", "weekly"), "invalid choice: 'weekly'"),
     ]
     for args, message in cases:
-        proc = parity(*args)
-        assert proc.returncode == 2, (args, proc.stderr)
-        assert message in proc.stderr, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr, args
+        status, _, err = _main(capsys, *args)
+        assert status == 2, (args, err)
+        assert message in err, (args, err)
+        assert "Traceback" not in err, args
+    (tmp_path / "not-a-run").mkdir()
+    (tmp_path / "not-a-run" / "notes.txt").write_text("mine")
+    status, _, err = _main(capsys, "run", "--families", "add", "--out", tmp_path / "not-a-run")
+    assert status == 2 and "refusing to write" in err
+    assert (tmp_path / "not-a-run" / "notes.txt").exists()
 
 
 def test_corrupt_records_are_reported_not_crashed_on(planted_run: Path, tmp_path: Path) -> None:
@@ -348,11 +370,32 @@ def test_corrupt_records_are_reported_not_crashed_on(planted_run: Path, tmp_path
     assert parity("report", copy).returncode == 1
 
 
-def test_help_everywhere() -> None:
+def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
     for command in ((), ("run",), ("report",), ("merge",), ("replay",), ("regress",), ("list",)):
-        proc = parity(*command, "--help")
-        assert proc.returncode == 0, command
-        assert "usage: parity" in proc.stdout
-    run_help = parity("run", "--help").stdout
+        status, out, _ = _main(capsys, *command, "--help")
+        assert status == 0, command
+        assert "usage: parity" in out
+    _, run_help, _ = _main(capsys, "run", "--help")
     for option in ("--time-budget", "--shard", "--max-examples", "--profile", "(default"):
         assert option in run_help
+
+
+def test_time_budget_stops_generation_and_skips_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "timed"
+    status, _, err = _main(
+        capsys, "run", "--families", "rms_norm,add", "--max-examples", "40",
+        "--chunk-examples", "10", "--time-budget", "1", "--no-database", "--no-expectations",
+        "--out", out,
+    )  # fmt: skip
+    assert status == 0, err
+    summary = _summary(out)
+    assert summary["status"] == "time_budget" and not summary["complete"]
+    chunks = [r for r in _records(out) if r["record"] == "chunk"]
+    assert len(chunks) == 8  # every chunk of the plan is accounted for
+    statuses = "".join(c["status"][0] for c in chunks)  # complete, time_budget, skipped
+    assert re.fullmatch(r"c*t?s+", statuses), statuses
+    assert all(c["reason"] == "time_budget" for c in chunks if c["status"] == "skipped")
+    assert summary["totals"]["cases"] < 40
+    assert "time budget 1 s" in err
