@@ -17,7 +17,6 @@ page survives being copied out of CI on its own. Every name and message is escap
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Mapping, Sequence
@@ -434,8 +433,3 @@ def merged_meta(runs: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> di
         "sources": list(sources),
         "runs": list(runs),
     }
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON for embedding in a page."""
-    return json.dumps(value, separators=(",", ":"))
