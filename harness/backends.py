@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from graph_format import BackendUnavailable, Runtime
 
 BACKENDS = ("webgpu", "vulkan")
+# The shader language each backend compiles, and the repo folder it reads by default.
+SHADER_LANGUAGES = {"webgpu": "wgsl", "vulkan": "glsl"}
 
 
-def open_runtime(name: str) -> Runtime:
+def open_runtime(name: str, shader_dir: str | Path | None = None) -> Runtime:
     """The runtime called `name` on this machine's default adapter.
+
+    Args:
+        shader_dir: build graphs from the shaders in this folder (laid out like the repo's
+            `wgsl/` or `glsl/`) instead of the repo's own, e.g. a repro bundle's copies.
 
     Raises:
         BackendUnavailable: no driver, loader or compiler; the message says what to install.
@@ -19,17 +26,24 @@ def open_runtime(name: str) -> Runtime:
     if name == "webgpu":
         from webgpu_backend import WebGPURuntime
 
-        return WebGPURuntime()
+        return WebGPURuntime(shader_dir=shader_dir)
     if name == "vulkan":
         from vulkan_ref import VulkanRuntime
 
-        return VulkanRuntime()
+        return VulkanRuntime(shader_dir=shader_dir)
     raise ValueError(f"unknown backend {name!r}; choose from {BACKENDS}")
 
 
-def open_runtimes(names: Sequence[str] = BACKENDS) -> list[Runtime]:
-    """Open several runtimes; the first unavailable one raises BackendUnavailable."""
-    return [open_runtime(name) for name in names]
+def open_runtimes(
+    names: Sequence[str] = BACKENDS, shader_dirs: Mapping[str, str | Path] | None = None
+) -> list[Runtime]:
+    """Open several runtimes; the first unavailable one raises BackendUnavailable.
+
+    Args:
+        shader_dirs: backend name -> shader folder overriding the repo's (see `open_runtime`).
+    """
+    dirs = shader_dirs or {}
+    return [open_runtime(name, dirs.get(name)) for name in names]
 
 
-__all__ = ["BACKENDS", "BackendUnavailable", "open_runtime", "open_runtimes"]
+__all__ = ["BACKENDS", "SHADER_LANGUAGES", "BackendUnavailable", "open_runtime", "open_runtimes"]

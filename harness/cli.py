@@ -1,183 +1,674 @@
-"""The `parity` command: run generated cases on both backends and report divergences.
+"""The `parity` command: run generated cases on both backends, report, replay and merge.
 
-    parity run [--families rms_norm,add,...] [--profile quick|pr|nightly] [--seed N]
-               [--max-examples N] [--out DIR]
+    parity run      [--families F,..|--ops OP,..] [--profile quick|pr|nightly] [--seed N]
+                    [--max-examples N] [--time-budget S] [--shard I/N] [--out DIR] ...
+    parity report   RUN_DIR              re-render summary, JUnit XML and HTML from records
+    parity merge    OUT SHARD_DIR...     merge shards of one plan into one report
+    parity replay   BUNDLE               rerun a repro bundle without Hypothesis
+    parity regress  BUNDLE               keep a bundle as a permanent regression test
+    parity list                          families, ops, kernel variants, adapters
 
-Exit status: 0 when no divergence was found, 1 when one was, 2 for a usage or set-up error
-(for example no Vulkan driver: the message names the package to install).
+Exit status: 0 when no unexpected divergence was found (known ones allowed; for `replay`:
+the bug is fixed), 1 when one was (`replay`: it still diverges), 2 for a usage or set-up
+error (bad arguments or input files, no Vulkan driver: the message names the package to
+install). A run stopped by SIGINT/SIGTERM still writes its report and exits 130/143.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import signal
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hypothesis import given, seed
-
 from graph_format import BackendUnavailable
-from harness.backends import BACKENDS, open_runtimes
-from harness.case import Case
-from harness.lockstep import CaseResult, LockstepRunner
-from harness.profiles import PROFILES, hypothesis_settings
-from harness.report import write_html
+from harness.backends import BACKENDS, SHADER_LANGUAGES, open_runtime
+from harness.bundle import (
+    REPO_ROOT,
+    REPO_SHADER_DIRS,
+    BundleError,
+    load_bundle,
+    replay,
+)
+from harness.expectations import (
+    DEFAULT_FILE,
+    Expectations,
+    ExpectationsError,
+    load_expectations,
+)
+from harness.plan import Shard
+from harness.profiles import DEFAULT_DATABASE_DIR, PROFILES
+from harness.records import (
+    CASES_FILE,
+    RUN_FILE,
+    RecordError,
+    RecordWriter,
+    read_records,
+    write_json,
+)
+from harness.report import load_run, merged_meta, render_report
+from harness.session import RunConfig, RunFolderError, RunSession
 from harness.strategies import FAMILIES
-from harness.verdict import DivergenceFound, assert_parity
+
+REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
+
+
+class UsageError(Exception):
+    """Bad arguments or input: reported in one line, exit status 2."""
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="parity", description="Vulkan-parity differential testing of the WebGPU backend."
+        prog="parity",
+        description="Vulkan-parity differential testing of the WebGPU backend: generated "
+        "dynamic-shape cases run in lockstep on WebGPU and Vulkan.",
+        epilog="Exit status: 0 no unexpected divergence, 1 divergences found, 2 usage or "
+        "set-up error.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="generate cases, run them on both backends, write a report")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="generate cases, run them on both backends, write records, bundles and a report",
+        description="Search each case family with Hypothesis, in deterministic chunks, "
+        "checking every step on both backends. Writes cases.jsonl as it goes, then "
+        "summary.json, junit.xml, index.html and a repro bundle per finding.",
+    )
     run.add_argument(
         "--families",
-        default=",".join(FAMILIES),
+        default=None,
         help=f"comma-separated case families (default: all: {','.join(FAMILIES)})",
+    )
+    run.add_argument(
+        "--ops",
+        default=None,
+        help="comma-separated op types; runs the case family of each (default: none; "
+        "combined with --families when both are given)",
     )
     run.add_argument(
         "--profile",
         choices=sorted(PROFILES),
         default="quick",
-        help="search budget: quick (default), pr or nightly",
+        help="search budget and settings: quick (default), pr or nightly (nightly keeps an "
+        "example database and steers toward high error/budget utilization)",
     )
-    run.add_argument("--seed", type=int, default=0, help="generation seed (default: 0)")
+    run.add_argument("--seed", type=int, default=0, help="run seed (default: 0)")
     run.add_argument(
-        "--max-examples", type=int, default=None, help="cases per family (default: the profile's)"
+        "--max-examples",
+        type=_positive_int,
+        default=None,
+        help="examples per family (default: the profile's: "
+        + ", ".join(f"{p.name} {p.max_examples}" for p in PROFILES.values())
+        + ")",
+    )
+    run.add_argument(
+        "--chunk-examples",
+        type=_positive_int,
+        default=None,
+        help="examples per chunk, the unit of sharding (default: the profile's: "
+        + ", ".join(f"{p.name} {p.chunk_examples}" for p in PROFILES.values())
+        + ")",
+    )
+    run.add_argument(
+        "--time-budget",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="stop generating after this many seconds; a chunk that found a failure may "
+        "finish shrinking within a grace period (default: no limit)",
+    )
+    run.add_argument(
+        "--shard",
+        default="1/1",
+        metavar="I/N",
+        help="run only shard I of N (1-based) of the plan's chunks (default: 1/1)",
     )
     run.add_argument(
         "--out", default="reports/latest", help="output folder (default: reports/latest)"
     )
+    db = run.add_mutually_exclusive_group()
+    db.add_argument(
+        "--database",
+        default=None,
+        metavar="DIR",
+        help="Hypothesis example database folder, kept between runs (default: "
+        f"{DEFAULT_DATABASE_DIR} for profiles that keep one, i.e. "
+        + ", ".join(p.name for p in PROFILES.values() if p.keep_database)
+        + "; none otherwise)",
+    )
+    db.add_argument(
+        "--no-database",
+        action="store_true",
+        help="use no example database (needed for sharded and unsharded runs to agree)",
+    )
+    exp = run.add_mutually_exclusive_group()
+    exp.add_argument(
+        "--expectations",
+        default=None,
+        metavar="FILE",
+        help=f"known-divergences file (default: {DEFAULT_FILE.name} at the repo root if it exists)",
+    )
+    exp.add_argument(
+        "--no-expectations", action="store_true", help="treat every divergence as unexpected"
+    )
+    run.add_argument(
+        "--wgsl-dir",
+        default=None,
+        metavar="DIR",
+        help="build WebGPU kernels from this folder of <kernel>.wgsl files (default: the "
+        "repo's wgsl/)",
+    )
+    run.add_argument(
+        "--glsl-dir",
+        default=None,
+        metavar="DIR",
+        help="build Vulkan kernels from this folder laid out like glsl/ (default: the repo's "
+        "glsl/)",
+    )
+    run.add_argument(
+        "--progress-every",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between progress lines on stderr (default: 10)",
+    )
+
+    report = sub.add_parser(
+        "report",
+        help="re-render summary.json, junit.xml and the HTML report from a run's records",
+        description="Rebuild the report of a run folder from run.json and cases.jsonl "
+        "(works on a killed run too). Exits 1 when the records hold an unexpected divergence.",
+    )
+    report.add_argument("run_dir", metavar="RUN_DIR", help="a folder written by parity run")
+
+    merge = sub.add_parser(
+        "merge",
+        help="merge the shards of one run plan into one report",
+        description="Combine shard folders of the same plan (same seed, families, profile "
+        "and budgets) into OUT: records, bundles, summary and HTML. Exits 1 when any shard "
+        "found an unexpected divergence.",
+    )
+    merge.add_argument("out", metavar="OUT", help="folder for the merged report (created)")
+    merge.add_argument("shards", metavar="SHARD_DIR", nargs="+", help="shard run folders")
+    merge.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="merge even if some shards of the plan are absent (default: refuse)",
+    )
+
+    rep = sub.add_parser(
+        "replay",
+        help="rerun a repro bundle without Hypothesis: still failing or fixed?",
+        description="Rerun a bundle's case on both backends and compare divergence "
+        "signatures (class, op, blamed backend). Exits 0 when fixed, 1 when it still (or "
+        "differently) diverges.",
+    )
+    rep.add_argument("bundle", metavar="BUNDLE", help="a bundle folder (bundles/<id>)")
+    rep.add_argument(
+        "--shaders",
+        choices=("bundle", "worktree"),
+        default="bundle",
+        help="shaders to build the kernels from: the bundle's own copies (default), or the "
+        "working tree's wgsl/ and glsl/ (to check a fix)",
+    )
+    rep.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+
+    reg = sub.add_parser(
+        "regress",
+        help="copy a bundle under tests/regressions/ as a permanent regression test",
+        description="Copy a bundle into tests/regressions/<name>/, where "
+        "tests/test_regressions.py replays every bundle with the working tree's shaders.",
+    )
+    reg.add_argument("bundle", metavar="BUNDLE", help="a bundle folder (bundles/<id>)")
+    reg.add_argument(
+        "--name", default=None, help="folder name under tests/regressions/ (default: bundle id)"
+    )
+    reg.add_argument(
+        "--expect",
+        choices=("fixed", "failing"),
+        default="fixed",
+        help="what the test asserts: no divergence (fixed, default), or the same signature "
+        "still diverging (failing: a known bug, strict)",
+    )
+    reg.add_argument(
+        "--dest",
+        default=str(REGRESSIONS_DIR),
+        help=f"regressions folder (default: {REGRESSIONS_DIR.relative_to(REPO_ROOT)} in the repo)",
+    )
+    reg.add_argument("--force", action="store_true", help="replace an existing regression")
+
+    lst = sub.add_parser(
+        "list",
+        help="list case families, ops and kernel variants, profiles, and adapters",
+        description="Show what a run can cover and what this machine can run it on.",
+    )
+    lst.add_argument("--json", action="store_true", help="print as JSON on stdout")
     return parser
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {value}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `parity` command; returns the exit status."""
     args = _parser().parse_args(argv)
-    if args.command == "run":
-        return _run(args)
-    return 2  # pragma: no cover - argparse requires a command
+    commands = {
+        "run": _run,
+        "report": _report,
+        "merge": _merge,
+        "replay": _replay,
+        "regress": _regress,
+        "list": _list,
+    }
+    try:
+        return commands[args.command](args)
+    except (
+        UsageError,
+        RecordError,
+        BundleError,
+        ExpectationsError,
+        RunFolderError,
+        BackendUnavailable,
+    ) as err:
+        print(f"parity {args.command}: {err}", file=sys.stderr)
+        return 2
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- run
+
+
+def _families(args: argparse.Namespace) -> list[str]:
+    from harness.ops import MODELS
+
+    chosen: list[str] = []
+    if args.families is not None:
+        chosen += [f.strip() for f in args.families.split(",") if f.strip()]
+        unknown = [f for f in chosen if f not in FAMILIES]
+        if unknown:
+            raise UsageError(
+                f"--families: unknown families {unknown}; expected some of {sorted(FAMILIES)}"
+            )
+    if args.ops is not None:
+        ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+        for op in ops:
+            if op not in MODELS:
+                raise UsageError(f"--ops: unknown op {op!r}; expected some of {sorted(MODELS)}")
+            if op not in FAMILIES:
+                raise UsageError(
+                    f"--ops: op {op!r} has no case family of its own; pick families that "
+                    f"cover it with --families (known: {sorted(FAMILIES)})"
+                )
+        chosen += [o for o in ops if o not in chosen]
+    if args.families is None and args.ops is None:
+        chosen = list(FAMILIES)
+    if not chosen:
+        raise UsageError("nothing to run: --families/--ops selected no family")
+    return chosen
+
+
+def _shader_dir(text: str | None, backend: str) -> Path | None:
+    if text is None:
+        return None
+    path = Path(text).resolve()
+    if not path.is_dir():
+        lang = SHADER_LANGUAGES[backend]
+        raise UsageError(f"--{lang}-dir {text}: no such folder (expected <kernel> shader files)")
+    return path
 
 
 def _run(args: argparse.Namespace) -> int:
-    families = [f for f in args.families.split(",") if f]
-    unknown = [f for f in families if f not in FAMILIES]
-    if unknown:
-        print(f"parity: unknown families {unknown}; known: {sorted(FAMILIES)}", file=sys.stderr)
-        return 2
+    families = _families(args)
+    profile = PROFILES[args.profile]
     try:
-        runtimes = open_runtimes(BACKENDS)
-    except BackendUnavailable as err:
-        print(f"parity: {err}", file=sys.stderr)
-        return 2
-    runner = LockstepRunner(runtimes)
+        shard = Shard.parse(args.shard)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.no_expectations:
+        expectations = Expectations()
+    elif args.expectations is not None:
+        expectations = load_expectations(args.expectations)
+    elif DEFAULT_FILE.exists():
+        expectations = load_expectations(DEFAULT_FILE)
+    else:
+        expectations = Expectations()
+    database: Path | None = None
+    if args.database is not None:
+        database = Path(args.database)
+    elif profile.keep_database and not args.no_database:
+        database = Path(DEFAULT_DATABASE_DIR)
+    shader_dirs = {
+        b: d
+        for b, d in (
+            ("webgpu", _shader_dir(args.wgsl_dir, "webgpu")),
+            ("vulkan", _shader_dir(args.glsl_dir, "vulkan")),
+        )
+        if d is not None
+    }
+    config = RunConfig(
+        families=families,
+        profile=args.profile,
+        seed=args.seed,
+        max_examples=args.max_examples or profile.max_examples,
+        chunk_examples=args.chunk_examples or profile.chunk_examples,
+        out=Path(args.out),
+        shard=shard,
+        time_budget_s=args.time_budget,
+        database=database,
+        shader_dirs=shader_dirs,
+        expectations=expectations,
+        progress_every_s=args.progress_every,
+        command=" ".join(["parity", *sys.argv[1:]]) if sys.argv else "parity run",
+    )
+    session = RunSession(config, log=_err)
+    session.start()
+    _err(
+        f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
+        f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
+        f"out {config.out}"
+    )
+    status = session.run()
+    summary = render_report(config.out)
+    _err(f"parity: report: {config.out / 'index.html'}")
+    if status == "interrupted":
+        reason = session.stop_reason or "SIGINT"
+        return 128 + (signal.SIGTERM if reason == "SIGTERM" else signal.SIGINT)
+    if summary["exit_status"]:
+        return 1
+    return 2 if status == "error" else 0
+
+
+# ---------------------------------------------------------------------------- report, merge
+
+
+def _report(args: argparse.Namespace) -> int:
+    summary = render_report(args.run_dir)
+    t = summary["totals"]
+    print(
+        f"parity report: {summary['status']}: {t['cases']} cases, {t['divergent_cases']} "
+        f"divergent ({t['unexpected_cases']} unexpected), {t['findings']} findings; "
+        f"{Path(args.run_dir) / 'index.html'}",
+        file=sys.stderr,
+    )
+    return int(summary["exit_status"])
+
+
+def _merge(args: argparse.Namespace) -> int:
     out = Path(args.out)
+    shards = [load_run(d) for d in args.shards]
+    runs = []
+    for data in shards:
+        if data.merged:
+            raise UsageError(f"{data.path}: is a merged report; merge shard folders instead")
+        runs.append(data.runs[0])
+    first = runs[0]
+    for data, run in zip(shards, runs, strict=True):
+        if run.get("plan_digest") != first.get("plan_digest"):
+            raise UsageError(
+                f"{data.path}: a shard of another plan (seed {run.get('seed')}, families "
+                f"{run.get('families')}, budgets {run.get('budgets')}); expected the plan of "
+                f"{shards[0].path} (seed {first.get('seed')}, families {first.get('families')}, "
+                f"budgets {first.get('budgets')})"
+            )
+    from harness.summary import device_label
+
+    seen: dict[tuple[str, int], Path] = {}
+    count = int(first["shard"]["count"])
+    for data, run in zip(shards, runs, strict=True):
+        key = (device_label(run.get("adapters", {})), int(run["shard"]["index"]))
+        if key in seen:
+            raise UsageError(
+                f"{data.path}: shard {key[1]}/{count} on {key[0]} is also in {seen[key]}"
+            )
+        seen[key] = data.path
+    for device in sorted({d for d, _ in seen}):
+        missing = sorted(set(range(1, count + 1)) - {i for d, i in seen if d == device})
+        if missing and not args.allow_missing:
+            raise UsageError(
+                f"shards {missing} of {count} on {device} are missing; pass them, or "
+                "--allow-missing to merge what is there"
+            )
+        if missing:
+            _err(f"parity merge: warning: shards {missing} of {count} on {device} are missing")
+    if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists():
+        raise UsageError(f"{out}: not empty and not a report folder; refusing to write into it")
     out.mkdir(parents=True, exist_ok=True)
-    started = time.time()
-    records_path = out / "cases.jsonl"
-    totals: dict[str, dict[str, Any]] = {}
-    failures: list[dict[str, Any]] = []
-    with records_path.open("w") as records:
-        for family in families:
-            stats = {"cases": 0, "steps": 0, "divergent_cases": 0, "divergences": {}}
-            totals[family] = stats
-            last_failure: list[tuple[Case, CaseResult]] = []
-            check = _CaseCheck(runner, family, stats, records, last_failure)
-            test = seed(args.seed)(
-                hypothesis_settings(args.profile, max_examples=args.max_examples)(
-                    given(case=FAMILIES[family]())(check.as_test())
+    for name in ("bundles", "failures", "cases"):
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+    (out / CASES_FILE).unlink(missing_ok=True)
+    writer = RecordWriter(out / CASES_FILE)
+    try:
+        for source, data in enumerate(shards):
+            renames = _copy_bundles(data.path, out, source)
+            for record in read_records(data.path / CASES_FILE):
+                record["source"] = source
+                for f in record.get("findings", []) if record["record"] == "chunk" else []:
+                    if f.get("bundle") in renames:
+                        f["bundle"] = renames[f["bundle"]]
+                writer.write(record)
+    finally:
+        writer.close()
+    write_json(out / RUN_FILE, merged_meta(runs, [str(d.path) for d in shards]))
+    summary = render_report(out)
+    t = summary["totals"]
+    _err(
+        f"parity merge: {len(shards)} shards, {t['cases']} cases, {t['findings']} findings "
+        f"({t['unexpected_findings']} unexpected); {out / 'index.html'}"
+    )
+    return int(summary["exit_status"])
+
+
+def _copy_bundles(src: Path, out: Path, source: int) -> dict[str, str]:
+    """Copy a shard's bundles into the merged folder; returns renamed relative paths."""
+    renames: dict[str, str] = {}
+    if not (src / "bundles").is_dir():
+        return renames
+    for bundle in sorted((src / "bundles").iterdir()):
+        name = bundle.name
+        if (out / "bundles" / name).exists():  # the same chunk on another device
+            renames[f"bundles/{name}"] = f"bundles/{name}-s{source}"
+            name = f"{name}-s{source}"
+        shutil.copytree(bundle, out / "bundles" / name)
+    return renames
+
+
+# ---------------------------------------------------------------------------- replay, regress
+
+
+def _replay(args: argparse.Namespace) -> int:
+    bundle = load_bundle(args.bundle)
+    started = time.monotonic()
+    outcome = replay(bundle, shaders=args.shaders)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "status": outcome.status,
+                    "expected": sorted(list(s) for s in outcome.expected),
+                    "found": sorted(list(s) for s in outcome.found),
+                    "divergences": outcome.divergences,
+                    "shaders": args.shaders,
+                    "shader_mismatch": outcome.shader_mismatch,
+                },
+                indent=1,
+            )
+        )
+    recorded = bundle.doc.get("run", {}).get("adapters", {})
+    now = {b: open_runtime(b).info() for b in BACKENDS}
+    for b in BACKENDS:
+        was = recorded.get(b, {})
+        if was and (was.get("adapter"), was.get("driver")) != (
+            now[b].get("adapter"),
+            now[b].get("driver"),
+        ):
+            _err(
+                f"parity replay: note: recorded on {b} {was.get('adapter')} "
+                f"({was.get('driver')}), replaying on {now[b].get('adapter')} "
+                f"({now[b].get('driver')})"
+            )
+    if outcome.shader_mismatch:
+        _err(
+            "parity replay: the working tree's shaders differ from the bundle's: "
+            + ", ".join(outcome.shader_mismatch)
+        )
+    sig = "; ".join("/".join(s) for s in sorted(outcome.expected))
+    took = f"{time.monotonic() - started:.1f} s"
+    if outcome.status == "fixed":
+        _err(f"parity replay: fixed: no divergence (was: {sig}) [{args.shaders} shaders, {took}]")
+    elif outcome.status == "still_failing":
+        _err(f"parity replay: still failing: same signature {sig} [{args.shaders} shaders, {took}]")
+        for d in outcome.divergences[:10]:
+            _err(f"  step {d['step']}: {d['kind']} ({d['blame']}) {d['message']}")
+    else:
+        now_sig = "; ".join("/".join(s) for s in sorted(outcome.found))
+        _err(
+            f"parity replay: diverges differently: was {sig}, now {now_sig} "
+            f"[{args.shaders} shaders, {took}]"
+        )
+    return outcome.exit_status
+
+
+def _regress(args: argparse.Namespace) -> int:
+    bundle = load_bundle(args.bundle)
+    dest_root = Path(args.dest)
+    name = args.name or bundle.doc.get("id") or bundle.path.name
+    if not name or "/" in name or name.startswith("."):
+        raise UsageError(f"--name must be a plain folder name, got {name!r}")
+    dest = dest_root / name
+    if dest.exists():
+        if not args.force:
+            raise UsageError(f"{dest}: exists; pass --force to replace it")
+        shutil.rmtree(dest)
+    dest_root.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(bundle.path, dest, ignore=shutil.ignore_patterns("arrays.npz"))
+    write_json(
+        dest / "regression.json",
+        {
+            "expect": args.expect,
+            "signatures": sorted(list(s) for s in bundle.signatures),
+            "source": str(bundle.path),
+            "created": time.strftime("%Y-%m-%d"),
+        },
+    )
+    outcome = replay(load_bundle(dest), shaders="worktree")
+    passes = (outcome.status == "fixed") == (args.expect == "fixed")
+    _err(
+        f"parity regress: {dest} (expect {args.expect}); with the working tree's shaders it is "
+        f"{outcome.status.replace('_', ' ')}, so tests/test_regressions.py "
+        f"{'passes' if passes else 'FAILS until that changes'}"
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------------- list
+
+
+def _list(args: argparse.Namespace) -> int:
+    from harness.ops import MODELS
+
+    ops = {}
+    for op, model in sorted(MODELS.items()):
+        ops[op] = {
+            name: {
+                "wgsl": f"wgsl/{spec.wgsl}.wgsl",
+                "glsl": f"glsl/{spec.glsl}.comp",
+                "missing": [
+                    p
+                    for p in (
+                        REPO_SHADER_DIRS["webgpu"] / f"{spec.wgsl}.wgsl",
+                        REPO_SHADER_DIRS["vulkan"] / f"{spec.glsl}.comp",
+                    )
+                    if not p.exists()
+                ],
+            }
+            for name, spec in model.kernels.items()
+        }
+    adapters: dict[str, Any] = {}
+    for backend in BACKENDS:
+        try:
+            adapters[backend] = {"available": True, **open_runtime(backend).info()}
+        except BackendUnavailable as err:
+            adapters[backend] = {"available": False, "reason": str(err)}
+    doc = {
+        "families": {name: {"own_op": name if name in MODELS else None} for name in FAMILIES},
+        "ops": {
+            op: {k: {**v, "missing": [str(p) for p in v["missing"]]} for k, v in kernels.items()}
+            for op, kernels in ops.items()
+        },
+        "profiles": {
+            p.name: {
+                "max_examples": p.max_examples,
+                "chunk_examples": p.chunk_examples,
+                "database": p.keep_database,
+                "steer": p.steer,
+                "derandomize": p.derandomize,
+            }
+            for p in PROFILES.values()
+        },
+        "adapters": adapters,
+        "validation": os.environ.get("VULKAN_PARITY_VALIDATION", "1"),
+    }
+    if args.json:
+        print(json.dumps(doc, indent=1, default=str))
+        return 0
+    print("Case families (parity run --families):")
+    for name in FAMILIES:
+        print(f"  {name}")
+    print("Ops and kernel variants (parity run --ops):")
+    for op, kernels in doc["ops"].items():
+        print(f"  {op}")
+        for name, k in kernels.items():
+            missing = f"  MISSING {', '.join(k['missing'])}" if k["missing"] else ""
+            print(f"    {name:<22} {k['wgsl']:<28} {k['glsl']}{missing}")
+    print("Profiles (parity run --profile):")
+    for name, p in doc["profiles"].items():
+        print(
+            f"  {name:<8} {p['max_examples']} examples/family in chunks of {p['chunk_examples']}"
+            + (", example database" if p["database"] else "")
+            + (", target() on utilization" if p["steer"] else "")
+        )
+    print("Adapters:")
+    for backend, info in adapters.items():
+        if info["available"]:
+            driver = info.get("driver_info") or info.get("driver")
+            print(
+                f"  {backend:<7} {info.get('adapter')} | driver {driver} | {info.get('api')}"
+                + (
+                    f" | validation {'on' if info.get('validation') else 'off'}"
+                    if backend == "vulkan"
+                    else ""
                 )
             )
-            print(f"parity: {family}: running", file=sys.stderr, flush=True)
-            try:
-                test()
-            except DivergenceFound:
-                pass  # recorded by the check; Hypothesis has shrunk it to `last_failure`
-            except ExceptionGroup as group:
-                # Several distinct divergences (report_multiple_bugs): all are recorded.
-                _, rest = group.split(DivergenceFound)
-                if rest is not None:
-                    raise rest from None
-            if last_failure:
-                case, result = last_failure[0]
-                stats["divergent_cases"] += 1
-                for d in result.divergences:
-                    stats["divergences"][str(d.kind)] = stats["divergences"].get(str(d.kind), 0) + 1
-                failures.append(_record(family, case, result))
-            print(
-                f"parity: {family}: {stats['cases']} cases, {stats['steps']} steps, "
-                f"{'divergent' if last_failure else 'no divergence'}",
-                file=sys.stderr,
-                flush=True,
-            )
-    summary = {
-        "profile": args.profile,
-        "seed": args.seed,
-        "families": totals,
-        "adapters": runner.adapters,
-        "duration_s": round(time.time() - started, 2),
-        "divergent": bool(failures),
-        "failures": failures,
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str) + "\n")
-    write_html(summary, out / "index.html")
-    print(f"parity: report: {out / 'index.html'}", file=sys.stderr)
-    return 1 if failures else 0
-
-
-class _CaseCheck:
-    """The Hypothesis test body of one family: run, record, fail on divergence."""
-
-    def __init__(
-        self,
-        runner: LockstepRunner,
-        family: str,
-        stats: dict[str, Any],
-        records: Any,
-        last_failure: list[tuple[Case, CaseResult]],
-    ) -> None:
-        self.runner = runner
-        self.family = family
-        self.stats = stats
-        self.records = records
-        self.last_failure = last_failure
-
-    def as_test(self) -> Any:
-        """A plain function for `@given` (which needs a named function)."""
-
-        def run_case(case: Case) -> None:
-            self(case)
-
-        run_case.__name__ = f"parity_{self.family}"
-        return run_case
-
-    def __call__(self, case: Case) -> None:
-        result = self.runner.run(case)
-        self.stats["cases"] += 1
-        self.stats["steps"] += len(case.steps)
-        self.records.write(json.dumps(_record(self.family, case, result), default=str) + "\n")
-        self.records.flush()
-        if result.divergences:
-            self.last_failure[:] = [(case, result)]
-        assert_parity(result)
-
-
-def _record(family: str, case: Case, result: CaseResult) -> dict[str, Any]:
-    return {
-        "family": family,
-        "name": case.name,
-        "meta": case.meta,
-        "steps": case.step_shapes(),
-        "ok": result.ok,
-        "max_utilization": result.max_utilization,
-        "divergences": [d.to_json() for d in result.divergences],
-        "duration_s": round(result.duration_s, 4),
-    }
+        else:
+            print(f"  {backend:<7} UNAVAILABLE: {info['reason']}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 `quick` is for a developer's loop, `pr` is what CI and the test suite use (derandomized, so a
 CI failure reproduces), `nightly` searches longer, keeps its example database between runs
 and steers generation toward high error-budget utilization with `target()`.
+
+`parity run` splits each family's example budget into chunks of `chunk_examples` (see
+harness/plan.py), each its own seeded search, so that a sharded run finds what an unsharded
+one does.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class Profile:
     max_examples: int  # per family
     derandomize: bool
     keep_database: bool
+    chunk_examples: int = 50  # examples per chunk of `parity run`'s work plan
+    steer: bool = False  # `parity run` feeds target() with the case's error/budget utilization
     required_coverage: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
@@ -48,12 +54,20 @@ _CORE_CELLS = {
 }
 
 PROFILES = {
-    "quick": Profile("quick", 10, derandomize=False, keep_database=True),
-    "pr": Profile("pr", 30, derandomize=True, keep_database=False),
+    "quick": Profile("quick", 10, derandomize=False, keep_database=True, chunk_examples=10),
+    "pr": Profile("pr", 30, derandomize=True, keep_database=False, chunk_examples=30),
     "nightly": Profile(
-        "nightly", 400, derandomize=False, keep_database=True, required_coverage=_CORE_CELLS
+        "nightly",
+        400,
+        derandomize=False,
+        keep_database=True,
+        chunk_examples=50,
+        steer=True,
+        required_coverage=_CORE_CELLS,
     ),
 }
+# Where `parity run --profile nightly` keeps its example database unless told otherwise.
+DEFAULT_DATABASE_DIR = ".hypothesis/parity"
 
 
 def hypothesis_settings(

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Idempotent set-up for a fresh Debian machine: the Vulkan driver stack (lavapipe, loader,
-# validation layers), glslc, a virtual environment in .venv and the Python packages.
+# validation layers), glslc, chromium and its driver (the HTML report's browser test), a
+# virtual environment in .venv and the Python packages.
 # Run as root, or as a user with sudo. Every step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(mesa-vulkan-drivers libvulkan1 glslc spirv-tools vulkan-validationlayers)
+packages=(mesa-vulkan-drivers libvulkan1 glslc spirv-tools vulkan-validationlayers
+  chromium chromium-driver)
 missing=()
 for pkg in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

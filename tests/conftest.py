@@ -17,6 +17,7 @@ from harness.backends import open_runtime
 from harness.lockstep import LockstepRunner
 from harness.profiles import register_profiles
 from harness.verdict import CaseChecker
+from tests.cli_support import planted_run, planted_wgsl  # noqa: F401 - shared CLI fixtures
 
 register_profiles()
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "pr"))

@@ -8,6 +8,7 @@ global/local sizes from live sizes and skip when the global size is zero. Indepe
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from graph_format import Graph, GraphBuildError
@@ -18,12 +19,21 @@ __all__ = ["ComputeGraph", "VulkanRuntime"]
 
 
 class VulkanRuntime:
-    """The Vulkan backend on the preferred physical device (discrete GPU, else lavapipe)."""
+    """The Vulkan backend on the preferred physical device (discrete GPU, else lavapipe).
+
+    Args:
+        context: the context to use (default: the process-wide one).
+        shader_dir: a folder laid out like `glsl/` (`<kernel>.comp`, `include/`) to build
+            graphs from instead of the repo's (a repro bundle's own shader copies).
+    """
 
     name = "vulkan"
 
-    def __init__(self, context: VulkanContext | None = None) -> None:
+    def __init__(
+        self, context: VulkanContext | None = None, shader_dir: str | Path | None = None
+    ) -> None:
         self.context = context or get_context()
+        self.shader_dir = str(Path(shader_dir).resolve()) if shader_dir else None
 
     def info(self) -> dict[str, Any]:
         """Adapter facts for reports."""
@@ -36,4 +46,4 @@ class VulkanRuntime:
         for node in graph.ops:
             if node.op not in OP_IMPLS:
                 raise GraphBuildError(node.name, f"vulkan has no implementation of {node.op!r}")
-        return ComputeGraph(self.context, graph)
+        return ComputeGraph(self.context, graph, self.shader_dir)

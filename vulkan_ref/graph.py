@@ -152,11 +152,12 @@ class ComputeGraph:
     `add_node`, `add_dispatch_node` and `virtual_resize`; the harness uses `execute`.
     """
 
-    def __init__(self, ctx: VulkanContext, graph: Graph) -> None:
+    def __init__(self, ctx: VulkanContext, graph: Graph, glsl_dir: str | None = None) -> None:
         from vulkan_ref.ops import OP_IMPLS  # the registry imports this module
 
         self.ctx = ctx
         self.graph = graph
+        self.glsl_dir = glsl_dir  # another folder laid out like glsl/; None: the repo's
         self.pipelines = pipeline_cache(ctx)
         self.tensors: dict[str, VTensor] = {}
         self.symints: dict[str, SymInt] = {}
@@ -370,6 +371,7 @@ class ComputeGraph:
                 push_constant_size=node.push_constant_size,
                 local_size=node.local_size,
                 spec_constants=node.spec_constants,
+                glsl_dir=self.glsl_dir,
             )
         )
 

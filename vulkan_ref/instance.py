@@ -66,7 +66,25 @@ class VulkanContext:
             "adapter_type": _DEVICE_TYPES.get(p.deviceType, str(p.deviceType)),
             "max_workgroups_per_dim": self.max_workgroup_count[0],
             "validation": self.validation,
+            **self.driver_properties(),
         }
+
+    def driver_properties(self) -> dict[str, str]:
+        """Driver name and version string (VkPhysicalDeviceDriverProperties, Vulkan 1.2).
+
+        `driverVersion` alone is vendor-encoded (lavapipe reports 0x1), so reports need these
+        strings to say which driver ran; empty when the device cannot report them.
+        """
+        try:
+            driver = vk.VkPhysicalDeviceDriverProperties()
+            props2 = vk.VkPhysicalDeviceProperties2(pNext=driver)
+            vk.vkGetPhysicalDeviceProperties2(self.physical_device, props2)
+            return {
+                "driver_name": vk.ffi.string(driver.driverName).decode(errors="replace"),
+                "driver_info": vk.ffi.string(driver.driverInfo).decode(errors="replace"),
+            }
+        except Exception:  # an old loader or device: the report shows driverVersion only
+            return {}
 
     def drain_messages(self) -> list[str]:
         """Validation messages received since the last call."""

@@ -8,9 +8,11 @@ id 3; scalars that change per execute travel as push constants.
 
 from __future__ import annotations
 
+import hashlib
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import vulkan as vk
@@ -36,6 +38,7 @@ class ShaderKey:
     push_constant_size: int
     local_size: tuple[int, int, int]
     spec_constants: tuple[int | float, ...]
+    glsl_dir: str | None = None  # another folder laid out like glsl/; None: the repo's
 
 
 @dataclass
@@ -53,7 +56,7 @@ class PipelineCache:
 
     def __init__(self, ctx: VulkanContext) -> None:
         self.ctx = ctx
-        self._modules: dict[tuple[str, tuple[tuple[str, int], ...]], Any] = {}
+        self._modules: dict[str, Any] = {}  # by sha256 of the SPIR-V
         self._set_layouts: dict[tuple[DescriptorKind, ...], Any] = {}
         self._pipelines: dict[ShaderKey, ComputePipeline] = {}
 
@@ -77,10 +80,14 @@ class PipelineCache:
             )
         return self._set_layouts[descriptors]
 
-    def _module(self, kernel: str, defines: tuple[tuple[str, int], ...]) -> Any:
-        key = (kernel, defines)
+    def _module(
+        self, kernel: str, defines: tuple[tuple[str, int], ...], glsl_dir: str | None = None
+    ) -> Any:
+        # Keyed by the binary, not the kernel name: graphs built from another shader folder
+        # (a repro bundle's copies) share the cache without picking up each other's modules.
+        code = compile_glsl(kernel, dict(defines), Path(glsl_dir) if glsl_dir else None)
+        key = hashlib.sha256(code).hexdigest()
         if key not in self._modules:
-            code = compile_glsl(kernel, dict(defines))
             info = vk.VkShaderModuleCreateInfo(codeSize=len(code), pCode=code)
             self._modules[key] = vk.vkCreateShaderModule(self.ctx.device, info, None)
         return self._modules[key]
@@ -127,7 +134,7 @@ class PipelineCache:
         entry_name = vk.ffi.new("char[]", b"main")
         stage = vk.VkPipelineShaderStageCreateInfo(
             stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
-            module=self._module(key.kernel, key.defines),
+            module=self._module(key.kernel, key.defines, key.glsl_dir),
             pName=entry_name,
             pSpecializationInfo=spec_info,
         )

@@ -1,5 +1,8 @@
 """GLSL -> SPIR-V with glslc, cached by content: `glsl/<kernel>.comp` compiled once per source.
 
+Shaders may come from another folder laid out like `glsl/` (`<kernel>.comp` plus
+`include/`), such as a repro bundle's own copies; `compile_glsl` takes that folder.
+
 The cache key covers everything that changes the binary (the source and every file it
 includes, the defines, the flags and the compiler's version), so the cache never needs
 invalidating. Entries are written atomically, so parallel test workers can share it.
@@ -21,7 +24,8 @@ from graph_format import BackendUnavailable
 
 GLSL_DIR = Path(__file__).resolve().parents[1] / "glsl"
 INCLUDE_DIR = GLSL_DIR / "include"
-FLAGS = ("-fshader-stage=compute", "--target-env=vulkan1.1", "-O", "-I", str(INCLUDE_DIR))
+BASE_FLAGS = ("-fshader-stage=compute", "--target-env=vulkan1.1", "-O")
+FLAGS = (*BASE_FLAGS, "-I", str(INCLUDE_DIR))
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
@@ -50,7 +54,9 @@ def _glslc() -> tuple[str, str]:
     return exe, version.stdout.strip()
 
 
-def _sources(path: Path, seen: set[Path] | None = None) -> list[bytes]:
+def _sources(
+    path: Path, seen: set[Path] | None = None, include_dir: Path = INCLUDE_DIR
+) -> list[bytes]:
     """The bytes of a shader and, recursively, of every file it includes."""
     seen = seen if seen is not None else set()
     if path in seen:
@@ -59,25 +65,35 @@ def _sources(path: Path, seen: set[Path] | None = None) -> list[bytes]:
     text = path.read_bytes()
     parts = [text]
     for name in _INCLUDE.findall(text.decode()):
-        parts += _sources(INCLUDE_DIR / name, seen)
+        parts += _sources(include_dir / name, seen, include_dir)
     return parts
 
 
-def compile_glsl(kernel: str, defines: Mapping[str, int | str] | None = None) -> bytes:
-    """SPIR-V of `glsl/<kernel>.comp` built with `defines`, from the cache when possible.
+def compile_glsl(
+    kernel: str,
+    defines: Mapping[str, int | str] | None = None,
+    glsl_dir: Path | None = None,
+) -> bytes:
+    """SPIR-V of `<glsl_dir>/<kernel>.comp` built with `defines`, from the cache when possible.
+
+    `glsl_dir` defaults to the repo's `glsl/`; includes resolve in its `include/`.
 
     Raises:
         FileNotFoundError: there is no such shader file.
         ShaderCompileError: glslc rejected it.
         BackendUnavailable: glslc is not installed.
     """
-    path = GLSL_DIR / f"{kernel}.comp"
+    root = glsl_dir or GLSL_DIR
+    include_dir = root / "include"
+    flags = (*BASE_FLAGS, "-I", str(include_dir))
+    path = root / f"{kernel}.comp"
     if not path.exists():
         raise FileNotFoundError(f"no GLSL shader for kernel {kernel!r}: expected {path}")
     define_flags = tuple(f"-D{k}={v}" for k, v in sorted((defines or {}).items()))
     exe, version = _glslc()
     digest = hashlib.sha256()
-    for part in (*_sources(path), *(f.encode() for f in (*define_flags, *FLAGS)), version.encode()):
+    sources = _sources(path, include_dir=include_dir)
+    for part in (*sources, *(f.encode() for f in (*define_flags, *flags)), version.encode()):
         digest.update(hashlib.sha256(part).digest())
     key = digest.hexdigest()[:24]
     cached = cache_dir() / f"{kernel}-{key}.spv"
@@ -87,7 +103,7 @@ def compile_glsl(kernel: str, defines: Mapping[str, int | str] | None = None) ->
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.spv"
         proc = subprocess.run(
-            [exe, *FLAGS, *define_flags, str(path), "-o", str(out)],
+            [exe, *flags, *define_flags, str(path), "-o", str(out)],
             capture_output=True,
             text=True,
             check=False,

@@ -7,6 +7,7 @@ every dispatch in one submit. Independent of `vulkan_ref` and of the harness by 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from graph_format import Graph, GraphBuildError
@@ -17,12 +18,21 @@ __all__ = ["WebGPUGraph", "WebGPURuntime"]
 
 
 class WebGPURuntime:
-    """The WebGPU backend on the process's default adapter."""
+    """The WebGPU backend on the process's default adapter.
+
+    Args:
+        device: the device to use (default: the process-wide one).
+        shader_dir: a folder of `<kernel>.wgsl` files to build graphs from instead of the
+            repo's `wgsl/` (a repro bundle's own shader copies).
+    """
 
     name = "webgpu"
 
-    def __init__(self, device: WebGPUDevice | None = None) -> None:
+    def __init__(
+        self, device: WebGPUDevice | None = None, shader_dir: str | Path | None = None
+    ) -> None:
         self.device = device or get_device()
+        self.shader_dir = Path(shader_dir).resolve() if shader_dir else None
 
     def info(self) -> dict[str, Any]:
         """Adapter facts for reports."""
@@ -35,4 +45,4 @@ class WebGPURuntime:
         for node in graph.ops:
             if node.op not in OP_BUILDERS:
                 raise GraphBuildError(node.name, f"webgpu has no implementation of {node.op!r}")
-        return WebGPUGraph(self.device, graph)
+        return WebGPUGraph(self.device, graph, self.shader_dir)

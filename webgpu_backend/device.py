@@ -1,14 +1,18 @@
 """Adapter and device acquisition for the WebGPU runtime, and the per-device pipeline cache.
 
 One `GPUDevice` serves every graph of a process: pipelines are expensive to create (about
-0.1 s each on lavapipe), so they are cached per device, keyed by kernel, binding layout and
-override constants, and shared across graphs and Hypothesis examples.
+0.1 s each on lavapipe), so they are cached per device, keyed by the kernel's source text,
+binding layout and override constants, and shared across graphs and Hypothesis examples.
+Keying by source rather than by kernel name lets graphs built from another shader folder (a
+repro bundle's copies) live in the same process without picking up each other's modules.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import wgpu
@@ -46,7 +50,7 @@ class WebGPUDevice:
     device: Any
     max_workgroups_per_dim: int
     max_invocations_per_workgroup: int
-    _modules: dict[str, Any] = field(default_factory=dict)
+    _modules: dict[str, Any] = field(default_factory=dict)  # by sha256 of the WGSL source
     _layouts: dict[tuple[BindingKind, ...], tuple[Any, Any]] = field(default_factory=dict)
     _pipelines: dict[tuple[Any, ...], Pipeline] = field(default_factory=dict)
 
@@ -84,23 +88,27 @@ class WebGPUDevice:
         kernel: str,
         kinds: tuple[BindingKind, ...],
         constants: dict[str, int | float] | None = None,
+        shader_dir: Path | None = None,
     ) -> Pipeline:
-        """The compute pipeline of `wgsl/<kernel>.wgsl` with these override constants."""
+        """The compute pipeline of `<shader_dir>/<kernel>.wgsl` with these override constants.
+
+        `shader_dir` defaults to the repo's `wgsl/`.
+        """
         constants = constants or {}
-        key = (kernel, kinds, tuple(sorted(constants.items())))
+        source = load_wgsl(kernel, shader_dir)
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        key = (kernel, digest, kinds, tuple(sorted(constants.items())))
         cached = self._pipelines.get(key)
         if cached is not None:
             return cached
-        if kernel not in self._modules:
-            self._modules[kernel] = self.device.create_shader_module(
-                label=kernel, code=load_wgsl(kernel)
-            )
+        if digest not in self._modules:
+            self._modules[digest] = self.device.create_shader_module(label=kernel, code=source)
         bgl, pl = self.bind_group_layout(kinds)
         pipeline = self.device.create_compute_pipeline(
             label=kernel,
             layout=pl,
             compute={
-                "module": self._modules[kernel],
+                "module": self._modules[digest],
                 "entry_point": "main",
                 "constants": dict(constants),
             },

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -141,11 +142,12 @@ class WebGPUGraph:
     `add_resize_hook`, `set_cur_dims` and `symint`; the harness uses `execute`.
     """
 
-    def __init__(self, dev: WebGPUDevice, graph: Graph) -> None:
+    def __init__(self, dev: WebGPUDevice, graph: Graph, shader_dir: Path | None = None) -> None:
         from webgpu_backend.ops import OP_BUILDERS  # the registry imports this module
 
         self.dev = dev
         self.graph = graph
+        self.shader_dir = shader_dir  # None: the repo's wgsl/
         self.tensors: dict[str, WebGPUTensor] = {}
         self.symints: dict[str, int] = {}
         self.dispatches: list[Dispatch] = []
@@ -285,7 +287,7 @@ class WebGPUGraph:
             resources.append(params.buffer)
         all_constants = {"wg_size": workgroup_size, **(constants or {})}
         pipelines = {
-            variant: self.dev.pipeline(shader, tuple(kinds), all_constants)
+            variant: self.dev.pipeline(shader, tuple(kinds), all_constants, self.shader_dir)
             for variant, shader in variants.items()
         }
         first = next(iter(pipelines.values()))

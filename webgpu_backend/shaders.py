@@ -1,4 +1,8 @@
-"""The one place that knows where WGSL kernels live: `wgsl/<kernel>.wgsl` at the repo root."""
+"""The one place that knows where WGSL kernels live: `wgsl/<kernel>.wgsl` at the repo root.
+
+A graph may be built from another folder of WGSL files with the same names (a repro
+bundle's own copies, or a planted bug in a test); `load_wgsl` takes that folder.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,13 @@ class ShaderNotFound(FileNotFoundError):
 
 
 @functools.cache
-def load_wgsl(kernel: str) -> str:
-    """The source of kernel `kernel`.
+def load_wgsl(kernel: str, directory: Path | None = None) -> str:
+    """The source of kernel `kernel`, from `directory` (default: the repo's `wgsl/`).
 
     Raises:
         ShaderNotFound: naming the path that was expected.
     """
-    path = WGSL_DIR / f"{kernel}.wgsl"
+    path = (directory or WGSL_DIR) / f"{kernel}.wgsl"
     try:
         return path.read_text()
     except FileNotFoundError:

@@ -1,20 +1,435 @@
-"""HTML rendering of a parity run's summary (static, offline, names escaped)."""
+"""The static HTML report of a run folder, rebuilt from its records at any time.
+
+`render_report(run_dir)` reads `run.json` and `cases.jsonl` (and the bundles), writes
+`summary.json` and `junit.xml`, and renders a static, offline site:
+
+- `index.html`: totals, adapters and versions, families and ops, the coverage matrix,
+  failures grouped by signature, findings, known-divergence expectations (stale ones
+  flagged). It holds aggregates only, so it stays small with thousands of cases.
+- `failures/<id>.html`: one page per finding: divergences, first divergent op,
+  nondeterminism class, the step timeline (WebGPU, Vulkan and the contract model side by
+  side, mismatches highlighted), error heatmaps, the slack canary map, replay commands.
+- `cases/page-<n>.html`: every case, `CASES_PER_PAGE` per page.
+
+Pages are opened on demand, one file each; CSS and the small filter script are inline, so a
+page survives being copied out of CI on its own. Every name and message is escaped.
+"""
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, PackageLoader, select_autoescape
+import numpy as np
+from jinja2 import Environment, PackageLoader
+
+from harness.records import (
+    CASES_FILE,
+    RUN_FILE,
+    RecordError,
+    as_float,
+    read_json,
+    read_records,
+    write_json,
+)
+from harness.report import images
+from harness.summary import junit_xml, summarize
+
+CASES_PER_PAGE = 200
+MERGE_FORMAT = "parity-merge/1"
 
 _ENV = Environment(
     loader=PackageLoader("harness.report", "templates"),
-    autoescape=select_autoescape(["html"]),
+    autoescape=True,  # every template is HTML; names and messages come from the records
+    trim_blocks=True,
+    lstrip_blocks=True,
 )
 
 
-def write_html(summary: dict[str, Any], path: Path) -> Path:
-    """Render `summary` (as written to summary.json) into a self-contained HTML page."""
-    html = _ENV.get_template("index.html.j2").render(summary=summary)
-    path.write_text(html)
-    return path
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    try:
+        f = as_float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if f != f:
+        return "NaN"
+    if f in (float("inf"), float("-inf")):
+        return "∞" if f > 0 else "-∞"
+    return f"{f:.{digits}g}"
+
+
+def _dims(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+_ENV.filters["fmt"] = _fmt
+_ENV.filters["dims"] = _dims
+_ENV.filters["slug"] = lambda s: "".join(c if c.isalnum() else "-" for c in str(s))
+
+
+@dataclass
+class RunData:
+    """A run folder read back: each shard's run.json and records."""
+
+    path: Path
+    runs: list[dict[str, Any]]
+    records: list[list[dict[str, Any]]]
+    merged: bool = False
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run (or merged) folder.
+
+    Raises:
+        RecordError: the folder, run.json or cases.jsonl is missing or corrupt; the message
+            names the file (and line).
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise RecordError(f"{path}: no such run folder (expected a folder with {RUN_FILE})")
+    meta = read_json(path / RUN_FILE, "run description written by `parity run`")
+    cases_path = path / CASES_FILE
+    records = list(read_records(cases_path)) if cases_path.exists() else []
+    if meta.get("format") == MERGE_FORMAT:
+        runs = list(meta.get("runs", []))
+        split: list[list[dict[str, Any]]] = [[] for _ in runs]
+        for r in records:
+            source = int(r.get("source", 0))
+            if not 0 <= source < len(runs):
+                raise RecordError(
+                    f"{cases_path}: record names shard source {source}, but {RUN_FILE} lists "
+                    f"{len(runs)} shards"
+                )
+            split[source].append(r)
+        return RunData(path, runs, split, merged=True)
+    if "plan" not in meta:
+        raise RecordError(f"{path / RUN_FILE}: not a parity run description (no 'plan')")
+    return RunData(path, [meta], [records])
+
+
+def render_report(run_dir: str | Path) -> dict[str, Any]:
+    """Rebuild summary.json, junit.xml and the HTML site of a run folder; returns the summary.
+
+    Raises:
+        RecordError: see `load_run`.
+    """
+    data = load_run(run_dir)
+    summary = summarize(data.runs, data.records)
+    summary["merged"] = data.merged
+    out = data.path
+    write_json(out / "summary.json", summary)
+    (out / "junit.xml").write_text(junit_xml(summary, data.records), encoding="utf-8")
+    write_site(data, summary)
+    return summary
+
+
+def write_site(data: RunData, summary: Mapping[str, Any]) -> None:
+    """Render index, failure and case pages into the run folder."""
+    out = data.path
+    for name in ("failures", "cases"):
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+        (out / name).mkdir()
+    cases = _distinct_cases(data)
+    by_key = {(c["_source"], c["chunk"], c["case_id"]): c for c in cases}
+    finding_of = {(f["source"], f["chunk"], f["case_id"]): f["id"] for f in summary["findings"]}
+    pages = max(1, -(-len(cases) // CASES_PER_PAGE))
+    index = _ENV.get_template("index.html.j2").render(
+        s=summary, case_pages=pages, run_dir=str(out), commands=_run_commands(data, summary)
+    )
+    (out / "index.html").write_text(index, encoding="utf-8")
+    for f in summary["findings"]:
+        record = by_key.get((f["source"], f["chunk"], f["case_id"]))
+        page = _failure_page(data, summary, f, record)
+        (out / "failures" / f"{f['id']}.html").write_text(page, encoding="utf-8")
+    for page in range(pages):
+        rows = cases[page * CASES_PER_PAGE : (page + 1) * CASES_PER_PAGE]
+        html = _ENV.get_template("cases.html.j2").render(
+            s=summary,
+            rows=rows,
+            page=page + 1,
+            pages=pages,
+            finding_of={k: v for k, v in finding_of.items()},
+        )
+        (out / "cases" / f"page-{page + 1}.html").write_text(html, encoding="utf-8")
+
+
+def _distinct_cases(data: RunData) -> list[dict[str, Any]]:
+    seen: set[tuple[int, str, str]] = set()
+    out = []
+    for source, recs in enumerate(data.records):
+        for r in recs:
+            if r.get("record") != "case":
+                continue
+            key = (source, str(r["chunk"]), str(r["case_id"]))
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append({**r, "_source": source})
+    return out
+
+
+def _run_commands(data: RunData, summary: Mapping[str, Any]) -> list[str]:
+    budgets = summary.get("budgets", {})
+    base = (
+        f"parity run --families {','.join(summary.get('families', []))} "
+        f"--profile {summary.get('profile')} --seed {summary.get('seed')} "
+        f"--max-examples {budgets.get('max_examples')} "
+        f"--chunk-examples {budgets.get('chunk_examples')}"
+    )
+    return [base, f"parity report {data.path}"]
+
+
+# ---------------------------------------------------------------------------- failure page
+
+
+def _failure_page(
+    data: RunData,
+    summary: Mapping[str, Any],
+    finding: Mapping[str, Any],
+    record: Mapping[str, Any] | None,
+) -> str:
+    bundle_doc: dict[str, Any] = {}
+    arrays: dict[str, np.ndarray] = {}
+    bundle_dir = data.path / finding["bundle"] if finding.get("bundle") else None
+    if bundle_dir is not None and (bundle_dir / "bundle.json").exists():
+        try:
+            bundle_doc = read_json(bundle_dir / "bundle.json", "bundle description")
+        except RecordError:
+            bundle_doc = {}
+        if (bundle_dir / "arrays.npz").exists():
+            with np.load(bundle_dir / "arrays.npz", allow_pickle=False) as npz:
+                arrays = {k: npz[k] for k in npz.files}
+    record = record or {}
+    divergences = list(record.get("divergences", []))
+    timeline = [_step_view(s) for s in record.get("timeline", [])]
+    bundle_rel = f"../{finding['bundle']}" if finding.get("bundle") else None
+    bundle_files = []
+    if bundle_dir is not None:
+        for name in (
+            "bundle.json",
+            "README.md",
+            "timeline.json",
+            "case/case.json",
+            "case/graph.json",
+        ):
+            if (bundle_dir / name).exists():
+                bundle_files.append(name)
+    # Commands name the bundle as reachable from where the report was rendered (usually the
+    # repo root); a path that would climb out of it is given in full.
+    rel = os.path.relpath(data.path.resolve(), Path.cwd())
+    run_path = str(data.path.resolve()) if rel.startswith("..") else rel
+    commands = []
+    if finding.get("bundle"):
+        b = f"{run_path}/{finding['bundle']}"
+        commands = [
+            f"parity replay {b}",
+            f"parity replay {b} --shaders worktree",
+            f"parity regress {b}",
+        ]
+    commands += [c for c in bundle_doc.get("commands", []) if c.startswith("parity run")]
+    return _ENV.get_template("failure.html.j2").render(
+        s=summary,
+        f=finding,
+        r=record,
+        divergences=divergences,
+        first=_first_divergent(record, divergences),
+        repeatability=record.get("repeatability"),
+        timeline=timeline,
+        heatmaps=_heatmaps(arrays),
+        canaries=_canaries(arrays, divergences),
+        bundle=bundle_doc,
+        bundle_rel=bundle_rel,
+        bundle_files=bundle_files,
+        commands=commands,
+        adapters=data.runs[finding["source"]].get("adapters", {}),
+    )
+
+
+def _first_divergent(
+    record: Mapping[str, Any], divergences: Sequence[Mapping[str, Any]]
+) -> dict[str, Any] | None:
+    """The harness's own record of the first divergent op, else the earliest divergence.
+
+    Earliest = lowest step, then the op's position in that step's contract dispatch order
+    (graph order), then per-op findings before end-to-end ones.
+    """
+    recorded = record.get("first_divergent")
+    if recorded:
+        return {"source": "harness", **recorded}
+    if not divergences:
+        return None
+    order: dict[tuple[int, str], int] = {}
+    for step in record.get("timeline", []):
+        for k, d in enumerate(step.get("model", {}).get("dispatches", [])):
+            order.setdefault((int(step["index"]), str(d.get("op"))), k)
+
+    def key(d: Mapping[str, Any]) -> tuple[int, int, int]:
+        scope = (d.get("details") or {}).get("scope")
+        return (
+            int(d.get("step", -1)),
+            order.get((int(d.get("step", -1)), str(d.get("op"))), 1 << 20),
+            0 if scope == "op" else 1,
+        )
+
+    d = min(divergences, key=key)
+    return {
+        "source": "earliest divergence",
+        "step": d.get("step"),
+        "op": d.get("op"),
+        "op_type": d.get("op_type"),
+        "tensor": d.get("tensor"),
+        "element": (d.get("details") or {}).get("worst_index")
+        or (d.get("details") or {}).get("first_element"),
+        "kind": d.get("kind"),
+        "blame": d.get("blame"),
+    }
+
+
+def _step_view(step: Mapping[str, Any]) -> dict[str, Any]:
+    """A step with rows for the side-by-side tables and mismatch flags."""
+    model = step.get("model", {})
+    backends = step.get("backends", {})
+    names = ["model", *backends]
+    tensors = sorted(
+        {t for src in [model, *backends.values()] for t in (src.get("cur_dims") or {})}
+    )
+    dims_rows = []
+    for t in tensors:
+        want = (model.get("cur_dims") or {}).get(t)
+        cells = [want] + [(b.get("cur_dims") or {}).get(t) for b in backends.values()]
+        dims_rows.append(
+            {
+                "tensor": t,
+                "cells": [
+                    {"text": _dims(c), "bad": i > 0 and want is not None and c != want}
+                    for i, c in enumerate(cells)
+                ],
+            }
+        )
+    logs = [model.get("dispatches") or []] + [b.get("dispatches") or [] for b in backends.values()]
+    dispatch_rows = []
+    for k in range(max((len(log) for log in logs), default=0)):
+        want = _logical(logs[0][k]) if k < len(logs[0]) else None
+        cells = []
+        for i, log in enumerate(logs):
+            d = log[k] if k < len(log) else None
+            text = "-" if d is None else _dispatch_text(d)
+            cells.append({"text": text, "bad": i > 0 and (d is None or _logical(d) != want)})
+        op = next((log[k].get("op") for log in logs if k < len(log)), "?")
+        dispatch_rows.append({"op": op, "cells": cells})
+    return {
+        "index": step.get("index"),
+        "inputs": step.get("inputs", {}),
+        "names": names,
+        "errors": [model.get("error")] + [b.get("error") for b in backends.values()],
+        "dims_rows": dims_rows,
+        "dispatch_rows": dispatch_rows,
+        "mismatch": any(c["bad"] for row in dims_rows + dispatch_rows for c in row["cells"]),
+        "utilization": {
+            name: sorted(
+                ((k, v) for k, v in (b.get("utilization") or {}).items()),
+                key=lambda kv: -_num(kv[1]),
+            )[:6]
+            for name, b in backends.items()
+        },
+        "validation": {n: b.get("validation_messages") or [] for n, b in backends.items()},
+        "divergences": step.get("divergences", []),
+    }
+
+
+def _num(value: Any) -> float:
+    f = as_float(value)
+    return -1.0 if f != f else f
+
+
+def _logical(d: Mapping[str, Any]) -> tuple[Any, ...]:
+    return (d.get("kernel"), tuple(d.get("wg", ())), tuple(d.get("count", ())), d.get("ran"))
+
+
+def _dispatch_text(d: Mapping[str, Any]) -> str:
+    text = f"{d.get('kernel')} wg{_dims(d.get('wg'))} ×{_dims(d.get('count'))}"
+    if d.get("grid") and d.get("grid") != d.get("count"):
+        text += f" grid{_dims(d.get('grid'))}"
+    return text + ("" if d.get("ran") else " skipped")
+
+
+def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Per (step, tensor): per backend, an error/budget heatmap and its statistics."""
+    groups: dict[tuple[int, str], dict[str, Any]] = {}
+    for key in sorted(arrays):
+        if not key.endswith("/actual"):
+            continue
+        step_part, rest = key.split("/", 1)
+        tensor, backend, _ = rest.rsplit("/", 2)
+        base = key[: -len("/actual")]
+        actual, ref = arrays[key], arrays[f"{base}/reference"]
+        util = images.utilization(actual, ref, arrays[f"{base}/budget"])
+        finite = util[np.isfinite(util)]
+        worst = np.unravel_index(int(np.argmax(np.where(np.isnan(util), np.inf, util))), util.shape)
+        group = groups.setdefault(
+            (int(step_part[1:]), tensor),
+            {"step": int(step_part[1:]), "tensor": tensor, "shape": list(actual.shape), "maps": []},
+        )
+        rows, cols = images.as_2d(util).shape
+        cell = max(2, min(24, 384 // max(cols, 1), 256 // max(rows, 1)))
+        group["maps"].append(
+            {
+                "backend": backend,
+                "width": max(24, min(cols, images.MAX_COLS) * cell),
+                "height": max(8, min(rows, images.MAX_ROWS) * cell),
+                "image": images.data_uri(images.heatmap(util)),
+                "max": float(np.max(util)) if util.size else 0.0,
+                "over": int(np.sum(~(util <= 1.0))),
+                "size": int(util.size),
+                "worst": [int(i) for i in worst],
+                "median": float(np.median(finite)) if finite.size else 0.0,
+            }
+        )
+    order = {b: i for i, b in enumerate(("webgpu", "vulkan"))}
+    for group in groups.values():
+        group["maps"].sort(key=lambda m: order.get(m["backend"], 9))
+    return [groups[k] for k in sorted(groups)]
+
+
+def _canaries(
+    arrays: Mapping[str, np.ndarray], divergences: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Canary hits: one row per CANARY_WRITE / STALE_READ divergence, with the map image."""
+    rows = []
+    for d in divergences:
+        if d.get("kind") not in ("canary_write", "stale_read"):
+            continue
+        key = f"canary/s{d.get('step')}/{d.get('tensor')}/{d.get('blame')}"
+        state = arrays.get(key)
+        image = None
+        counts = None
+        if state is not None:
+            image = images.data_uri(images.canary_strip(state))
+            counts = {
+                "live": int(np.sum(state == 0)),
+                "intact": int(np.sum(state == 1)),
+                "written": int(np.sum(state == 2)),
+            }
+        rows.append({"d": d, "image": image, "counts": counts})
+    return rows
+
+
+def merged_meta(runs: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> dict[str, Any]:
+    """run.json of a merged folder: every shard's run.json, in order."""
+    return {
+        "format": MERGE_FORMAT,
+        "note": "written by `parity merge`; cases.jsonl records carry their shard as 'source'",
+        "sources": list(sources),
+        "runs": list(runs),
+    }

@@ -1,0 +1,101 @@
+"""The work plan of a run: deterministic chunks, and which shard runs which.
+
+A run's example budget is split, per family, into chunks of at most the profile's
+`chunk_examples` examples. Each chunk is its own Hypothesis search with its own seed,
+derived from (run seed, family, chunk index) alone, and its own example budget. A chunk's
+outcome therefore does not depend on what ran before it in the same process, so the chunks
+can be dealt out to shards (`--shard I/N` runs chunks I-1, I-1+N, I-1+2N, ... of the plan)
+and a merge of all N shards finds exactly what one unsharded run finds with the same seed,
+provided no example database feeds earlier failures back in (`--no-database`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One deterministic unit of work: a Hypothesis search over one family."""
+
+    family: str
+    index: int  # within the family
+    seed: int  # Hypothesis seed of this chunk
+    max_examples: int
+
+    @property
+    def id(self) -> str:
+        """`family/index`, unique within a plan."""
+        return f"{self.family}/{self.index}"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Shard `index` (1-based) of `count`."""
+
+    index: int = 1
+    count: int = 1
+
+    @classmethod
+    def parse(cls, text: str) -> Shard:
+        """Parse `I/N` (1 <= I <= N).
+
+        Raises:
+            ValueError: saying what was expected and what arrived.
+        """
+        parts = text.split("/")
+        try:
+            index, count = (int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"--shard must be I/N with integers, e.g. 1/2; got {text!r}") from None
+        if count < 1 or not 1 <= index <= count:
+            raise ValueError(f"--shard I/N needs 1 <= I <= N; got {text!r}")
+        return cls(index, count)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+def chunk_seed(seed: int, family: str, index: int) -> int:
+    """The Hypothesis seed of chunk `index` of `family` in a run seeded `seed`."""
+    digest = hashlib.sha256(f"parity:{seed}:{family}:{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 2**63
+
+
+def make_plan(
+    families: Sequence[str], seed: int, max_examples: int, chunk_examples: int
+) -> list[Chunk]:
+    """All chunks of a run, families in the given order.
+
+    Args:
+        max_examples: the example budget of each family.
+        chunk_examples: the most examples one chunk gets.
+    """
+    if max_examples < 1 or chunk_examples < 1:
+        raise ValueError(
+            f"example budgets must be >= 1, got max_examples={max_examples}, "
+            f"chunk_examples={chunk_examples}"
+        )
+    plan = []
+    for family in families:
+        left, index = max_examples, 0
+        while left > 0:
+            n = min(chunk_examples, left)
+            plan.append(Chunk(family, index, chunk_seed(seed, family, index), n))
+            left -= n
+            index += 1
+    return plan
+
+
+def shard_of(plan: Sequence[Chunk], shard: Shard) -> list[Chunk]:
+    """The chunks shard `shard` runs: every N-th chunk of the plan, starting at I-1."""
+    return [c for k, c in enumerate(plan) if k % shard.count == shard.index - 1]
+
+
+def plan_digest(plan: Sequence[Chunk]) -> str:
+    """A hash identifying a plan, so that a merge only combines shards of the same one."""
+    text = json.dumps([asdict(c) for c in plan], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

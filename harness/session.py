@@ -1,0 +1,545 @@
+"""One `parity run`: the chunks of a work plan searched with Hypothesis, recorded as they go.
+
+Lifecycle of a `RunSession`:
+1. `start()` opens both runtimes (BackendUnavailable if a driver is missing), prepares the
+   output folder and writes `run.json` (seed, profile, plan, adapters, versions).
+2. `run()` searches each chunk of this shard's plan. Every executed case is appended to
+   `cases.jsonl` at once; when a chunk ends, each minimal failing case gets a repro bundle
+   and the chunk a record naming them. Progress lines go to stderr.
+3. SIGINT/SIGTERM stop after the current case (a second signal stops at once); the time
+   budget stops generation (a chunk that found a failure may finish shrinking, within a
+   grace period). Either way the run is finalized: summary, JUnit XML and HTML report.
+
+A SIGKILL skips step 3, but `cases.jsonl` already holds every finding, and `parity report`
+renders it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import numpy as np
+from hypothesis import given, seed, settings, target
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+from graph_format import Runtime
+from harness.backends import BACKENDS, open_runtimes
+from harness.bundle import REPO_SHADER_DIRS, copy_shaders, write_bundle
+from harness.case import Case
+from harness.expectations import Expectations
+from harness.lockstep import CaseResult, LockstepRunner
+from harness.plan import Chunk, Shard, make_plan, plan_digest, shard_of
+from harness.profiles import PROFILES, hypothesis_settings
+from harness.records import (
+    CASES_FILE,
+    RUN_FILE,
+    RecordWriter,
+    case_record,
+    versions,
+    write_json,
+)
+from harness.strategies import FAMILIES
+from harness.verdict import DivergenceFound
+
+RUN_FORMAT = "parity-run/1"
+# Files and folders a run writes; only these are cleared when a run folder is reused.
+RUN_OUTPUTS = (RUN_FILE, CASES_FILE, "summary.json", "junit.xml", "index.html")
+RUN_OUTPUT_DIRS = ("bundles", "failures", "cases", "assets")
+
+
+class RunFolderError(ValueError):
+    """The output folder cannot be used; the message says why."""
+
+
+class _Stop(BaseException):
+    """Ends a chunk's search early (a signal or the time budget); Hypothesis lets it through."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run is asked to do (resolved from the command line)."""
+
+    families: list[str]
+    profile: str
+    seed: int
+    max_examples: int  # per family
+    chunk_examples: int
+    out: Path
+    shard: Shard = field(default_factory=Shard)
+    time_budget_s: float | None = None
+    database: Path | None = None
+    shader_dirs: Mapping[str, Path] = field(default_factory=dict)
+    expectations: Expectations = field(default_factory=Expectations)
+    progress_every_s: float = 10.0
+    command: str = ""
+
+
+class _KeyedDatabase(ExampleDatabase):
+    """A view of a database under a per-chunk key prefix, so chunks never share entries."""
+
+    def __init__(self, inner: ExampleDatabase, prefix: bytes) -> None:
+        super().__init__()
+        self.inner = inner
+        self.prefix = prefix
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(self.prefix + key, value)
+
+    def fetch(self, key: bytes) -> Any:
+        return self.inner.fetch(self.prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(self.prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(self.prefix + src, self.prefix + dest, value)
+
+
+@dataclass
+class _Totals:
+    cases: int = 0
+    steps: int = 0
+    divergent: int = 0
+    unexpected: int = 0
+    known: int = 0
+    findings: int = 0
+    examples_done: int = 0  # planned examples of finished chunks
+
+
+@dataclass
+class _ChunkState:
+    chunk: Chunk
+    seq: int = 0
+    unexpected_found: bool = False
+    # Smallest divergent case per signature set: the findings of an interrupted chunk.
+    best: dict[tuple[str, ...], tuple[Case, dict[str, Any]]] = field(default_factory=dict)
+
+
+def _size(case: Case) -> tuple[int, int]:
+    return (
+        len(case.steps),
+        sum(int(np.size(v)) for step in case.steps for v in step.values()),
+    )
+
+
+class RunSession:
+    """Runs one shard of a work plan into an output folder (see the module docstring)."""
+
+    def __init__(self, config: RunConfig, log: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
+        profile = PROFILES[config.profile]
+        self.steer = profile.steer
+        self.plan = make_plan(
+            config.families, config.seed, config.max_examples, config.chunk_examples
+        )
+        self.mine = shard_of(self.plan, config.shard)
+        self.totals = _Totals()
+        self.stop_reason: str | None = None
+        self.started = time.monotonic()
+        self.runtimes: list[Runtime] = []
+        self.runner: LockstepRunner | None = None
+        self.writer: RecordWriter | None = None
+        self.database: ExampleDatabase | None = None
+        self.meta: dict[str, Any] = {}
+        self.errors: list[str] = []
+        self._last_progress = 0.0
+        self._chunk_no = 0
+
+    # ------------------------------------------------------------------ set-up
+
+    def start(self) -> None:
+        """Open the runtimes and the output folder; write run.json.
+
+        Raises:
+            BackendUnavailable: a driver is missing (the message names the package).
+            RunFolderError: the output folder holds something that is not a parity run.
+        """
+        self.runtimes = open_runtimes(BACKENDS, self.config.shader_dirs)
+        self.runner = LockstepRunner(self.runtimes)
+        out = self.config.out
+        prepare_run_folder(out)
+        if self.config.database is not None:
+            self.database = DirectoryBasedExampleDatabase(str(self.config.database))
+        dirs = {b: Path(self.config.shader_dirs.get(b, REPO_SHADER_DIRS[b])) for b in BACKENDS}
+        self.meta = {
+            "format": RUN_FORMAT,
+            "note": "written by `parity run`; cases.jsonl holds the results",
+            "status": "running",
+            "command": self.config.command,
+            "profile": self.config.profile,
+            "seed": self.config.seed,
+            "families": self.config.families,
+            "budgets": {
+                "max_examples": self.config.max_examples,
+                "chunk_examples": self.config.chunk_examples,
+                "time_budget_s": self.config.time_budget_s,
+            },
+            "database": str(self.config.database) if self.config.database else None,
+            "shard": {"index": self.config.shard.index, "count": self.config.shard.count},
+            "plan": [dataclasses.asdict(c) for c in self.plan],
+            "plan_digest": plan_digest(self.plan),
+            "chunks": [c.id for c in self.mine],
+            "adapters": self.runner.adapters,
+            "versions": versions(),
+            "git": git_commit(),
+            "shader_dirs": {b: str(p) for b, p in dirs.items()},
+            "shader_overrides": {b: str(p) for b, p in self.config.shader_dirs.items()},
+            "expectations": self.config.expectations.to_json(),
+            "expectations_file": self.config.expectations.source,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "duration_s": None,
+        }
+        write_json(out / RUN_FILE, self.meta)
+        self.writer = RecordWriter(out / CASES_FILE)
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> str:
+        """Search every chunk of this shard; returns the run's status.
+
+        "complete", "time_budget" (stopped by --time-budget), "interrupted" (a signal) or
+        "error" (a chunk failed for a reason other than a divergence).
+        """
+        assert self.writer is not None, "start() first"
+        # The time budget is for the search: device start-up in start() does not count.
+        self.started = time.monotonic()
+        previous = {
+            sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        status = "complete"
+        try:
+            for chunk in self.mine:
+                self._chunk_no += 1
+                if self.stop_reason is not None:
+                    self._skip(chunk, self.stop_reason)
+                    continue
+                if self._out_of_time():
+                    self.stop_reason = "time_budget"
+                    self._skip(chunk, "time_budget")
+                    continue
+                self._run_chunk(chunk)
+        except KeyboardInterrupt:
+            self.stop_reason = self.stop_reason or "interrupted"
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.writer.close()
+        if self.stop_reason is not None:
+            status = "time_budget" if self.stop_reason == "time_budget" else "interrupted"
+        elif self.errors:
+            status = "error"
+        self.meta["status"] = status
+        self.meta["stop_reason"] = self.stop_reason
+        self.meta["errors"] = self.errors
+        self.meta["duration_s"] = round(time.monotonic() - self.started, 2)
+        self.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        write_json(self.config.out / RUN_FILE, self.meta)
+        self.log(
+            f"parity: {status}: {self.totals.cases} cases, {self.totals.steps} steps, "
+            f"{self.totals.divergent} divergent ({self.totals.unexpected} unexpected, "
+            f"{self.totals.known} known), {self.totals.findings} findings, "
+            f"{self.meta['duration_s']} s"
+        )
+        return status
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if self.stop_reason is not None:
+            raise KeyboardInterrupt  # a second signal: stop now
+        self.stop_reason = name
+        self.log(f"parity: {name}: stopping after the current case (again to stop at once)")
+
+    def _out_of_time(self, grace: bool = False) -> bool:
+        budget = self.config.time_budget_s
+        if budget is None:
+            return False
+        if grace:
+            budget += max(30.0, 0.25 * budget)
+        return time.monotonic() - self.started > budget
+
+    def _skip(self, chunk: Chunk, reason: str) -> None:
+        assert self.writer is not None
+        self.writer.write(self._chunk_record(chunk, "skipped", 0, [], 0.0, reason=reason))
+
+    def _chunk_record(
+        self,
+        chunk: Chunk,
+        status: str,
+        cases: int,
+        findings: list[dict[str, Any]],
+        duration: float,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "record": "chunk",
+            "v": 1,
+            "chunk": chunk.id,
+            "family": chunk.family,
+            "index": chunk.index,
+            "seed": chunk.seed,
+            "max_examples": chunk.max_examples,
+            "shard": str(self.config.shard),
+            "status": status,
+            "reason": reason,
+            "cases": cases,
+            "findings": findings,
+            "duration_s": round(duration, 3),
+        }
+
+    def _run_chunk(self, chunk: Chunk) -> None:
+        assert self.writer is not None
+        state = _ChunkState(chunk)
+        started = time.monotonic()
+        self.log(
+            f"parity: chunk {self._chunk_no}/{len(self.mine)} {chunk.id} "
+            f"(seed {chunk.seed}, {chunk.max_examples} examples)"
+        )
+        database = (
+            _KeyedDatabase(self.database, f"parity:{chunk.id}:".encode())
+            if self.database is not None
+            else None
+        )
+        chunk_settings = settings(
+            hypothesis_settings(self.config.profile, max_examples=chunk.max_examples),
+            database=database,
+        )
+
+        def run_case(case: Case) -> None:
+            self._check(state, case)
+
+        run_case.__name__ = f"parity_{chunk.family}_{chunk.index}"
+        test = seed(chunk.seed)(chunk_settings(given(case=FAMILIES[chunk.family]())(run_case)))
+        finals: list[DivergenceFound] = []
+        status, reason = "complete", None
+        try:
+            test()
+        except DivergenceFound as err:
+            finals = [err]
+        except _Stop as stop:
+            status, reason = (
+                ("time_budget" if stop.reason == "time_budget" else "interrupted"),
+                (stop.reason),
+            )
+        except KeyboardInterrupt:
+            self.stop_reason = self.stop_reason or "SIGINT"
+            status, reason = "interrupted", self.stop_reason
+        except BaseExceptionGroup as group:
+            found, rest = group.split(DivergenceFound)
+            finals = _leaves(found) if found else []
+            if rest is not None:
+                status, reason = "error", _describe(rest)
+        except Exception as err:  # a harness or Hypothesis error: recorded, the run goes on
+            status, reason = "error", _describe(err)
+        if status == "error":
+            self.errors.append(f"{chunk.id}: {reason}")
+            self.log(f"parity: chunk {chunk.id} failed: {reason}")
+        findings = self._findings(chunk, state, finals, shrunk=status == "complete")
+        self.totals.findings += len(findings)
+        self.totals.examples_done += chunk.max_examples
+        duration = time.monotonic() - started
+        record = self._chunk_record(chunk, status, state.seq, findings, duration, reason)
+        self.writer.write(record)
+        self._progress(force=True, current=chunk)
+
+    def _check(self, state: _ChunkState, case: Case) -> None:
+        """The Hypothesis test body: run, record, steer, fail on unexpected divergences."""
+        assert self.runner is not None and self.writer is not None
+        if self.stop_reason is not None and self.stop_reason != "time_budget":
+            raise _Stop(self.stop_reason)
+        if self._out_of_time(grace=state.unexpected_found):
+            raise _Stop("time_budget")
+        result = self.runner.run(case)
+        chunk = state.chunk
+        record = case_record(case, result, chunk=chunk.id, family=chunk.family, seq=state.seq)
+        adapters = self.runner.adapters
+        for d in record["divergences"]:
+            d["expected"] = self.config.expectations.match(d, chunk.family, adapters)
+        unexpected = [
+            d
+            for d, r in zip(result.divergences, record["divergences"], strict=True)
+            if r["expected"] is None
+        ]
+        record["unexpected"] = len(unexpected)
+        record["shard"] = str(self.config.shard)
+        state.seq += 1
+        self.writer.write(record)
+        t = self.totals
+        t.cases += 1
+        t.steps += len(case.steps)
+        if result.divergences:
+            t.divergent += 1
+            if unexpected:
+                t.unexpected += 1
+            else:
+                t.known += 1
+        self._progress(current=chunk)
+        if self.steer:
+            # Hunt for the worst cases: Hypothesis hill-climbs on the error/budget ratio.
+            target(min(float(result.max_utilization), 1e6), label="max error/budget")
+        if unexpected:
+            state.unexpected_found = True
+            # One candidate per bug (op, class, blame), whatever regime it showed in.
+            key = tuple(sorted({r["signature"].rsplit("|", 1)[0] for r in record["divergences"]}))
+            best = state.best.get(key)
+            if best is None or _size(case) < _size(best[0]):
+                state.best[key] = (case, record)
+            err = DivergenceFound(_only(result, unexpected))
+            err.parity_case = case  # type: ignore[attr-defined]
+            err.parity_record = record  # type: ignore[attr-defined]
+            raise err
+
+    def _findings(
+        self, chunk: Chunk, state: _ChunkState, finals: list[DivergenceFound], shrunk: bool
+    ) -> list[dict[str, Any]]:
+        """Write a bundle per finding; the findings as listed in the chunk record."""
+        picked: list[tuple[Case, dict[str, Any]]] = [
+            (err.parity_case, err.parity_record)  # type: ignore[attr-defined]
+            for err in finals
+            if hasattr(err, "parity_case")
+        ]
+        if not picked:
+            # Interrupted before Hypothesis finished: the smallest case seen per signature.
+            picked = list(state.best.values())
+            shrunk = False
+        out = []
+        for case, record in picked:
+            bundle_id = f"{chunk.family}-{chunk.index}-{record['case_id']}"
+            folder = self.config.out / "bundles" / bundle_id
+            try:
+                write_bundle(
+                    folder,
+                    case,
+                    record,
+                    run=self.meta,
+                    runtimes=self.runtimes,
+                    shader_dirs=self.config.shader_dirs,
+                    shrunk=shrunk,
+                )
+                bundle: str | None = f"bundles/{bundle_id}"
+            except Exception as err:  # the finding stays in the records even without it
+                self.errors.append(f"{chunk.id}: bundle {bundle_id}: {_describe(err)}")
+                bundle = None
+            out.append(
+                {
+                    "case_id": record["case_id"],
+                    "seq": record["seq"],
+                    "bundle": bundle,
+                    "shrunk": shrunk,
+                    "signatures": sorted({d["signature"] for d in record["divergences"]}),
+                    "unexpected": record["unexpected"],
+                }
+            )
+        return out
+
+    # ------------------------------------------------------------------ progress
+
+    def _progress(self, force: bool = False, current: Chunk | None = None) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_progress < self.config.progress_every_s:
+            return
+        self._last_progress = now
+        t = self.totals
+        elapsed = now - self.started
+        self.log(
+            f"parity: [{self._chunk_no}/{len(self.mine)} chunks"
+            + (f", {current.id}" if current else "")
+            + f"] {t.cases} cases, {t.steps} steps, {t.divergent} divergent "
+            f"({t.unexpected} unexpected), {t.findings} findings | "
+            f"{elapsed:.0f} s elapsed, {self._time_left(elapsed)}"
+        )
+
+    def _time_left(self, elapsed: float) -> str:
+        budget = self.config.time_budget_s
+        planned = sum(c.max_examples for c in self.mine)
+        done = self.totals.examples_done
+        estimate = None
+        if done and planned > done:
+            estimate = elapsed / done * (planned - done)
+        if budget is not None:
+            left = max(0.0, budget - elapsed)
+            if estimate is not None:
+                left = min(left, estimate)
+            return f"~{left:.0f} s left (time budget {budget:.0f} s)"
+        if estimate is None:
+            return "time left unknown yet"
+        return f"~{estimate:.0f} s left"
+
+
+def _only(result: CaseResult, divergences: list[Any]) -> CaseResult:
+    return dataclasses.replace(result, divergences=divergences)
+
+
+def _leaves(group: BaseException) -> list[DivergenceFound]:
+    if isinstance(group, BaseExceptionGroup):
+        return [leaf for sub in group.exceptions for leaf in _leaves(sub)]
+    return [group] if isinstance(group, DivergenceFound) else []
+
+
+def _describe(err: BaseException) -> str:
+    if isinstance(err, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in err.exceptions)
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+def prepare_run_folder(out: Path) -> None:
+    """Create `out`, or clear a previous run's outputs from it.
+
+    Raises:
+        RunFolderError: `out` is a file, or a non-empty folder that is not a run folder.
+    """
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"--out {out}: exists and is not a folder")
+    if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists():
+        raise RunFolderError(
+            f"--out {out}: the folder is not empty and holds no {RUN_FILE}; refusing to write "
+            "a run into it (pick an empty or new folder, or a previous run's folder)"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    for name in RUN_OUTPUTS:
+        (out / name).unlink(missing_ok=True)
+    for name in RUN_OUTPUT_DIRS:
+        if (out / name).is_dir():
+            shutil.rmtree(out / name)
+
+
+def git_commit() -> str | None:
+    """The repo's HEAD commit (with "+dirty" when the tree has changes), if it is a git tree."""
+    import subprocess
+
+    root = REPO_SHADER_DIRS["webgpu"].parent
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("+dirty" if dirty else "")
+
+
+__all__ = ["RunConfig", "RunFolderError", "RunSession", "copy_shaders", "prepare_run_folder"]

@@ -1,0 +1,404 @@
+"""From records to a run's summary (`summary.json`) and its JUnit XML.
+
+`summarize` reads nothing but run metadata (`run.json`, one per shard when merging) and the
+JSONL records, so a report can be rebuilt from a killed run, re-rendered later, or merged
+from shards. summary.json (format `parity-summary/1`) holds:
+
+- `status`, `complete`, `exit_status` (0: no unexpected divergence, 1: some);
+- `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
+  duration), `adapters` (per backend: adapter, driver, API), `versions`, `duration_s`;
+- `totals`: distinct cases, steps, divergent / unexpected / known cases, findings;
+- `per_family` and `per_op`: cases, steps, divergent cases, divergences by class;
+- `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
+- `signatures`: failures grouped by (op type, class, blamed backend, regime), with counts;
+- `findings`: the minimal failing cases (with their bundle), provisional ones for a chunk
+  that never finished (a killed run);
+- `expectations`: each known-divergence entry with its status (matched, stale,
+  not_applicable, not_exercised) and match count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from harness.expectations import entry_status
+from harness.records import as_float
+
+SUMMARY_FORMAT = "parity-summary/1"
+
+
+def device_label(adapters: Mapping[str, Mapping[str, Any]]) -> str:
+    """A short name for the devices a run used, e.g. `llvmpipe (LLVM 15.0.6, 256 bits)`."""
+    names = sorted({str(a.get("adapter", "?")) for a in adapters.values()})
+    return " + ".join(names) or "?"
+
+
+def _case_size(record: Mapping[str, Any]) -> tuple[int, int]:
+    shapes = record.get("step_shapes", [])
+    numel = 0
+    for step in shapes:
+        for value in step.values():
+            if isinstance(value, list):
+                n = 1
+                for d in value:
+                    n *= int(d)
+                numel += n
+    return (len(shapes), numel)
+
+
+def summarize(
+    runs: Sequence[Mapping[str, Any]], records: Sequence[Sequence[Mapping[str, Any]]]
+) -> dict[str, Any]:
+    """The summary of one run, or of several shards merged.
+
+    Args:
+        runs: each shard's run.json.
+        records: each shard's records (same order as `runs`).
+    """
+    first = runs[0]
+    cases: dict[tuple[int, str, str], Mapping[str, Any]] = {}
+    chunk_records: dict[tuple[int, str], Mapping[str, Any]] = {}
+    for source, recs in enumerate(records):
+        for r in recs:
+            if r.get("record") == "case":
+                cases.setdefault((source, str(r["chunk"]), str(r["case_id"])), r)
+            elif r.get("record") == "chunk":
+                chunk_records[(source, str(r["chunk"]))] = r
+
+    totals = _stats()
+    per_family: dict[str, dict[str, Any]] = {}
+    per_op: dict[str, dict[str, Any]] = {}
+    coverage: dict[str, dict[str, dict[str, set[str]]]] = {}
+    coverage_sources: set[str] = set()
+    by_signature: dict[str, dict[str, Any]] = {}
+    matches: Counter[str] = Counter()
+    ops_run: set[str] = set()
+    families_run: set[str] = set()
+
+    for family in first.get("families", []):
+        per_family[family] = _stats()
+    for (_, _, _), r in cases.items():
+        family = str(r.get("family"))
+        families_run.add(family)
+        fam = per_family.setdefault(family, _stats())
+        _count(fam, r)
+        _count(totals, r)
+        for op in r.get("ops", []):
+            ops_run.add(op)
+            _count(per_op.setdefault(op, _stats()), r, only_op=op)
+        for op, per_backend in (r.get("coverage") or {}).items():
+            for backend, cell in per_backend.items():
+                target = coverage.setdefault(op, {}).setdefault(
+                    backend, {"regimes": set(), "variants": set()}
+                )
+                target["regimes"].update(cell.get("regimes", []))
+                target["variants"].update(cell.get("variants", []))
+        coverage_sources.add(str(r.get("coverage_source", "harness")))
+        for d in r.get("divergences", []):
+            if d.get("expected"):
+                matches[str(d["expected"])] += 1
+            # Known and unexpected occurrences of one signature are separate groups.
+            sig = by_signature.setdefault(
+                f"{d['signature']}#{d.get('expected') or ''}",
+                {
+                    "signature": d["signature"],
+                    "op": d.get("op_type"),
+                    "kind": d.get("kind"),
+                    "blame": d.get("blame"),
+                    "regime": d.get("regime"),
+                    "expected": d.get("expected"),
+                    "cases": 0,
+                    "findings": 0,
+                    "example": d.get("message"),
+                    "failures": [],
+                },
+            )
+            sig["cases"] += 1
+
+    findings = _findings(runs, cases, chunk_records)
+    for f in findings:
+        for sig in f["signatures"]:
+            keys = [f"{sig}#{k}" for k in ([""] if f["unexpected"] else f["known"])]
+            for key in keys:
+                if key in by_signature:
+                    by_signature[key]["findings"] += 1
+                    by_signature[key]["failures"].append(f["id"])
+
+    adapters_seen = [run.get("adapters", {}) for run in runs]
+    expectations = []
+    for entry in first.get("expectations", []):
+        status = entry_status(entry, matches[entry["id"]], adapters_seen, ops_run, families_run)
+        expectations.append({**entry, "matches": matches[entry["id"]], "status": status})
+
+    chunk_status: dict[str, Counter[str]] = defaultdict(Counter)
+    for source, run in enumerate(runs):
+        for chunk_id in run.get("chunks", []):
+            rec = chunk_records.get((source, chunk_id))
+            family = chunk_id.rsplit("/", 1)[0]
+            chunk_status[family][rec["status"] if rec else "missing"] += 1
+    for family, counter in chunk_status.items():
+        per_family.setdefault(family, _stats())["chunks"] = dict(counter)
+
+    statuses = [str(run.get("status", "running")) for run in runs]
+    complete = all(s == "complete" for s in statuses) and all(
+        (source, c) in chunk_records
+        for source, run in enumerate(runs)
+        for c in run.get("chunks", [])
+    )
+    unexpected = int(totals["unexpected_cases"])
+    max_util = totals["max_utilization"]
+    shards = sorted(
+        {(int(r["shard"]["index"]), int(r["shard"]["count"])) for r in runs if r.get("shard")}
+    )
+    summary = {
+        "format": SUMMARY_FORMAT,
+        "note": "internal to the parity harness; rebuilt by `parity report` from cases.jsonl",
+        "status": _overall_status(statuses, complete),
+        "complete": complete,
+        "exit_status": 1 if unexpected else 0,
+        "profile": first.get("profile"),
+        "seed": first.get("seed"),
+        "families": first.get("families", []),
+        "budgets": first.get("budgets", {}),
+        "shards": [f"{i}/{n}" for i, n in shards],
+        "runs": [
+            {
+                "shard": _shard_text(r),
+                "device": device_label(r.get("adapters", {})),
+                "status": r.get("status", "running"),
+                "stop_reason": r.get("stop_reason"),
+                "errors": r.get("errors", []),
+                "duration_s": r.get("duration_s"),
+                "started": r.get("started"),
+                "git": r.get("git"),
+                "shader_overrides": r.get("shader_overrides", {}),
+            }
+            for r in runs
+        ],
+        "adapters": first.get("adapters", {}),
+        "adapter_sets": _distinct(run.get("adapters", {}) for run in runs),
+        "versions": first.get("versions", {}),
+        "duration_s": round(sum(float(r.get("duration_s") or 0.0) for r in runs), 2),
+        "totals": {
+            "cases": int(totals["cases"]),
+            "steps": int(totals["steps"]),
+            "divergent_cases": int(totals["divergent_cases"]),
+            "unexpected_cases": unexpected,
+            "known_cases": int(totals["known_cases"]),
+            "findings": len(findings),
+            "unexpected_findings": sum(1 for f in findings if f["unexpected"]),
+            "signatures": len(by_signature),
+            "max_utilization": max_util,
+        },
+        "per_family": per_family,
+        "per_op": per_op,
+        "coverage": {
+            op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in sorted(per.items())}
+            for op, per in sorted(coverage.items())
+        },
+        "coverage_source": sorted(coverage_sources),
+        "signatures": sorted(
+            by_signature.values(), key=lambda s: (s["expected"] is not None, -s["cases"])
+        ),
+        "findings": findings,
+        "expectations": expectations,
+    }
+    return summary
+
+
+def _shard_text(run: Mapping[str, Any]) -> str:
+    shard = run.get("shard") or {}
+    return f"{shard.get('index', 1)}/{shard.get('count', 1)}"
+
+
+def _stats() -> dict[str, Any]:
+    return {
+        "cases": 0,
+        "steps": 0,
+        "divergent_cases": 0,
+        "unexpected_cases": 0,
+        "known_cases": 0,
+        "max_utilization": 0.0,
+        "divergences": {},
+    }
+
+
+def _count(stats: dict[str, Any], r: Mapping[str, Any], only_op: str | None = None) -> None:
+    stats["cases"] += 1
+    stats["steps"] += int(r.get("steps", 0))
+    divergences = [
+        d for d in r.get("divergences", []) if only_op is None or d.get("op_type") == only_op
+    ]
+    util = as_float(r.get("max_utilization", 0.0))
+    if util == util and util > stats["max_utilization"]:  # NaN-safe
+        stats["max_utilization"] = util
+    for d in divergences:
+        kinds = stats["divergences"]
+        kinds[d["kind"]] = kinds.get(d["kind"], 0) + 1
+    if divergences:
+        stats["divergent_cases"] += 1
+        if any(d.get("expected") is None for d in divergences):
+            stats["unexpected_cases"] += 1
+        else:
+            stats["known_cases"] += 1
+
+
+def _findings(
+    runs: Sequence[Mapping[str, Any]],
+    cases: Mapping[tuple[int, str, str], Mapping[str, Any]],
+    chunk_records: Mapping[tuple[int, str], Mapping[str, Any]],
+) -> list[dict[str, Any]]:
+    """Findings from chunk records, plus provisional ones for chunks that never finished."""
+    out: list[dict[str, Any]] = []
+    ids: set[str] = set()
+
+    def add(source: int, chunk: str, case_id: str, extra: Mapping[str, Any]) -> None:
+        record = cases.get((source, chunk, case_id))
+        base = f"{chunk.replace('/', '-')}-{case_id}"
+        fid = base if base not in ids else f"{base}-{source}"
+        ids.add(fid)
+        divergences = record.get("divergences", []) if record else []
+        out.append(
+            {
+                "id": fid,
+                "source": source,
+                "chunk": chunk,
+                "family": chunk.rsplit("/", 1)[0],
+                "case_id": case_id,
+                "device": device_label(runs[source].get("adapters", {})),
+                "bundle": extra.get("bundle"),
+                "shrunk": bool(extra.get("shrunk")),
+                "provisional": bool(extra.get("provisional")),
+                "signatures": list(extra.get("signatures", [])),
+                "unexpected": int(extra.get("unexpected", 0)),
+                "known": sorted({str(d["expected"]) for d in divergences if d.get("expected")}),
+                "steps": record.get("steps") if record else None,
+                "step_shapes": record.get("step_shapes") if record else None,
+            }
+        )
+
+    for (source, chunk), rec in sorted(chunk_records.items()):
+        for f in rec.get("findings", []):
+            add(source, chunk, str(f["case_id"]), f)
+    finished = set(chunk_records)
+    best: dict[tuple[int, str, tuple[str, ...]], Mapping[str, Any]] = {}
+    for (source, chunk, _), r in cases.items():
+        if (source, chunk) in finished or not r.get("unexpected"):
+            continue
+        # One provisional finding per bug (op, class, blame), whatever regime it showed in.
+        bug = sorted({d["signature"].rsplit("|", 1)[0] for d in r["divergences"]})
+        key = (source, chunk, tuple(bug))
+        if key not in best or _case_size(r) < _case_size(best[key]):
+            best[key] = r
+    for (source, chunk, _), r in sorted(best.items(), key=lambda kv: kv[0]):
+        add(
+            source,
+            chunk,
+            str(r["case_id"]),
+            {
+                "signatures": sorted({d["signature"] for d in r["divergences"]}),
+                "unexpected": r["unexpected"],
+                "provisional": True,
+                "shrunk": False,
+            },
+        )
+    return out
+
+
+def _overall_status(statuses: Sequence[str], complete: bool) -> str:
+    for status in ("running", "interrupted", "error", "time_budget"):
+        if status in statuses:
+            # A run.json still saying "running" was never finalized: the run was killed.
+            return "killed" if status == "running" else status
+    return "complete" if complete else "incomplete"
+
+
+def _distinct(items: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    out: list[Mapping[str, Any]] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def junit_xml(summary: Mapping[str, Any], records: Sequence[Sequence[Mapping[str, Any]]]) -> str:
+    """JUnit XML for CI dashboards: a suite per family, a test case per chunk.
+
+    A chunk fails when it found an unexpected divergence, errors when the harness failed or
+    the chunk never finished (a killed run), and is skipped when the time budget or a signal
+    stopped the run before it.
+    """
+    chunk_records = {}
+    for source, recs in enumerate(records):
+        for r in recs:
+            if r.get("record") == "chunk":
+                chunk_records[(source, r["chunk"])] = r
+    suites = ET.Element("testsuites", name="parity")
+    by_family: dict[str, list[tuple[str, Mapping[str, Any] | None, int]]] = {
+        f: [] for f in summary.get("families", [])
+    }
+    runs = summary.get("runs", [])
+    findings = defaultdict(list)
+    for f in summary.get("findings", []):
+        findings[(f["source"], f["chunk"])].append(f)
+    chunk_ids: dict[int, list[str]] = {}
+    for source, recs in enumerate(records):
+        chunk_ids[source] = []
+        for r in recs:
+            if r.get("record") in ("case", "chunk") and r["chunk"] not in chunk_ids[source]:
+                chunk_ids[source].append(r["chunk"])
+    for source, ids in chunk_ids.items():
+        for chunk in ids:
+            by_family.setdefault(chunk.rsplit("/", 1)[0], []).append(
+                (chunk, chunk_records.get((source, chunk)), source)
+            )
+    for family, chunks in by_family.items():
+        suite = ET.SubElement(suites, "testsuite", name=f"parity.{family}")
+        props = ET.SubElement(suite, "properties")
+        for key in ("profile", "seed"):
+            ET.SubElement(props, "property", name=key, value=str(summary.get(key)))
+        counts: Counter[str] = Counter()
+        for chunk, rec, source in chunks:
+            name = chunk + (f" [{runs[source]['shard']}]" if len(runs) > 1 else "")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"parity.{family}",
+                name=name,
+                time=str(rec.get("duration_s", 0) if rec else 0),
+            )
+            counts["tests"] += 1
+            if rec is None:
+                counts["errors"] += 1
+                ET.SubElement(
+                    case, "error", message="no result: the run stopped before this chunk ended"
+                )
+                continue
+            unexpected = [f for f in findings[(source, chunk)] if f["unexpected"]]
+            if rec["status"] == "skipped":
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=f"not run: {rec.get('reason')}")
+            elif rec["status"] == "error":
+                counts["errors"] += 1
+                ET.SubElement(case, "error", message=str(rec.get("reason")))
+            elif unexpected:
+                counts["failures"] += 1
+                failure = ET.SubElement(
+                    case,
+                    "failure",
+                    message=f"{len(unexpected)} unexpected finding(s): "
+                    + ", ".join(s for f in unexpected for s in f["signatures"]),
+                )
+                failure.text = "\n".join(f"{f['id']}: bundle {f['bundle']}" for f in unexpected)
+            known = [f for f in findings[(source, chunk)] if not f["unexpected"]]
+            if known:
+                ET.SubElement(case, "system-out").text = "known: " + ", ".join(
+                    k for f in known for k in f["known"]
+                )
+        for key in ("tests", "failures", "errors", "skipped"):
+            suite.set(key, str(counts[key]))
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode")

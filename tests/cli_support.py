@@ -1,0 +1,139 @@
+"""Helpers for tests that drive the `parity` command in subprocesses.
+
+A planted bug is planted in a copy of the shaders (a WGSL rms_norm that drops its weight),
+never in the shipped ones: `parity run --wgsl-dir` builds the WebGPU kernels from the copy.
+Runs shared by several tests are made once per test session, even across pytest-xdist
+workers (a lock file in the session's common temp folder serializes the first run).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+WEIGHT_USE = "* weight[i]"
+WEIGHT_DROPPED = "* (weight[i] * 0.0 + 1.0)"  # keeps the binding used, drops its effect
+
+
+def plant_rms_norm_without_weight(dest: Path) -> Path:
+    """A copy of wgsl/ whose rms_norm kernels ignore the weight; returns the folder."""
+    if dest.exists():
+        return dest
+    tmp = dest.with_name(dest.name + f".{os.getpid()}.tmp")
+    shutil.copytree(REPO / "wgsl", tmp)
+    for name in ("rms_norm.wgsl", "rms_norm_vec4.wgsl"):
+        path = tmp / name
+        text = path.read_text()
+        assert text.count(WEIGHT_USE) == 1, f"{path}: the planted substitution no longer applies"
+        path.write_text(text.replace(WEIGHT_USE, WEIGHT_DROPPED))
+    tmp.rename(dest)
+    return dest
+
+
+def parity(
+    *args: str | Path,
+    cwd: Path = REPO,
+    env: dict[str, str] | None = None,
+    timeout: float = 300,
+    python: str = sys.executable,
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m harness.cli ARGS` and capture its output."""
+    return subprocess.run(
+        [python, "-m", "harness.cli", *map(str, args)],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def popen_parity(*args: str | Path, stderr_path: Path) -> subprocess.Popen[bytes]:
+    """Start `parity ARGS` in the background, stderr to a file."""
+    with stderr_path.open("wb") as stderr:  # the child keeps its own copy of the handle
+        return subprocess.Popen(
+            [sys.executable, "-m", "harness.cli", *map(str, args)],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+
+
+def once(root: Path, name: str, make: Callable[[Path], None], timeout: float = 900) -> Path:
+    """`root/name`, made by `make(path)` exactly once across test processes."""
+    path = root / name
+    done = root / f"{name}.done"
+    lock = root / f"{name}.lock"
+    deadline = time.monotonic() + timeout
+    while not done.exists():
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"waited {timeout} s for another worker to make {path}"
+                ) from None
+            time.sleep(0.5)
+            continue
+        os.close(fd)
+        try:
+            if not done.exists():
+                make(path)
+                done.touch()
+        finally:
+            lock.unlink()
+    return path
+
+
+def shared_root(tmp_path_factory: object) -> Path:
+    """The temp folder common to every xdist worker of this session."""
+    base: Path = tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    shared = root / "parity-cli-shared"
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+PLANTED_RUN_ARGS: Sequence[str] = (
+    "--families",
+    "rms_norm",
+    "--profile",
+    "nightly",
+    "--seed",
+    "7",
+    "--max-examples",
+    "2",
+    "--chunk-examples",
+    "1",
+    "--no-database",
+    "--no-expectations",
+    "--progress-every",
+    "5",
+)
+
+
+@pytest.fixture(scope="session")
+def planted_wgsl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """wgsl/ with rms_norm ignoring its weight."""
+    return once(shared_root(tmp_path_factory), "planted-wgsl", plant_rms_norm_without_weight)
+
+
+@pytest.fixture(scope="session")
+def planted_run(tmp_path_factory: pytest.TempPathFactory, planted_wgsl: Path) -> Path:
+    """A nightly-profile run (2 chunks, no database) against the planted shaders."""
+
+    def make(out: Path) -> None:
+        proc = parity("run", *PLANTED_RUN_ARGS, "--wgsl-dir", planted_wgsl, "--out", out)
+        assert proc.returncode == 1, proc.stderr
+        (out.parent / "planted-run.stderr").write_text(proc.stderr)
+
+    return once(shared_root(tmp_path_factory), "planted-run", make)

@@ -1,0 +1,401 @@
+"""The `parity` command end to end, in subprocesses, on both backends.
+
+A bug is planted by shader text substitution (a WGSL rms_norm that drops its weight, in a
+copy of wgsl/ passed with --wgsl-dir). The tests show that a run finds it and writes a
+bundle that replays on a fresh clone of the repository; that a nightly run sharded two
+ways and merged finds exactly what the unsharded run finds; that a killed run leaves a
+readable report; and that known divergences do not fail a run while stale ones are flagged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli_support import (
+    PLANTED_RUN_ARGS,
+    REPO,
+    parity,
+    popen_parity,
+)
+
+pytestmark = pytest.mark.gpu
+
+
+def _summary(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
+
+
+def _findings(summary: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
+    return sorted((f["chunk"], f["case_id"], tuple(f["signatures"])) for f in summary["findings"])
+
+
+def test_planted_bug_is_found_recorded_and_bundled(planted_run: Path) -> None:
+    summary = _summary(planted_run)
+    assert summary["exit_status"] == 1
+    assert summary["status"] == "complete"
+    assert summary["totals"]["findings"] == 2  # one per chunk
+    for finding in summary["findings"]:
+        assert finding["shrunk"] and not finding["provisional"]
+        assert all(s.startswith("rms_norm|numeric|webgpu|") for s in finding["signatures"])
+        bundle = planted_run / finding["bundle"]
+        doc = json.loads((bundle / "bundle.json").read_text())
+        assert doc["format"] == "parity-bundle/1"
+        assert doc["run"]["seed"] == 7 and doc["run"]["profile"] == "nightly"
+        # The bundle keeps the shaders the run used: the planted WGSL, the repo's GLSL.
+        assert "weight[i] * 0.0" in (bundle / "shaders/wgsl/rms_norm.wgsl").read_text()
+        assert set(doc["shaders"]) >= {
+            "wgsl/rms_norm.wgsl",
+            "wgsl/rms_norm_vec4.wgsl",
+            "glsl/rms_norm.comp",
+            "glsl/include/tensor_meta.glslh",
+        }
+        for path in ("case/case.json", "case/graph.json", "case/steps.npz", "arrays.npz"):
+            assert (bundle / path).is_file(), path
+    records = _records(planted_run)
+    cases = [r for r in records if r["record"] == "case"]
+    chunks = [r for r in records if r["record"] == "chunk"]
+    assert [c["chunk"] for c in chunks] == ["rms_norm/0", "rms_norm/1"]
+    assert all(c["status"] == "complete" for c in chunks)
+    divergent = [c for c in cases if c["divergences"]]
+    assert divergent and all(c["timeline"] for c in divergent)
+    assert all(d["blame"] == "webgpu" for c in divergent for d in c["divergences"])
+    # Adapters with driver versions for both backends, and the versions of the stack.
+    for backend in ("webgpu", "vulkan"):
+        assert summary["adapters"][backend]["adapter"]
+        assert summary["adapters"][backend]["driver"]
+    assert set(summary["versions"]) >= {"python", "wgpu", "vulkan", "hypothesis", "numpy"}
+    assert summary["per_op"]["rms_norm"]["divergences"]["numeric"] >= 1
+    assert summary["coverage"]["rms_norm"]["webgpu"]["variants"]
+    junit = (planted_run / "junit.xml").read_text()
+    assert 'failures="2"' in junit and "rms_norm|numeric|webgpu" in junit
+    stderr = (planted_run.parent / "planted-run.stderr").read_text()
+    assert "cases" in stderr and "left" in stderr  # progress lines
+
+
+def test_sharded_nightly_run_merges_to_the_same_findings(
+    planted_run: Path, planted_wgsl: Path, tmp_path: Path
+) -> None:
+    shards = []
+    for index in (1, 2):
+        out = tmp_path / f"shard{index}"
+        proc = parity(
+            "run", *PLANTED_RUN_ARGS, "--wgsl-dir", planted_wgsl, "--shard", f"{index}/2",
+            "--out", out,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        shards.append(out)
+    merged = tmp_path / "merged"
+    proc = parity("merge", merged, *shards)
+    assert proc.returncode == 1, proc.stderr
+    whole, combined = _summary(planted_run), _summary(merged)
+    assert _findings(combined) == _findings(whole)
+    assert combined["totals"] == whole["totals"]
+
+    # Case by case: every chunk searched exactly the same examples.
+    def case_ids(records: list[dict[str, Any]]) -> set[tuple[str, str]]:
+        return {(r["chunk"], r["case_id"]) for r in records if r["record"] == "case"}
+
+    assert case_ids(_records(merged)) == case_ids(_records(planted_run))
+    assert combined["shards"] == ["1/2", "2/2"]
+    for f in combined["findings"]:
+        assert (merged / f["bundle"] / "bundle.json").is_file()
+    assert (merged / "index.html").is_file()
+    # A shard of another plan does not merge.
+    other = tmp_path / "other"
+    proc = parity(
+        "run", "--families", "add", "--max-examples", "1", "--no-database",
+        "--no-expectations", "--out", other,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    proc = parity("merge", tmp_path / "bad-merge", shards[0], other)
+    assert proc.returncode == 2
+    assert "another plan" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bundle_replays_on_a_fresh_clone(planted_run: Path, tmp_path: Path) -> None:
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout: nothing to clone")
+    clone = tmp_path / "clone"
+    subprocess.run(
+        ["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(clone)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    bundle = planted_run / _summary(planted_run)["findings"][0]["bundle"]
+    env = {"PYTHONPATH": str(clone), "VULKAN_PARITY_CACHE": str(tmp_path / "spirv")}
+    where = subprocess.run(
+        [sys.executable, "-c", "import harness; print(harness.__file__)"],
+        cwd=clone,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert Path(where.stdout.strip()).is_relative_to(clone)  # the clone's code runs
+    assert not (clone / "wgsl/rms_norm.wgsl").read_text().count("weight[i] * 0.0")
+
+    proc = parity("replay", bundle, "--json", cwd=clone, env=env)
+    assert proc.returncode == 1, proc.stderr
+    outcome = json.loads(proc.stdout)
+    assert outcome["status"] == "still_failing"
+    assert ["numeric", "rms_norm", "webgpu"] in outcome["found"]
+    assert outcome["found"] == outcome["expected"]
+    assert "still failing" in proc.stderr
+
+    proc = parity("replay", bundle, "--shaders", "worktree", cwd=clone, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "fixed" in proc.stderr and "wgsl/rms_norm" in proc.stderr
+
+
+def test_regress_turns_a_bundle_into_a_regression_test(planted_run: Path, tmp_path: Path) -> None:
+    bundle = planted_run / _summary(planted_run)["findings"][0]["bundle"]
+    dest = tmp_path / "regressions"
+    proc = parity("regress", bundle, "--dest", dest, "--name", "rms-norm-weight")
+    assert proc.returncode == 0, proc.stderr
+    folder = dest / "rms-norm-weight"
+    meta = json.loads((folder / "regression.json").read_text())
+    assert meta["expect"] == "fixed"
+    assert ["numeric", "rms_norm", "webgpu"] in meta["signatures"]
+    assert (folder / "case/case.json").is_file() and not (folder / "arrays.npz").exists()
+    assert "passes" in proc.stderr  # the working tree's rms_norm applies the weight
+    proc = parity("regress", bundle, "--dest", dest, "--name", "rms-norm-weight")
+    assert proc.returncode == 2 and "--force" in proc.stderr
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def _divergent_lines(folder: Path) -> int:
+    path = folder / "cases.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if '"unexpected":0' not in line)
+
+
+def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    proc = popen_parity(
+        "run", "--families", "rms_norm", "--max-examples", "200", "--no-expectations",
+        "--no-database", "--wgsl-dir", planted_wgsl, "--out", out,
+        stderr_path=tmp_path / "stderr",
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _divergent_lines(out) >= 5, 120, "5 divergent case records")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert not (out / "summary.json").exists()  # it never got to finalize
+    report = parity("report", out)
+    assert report.returncode == 1, report.stderr  # the findings so far: divergences
+    summary = _summary(out)
+    assert summary["status"] == "killed" and not summary["complete"]
+    assert summary["totals"]["unexpected_cases"] >= 5
+    provisional = [f for f in summary["findings"] if f["provisional"]]
+    assert provisional and all(f["bundle"] is None for f in provisional)
+    for f in provisional:
+        page = (out / "failures" / f"{f['id']}.html").read_text()
+        assert "provisional" in page and "rms_norm" in page and "Step 0" in page
+    index = (out / "index.html").read_text()
+    assert "did not finish" in index and "killed" in index
+    junit = (out / "junit.xml").read_text()
+    assert "no result: the run stopped" in junit
+
+
+def test_sigterm_stops_after_the_current_case_and_reports(
+    planted_wgsl: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "terminated"
+    proc = popen_parity(
+        "run", "--families", "rms_norm", "--max-examples", "200", "--no-expectations",
+        "--no-database", "--wgsl-dir", planted_wgsl, "--out", out,
+        stderr_path=tmp_path / "stderr",
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _divergent_lines(out) >= 3, 120, "3 divergent case records")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    summary = _summary(out)
+    assert summary["status"] == "interrupted"
+    assert summary["findings"], "the smallest failing case so far is kept"
+    finding = summary["findings"][0]
+    assert not finding["shrunk"] and finding["bundle"]
+    assert (out / finding["bundle"] / "bundle.json").is_file()
+    assert "SIGTERM" in (tmp_path / "stderr").read_text()
+
+
+def test_known_divergences_pass_and_stale_ones_are_flagged(
+    planted_wgsl: Path, tmp_path: Path
+) -> None:
+    expectations = tmp_path / "expectations.toml"
+    expectations.write_text(
+        """
+[[known]]
+id = "rms-norm-weight"
+op = "rms_norm"
+kind = "numeric"
+blame = "webgpu"
+device = "*"
+driver = "*"
+reason = "planted: the WGSL rms_norm drops its weight"
+link = "https://example.invalid/issues/1"
+
+[[known]]
+id = "rms-norm-dispatch"
+op = "rms_norm"
+kind = "dispatch"
+device = "*"
+driver = "*"
+reason = "fixed long ago <b>bold</b>"
+link = "https://example.invalid/issues/2"
+
+[[known]]
+id = "other-gpu"
+op = "rms_norm"
+device = "NVIDIA*"
+driver = "*"
+reason = "only on NVIDIA"
+link = "https://example.invalid/issues/3"
+"""
+    )
+    out = tmp_path / "known"
+    proc = parity(
+        "run", "--families", "rms_norm", "--max-examples", "3", "--no-database", "--expectations",
+        expectations, "--wgsl-dir", planted_wgsl, "--out", out,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    summary = _summary(out)
+    status = {e["id"]: e["status"] for e in summary["expectations"]}
+    assert status == {
+        "rms-norm-weight": "matched",
+        "rms-norm-dispatch": "stale",
+        "other-gpu": "not_applicable",
+    }
+    assert summary["totals"]["known_cases"] == summary["totals"]["divergent_cases"] > 0
+    assert summary["totals"]["unexpected_cases"] == 0
+    index = (out / "index.html").read_text()
+    assert "stale: no longer reproduces" in index
+    assert "&lt;b&gt;bold&lt;/b&gt;" in index and "<b>bold</b>" not in index
+
+
+def _main(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    """Run the command in this process (fast: no interpreter start-up, no imports)."""
+    from harness.cli import main
+
+    try:
+        status = main([str(a) for a in args])
+    except SystemExit as exit_:  # argparse: --help and bad arguments
+        status = int(exit_.code or 0)
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_list_shows_families_ops_variants_and_adapters(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = _main(capsys, "list")
+    assert status == 0
+    for text in ("rms_norm", "rms_norm_vec4", "dag", "nightly", "webgpu", "vulkan", "driver"):
+        assert text in out
+    status, out, _ = _main(capsys, "list", "--json")
+    doc = json.loads(out)
+    assert doc["adapters"]["vulkan"]["available"] and doc["adapters"]["webgpu"]["available"]
+    assert "rms_norm_vec4" in doc["ops"]["rms_norm"]
+
+
+def test_usage_errors_exit_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        (("run", "--families", "nope"), "unknown families ['nope']"),
+        (("run", "--ops", "rms_nrom"), "unknown op 'rms_nrom'"),
+        (("run", "--shard", "3/2"), "1 <= I <= N"),
+        (("run", "--shard", "x"), "I/N"),
+        (("run", "--wgsl-dir", tmp_path / "none"), "no such folder"),
+        (("run", "--expectations", tmp_path / "none.toml"), "no such expectations file"),
+        (("replay", tmp_path / "no-bundle"), "no such bundle folder"),
+        (("report", tmp_path / "no-run"), "no such run folder"),
+        (("merge", tmp_path / "m", tmp_path / "no-run"), "no such run folder"),
+        (("run", "--max-examples", "0"), "positive integer"),
+        (("run", "--profile", "weekly"), "invalid choice: 'weekly'"),
+    ]
+    for args, message in cases:
+        status, _, err = _main(capsys, *args)
+        assert status == 2, (args, err)
+        assert message in err, (args, err)
+        assert "Traceback" not in err, args
+    (tmp_path / "not-a-run").mkdir()
+    (tmp_path / "not-a-run" / "notes.txt").write_text("mine")
+    status, _, err = _main(capsys, "run", "--families", "add", "--out", tmp_path / "not-a-run")
+    assert status == 2 and "refusing to write" in err
+    assert (tmp_path / "not-a-run" / "notes.txt").exists()
+
+
+def test_corrupt_records_are_reported_not_crashed_on(planted_run: Path, tmp_path: Path) -> None:
+    copy = tmp_path / "run"
+    shutil.copytree(planted_run, copy)
+    lines = (copy / "cases.jsonl").read_text().splitlines()
+    lines[2] = lines[2][: len(lines[2]) // 2]  # a damaged line in the middle
+    (copy / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    proc = parity("report", copy)
+    assert proc.returncode == 2
+    assert f"{copy / 'cases.jsonl'}:3: corrupt record" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    # A last line cut short (a kill mid-write) is skipped, not an error.
+    lines = (planted_run / "cases.jsonl").read_text().splitlines()
+    (copy / "cases.jsonl").write_text("\n".join(lines) + "\n" + lines[0][:20])
+    assert parity("report", copy).returncode == 1
+
+
+def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    for command in ((), ("run",), ("report",), ("merge",), ("replay",), ("regress",), ("list",)):
+        status, out, _ = _main(capsys, *command, "--help")
+        assert status == 0, command
+        assert "usage: parity" in out
+    _, run_help, _ = _main(capsys, "run", "--help")
+    for option in ("--time-budget", "--shard", "--max-examples", "--profile", "(default"):
+        assert option in run_help
+
+
+def test_time_budget_stops_generation_and_skips_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "timed"
+    status, _, err = _main(
+        capsys, "run", "--families", "rms_norm,add", "--max-examples", "40",
+        "--chunk-examples", "10", "--time-budget", "1", "--no-database", "--no-expectations",
+        "--out", out,
+    )  # fmt: skip
+    assert status == 0, err
+    summary = _summary(out)
+    assert summary["status"] == "time_budget" and not summary["complete"]
+    chunks = [r for r in _records(out) if r["record"] == "chunk"]
+    assert len(chunks) == 8  # every chunk of the plan is accounted for
+    statuses = "".join(c["status"][0] for c in chunks)  # complete, time_budget, skipped
+    assert re.fullmatch(r"c*t?s+", statuses), statuses
+    assert all(c["reason"] == "time_budget" for c in chunks if c["status"] == "skipped")
+    assert summary["totals"]["cases"] < 40
+    assert "time budget 1 s" in err
