@@ -35,12 +35,13 @@ from typing import Any
 
 import numpy as np
 
-from graph_format import DTYPES, Graph, GraphFormatError, Runtime, StepResult, TensorValue
+from graph_format import Graph, GraphFormatError, Runtime, StepResult, TensorValue
 from harness.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
 from harness.case import Case
 from harness.contract import ContractModel, ModelStep, expected_build_error
-from harness.lockstep import CaseResult, LockstepRunner, poison_word
+from harness.lockstep import CaseResult, LockstepRunner
 from harness.ops import MODELS, model_for
+from harness.oracles import canary_fill
 from harness.records import (
     RecordError,
     divergence_record,
@@ -153,12 +154,7 @@ def capture_evidence(
             expected = model.try_step(inputs)
             fill: dict[str, tuple[int, int]] = {}
             if isinstance(expected, ModelStep):
-                for name in canaried:
-                    live = (
-                        int(np.prod(expected.cur_dims[name]))
-                        * DTYPES[graph.tensor(name).dtype].itemsize
-                    )
-                    fill[name] = ((live + 3) // 4 * 4, poison_word(index))
+                fill = canary_fill(index, graph, expected, canaried)
             results: dict[str, StepResult] = {}
             for name, lg in loaded.items():
                 try:

@@ -172,6 +172,14 @@ def _parser() -> argparse.ArgumentParser:
         "glsl/)",
     )
     run.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        metavar="N",
+        help="re-runs per backend of every divergent case, to classify it as deterministic "
+        "or not (default: 3; 0 turns it off)",
+    )
+    run.add_argument(
         "--progress-every",
         type=_positive_float,
         default=10.0,
@@ -384,6 +392,7 @@ def _run(args: argparse.Namespace) -> int:
         shader_dirs=shader_dirs,
         expectations=expectations,
         progress_every_s=args.progress_every,
+        repeats=max(0, args.repeats),
         command=" ".join(["parity", *sys.argv[1:]]) if sys.argv else "parity run",
     )
     session = RunSession(config, log=_err)

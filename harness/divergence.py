@@ -26,6 +26,12 @@ class Kind(StrEnum):
     DEGENERATE = "degenerate"  # the case itself proves nothing (constant inputs, zero outputs)
 
 
+# Bands of error / budget for numeric findings: marginal (a missing term in a derivation,
+# or a subtly different accumulation), clear, and gross (a wrong element, a dropped factor).
+# Bands rather than decades: one bug's factor can span many decades across cases (it
+# depends on the data), and decades would split it into as many "different" bugs.
+NUMERIC_BANDS = (("x1", 1.0), ("x10", 10.0), ("x1000", 1000.0))
+
 METADATA_KINDS = frozenset({Kind.CUR_DIMS, Kind.DISPATCH, Kind.PHYSICAL_GRID})
 
 # Within one step, the more fundamental finding comes first: a crash or a wrong dispatch
@@ -84,15 +90,12 @@ class Divergence:
 
     def signature(self) -> tuple[str, str, str, str]:
         """What identifies "the same bug": class, op type, blame, and for numeric failures
-        the order of magnitude of error / budget (so shrinking cannot trade a 1000x error
-        for a barely failing one)."""
+        the band of error / budget (`NUMERIC_BANDS`), so that shrinking cannot trade a gross
+        error for a barely failing one, or the other way round."""
         bucket = ""
         if self.kind == Kind.NUMERIC:
-            bucket = (
-                "inf"
-                if self.factor is None
-                else f"1e{math.floor(math.log10(max(self.factor, 1.0)))}"
-            )
+            factor = math.inf if self.factor is None else self.factor
+            bucket = next(name for name, low in reversed(NUMERIC_BANDS) if factor >= low)
         return (str(self.kind), self.op_type or "-", self.blame, bucket)
 
     def to_json(self) -> dict[str, Any]:

@@ -35,10 +35,6 @@ RECORD_VERSION = 1
 CASES_FILE = "cases.jsonl"
 RUN_FILE = "run.json"
 
-# Attributes of CaseResult that the harness may record (issue 5: coverage matrix,
-# repeatability, first divergent op); copied into the record when present.
-OPTIONAL_RESULT_FIELDS = ("coverage", "repeatability", "first_divergent")
-
 
 class RecordError(ValueError):
     """A records file that cannot be read; the message names the file and line."""
@@ -166,29 +162,6 @@ def step_json(step: StepRecord) -> dict[str, Any]:
     return data
 
 
-def dispatch_variants(case: Case, result: CaseResult) -> dict[str, dict[str, dict[str, list]]]:
-    """Coverage computed from the dispatch logs: per op type and backend, kernels that ran.
-
-    Used when the harness does not record coverage itself (issue 5 item 8 adds regimes).
-    """
-    types = op_types(case)
-    out: dict[str, dict[str, dict[str, set[str]]]] = {}
-    for step in result.steps:
-        for backend, bs in step.backends.items():
-            for d in bs.dispatches:
-                if not d.get("ran"):
-                    continue
-                op_type = types.get(str(d.get("op")), str(d.get("op")))
-                cell = out.setdefault(op_type, {}).setdefault(
-                    backend, {"regimes": set(), "variants": set()}
-                )
-                cell["variants"].add(str(d.get("kernel")))
-    return {
-        op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in per.items()}
-        for op, per in out.items()
-    }
-
-
 def case_record(
     case: Case,
     result: CaseResult,
@@ -227,13 +200,10 @@ def case_record(
         "duration_s": round(result.duration_s, 4),
         "divergences": divergences,
     }
-    for name in OPTIONAL_RESULT_FIELDS:
-        value = getattr(result, name, None)
-        if value is not None:
-            record[name] = plain(value)
-    if "coverage" not in record:
-        record["coverage"] = dispatch_variants(case, result)
-        record["coverage_source"] = "dispatch-log"
+    record["coverage"] = result.coverage.to_json()
+    first = result.first_divergence()
+    if first is not None:
+        record["first_divergent"] = plain(first)
     if divergences:
         # The full timeline only for divergent cases: it is what a failure page shows, and a
         # killed run must be able to show it before any bundle exists.

@@ -35,6 +35,7 @@ from graph_format import Runtime
 from harness.backends import BACKENDS, open_runtimes
 from harness.bundle import REPO_SHADER_DIRS, copy_shaders, write_bundle
 from harness.case import Case
+from harness.divergence import primary
 from harness.expectations import Expectations
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.plan import Chunk, Shard, make_plan, plan_digest, shard_of
@@ -47,8 +48,9 @@ from harness.records import (
     versions,
     write_json,
 )
+from harness.repeatability import classify
 from harness.strategies import FAMILIES
-from harness.verdict import DivergenceFound
+from harness.verdict import CaseChecker, DivergenceFound, exception_for, utilization_by_op_type
 
 RUN_FORMAT = "parity-run/1"
 # Files and folders a run writes; only these are cleared when a run folder is reused.
@@ -84,6 +86,7 @@ class RunConfig:
     shader_dirs: Mapping[str, Path] = field(default_factory=dict)
     expectations: Expectations = field(default_factory=Expectations)
     progress_every_s: float = 10.0
+    repeats: int = 3  # re-runs per backend to classify a divergent case's repeatability
     command: str = ""
 
 
@@ -170,6 +173,10 @@ class RunSession:
         """
         self.runtimes = open_runtimes(BACKENDS, self.config.shader_dirs)
         self.runner = LockstepRunner(self.runtimes)
+        # No re-runs while searching: classifying every divergent case would multiply the
+        # cost of a frequent bug. Each final finding is classified once (see `_findings`);
+        # a failure that does not replay reaches us as Hypothesis's FlakyFailure group.
+        self.checker = CaseChecker(self.runner, repeats=0)
         out = self.config.out
         prepare_run_folder(out)
         if self.config.database is not None:
@@ -362,9 +369,11 @@ class RunSession:
             raise _Stop(self.stop_reason)
         if self._out_of_time(grace=state.unexpected_found):
             raise _Stop("time_budget")
-        result = self.runner.run(case)
+        result, repeat = self.checker.run(case)
         chunk = state.chunk
         record = case_record(case, result, chunk=chunk.id, family=chunk.family, seq=state.seq)
+        if repeat is not None:
+            record["repeatability"] = repeat.to_json()
         adapters = self.runner.adapters
         for d in record["divergences"]:
             d["expected"] = self.config.expectations.match(d, chunk.family, adapters)
@@ -373,6 +382,9 @@ class RunSession:
             for d, r in zip(result.divergences, record["divergences"], strict=True)
             if r["expected"] is None
         ]
+        # A case found non-deterministic keeps that verdict on every replay, even one that
+        # happens to pass, so Hypothesis never sees it as flaky.
+        nondeterministic = repeat is not None and not repeat.deterministic
         record["unexpected"] = len(unexpected)
         record["shard"] = str(self.config.shard)
         state.seq += 1
@@ -388,16 +400,23 @@ class RunSession:
                 t.known += 1
         self._progress(current=chunk)
         if self.steer:
-            # Hunt for the worst cases: Hypothesis hill-climbs on the error/budget ratio.
-            target(min(float(result.max_utilization), 1e6), label="max error/budget")
-        if unexpected:
+            # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
+            for op_type, value in utilization_by_op_type(case, result).items():
+                target(min(value, 1e6), label=f"{op_type} error/budget")
+        if unexpected or nondeterministic:
             state.unexpected_found = True
             # One candidate per bug (op, class, blame), whatever regime it showed in.
             key = tuple(sorted({r["signature"].rsplit("|", 1)[0] for r in record["divergences"]}))
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
-            err = DivergenceFound(_only(result, unexpected))
+            # The exception class stands for the bug's signature, so that Hypothesis only
+            # accepts shrinks that keep it (harness/verdict.py).
+            if nondeterministic:
+                signature: tuple[str, ...] = ("nondeterministic", *repeat.backends)  # type: ignore[union-attr]
+            else:
+                signature = primary(unexpected).signature()
+            err = exception_for(signature)(_only(result, unexpected), repeat)
             err.parity_case = case  # type: ignore[attr-defined]
             err.parity_record = record  # type: ignore[attr-defined]
             raise err
@@ -417,6 +436,9 @@ class RunSession:
             shrunk = False
         out = []
         for case, record in picked:
+            if self.config.repeats:
+                repeat = classify(case, self.runtimes, self.config.repeats)
+                record["repeatability"] = repeat.to_json()
             bundle_id = f"{chunk.family}-{chunk.index}-{record['case_id']}"
             folder = self.config.out / "bundles" / bundle_id
             try:
@@ -441,6 +463,7 @@ class RunSession:
                     "shrunk": shrunk,
                     "signatures": sorted({d["signature"] for d in record["divergences"]}),
                     "unexpected": record["unexpected"],
+                    "repeatability": (record.get("repeatability") or {}).get("class"),
                 }
             )
         return out

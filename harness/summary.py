@@ -4,12 +4,15 @@
 JSONL records, so a report can be rebuilt from a killed run, re-rendered later, or merged
 from shards. summary.json (format `parity-summary/1`) holds:
 
-- `status`, `complete`, `exit_status` (0: no unexpected divergence, 1: some);
+- `status`, `complete`, `exit_status` (0: no unexpected divergence and every required
+  coverage cell filled, 1: otherwise);
 - `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
   duration), `adapters` (per backend: adapter, driver, API), `versions`, `duration_s`;
 - `totals`: distinct cases, steps, divergent / unexpected / known cases, findings;
 - `per_family` and `per_op`: cases, steps, divergent cases, divergences by class;
 - `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
+  `coverage_required` (the profile's cells for the op types run), `coverage_checked` (a
+  complete run of every shard) and `coverage_missing` ((op, backend, cell) left empty);
 - `signatures`: failures grouped by (op type, class, blamed backend, regime), with counts;
 - `findings`: the minimal failing cases (with their bundle), provisional ones for a chunk
   that never finished (a killed run);
@@ -24,7 +27,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from harness.coverage import missing_cells
 from harness.expectations import entry_status
+from harness.profiles import PROFILES
 from harness.records import as_float
 
 SUMMARY_FORMAT = "parity-summary/1"
@@ -72,7 +77,6 @@ def summarize(
     per_family: dict[str, dict[str, Any]] = {}
     per_op: dict[str, dict[str, Any]] = {}
     coverage: dict[str, dict[str, dict[str, set[str]]]] = {}
-    coverage_sources: set[str] = set()
     by_signature: dict[str, dict[str, Any]] = {}
     matches: Counter[str] = Counter()
     ops_run: set[str] = set()
@@ -96,7 +100,6 @@ def summarize(
                 )
                 target["regimes"].update(cell.get("regimes", []))
                 target["variants"].update(cell.get("variants", []))
-        coverage_sources.add(str(r.get("coverage_source", "harness")))
         for d in r.get("divergences", []):
             if d.get("expected"):
                 matches[str(d["expected"])] += 1
@@ -153,12 +156,30 @@ def summarize(
     shards = sorted(
         {(int(r["shard"]["index"]), int(r["shard"]["count"])) for r in runs if r.get("shard")}
     )
+    # Required coverage cells (the profile's) are judged only on a complete run of every
+    # shard, and only for the op types the run exercised.
+    counts = {n for _, n in shards}
+    all_shards = not shards or (
+        len(counts) == 1 and {i for i, _ in shards} == set(range(1, next(iter(counts)) + 1))
+    )
+    profile = PROFILES.get(str(first.get("profile")))
+    required = {
+        op: cells
+        for op, cells in (profile.required_coverage if profile else {}).items()
+        if op in ops_run
+    }
+    coverage_checked = complete and all_shards
+    missing = (
+        missing_cells(coverage, required, sorted(first.get("adapters", {})))
+        if coverage_checked
+        else []
+    )
     summary = {
         "format": SUMMARY_FORMAT,
         "note": "internal to the parity harness; rebuilt by `parity report` from cases.jsonl",
         "status": _overall_status(statuses, complete),
         "complete": complete,
-        "exit_status": 1 if unexpected else 0,
+        "exit_status": 1 if unexpected or missing else 0,
         "profile": first.get("profile"),
         "seed": first.get("seed"),
         "families": first.get("families", []),
@@ -199,7 +220,9 @@ def summarize(
             op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in sorted(per.items())}
             for op, per in sorted(coverage.items())
         },
-        "coverage_source": sorted(coverage_sources),
+        "coverage_required": {op: list(cells) for op, cells in sorted(required.items())},
+        "coverage_checked": coverage_checked,
+        "coverage_missing": [list(m) for m in missing],
         "signatures": sorted(
             by_signature.values(), key=lambda s: (s["expected"] is not None, -s["cases"])
         ),

@@ -34,8 +34,8 @@ def wgsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
     """Load `wgsl/<stem>.wgsl` with `old` replaced by `new` (which must occur)."""
     original = webgpu_backend.device.load_wgsl
 
-    def load(kernel: str) -> str:
-        source = original(kernel)
+    def load(kernel: str, directory: Any = None) -> str:
+        source = original(kernel, directory)
         if kernel == stem:
             assert old in source, f"{stem}.wgsl does not contain {old!r}"
             source = source.replace(old, new)
