@@ -183,12 +183,15 @@ class OpModel(Protocol):
 
 
 def _registry() -> dict[str, OpModel]:
-    from harness.ops import binary, rms_norm
+    from harness.ops import activation, binary, rms_norm
 
     return {
         "rms_norm": rms_norm.MODEL,
         "add": binary.ADD,
         "mul": binary.MUL,
+        "sigmoid": activation.SIGMOID,
+        "silu": activation.SILU,
+        "silu_mul": activation.SILU_MUL,
     }
 
 
