@@ -183,7 +183,7 @@ class OpModel(Protocol):
 
 
 def _registry() -> dict[str, OpModel]:
-    from harness.ops import activation, binary, rms_norm
+    from harness.ops import activation, binary, embedding_q4gsw, rms_norm
 
     return {
         "rms_norm": rms_norm.MODEL,
@@ -192,6 +192,7 @@ def _registry() -> dict[str, OpModel]:
         "sigmoid": activation.SIGMOID,
         "silu": activation.SILU,
         "silu_mul": activation.SILU_MUL,
+        "embedding_q4gsw": embedding_q4gsw.MODEL,
     }
 
 

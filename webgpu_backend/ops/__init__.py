@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from webgpu_backend.ops import activation, binary, rms_norm
+from webgpu_backend.ops import activation, binary, embedding_q4gsw, rms_norm
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -25,4 +25,5 @@ OP_BUILDERS: dict[str, OpBuilder] = {
     "sigmoid": activation.build_unary,
     "silu": activation.build_unary,
     "silu_mul": activation.build_silu_mul,
+    "embedding_q4gsw": embedding_q4gsw.build,
 }
