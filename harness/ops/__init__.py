@@ -183,7 +183,7 @@ class OpModel(Protocol):
 
 
 def _registry() -> dict[str, OpModel]:
-    from harness.ops import activation, binary, embedding_q4gsw, rms_norm
+    from harness.ops import activation, binary, embedding_q4gsw, rms_norm, rotary
 
     return {
         "rms_norm": rms_norm.MODEL,
@@ -193,6 +193,8 @@ def _registry() -> dict[str, OpModel]:
         "silu": activation.SILU,
         "silu_mul": activation.SILU_MUL,
         "embedding_q4gsw": embedding_q4gsw.MODEL,
+        "apply_rotary_emb": rotary.LLAMA,
+        "apply_rotary_emb_hf": rotary.HF,
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from webgpu_backend.ops import activation, binary, embedding_q4gsw, rms_norm
+from webgpu_backend.ops import activation, binary, embedding_q4gsw, rms_norm, rotary
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -26,4 +26,6 @@ OP_BUILDERS: dict[str, OpBuilder] = {
     "silu": activation.build_unary,
     "silu_mul": activation.build_silu_mul,
     "embedding_q4gsw": embedding_q4gsw.build,
+    "apply_rotary_emb": rotary.build_llama,
+    "apply_rotary_emb_hf": rotary.build_hf,
 }
