@@ -183,7 +183,7 @@ class OpModel(Protocol):
 
 
 def _registry() -> dict[str, OpModel]:
-    from harness.ops import activation, binary, embedding_q4gsw, rms_norm, rotary
+    from harness.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, view
 
     return {
         "rms_norm": rms_norm.MODEL,
@@ -195,6 +195,8 @@ def _registry() -> dict[str, OpModel]:
         "embedding_q4gsw": embedding_q4gsw.MODEL,
         "apply_rotary_emb": rotary.LLAMA,
         "apply_rotary_emb_hf": rotary.HF,
+        "view_copy": view.VIEW_COPY,
+        "sym_size": view.SYM_SIZE,
     }
 
 

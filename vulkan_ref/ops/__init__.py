@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vulkan_ref.ops import activation, binary_op, embedding_q4gsw, rms_norm, rotary
+from vulkan_ref.ops import activation, binary_op, embedding_q4gsw, rms_norm, rotary, view
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -28,4 +28,6 @@ OP_IMPLS: dict[str, OpImpl] = {
     "embedding_q4gsw": embedding_q4gsw.add_embedding_q4gsw_node,
     "apply_rotary_emb": rotary.add_rotary_emb_node,
     "apply_rotary_emb_hf": rotary.add_rotary_emb_hf_node,
+    "view_copy": view.add_view_copy_node,
+    "sym_size": view.add_sym_size_node,
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from webgpu_backend.ops import activation, binary, embedding_q4gsw, rms_norm, rotary
+from webgpu_backend.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, view
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -28,4 +28,6 @@ OP_BUILDERS: dict[str, OpBuilder] = {
     "embedding_q4gsw": embedding_q4gsw.build,
     "apply_rotary_emb": rotary.build_llama,
     "apply_rotary_emb_hf": rotary.build_hf,
+    "view_copy": view.build_view_copy,
+    "sym_size": view.build_sym_size,
 }
