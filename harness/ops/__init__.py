@@ -183,7 +183,7 @@ class OpModel(Protocol):
 
 
 def _registry() -> dict[str, OpModel]:
-    from harness.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, view
+    from harness.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, sdpa, view
 
     return {
         "rms_norm": rms_norm.MODEL,
@@ -197,6 +197,7 @@ def _registry() -> dict[str, OpModel]:
         "apply_rotary_emb_hf": rotary.HF,
         "view_copy": view.VIEW_COPY,
         "sym_size": view.SYM_SIZE,
+        "sdpa_with_kv_cache": sdpa.MODEL,
     }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from webgpu_backend.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, view
+from webgpu_backend.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, sdpa, view
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -30,4 +30,5 @@ OP_BUILDERS: dict[str, OpBuilder] = {
     "apply_rotary_emb_hf": rotary.build_hf,
     "view_copy": view.build_view_copy,
     "sym_size": view.build_sym_size,
+    "sdpa_with_kv_cache": sdpa.build,
 }
