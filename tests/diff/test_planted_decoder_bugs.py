@@ -19,7 +19,7 @@ from harness.builder import GraphBuilder
 from harness.case import Case, StepInputs
 from harness.divergence import Kind
 from harness.lockstep import LockstepRunner
-from tests.plants import glsl_substitution, wgsl_substitution
+from tests.plants import glsl_substitution, webgpu_after_hook, wgsl_substitution
 from webgpu_backend.graph import WebGPUGraph
 
 pytestmark = pytest.mark.gpu
@@ -265,3 +265,29 @@ def test_sym_size_reading_a_stale_intermediate_is_caught(runner: LockstepRunner)
     # Step 1 (S 8 -> 5): the view gets the stale S = 8 for 5 rows and refuses the step.
     first = [d for d in result.divergences if d.step == min(x.step for x in result.divergences)]
     assert first[0].step == 1 and first[0].kind == Kind.ERROR_ASYMMETRY, found
+
+
+def test_wrong_sym_size_value_is_caught(runner: LockstepRunner) -> None:
+    # A sym_size nothing consumes: only the SymInt oracle can see its value. Planted: the
+    # WebGPU hook reports x's max dim instead of its live one.
+    rng = np.random.default_rng(8)
+    b = GraphBuilder()
+    x = b.input("x", "float32", [1, 8, 16])
+    b.op("sym_size", name="seq", x=x, dim=b.int(1))
+    b.output(b.op("sigmoid", name="act", x=x))
+    case = Case(
+        b.build(),
+        [{"x": rng.standard_normal((1, s, 16)).astype(np.float32)} for s in (8, 3)],
+        name="unused sym_size",
+    )
+    assert runner.run(case).ok
+
+    def max_dim(graph: WebGPUGraph, node: OpNode, dispatches: list[Any]) -> None:
+        graph.symints[node.outputs["out"]] = graph.arg_tensor(node, "x").dims[1]
+
+    with webgpu_after_hook("sym_size", max_dim):
+        result = runner.run(case)
+    found = summary(result)
+    assert [(d.step, d.kind, d.blame, d.tensor) for d in result.divergences] == [
+        (1, Kind.CUR_DIMS, "webgpu", "seq.out")
+    ], found
