@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from graph_format import Graph
 from harness.builder import GraphBuilder
 from harness.case import Case, StepInputs
 
@@ -523,22 +524,24 @@ def sdpa_cases(draw: st.DrawFn) -> Case:
     return Case(b.build(), steps, name="sdpa", meta={"seed": seed, "family": "sdpa"})
 
 
-@st.composite
-def attention_cases(draw: st.DrawFn) -> Case:
-    """A decoder's attention block without the linears, as the decoder graph wires it.
+def attention_block(
+    rng: np.random.Generator,
+    *,
+    q_heads: int,
+    kv_heads: int,
+    dim: int,
+    cache_rows: int,
+    max_seq: int,
+) -> Graph:
+    """A decoder's attention block without the linears, wired as the decoder graph wires it.
 
-    q = view(rms_norm(xq), [1, s, Hq, D]) with s = sym_size of the rms_norm output (an
-    intermediate), k and v viewed with the same s, Llama rope with host-sliced freqs,
-    sdpa with the KV cache at input_pos, and the result viewed back to [1, S, Hq*D] with a
-    sym_size of sdpa's output. v is shallower than q and k, so the sdpa hook sees stale
-    co-inputs mid-propagation on WebGPU; every hook must still converge to the live values.
+    Inputs xq [1, S, Hq*D], xk and xv [1, S, Hkv*D], freqs_cos / freqs_sin [S, D/2] and the
+    SymInt input_pos. q = view(rms_norm(xq), [1, s, Hq, D]) with s = sym_size of the
+    rms_norm output (an intermediate); k and v are viewed with the same s; Llama rope; sdpa
+    with the KV cache; the result viewed back to [1, S, Hq*D] with a sym_size of sdpa's
+    output. v is shallower than q and k, so on WebGPU the sdpa hook sees stale co-inputs
+    mid-propagation and must still converge to the live values.
     """
-    seed = draw(_seeds())
-    rng = np.random.default_rng(seed)
-    kv_heads, group, dim = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(head_dims())
-    q_heads = kv_heads * group
-    cache_rows = draw(st.one_of(st.integers(2, 32), st.sampled_from([64, 70])))
-    max_seq = draw(st.integers(1, min(cache_rows, 16)))
     b = GraphBuilder()
     xq = b.input("xq", "float32", [1, max_seq, q_heads * dim])
     xk = b.input("xk", "float32", [1, max_seq, kv_heads * dim])
@@ -560,11 +563,9 @@ def attention_cases(draw: st.DrawFn) -> Case:
             out_dims=[1, max_seq, n, dim],
         )
 
-    q4, k4, v4 = (
-        heads("q_heads", hq, q_heads),
-        heads("k_heads", xk, kv_heads),
-        heads("v_heads", xv, kv_heads),
-    )
+    q4 = heads("q_heads", hq, q_heads)
+    k4 = heads("k_heads", xk, kv_heads)
+    v4 = heads("v_heads", xv, kv_heads)
     qr, kr = b.op(
         "apply_rotary_emb",
         name="rope",
@@ -595,20 +596,42 @@ def attention_cases(draw: st.DrawFn) -> Case:
             out_dims=[1, max_seq, q_heads * dim],
         )
     )
-    steps: list[StepInputs] = []
-    for s, position in draw(kv_steps(cache_rows, max_seq)):
-        angles = rope_tables(position + np.arange(s), dim)
-        steps.append(
-            {
-                "xq": float_array(rng, [1, s, q_heads * dim]),
-                "xk": float_array(rng, [1, s, kv_heads * dim]),
-                "xv": float_array(rng, [1, s, kv_heads * dim]),
-                "freqs_cos": np.cos(angles).astype(np.float32),
-                "freqs_sin": np.sin(angles).astype(np.float32),
-                "input_pos": position,
-            }
-        )
-    return Case(b.build(), steps, name="attention", meta={"seed": seed, "family": "attention"})
+    return b.build()
+
+
+def attention_step(rng: np.random.Generator, graph: Graph, seq: int, position: int) -> StepInputs:
+    """Inputs of one `attention_block` step: S tokens at `position`, freqs sliced to match."""
+    q_width, kv_width = graph.tensor("xq").dims[2], graph.tensor("xk").dims[2]
+    dim = 2 * graph.tensor("freqs_cos").dims[1]
+    angles = rope_tables(position + np.arange(seq), dim)
+    return {
+        "xq": float_array(rng, [1, seq, q_width]),
+        "xk": float_array(rng, [1, seq, kv_width]),
+        "xv": float_array(rng, [1, seq, kv_width]),
+        "freqs_cos": np.cos(angles).astype(np.float32),
+        "freqs_sin": np.sin(angles).astype(np.float32),
+        "input_pos": position,
+    }
+
+
+@st.composite
+def attention_cases(draw: st.DrawFn) -> Case:
+    """`attention_block` over a KV-cache session (`kv_steps`)."""
+    seed = draw(_seeds())
+    rng = np.random.default_rng(seed)
+    kv_heads, group, dim = draw(st.integers(1, 2)), draw(st.integers(1, 2)), draw(head_dims())
+    cache_rows = draw(st.one_of(st.integers(2, 32), st.sampled_from([64, 70])))
+    max_seq = draw(st.integers(1, min(cache_rows, 16)))
+    graph = attention_block(
+        rng,
+        q_heads=kv_heads * group,
+        kv_heads=kv_heads,
+        dim=dim,
+        cache_rows=cache_rows,
+        max_seq=max_seq,
+    )
+    steps = [attention_step(rng, graph, s, p) for s, p in draw(kv_steps(cache_rows, max_seq))]
+    return Case(graph, steps, name="attention", meta={"seed": seed, "family": "attention"})
 
 
 FAMILIES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
