@@ -459,7 +459,11 @@ def kv_steps(draw: st.DrawFn, cache_rows: int, max_seq: int) -> list[tuple[int, 
             st.sampled_from(["next", "next", "decode", "decode", "reset", "end", "split", "past"])
         )
         seq = 1 if kind == "decode" else draw(live_sizes(max_seq))
-        if kind in ("next", "decode"):
+        if kind == "next" and position == cache_rows:
+            kind = "reset"  # a full cache: start over (decode and "past" still overflow)
+        if kind == "next":
+            pos, seq = position, min(seq, cache_rows - position)  # a chunk that fits
+        elif kind == "decode":
             pos = position
         elif kind == "reset":
             pos = 0
