@@ -302,10 +302,17 @@ def head_dims() -> st.SearchStrategy[int]:
     return st.sampled_from([2, 4, 6, 8, 10, 16, 30, 32, 64])
 
 
-def rope_tables(positions: np.ndarray, dim: int, theta: float = 10000.0) -> np.ndarray:
-    """Angles pos * theta^(-2i/dim) for i < dim/2, one row per position."""
+def rope_tables(
+    rng: np.random.Generator, positions: np.ndarray, dim: int, theta: float = 10000.0
+) -> np.ndarray:
+    """Rotation angles pos * theta^(-2i/dim), i < dim/2, one row per position.
+
+    The positions get a random fractional phase: at position 0 the true tables are constant
+    (cos 1, sin 0), which would make the case degenerate (harness/oracles.py); the kernels'
+    job is the same for any angle.
+    """
     freqs = theta ** (-np.arange(0, dim, 2) / dim)
-    return np.outer(positions, freqs)
+    return np.outer(positions + rng.uniform(0.25, 0.75), freqs)
 
 
 @st.composite
@@ -334,7 +341,7 @@ def rope_cases(draw: st.DrawFn) -> Case:
     b.output(*outs)
     steps = []
     for bsz, seq in draw(step_dims(leading)):
-        angles = rope_tables(draw(st.integers(0, 200)) + np.arange(seq), dim)
+        angles = rope_tables(rng, draw(st.integers(0, 200)) + np.arange(seq), dim)
         steps.append(
             {
                 "xq": float_array(rng, [bsz, seq, q_heads, dim]),
@@ -607,7 +614,7 @@ def attention_step(rng: np.random.Generator, graph: Graph, seq: int, position: i
     """Inputs of one `attention_block` step: S tokens at `position`, freqs sliced to match."""
     q_width, kv_width = graph.tensor("xq").dims[2], graph.tensor("xk").dims[2]
     dim = 2 * graph.tensor("freqs_cos").dims[1]
-    angles = rope_tables(position + np.arange(seq), dim)
+    angles = rope_tables(rng, position + np.arange(seq), dim)
     return {
         "xq": float_array(rng, [1, seq, q_width]),
         "xk": float_array(rng, [1, seq, kv_width]),
