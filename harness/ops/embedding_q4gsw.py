@@ -109,6 +109,10 @@ class EmbeddingQ4gswModel:
                 f"[0, {vocab})",
             )
 
+    def regime_size(self, node: OpNode, live: LiveState) -> int:
+        """Coverage: the number of tokens looked up."""
+        return numel(live.of(node, "indices"))
+
     def resize(self, node: OpNode, live: LiveState) -> None:
         dim = 2 * live.max_of(node, "weight")[1]
         live.set_output(node, "out", (*live.of(node, "indices"), dim))

@@ -126,6 +126,11 @@ class _RotaryBase:
         live.set_output(node, "xq_out", xq)
         live.set_output(node, "xk_out", xk)
 
+    def regime_size(self, node: OpNode, live: LiveState) -> int:
+        """Coverage: B * S, the tokens the dispatch covers (heads are fixed per case)."""
+        dims = live.of(node, "xq")
+        return dims[0] * dims[1]
+
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         pairs = (numel(live.of(node, "xq")) + numel(live.of(node, "xk"))) // 2
         return [(node.name, self.kernel, WORKGROUP, (div_up(pairs, WORKGROUP[0]), 1, 1), True)]
@@ -213,6 +218,14 @@ class HfRotaryModel(_RotaryBase):
                 "start_pos",
                 f"start_pos {start} + S {seq} must lie in the table's {cos[0]} rows",
             )
+
+    def regimes(self, node: OpNode, live: LiveState) -> set[str]:
+        """Coverage: rows at the table's start or reaching its end."""
+        start, seq = live.int_arg(node, "start_pos"), live.of(node, "xq")[1]
+        tags = {"start_pos=0"} if start == 0 else set()
+        if start + seq == live.of(node, "cos")[0]:
+            tags.add("rows=table_end")
+        return tags
 
     @staticmethod
     def _rows(table: np.ndarray, start: int, seq: int) -> tuple[np.ndarray, np.ndarray]:

@@ -154,6 +154,28 @@ class SdpaModel:
             for kernel, count, ran in counts
         ]
 
+    def regime_size(self, node: OpNode, live: LiveState) -> int:
+        """Coverage: S, the size the route and the dispatch counts hinge on."""
+        return live.of(node, "q")[1]
+
+    def regimes(self, node: OpNode, live: LiveState) -> set[str]:
+        """Coverage: where the context sits in the cache and against the 64-row splits."""
+        seq = live.of(node, "q")[1]
+        cache_rows = live.max_of(node, "k_cache")[1]
+        context = live.int_arg(node, "input_pos") + seq
+        tags = {
+            f"context%{SPLIT}={r}"
+            for r, m in (("0", 0), ("+1", 1), ("-1", SPLIT - 1))
+            if context >= SPLIT - 1 and context % SPLIT == m
+        }
+        if context - seq == 0:
+            tags.add("pos=0")
+        if context == cache_rows:
+            tags.add("context=cache_end")
+        if 2 * seq > cache_rows:
+            tags.add("seq>cache/2")
+        return tags
+
     @staticmethod
     def _geometry(args: Args) -> tuple[int, int, int, int, int, float]:
         """(pos, S, Hq, D, group, scale) of a call."""
