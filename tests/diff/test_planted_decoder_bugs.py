@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graph_format import OpNode
+from graph_format import InputError, OpNode
 from harness.builder import GraphBuilder
 from harness.case import Case, StepInputs
+from harness.contract import ContractModel
 from harness.divergence import Kind
 from harness.lockstep import LockstepRunner
 from tests.plants import glsl_substitution, webgpu_after_hook, wgsl_substitution
@@ -143,11 +144,13 @@ def test_cases_are_clean(runner: LockstepRunner, make: Callable[[], Case]) -> No
 def test_refused_overflow_keeps_the_caches(runner: LockstepRunner) -> None:
     # Step 4 runs past the cache's end: both refuse it, and step 5 (a reset) is checked
     # against the caches as they were before step 4 (per-op check of the cache state).
-    result = runner.run(kv_session(SESSION))
-    assert result.steps[4].expected_error is not None
-    assert "cache_overflow" in result.steps[4].expected_error or "exceeds" in (
-        result.steps[4].expected_error
-    )
+    case = kv_session(SESSION)
+    model = ContractModel(case.graph)
+    for step in case.steps[:4]:
+        model.step(step)
+    refused = model.try_step(case.steps[4])
+    assert isinstance(refused, InputError) and refused.key() == ("sdpa", "cache_overflow")
+    result = runner.run(case)
     assert all(b.error for b in result.steps[4].backends.values())
     assert result.ok, summary(result)
 
