@@ -95,11 +95,18 @@ class ContractModel:
                 live.symints[name] = int(value)
             else:
                 live.dims[name] = host_dims(graph, name, value)
+                live.host[name] = np.asarray(value)
+        # Host-side checks of op inputs (token ids) come before any resize, as on the backends.
+        for node in graph.ops:
+            check_host = getattr(model_for(node.op), "check_host", None)
+            if check_host is not None:
+                check_host(node, live)
         dispatches: list[ExpectedDispatch] = []
         for node in graph.ops:
             model = model_for(node.op)
             model.resize(node, live)
             dispatches += model.dispatches(node, live)
+        live.host = {}  # this step's data is not state
         self.state = live
         return ModelStep(dict(live.dims), dict(live.symints), dispatches)
 

@@ -14,7 +14,7 @@ class Kind(StrEnum):
     BUILD_ERROR = "build_error"  # a backend refused (or accepted) a graph unlike the contract
     ERROR_ASYMMETRY = "error_asymmetry"  # one side raised where the contract says otherwise
     STATE_AFTER_REJECT = "state_after_reject"  # a rejected step changed the graph
-    CUR_DIMS = "cur_dims"  # live dims differ from the contract
+    CUR_DIMS = "cur_dims"  # live dims (or a SymInt's value) differ from the contract
     DISPATCH = "dispatch"  # dispatch log (kernel, workgroup size, count, ran) differs
     PHYSICAL_GRID = "physical_grid"  # a physical grid breaks device limits or misses work
     CANARY_WRITE = "canary_write"  # a write into the slack past a tensor's live bytes

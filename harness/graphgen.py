@@ -156,10 +156,77 @@ def _gen_binary(op: str) -> Callable[[GraphGen], bool]:
     return gen
 
 
+def _gen_unary(op: str) -> Callable[[GraphGen], bool]:
+    def gen(g: GraphGen) -> bool:
+        """`op` over any pool tensor."""
+        x = g.pick(g.pool)
+        g.produced(g.builder.op(op, x=x.name), x.dims, [x])
+        return True
+
+    return gen
+
+
+def gen_silu_mul(g: GraphGen) -> bool:
+    """silu(gate) * up over two same-spec tensors, preferably of different depths."""
+    by_spec: dict[tuple[DimSpec, ...], list[PoolTensor]] = {}
+    for t in g.pool:
+        by_spec.setdefault(t.dims, []).append(t)
+    pairs = [ts for ts in by_spec.values() if len(ts) >= 2]
+    if not pairs:
+        return False
+    gate, up = g.pick_pair(g.pick_group(pairs))  # type: ignore[misc]  # groups have >= 2
+    g.produced(g.builder.op("silu_mul", gate=gate.name, up=up.name), gate.dims, [gate, up])
+    return True
+
+
+def gen_view_copy(g: GraphGen) -> bool:
+    """A SymInt-dependent view: split a static last dim W into (H, W/H), or merge two static
+    last dims back; every dynamic dim of the size list is a sym_size of x (often an
+    intermediate), never inferred from numel. Ranks stay <= 4."""
+    b = g.builder
+    merges = [
+        t for t in g.pool if len(t.dims) >= 3 and all(isinstance(d, int) for d in t.dims[-2:])
+    ]
+    splits = [
+        t
+        for t in g.pool
+        if len(t.dims) <= 3
+        and isinstance(t.dims[-1], int)
+        and any(1 < h < t.dims[-1] and t.dims[-1] % h == 0 for h in range(2, 9))
+    ]
+    if not merges and not splits:
+        return False
+    merge = bool(merges) and (not splits or g.draw(st.booleans()))
+    x = g.pick(merges if merge else splits)
+    lead = x.dims[:-2] if merge else x.dims[:-1]
+    if merge:
+        h, d = x.dims[-2], x.dims[-1]
+        assert isinstance(h, int) and isinstance(d, int)
+        tail: tuple[DimSpec, ...] = (h * d,)
+    else:
+        width = x.dims[-1]
+        assert isinstance(width, int)
+        heads = [h for h in range(2, 9) if h < width and width % h == 0]
+        h = heads[g.draw(st.integers(0, len(heads) - 1))]
+        tail = (h, width // h)
+    sizes = [
+        b.op("sym_size", x=x.name, dim=b.int(i)) if isinstance(dim, Sym) else b.int(dim)
+        for i, dim in enumerate(lead)
+    ] + [b.int(v) for v in tail]  # type: ignore[arg-type]  # tail dims are static
+    dims = (*lead, *tail)
+    out = b.op("view_copy", x=x.name, sizes=sizes, out_dims=g.max_dims(dims))
+    g.produced(out, dims, [x])
+    return True
+
+
 OP_GENERATORS: dict[str, Callable[[GraphGen], bool]] = {
     "rms_norm": gen_rms_norm,
     "add": _gen_binary("add"),
     "mul": _gen_binary("mul"),
+    "sigmoid": _gen_unary("sigmoid"),
+    "silu": _gen_unary("silu"),
+    "silu_mul": gen_silu_mul,
+    "view_copy": gen_view_copy,
 }
 
 

@@ -24,6 +24,17 @@ SAFETY = 2.0
 # exp(x) 3 + 2|x| ULP, sin/cos absolute 2^-11 in [-pi, pi].
 ULP_INVERSE_SQRT = 2.0
 ULP_DIVIDE = 2.5
+# Both WGSL and Vulkan allow denormals to be flushed to zero, in inputs and results: any
+# result below the smallest normal may come back as 0 (an absolute error of up to TINY32).
+TINY32 = 2.0**-126
+# The division accuracy above holds for divisors in [2^-126, 2^126]; past 2^126 it is not
+# specified (a GPU may compute x * (1/y) with 1/y flushed to zero).
+DIVISOR_LIMIT = 2.0**126
+
+
+def ulp_exp(x: np.ndarray | float) -> np.ndarray | float:
+    """exp's accuracy in ULPs of its result: 3 + 2|x| (WGSL and Vulkan alike)."""
+    return 3.0 + 2.0 * np.abs(x)
 
 
 def gamma(n: int | np.ndarray) -> float | np.ndarray:

@@ -155,7 +155,8 @@ def _brief(entries: Sequence[ExpectedDispatch]) -> str:
 def check_metadata(
     step: int, graph: Graph, expected: ModelStep, results: Mapping[str, StepResult]
 ) -> list[Divergence]:
-    """Every tensor's cur_dims and every op's dispatch slots, exactly as the contract says."""
+    """Every tensor's cur_dims, every SymInt and every op's dispatch slots, exactly as the
+    contract says."""
     out: list[Divergence] = []
     for tensor, want in expected.cur_dims.items():
         got = {name: tuple(res.cur_dims.get(tensor, ())) for name, res in results.items()}
@@ -171,6 +172,23 @@ def check_metadata(
                     op=producer(graph, tensor),
                     tensor=tensor,
                     details={"expected": list(want), "got": {n: list(d) for n, d in got.items()}},
+                )
+            )
+    # SymInts are live metadata too (input_pos, a sym_size of a live dim).
+    for symint, value in expected.symints.items():
+        got_int = {name: res.symints.get(symint) for name, res in results.items()}
+        wrong = {name: v != value for name, v in got_int.items()}
+        if any(wrong.values()):
+            out.append(
+                Divergence(
+                    step,
+                    Kind.CUR_DIMS,
+                    blame_from(wrong, len(set(got_int.values())) == 1),
+                    f"SymInt {symint!r}: contract {value}, "
+                    + ", ".join(f"{n} {v}" for n, v in got_int.items()),
+                    op=producer(graph, symint),
+                    tensor=symint,
+                    details={"expected": value, "got": got_int},
                 )
             )
     want_by_op = _by_op(expected.dispatches)

@@ -53,6 +53,37 @@ _CORE_CELLS = {
     "mul": ("size=1", "size=max", "step=shrink", "mul_flat", "mul_broadcast"),
 }
 
+# The decoder ops' regimes: S = 1 and the max, both sdpa routes, the cache's and tables'
+# edges, contexts around the decode route's 64-row splits (harness/ops/*.regimes).
+_DECODER_CELLS = {
+    "sdpa_with_kv_cache": (
+        "size=1",
+        "size=max",
+        "step=grow",
+        "step=shrink",
+        "pos=0",
+        "context=cache_end",
+        "seq>cache/2",
+        "context%64=-1",
+        "context%64=0",
+        "context%64=+1",
+        "sdpa_update_cache",
+        "sdpa_qk",
+        "sdpa_softmax",
+        "sdpa_av",
+        "sdpa_fd_split",
+        "sdpa_fd_reduce",
+    ),
+    "apply_rotary_emb": ("size=1", "size=max", "step=shrink", "rotary_emb"),
+    "apply_rotary_emb_hf": ("size=1", "start_pos=0", "rows=table_end", "rotary_emb_hf"),
+    "embedding_q4gsw": ("size=1", "size=max", "step=grow", "embedding_q4gsw"),
+    "view_copy": ("size=1", "size=max", "step=shrink", "view_copy"),
+    "sym_size": ("size=1", "size=max", "step=shrink"),
+    "sigmoid": ("size=1", "size=max", "sigmoid"),
+    "silu": ("size=1", "size=max", "silu"),
+    "silu_mul": ("size=1", "size=max", "silu_mul"),
+}
+
 PROFILES = {
     "quick": Profile("quick", 10, derandomize=False, keep_database=True, chunk_examples=10),
     "pr": Profile("pr", 30, derandomize=True, keep_database=False, chunk_examples=30),
@@ -63,7 +94,7 @@ PROFILES = {
         keep_database=True,
         chunk_examples=50,
         steer=True,
-        required_coverage=_CORE_CELLS,
+        required_coverage=_CORE_CELLS | _DECODER_CELLS,
     ),
 }
 # Where `parity run --profile nightly` keeps its example database unless told otherwise.

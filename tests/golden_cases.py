@@ -80,3 +80,45 @@ def single_op_graph(case: GoldenCase) -> tuple[Graph, dict[str, np.ndarray]]:
     outs = b.op(case.op, name=case.op, out_dims=out_dims, **args)
     b.output(*(outs if isinstance(outs, tuple) else (outs,)))
     return b.build(), inputs
+
+
+def sdpa_steps(case: GoldenCase) -> tuple[Graph, list[dict[str, np.ndarray | int]]]:
+    """The one-op graph of a multi-step sdpa_with_kv_cache case and the inputs of its steps.
+
+    q, k and v are inputs with the largest S of any step; the caches are zero-initialized
+    state tensors of `cache_len` rows; `input_pos` is a SymInt input.
+    """
+    params = case.raw["params"]
+    arrays = golden_arrays()
+    steps: list[dict[str, np.ndarray | int]] = [
+        {
+            "q": arrays[s["q"]],
+            "k": arrays[s["k"]],
+            "v": arrays[s["v"]],
+            "input_pos": int(s["input_pos"]),
+        }
+        for s in case.raw["steps"]
+    ]
+    max_seq = max(s["q"].shape[1] for s in steps)  # type: ignore[union-attr]
+    heads, kv_heads, dim = params["n_heads"], params["n_kv_heads"], params["head_dim"]
+    cache = [1, params["cache_len"], kv_heads, dim]
+    b = GraphBuilder()
+    q = b.input("q", "float32", [1, max_seq, heads, dim])
+    k = b.input("k", "float32", [1, max_seq, kv_heads, dim])
+    v = b.input("v", "float32", [1, max_seq, kv_heads, dim])
+    pos = b.symint_input("input_pos")
+    k_cache = b.state("k_cache", "float32", cache)
+    v_cache = b.state("v_cache", "float32", cache)
+    b.output(
+        b.op(
+            "sdpa_with_kv_cache",
+            name=case.op,
+            q=q,
+            k=k,
+            v=v,
+            k_cache=k_cache,
+            v_cache=v_cache,
+            input_pos=pos,
+        )
+    )
+    return b.build(), steps

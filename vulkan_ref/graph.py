@@ -133,6 +133,13 @@ class DispatchNode(ExecuteNode):
 
 
 @dataclass
+class _InputCheck:
+    op: str
+    tensor: str
+    fn: Callable[[np.ndarray], None]
+
+
+@dataclass
 class _Snapshot:
     sizes: dict[str, Sizes]
     symints: dict[str, int]
@@ -149,7 +156,9 @@ class ComputeGraph:
     """A graph built on the Vulkan device. Implements `graph_format.LoadedGraph`.
 
     Op builders (vulkan_ref/ops) use `tensor_arg`, `output`, `scalar_arg`, `symint_arg`,
-    `add_node`, `add_dispatch_node` and `virtual_resize`; the harness uses `execute`.
+    `int_ubo`, `extract_int_or_symint_list`, `create_scratch`, `add_node`,
+    `add_dispatch_node`, `add_input_check`, `virtual_resize` and `set_symint`; the harness
+    uses `execute`.
     """
 
     def __init__(self, ctx: VulkanContext, graph: Graph, glsl_dir: str | None = None) -> None:
@@ -163,6 +172,8 @@ class ComputeGraph:
         self.symints: dict[str, SymInt] = {}
         self.nodes: list[ExecuteNode] = []
         self._scratch: list[VTensor] = []
+        self._constant_ubos: list[Buffer] = []
+        self._input_checks: list[_InputCheck] = []
         self._staging: Buffer | None = None
         self._closed = False
         for value in graph.values.values():
@@ -323,9 +334,44 @@ class ComputeGraph:
         assert isinstance(name, str)
         return self.symints.get(name) or int(self.graph.scalar(name))
 
+    def int_ubo(self, node: OpNode, slot: str) -> Buffer:
+        """A UBO holding an int-or-SymInt argument as one int (std140), for shaders to bind.
+
+        The SymInt's own UBO, which `set_symint` rewrites; for an int literal, a UBO written
+        once at load.
+        """
+        value = self.symint_arg(node, slot)
+        if isinstance(value, SymInt):
+            return value.ubo
+        ubo = Buffer.create(self.ctx, 16, UNIFORM_USAGE, True)
+        ubo.write(0, int(value).to_bytes(4, "little", signed=True).ljust(16, b"\0"))
+        self._constant_ubos.append(ubo)
+        return ubo
+
+    def extract_int_or_symint_list(self, node: OpNode, slot: str) -> tuple[int, ...]:
+        """The current values of a size-list argument: int literals and live SymInts."""
+        names = node.args[slot]
+        assert isinstance(names, tuple)
+        return tuple(
+            self.symints[n].value if n in self.symints else int(self.graph.scalar(n)) for n in names
+        )
+
     def output(self, node: OpNode, slot: str) -> VTensor:
         """The tensor written as output `slot`."""
         return self.tensors[node.outputs[slot]]
+
+    def add_input_check(
+        self, node: OpNode, tensor: VTensor, fn: Callable[[np.ndarray], None]
+    ) -> None:
+        """Run `fn(host data)` on graph input `tensor` at every execute, before any resize.
+
+        For checks only the host can make cheaply (token ids against a vocabulary): `fn`
+        raises `InputError` and the step is refused with the graph untouched. Checks run
+        after every input's own dtype and size checks, in graph order.
+        """
+        if tensor.name not in self.graph.inputs:
+            raise self.fail(node, f"{tensor.name!r} is not a graph input", tensor=tensor.name)
+        self._input_checks.append(_InputCheck(node.name, tensor.name, fn))
 
     def create_scratch(
         self, node: OpNode, label: str, dtype: str, max_sizes: Sequence[int]
@@ -453,6 +499,9 @@ class ComputeGraph:
             array = self._convert(tensor, value)
             tensor.validate(tuple(array.shape))
             tensors.append((tensor, array))
+        host = {tensor.name: array for tensor, array in tensors}
+        for check in self._input_checks:
+            check.fn(host[check.tensor])
         return tensors, symints
 
     @staticmethod
@@ -681,6 +730,8 @@ class ComputeGraph:
             tensor.destroy()
         for symint in self.symints.values():
             symint.ubo.destroy()
+        for ubo in self._constant_ubos:
+            ubo.destroy()
         if self._staging is not None:
             self._staging.destroy()
 

@@ -104,6 +104,13 @@ class _Hook:
 
 
 @dataclass
+class _InputCheck:
+    op: str
+    tensor: str
+    fn: Callable[[np.ndarray], None]
+
+
+@dataclass
 class _Snapshot:
     cur_dims: dict[str, Dims]
     symints: dict[str, int]
@@ -138,8 +145,9 @@ def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
 class WebGPUGraph:
     """A graph built on a WebGPU device. Implements `graph_format.LoadedGraph`.
 
-    Op builders (webgpu_backend/ops) use `arg_*`, `output`, `create_params`, `add_dispatch`,
-    `add_resize_hook`, `set_cur_dims` and `symint`; the harness uses `execute`.
+    Op builders (webgpu_backend/ops) use `arg_*`, `int_or_symint`, `int_list`, `output`,
+    `create_params`, `create_scratch`, `add_dispatch`, `add_resize_hook`, `add_input_check`,
+    `set_cur_dims` and `set_symint`; the harness uses `execute`.
     """
 
     def __init__(self, dev: WebGPUDevice, graph: Graph, shader_dir: Path | None = None) -> None:
@@ -154,6 +162,7 @@ class WebGPUGraph:
         self._params: list[ParamsBuffer] = []
         self._scratch: list[ScratchBuffer] = []
         self._hooks: list[_Hook] = []
+        self._input_checks: list[_InputCheck] = []
         self._pending: dict[int, ParityError] = {}  # hook order -> error held until convergence
         self._staging = _Staging()
         self._closed = False
@@ -223,6 +232,16 @@ class WebGPUGraph:
         """A reader of the current value of an int-or-SymInt argument."""
         name = node.args[slot]
         assert isinstance(name, str)
+        return self._int_reader(name)
+
+    def int_list(self, node: OpNode, slot: str) -> Callable[[], tuple[int, ...]]:
+        """A reader of the current values of a size-list argument (ints and SymInts)."""
+        names = node.args[slot]
+        assert isinstance(names, tuple)
+        readers = [self._int_reader(name) for name in names]
+        return lambda: tuple(read() for read in readers)
+
+    def _int_reader(self, name: str) -> Callable[[], int]:
         if name in self.symints:
             return lambda: self.symints[name]
         value = int(self.graph.scalar(name))
@@ -307,6 +326,19 @@ class WebGPUGraph:
     ) -> None:
         """Run `fn` whenever one of `triggers` (tensor or SymInt names) changes."""
         self._hooks.append(_Hook(node.name, len(self._hooks), frozenset(triggers), fn))
+
+    def add_input_check(
+        self, node: OpNode, tensor: WebGPUTensor, fn: Callable[[np.ndarray], None]
+    ) -> None:
+        """Run `fn(host data)` on graph input `tensor` at every execute, before anything changes.
+
+        For checks only the host can make cheaply (token ids against a vocabulary): `fn`
+        raises `InputError` and the step is refused with the graph untouched. Checks run
+        after every input's own dtype and shape checks, in registration (graph) order.
+        """
+        if tensor.name not in self.graph.inputs:
+            raise self.fail(node, f"{tensor.name!r} is not a graph input", tensor=tensor.name)
+        self._input_checks.append(_InputCheck(node.name, tensor.name, fn))
 
     def set_cur_dims(self, tensor: WebGPUTensor, dims: Sequence[int]) -> None:
         """Set a tensor's live dims; marks it dirty only if they change.
@@ -419,6 +451,9 @@ class WebGPUGraph:
             data = _host_array(name, tensor.dtype, value)
             tensor.check_dims(tuple(data.shape))
             tensors.append((tensor, data))
+        host = {tensor.name: data for tensor, data in tensors}
+        for check in self._input_checks:
+            check.fn(host[check.tensor])
         return tensors, symints
 
     def execute(

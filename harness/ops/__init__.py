@@ -10,6 +10,11 @@ per op holding
 - `reference`: the op's math in float64;
 - `budget`: per output element, the error a correct float32 implementation may make, given
   the float64 inputs and the error bounds already carried by those inputs.
+
+An op that validates host data (token ids against the vocabulary) also defines
+`check_host(node, live)`: it reads `live.host` and raises the `InputError` both backends
+raise from their `_check_inputs`, before any resize. `ContractModel.step` runs every op's
+`check_host` (in graph order) after the per-input checks and before the first `resize`.
 """
 
 from __future__ import annotations
@@ -79,6 +84,8 @@ class LiveState:
     graph: Graph
     dims: dict[str, Dims]
     symints: dict[str, int] = field(default_factory=dict)
+    # This step's host data of the tensor inputs (already checked: int64 ids fit int32).
+    host: dict[str, np.ndarray] = field(default_factory=dict)
 
     def of(self, node: OpNode, slot: str) -> Dims:
         """Live dims of the tensor passed as `slot`."""
@@ -99,6 +106,14 @@ class LiveState:
         if name in self.symints:
             return self.symints[name]
         return int(self.graph.scalar(name))
+
+    def ints(self, node: OpNode, slot: str) -> tuple[int, ...]:
+        """Current values of a size list argument (ints and SymInts)."""
+        names = node.args[slot]
+        assert isinstance(names, tuple)
+        return tuple(
+            self.symints[n] if n in self.symints else int(self.graph.scalar(n)) for n in names
+        )
 
     def set_output(self, node: OpNode, slot: str, dims: Dims) -> None:
         """Set an output's live dims, with the same per-dim checks the backends apply."""
@@ -168,12 +183,21 @@ class OpModel(Protocol):
 
 
 def _registry() -> dict[str, OpModel]:
-    from harness.ops import binary, rms_norm
+    from harness.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, sdpa, view
 
     return {
         "rms_norm": rms_norm.MODEL,
         "add": binary.ADD,
         "mul": binary.MUL,
+        "sigmoid": activation.SIGMOID,
+        "silu": activation.SILU,
+        "silu_mul": activation.SILU_MUL,
+        "embedding_q4gsw": embedding_q4gsw.MODEL,
+        "apply_rotary_emb": rotary.LLAMA,
+        "apply_rotary_emb_hf": rotary.HF,
+        "view_copy": view.VIEW_COPY,
+        "sym_size": view.SYM_SIZE,
+        "sdpa_with_kv_cache": sdpa.MODEL,
     }
 
 

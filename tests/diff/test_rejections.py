@@ -1,13 +1,16 @@
-"""Load-time rejections: graphs both backends must refuse, naming the same op and tensor.
+"""Rejections: graphs both backends must refuse at load, and steps they must refuse at run time.
 
-Each entry builds a graph that is well formed (the format accepts it) but that an op cannot
-run. The contract model predicts the `GraphBuildError`; both backends must raise one with
-the same key, and the lockstep runner must report no divergence for it.
+Each `BAD_GRAPHS` entry builds a graph that is well formed (the format accepts it) but that an
+op cannot run. The contract model predicts the `GraphBuildError`; both backends must raise one
+with the same key, and the lockstep runner must report no divergence for it. Each `BAD_STEPS`
+entry is a step an op must refuse (`InputError` or `ResizeError` with the model's key) between
+two valid ones.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,7 +18,7 @@ import pytest
 from graph_format import Graph, GraphBuildError, Runtime
 from harness.builder import GraphBuilder
 from harness.case import Case
-from harness.contract import expected_build_error
+from harness.contract import ContractModel, ModelStep, expected_build_error
 from harness.lockstep import LockstepRunner, error_key
 from harness.verdict import assert_parity
 
@@ -64,12 +67,177 @@ def _mul_wrong_out() -> Graph:
     return b.build()
 
 
+def _sigmoid_int_input() -> Graph:
+    b = GraphBuilder()
+    x = b.input("x", "int32", [4, 16])
+    b.output(b.op("sigmoid", x=x, out_dims=[4, 16]))
+    return b.build()
+
+
+def _silu_mul_up_dims() -> Graph:
+    b = GraphBuilder()
+    gate, up = b.input("gate", "float32", [4, 16]), b.input("up", "float32", [4, 8])
+    b.output(b.op("silu_mul", gate=gate, up=up, out_dims=[4, 16]))
+    return b.build()
+
+
+def _embedding(
+    *,
+    weight: np.ndarray | None = None,
+    scales: np.ndarray | None = None,
+    group_size: int = 16,
+    ids_dtype: str = "int32",
+    computed_ids: bool = False,
+) -> Graph:
+    """A [20-token, D = 32] embedding, with one part replaced."""
+    b = GraphBuilder()
+    w = b.constant("weight", np.zeros((20, 16), np.uint8) if weight is None else weight)
+    s = b.constant("scales", np.ones((20, 2), F32) if scales is None else scales)
+    ids = b.input("tokens", ids_dtype, [1, 8])
+    if computed_ids:
+        ids = b.op("view_copy", x=ids, sizes=[b.int(8)], out_dims=[8], out_dtype=ids_dtype)
+    dims = [*b.dims(ids), 32]
+    b.output(
+        b.op(
+            "embedding_q4gsw",
+            weight=w,
+            scales=s,
+            group_size=b.int(group_size, "group_size"),
+            indices=ids,
+            out_dims=dims,
+        )
+    )
+    return b.build()
+
+
+def _rope(
+    *,
+    head_dim: int = 16,
+    k_seq: int = 6,
+    freqs_width: int | None = None,
+    sin_rows: int = 6,
+) -> Graph:
+    b = GraphBuilder()
+    xq = b.input("xq", "float32", [1, 6, 4, head_dim])
+    xk = b.input("xk", "float32", [1, k_seq, 2, head_dim])
+    width = head_dim // 2 if freqs_width is None else freqs_width
+    cos = b.input("freqs_cos", "float32", [6, width])
+    sin = b.input("freqs_sin", "float32", [sin_rows, width])
+    b.output(
+        *b.op(
+            "apply_rotary_emb",
+            xq=xq,
+            xk=xk,
+            freqs_cos=cos,
+            freqs_sin=sin,
+            out_dims={"xq_out": b.dims(xq), "xk_out": b.dims(xk)},
+        )
+    )
+    return b.build()
+
+
+def _rope_hf(*, table_width: int = 16, sin_width: int | None = None) -> Graph:
+    b = GraphBuilder()
+    xq = b.input("xq", "float32", [1, 6, 4, 16])
+    xk = b.input("xk", "float32", [1, 6, 2, 16])
+    cos = b.constant("cos", np.ones((32, table_width), F32))
+    sin = b.constant("sin", np.ones((32, sin_width or table_width), F32))
+    b.output(
+        *b.op(
+            "apply_rotary_emb_hf",
+            xq=xq,
+            xk=xk,
+            cos=cos,
+            sin=sin,
+            start_pos=b.symint_input("start_pos"),
+            out_dims={"xq_out": b.dims(xq), "xk_out": b.dims(xk)},
+        )
+    )
+    return b.build()
+
+
+def _view(
+    *, sizes: list[int] | None = None, x_dtype: str = "float32", out_dtype: str | None = None
+) -> Graph:
+    b = GraphBuilder()
+    x = b.input("x", x_dtype, [1, 8, 64])
+    n = b.symint_input("n")
+    size_values = [n if v == -1 else b.int(v) for v in (sizes or [1, -1, 4, 16])]
+    b.output(
+        b.op(
+            "view_copy",
+            x=x,
+            sizes=size_values,
+            out_dims=[1, 8, 4, 16],
+            out_dtype=out_dtype or x_dtype,
+        )
+    )
+    return b.build()
+
+
+def _sym_size_dim_out_of_range() -> Graph:
+    b = GraphBuilder()
+    x = b.input("x", "float32", [1, 8, 64])
+    seq = b.op("sym_size", x=x, dim=b.int(3))
+    b.output(b.op("view_copy", x=x, sizes=[seq, b.int(64)], out_dims=[8, 64]))
+    return b.build()
+
+
+def _sdpa(
+    *,
+    q: tuple[int, ...] = (1, 6, 4, 16),
+    k: tuple[int, ...] = (1, 6, 2, 16),
+    v: tuple[int, ...] | None = None,
+    k_cache: tuple[int, ...] = (1, 32, 2, 16),
+    v_cache: tuple[int, ...] | None = None,
+    state: bool = True,
+) -> Graph:
+    b = GraphBuilder()
+    args = {
+        "q": b.input("q", "float32", q),
+        "k": b.input("k", "float32", k),
+        "v": b.input("v", "float32", v or k),
+    }
+    for name, dims in (("k_cache", k_cache), ("v_cache", v_cache or k_cache)):
+        args[name] = (
+            b.state(name, "float32", dims) if state else b.constant(name, np.zeros(dims, F32))
+        )
+    b.output(b.op("sdpa_with_kv_cache", input_pos=b.symint_input("input_pos"), out_dims=q, **args))
+    return b.build()
+
+
 BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
     "rms_norm_weight_too_short": _rms_norm_weight_too_short,
     "rms_norm_out_dims": _rms_norm_out_dims,
     "rms_norm_int_input": _rms_norm_int_input,
     "add_not_broadcast": _add_not_broadcast,
     "mul_wrong_out": _mul_wrong_out,
+    "sigmoid_int_input": _sigmoid_int_input,
+    "silu_mul_up_dims": _silu_mul_up_dims,
+    "embedding_float_weight": lambda: _embedding(weight=np.zeros((20, 16), F32)),
+    "embedding_scales_shape": lambda: _embedding(scales=np.ones((20, 4), F32)),
+    "embedding_scales_rows": lambda: _embedding(scales=np.ones((19, 2), F32)),
+    "embedding_group_size": lambda: _embedding(group_size=12),
+    "embedding_float_ids": lambda: _embedding(ids_dtype="float32"),
+    "embedding_ids_not_an_input": lambda: _embedding(computed_ids=True),
+    "rope_odd_head_dim": lambda: _rope(head_dim=15),
+    "rope_k_seq": lambda: _rope(k_seq=5),
+    "rope_freqs_width": lambda: _rope(freqs_width=16),
+    "rope_sin_dims": lambda: _rope(sin_rows=5),
+    "rope_hf_table_width": lambda: _rope_hf(table_width=8),
+    "rope_hf_sin_width": lambda: _rope_hf(sin_width=8),
+    "view_rank": lambda: _view(sizes=[-1, 4, 16]),
+    "view_literal_above_max": lambda: _view(sizes=[1, -1, 8, 16]),
+    "view_uint8": lambda: _view(x_dtype="uint8"),
+    "view_dtype_change": lambda: _view(out_dtype="int32"),
+    "sym_size_dim": _sym_size_dim_out_of_range,
+    "sdpa_batch_two": lambda: _sdpa(q=(2, 6, 4, 16)),
+    "sdpa_heads_not_a_multiple": lambda: _sdpa(q=(1, 6, 3, 16)),
+    "sdpa_k_head_dim": lambda: _sdpa(k=(1, 6, 2, 8), k_cache=(1, 32, 2, 8)),
+    "sdpa_v_dims": lambda: _sdpa(v=(1, 6, 1, 16)),
+    "sdpa_cache_heads": lambda: _sdpa(k_cache=(1, 32, 4, 16)),
+    "sdpa_v_cache_rows": lambda: _sdpa(v_cache=(1, 16, 2, 16)),
+    "sdpa_cache_not_state": lambda: _sdpa(state=False),
 }
 
 
@@ -83,3 +251,102 @@ def test_backends_reject_alike(name: str, runtimes: list[Runtime], runner: Locks
             rt.load(graph)
         assert error_key(info.value) == error_key(expected), f"{rt.name}: {info.value}"
     assert_parity(runner.run(Case(graph, [], name=name)))
+
+
+# ---------------------------------------------------------------------------- run time
+
+
+def _f32(*dims: int) -> np.ndarray:
+    return np.random.default_rng(sum(dims)).standard_normal(dims).astype(F32)
+
+
+def _sdpa_step(seq: int, pos: int, k_seq: int | None = None) -> dict[str, np.ndarray | int]:
+    kv = k_seq or seq
+    return {
+        "q": _f32(1, seq, 4, 16),
+        "k": _f32(1, kv, 2, 16),
+        "v": _f32(1, kv, 2, 16),
+        "input_pos": pos,
+    }
+
+
+def _rope_step(
+    seq: int, k_seq: int | None = None, freqs: int | None = None, dim: int = 16
+) -> dict[str, np.ndarray | int]:
+    return {
+        "xq": _f32(1, seq, 4, dim),
+        "xk": _f32(1, k_seq or seq, 2, dim),
+        "freqs_cos": _f32(freqs or seq, 8),
+        "freqs_sin": _f32(freqs or seq, 8),
+    }
+
+
+def _rope_hf_step(seq: int, start: int) -> dict[str, np.ndarray | int]:
+    return {"xq": _f32(1, seq, 4, 16), "xk": _f32(1, seq, 2, 16), "start_pos": start}
+
+
+def _silu_mul() -> Graph:
+    b = GraphBuilder()
+    dims = [4, 16]
+    b.output(
+        b.op("silu_mul", gate=b.input("gate", "float32", dims), up=b.input("up", "float32", dims))
+    )
+    return b.build()
+
+
+# name -> (graph, a valid step, the step to refuse, the expected reason)
+BAD_STEPS: dict[str, tuple[Callable[[], Graph], dict[str, Any], dict[str, Any], str]] = {
+    "sdpa_cache_overflow": (_sdpa, _sdpa_step(6, 0), _sdpa_step(6, 27), "cache_overflow"),
+    "sdpa_negative_pos": (_sdpa, _sdpa_step(1, 3), _sdpa_step(1, -1), "input_pos"),
+    "sdpa_k_seq": (_sdpa, _sdpa_step(4, 0), _sdpa_step(4, 4, k_seq=3), "shape"),
+    "rope_k_seq": (_rope, _rope_step(6), _rope_step(6, k_seq=5), "qk_shape"),
+    "rope_freqs_rows": (_rope, _rope_step(4), _rope_step(4, freqs=5), "freqs_shape"),
+    "rope_head_dim": (_rope, _rope_step(4), {**_rope_step(4), "xq": _f32(1, 4, 4, 14)}, "head_dim"),
+    "rope_hf_past_table": (_rope_hf, _rope_hf_step(6, 26), _rope_hf_step(6, 27), "start_pos"),
+    "rope_hf_negative": (_rope_hf, _rope_hf_step(1, 0), _rope_hf_step(1, -2), "start_pos"),
+    "embedding_id_past_vocab": (
+        _embedding,
+        {"tokens": np.array([[0, 19]], np.int64)},
+        {"tokens": np.array([[3, 20, 1]], np.int64)},
+        "index_range",
+    ),
+    "embedding_negative_id": (
+        _embedding,
+        {"tokens": np.array([[5]], np.int32)},
+        {"tokens": np.array([[5, -1]], np.int32)},
+        "index_range",
+    ),
+    "view_numel": (_view, {"x": _f32(1, 5, 64), "n": 5}, {"x": _f32(1, 5, 64), "n": 4}, "numel"),
+    "view_symint_above_max": (
+        _view,
+        {"x": _f32(1, 8, 64), "n": 8},
+        {"x": _f32(1, 8, 64), "n": 9},
+        "above_max",
+    ),
+    "silu_mul_shapes": (
+        _silu_mul,
+        {"gate": _f32(2, 16), "up": _f32(2, 16)},
+        {"gate": _f32(2, 16), "up": _f32(1, 16)},
+        "shape",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_STEPS))
+def test_bad_steps_rejected_alike(name: str, runner: LockstepRunner) -> None:
+    """Both backends refuse the step with the model's (subject, reason), before anything
+    changes: the next step, the valid one again, is checked against the state before."""
+    make, good, bad, reason = BAD_STEPS[name]
+    result = runner.run(Case(make(), [good, bad, good], name=name))
+    refused = result.steps[1]
+    assert refused.expected_error is not None and reason in _model_key(make(), good, bad)
+    assert all(b.error for b in refused.backends.values()), refused.backends
+    assert_parity(result)
+
+
+def _model_key(graph: Graph, good: dict[str, Any], bad: dict[str, Any]) -> tuple[Any, ...]:
+    model = ContractModel(graph)
+    model.step(good)
+    expected = model.try_step(bad)
+    assert not isinstance(expected, ModelStep), "the contract model must refuse the step"
+    return error_key(expected)

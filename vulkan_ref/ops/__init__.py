@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vulkan_ref.ops import binary_op, rms_norm
+from vulkan_ref.ops import activation, binary_op, embedding_q4gsw, rms_norm, rotary, sdpa, view
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -22,4 +22,13 @@ OP_IMPLS: dict[str, OpImpl] = {
     "rms_norm": rms_norm.add_rms_norm_node,
     "add": binary_op.add_binary_op_node,
     "mul": binary_op.add_binary_op_node,
+    "sigmoid": activation.add_unary_activation_node,
+    "silu": activation.add_unary_activation_node,
+    "silu_mul": activation.add_silu_mul_node,
+    "embedding_q4gsw": embedding_q4gsw.add_embedding_q4gsw_node,
+    "apply_rotary_emb": rotary.add_rotary_emb_node,
+    "apply_rotary_emb_hf": rotary.add_rotary_emb_hf_node,
+    "view_copy": view.add_view_copy_node,
+    "sym_size": view.add_sym_size_node,
+    "sdpa_with_kv_cache": sdpa.add_sdpa_with_kv_cache_node,
 }

@@ -1,0 +1,167 @@
+"""Model of sigmoid(x), silu(x) and the fused silu_mul(gate, up) = silu(gate) * up.
+
+Kernel design (both backends): one dispatch slot, 64 invocations per workgroup, one per
+element, logical count ceil(numel / 64); the kernels are `sigmoid` and `silu` (one shader,
+`unary_activation`, with an op-kind constant) and `silu_mul` (shader `silu_mul`). The math,
+exactly as both kernels evaluate it in float32:
+    sigmoid(x) = 1 / (1 + exp(-x)),  silu(x) = x / (1 + exp(-x)),
+    silu_mul(g, u) = (g / (1 + exp(-g))) * u.
+silu_mul takes gate and up of equal live shapes (no broadcasting): anything else is refused
+(`InputError` reason "shape").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from graph_format import Graph, GraphBuildError, InputError, OpNode
+from harness.numerics import (
+    DIVISOR_LIMIT,
+    EPS32,
+    SAFETY,
+    TINY32,
+    U32,
+    ULP_DIVIDE,
+    ulp_exp,
+)
+from harness.ops import (
+    Args,
+    ExpectedDispatch,
+    KernelSpec,
+    LiveState,
+    div_up,
+    kernels,
+    numel,
+    ro,
+    rw,
+)
+
+WORKGROUP = (64, 1, 1)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
+    """Local error bound of r = n / (1 + exp(-x)) in float32, for n = 1 or n = x exact.
+
+    exp(-x) has (3 + 2|x|) ULP of error; in 1 + t that relative error shrinks by
+    t / (1 + t); the addition and the division (2.5 ULP) add their own. Where 1 + exp(-x)
+    exceeds 2^126 (x < -87.3) the division's accuracy is not specified and exp(-x) may even
+    overflow to inf, so the result may be anything from 0 to the exact value: the bound is
+    |r| there. Results may flush to zero below the smallest normal (TINY32).
+    """
+    with np.errstate(over="ignore"):
+        t = np.exp(-x)
+        weight = np.where(np.isfinite(t), t / (1.0 + t), 1.0)
+    rel = weight * ulp_exp(x) * EPS32 + U32 + ULP_DIVIDE * EPS32
+    unspecified = -x > np.log(DIVISOR_LIMIT)
+    return SAFETY * (rel * np.abs(result) + TINY32) + np.where(unspecified, np.abs(result), 0.0)
+
+
+class UnaryActivationModel:
+    """Contract, reference and budget of sigmoid or silu."""
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.kernels = kernels(
+            KernelSpec(op, "unary_activation", "unary_activation", (rw("out"), ro("x")))
+        )
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        x, out = graph.tensor(node.args["x"]), graph.tensor(node.outputs["out"])  # type: ignore[arg-type]
+        for t in (x, out):
+            if t.dtype != "float32":
+                raise GraphBuildError(node.name, f"{self.op} is float32 only", tensor=t.name)
+        if out.dims != x.dims:
+            raise GraphBuildError(node.name, "out dims != x dims", tensor=out.name)
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        live.set_output(node, "out", live.of(node, "x"))
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        count = div_up(numel(live.of(node, "x")), WORKGROUP[0])
+        return [(node.name, self.op, WORKGROUP, (count, 1, 1), True)]
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        x = args["x"]
+        s = _sigmoid(x)
+        return {"out": s if self.op == "sigmoid" else x * s}
+
+    def budget(
+        self,
+        node: OpNode,
+        args: Args,
+        errors: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        x = args["x"]
+        out = outputs["out"]
+        s = _sigmoid(x)
+        # First-order propagation: sigmoid' = s(1 - s), silu' = s(1 + x(1 - s)).
+        slope = s * (1.0 - s) if self.op == "sigmoid" else s * (1.0 + x * (1.0 - s))
+        propagated = np.abs(slope) * errors.get("x", 0.0)
+        return {"out": quotient_budget(x, out) + propagated}
+
+
+class SiluMulModel:
+    """Contract, reference and budget of the fused silu(gate) * up."""
+
+    kernels = kernels(
+        KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up")))
+    )
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        gate, up, out = (
+            graph.tensor(n)  # type: ignore[arg-type]
+            for n in (node.args["gate"], node.args["up"], node.outputs["out"])
+        )
+        for t in (gate, up, out):
+            if t.dtype != "float32":
+                raise GraphBuildError(node.name, "silu_mul is float32 only", tensor=t.name)
+        if up.dims != gate.dims:
+            raise GraphBuildError(node.name, "up dims != gate dims", tensor=up.name)
+        if out.dims != gate.dims:
+            raise GraphBuildError(node.name, "out dims != gate dims", tensor=out.name)
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        gate, up = live.of(node, "gate"), live.of(node, "up")
+        if gate != up:
+            raise InputError(node.name, "shape", f"live gate {list(gate)} != up {list(up)}")
+        live.set_output(node, "out", gate)
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        count = div_up(numel(live.of(node, "gate")), WORKGROUP[0])
+        return [(node.name, "silu_mul", WORKGROUP, (count, 1, 1), True)]
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        g, up = args["gate"], args["up"]
+        return {"out": g * _sigmoid(g) * up}
+
+    def budget(
+        self,
+        node: OpNode,
+        args: Args,
+        errors: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        g, up = args["gate"], args["up"]
+        s = _sigmoid(g)
+        silu = g * s
+        # silu(g) to its own bound, then one more rounding in the product with up.
+        local = quotient_budget(g, silu) * np.abs(up) + SAFETY * (
+            U32 * np.abs(outputs["out"]) + TINY32
+        )
+        e_g, e_up = errors.get("gate", 0.0), errors.get("up", 0.0)
+        slope = s * (1.0 + g * (1.0 - s))
+        propagated = np.abs(slope * up) * e_g + np.abs(silu) * e_up + np.abs(slope) * e_g * e_up
+        return {"out": local + propagated}
+
+
+SIGMOID = UnaryActivationModel("sigmoid")
+SILU = UnaryActivationModel("silu")
+SILU_MUL = SiluMulModel()

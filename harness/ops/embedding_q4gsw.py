@@ -1,0 +1,150 @@
+"""Model of embedding_q4gsw(weight, scales, group_size, indices): q4 rows looked up by token.
+
+Format (DESIGN.md §5, reference §4.2 with is_linear_weight=True): weight uint8
+`[vocab, D/2]`, byte j of row t holds dim 2j in its low nibble and dim 2j+1 in its high
+nibble, value = nibble - 8; scales float32 `[vocab, D / group_size]`;
+out[..., d] = (nib(t, d) - 8) * scales[t, d // group_size] with t = indices[...].
+Output dims: the indices' live dims + [D].
+
+Kernel design (both backends): one dispatch slot `embedding_q4gsw`, 64 invocations per
+workgroup, one per output element, logical count ceil(numel(out) / 64). Any even D.
+
+Token ids are checked on the host, against [0, vocab), before anything changes (`check_host`:
+`InputError` reason "index_range"), so `indices` must be a graph input: a graph that computes
+them on the device is refused at load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from graph_format import Graph, GraphBuildError, InputError, OpNode
+from harness.numerics import SAFETY, TINY32, U32
+from harness.ops import (
+    Args,
+    ExpectedDispatch,
+    KernelSpec,
+    LiveState,
+    div_up,
+    kernels,
+    numel,
+    ro,
+    rw,
+)
+
+WORKGROUP = (64, 1, 1)
+
+
+def dequantize_rows(weight: np.ndarray, scales: np.ndarray, group_size: int) -> np.ndarray:
+    """The float64 table `[vocab, D]` of q4 rows (low nibble = even dim, value = nibble - 8)."""
+    w = np.asarray(weight).astype(np.int64)
+    low, high = (w & 0xF) - 8, (w >> 4) - 8
+    values = np.stack([low, high], axis=-1).reshape(w.shape[0], -1).astype(np.float64)
+    group = np.repeat(np.asarray(scales, np.float64), group_size, axis=1)
+    return values * group
+
+
+class EmbeddingQ4gswModel:
+    """Contract, reference and budget of embedding_q4gsw."""
+
+    kernels = kernels(
+        KernelSpec(
+            "embedding_q4gsw",
+            "embedding_q4gsw",
+            "embedding_q4gsw",
+            (rw("out"), ro("indices", "i32"), ro("weight", "u32"), ro("scales")),
+        )
+    )
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        weight, scales, indices, out = (
+            graph.tensor(n)  # type: ignore[arg-type]
+            for n in (
+                node.args["weight"],
+                node.args["scales"],
+                node.args["indices"],
+                node.outputs["out"],
+            )
+        )
+        group_size = int(graph.scalar(node.args["group_size"]))  # type: ignore[arg-type]
+        if weight.dtype != "uint8" or len(weight.dims) != 2:
+            raise GraphBuildError(
+                node.name, "weight must be uint8 [vocab, D/2]", tensor=weight.name
+            )
+        if scales.dtype != "float32":
+            raise GraphBuildError(node.name, "scales must be float32", tensor=scales.name)
+        if indices.dtype != "int32":
+            raise GraphBuildError(node.name, "indices must be int32", tensor=indices.name)
+        if out.dtype != "float32":
+            raise GraphBuildError(node.name, "out must be float32", tensor=out.name)
+        vocab, dim = weight.dims[0], 2 * weight.dims[1]
+        if group_size <= 0 or dim % group_size:
+            raise GraphBuildError(node.name, f"group_size {group_size} must divide D = {dim}")
+        if scales.dims != (vocab, dim // group_size):
+            raise GraphBuildError(
+                node.name, "scales must be [vocab, D / group_size]", tensor=scales.name
+            )
+        if indices.name not in graph.inputs:
+            raise GraphBuildError(
+                node.name,
+                "indices must be a graph input (checked on the host)",
+                tensor=indices.name,
+            )
+        if out.dims != (*indices.dims, dim):
+            raise GraphBuildError(node.name, "out must be indices dims + [D]", tensor=out.name)
+
+    def check_host(self, node: OpNode, live: LiveState) -> None:
+        name = node.args["indices"]
+        vocab = live.max_of(node, "weight")[0]
+        data = live.host[name]  # type: ignore[index]
+        bad = np.flatnonzero((data < 0) | (data >= vocab))
+        if bad.size:
+            where = np.unravel_index(int(bad[0]), data.shape)
+            raise InputError(
+                node.name,
+                "index_range",
+                f"token id {int(data.flat[bad[0]])} at {list(map(int, where))} is outside "
+                f"[0, {vocab})",
+            )
+
+    def regime_size(self, node: OpNode, live: LiveState) -> int:
+        """Coverage: the number of tokens looked up."""
+        return numel(live.of(node, "indices"))
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        dim = 2 * live.max_of(node, "weight")[1]
+        live.set_output(node, "out", (*live.of(node, "indices"), dim))
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])  # type: ignore[index]
+        return [(node.name, "embedding_q4gsw", WORKGROUP, (count, 1, 1), True)]
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        table = dequantize_rows(args["weight"], args["scales"], int(args["group_size"]))
+        return {"out": table[args["indices"].astype(np.int64)]}
+
+    def budget(
+        self,
+        node: OpNode,
+        args: Args,
+        errors: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        # (nibble - 8) is exact; its product with the scale is rounded once (a 4-bit by
+        # 24-bit product needs up to 28 bits). Below the normal range the product, or a
+        # denormal scale itself, may be flushed to zero: |nibble - 8| <= 8 times TINY32.
+        local = SAFETY * (U32 * np.abs(outputs["out"]) + 8 * TINY32)
+        e_scales = errors.get("scales", 0.0)
+        if np.any(e_scales):
+            # A scale's error, times |nibble - 8|, reaches every dim of its group.
+            ones = np.ones_like(np.asarray(args["scales"], np.float64))
+            nibbles = dequantize_rows(args["weight"], ones, int(args["group_size"]))
+            spread = np.repeat(np.broadcast_to(e_scales, ones.shape), int(args["group_size"]), 1)
+            rows = args["indices"].astype(np.int64)
+            local = local + (np.abs(nibbles) * spread)[rows]
+        return {"out": local}
+
+
+MODEL = EmbeddingQ4gswModel()

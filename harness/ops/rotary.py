@@ -1,0 +1,274 @@
+"""Models of apply_rotary_emb (Llama, pair-interleaved) and apply_rotary_emb_hf (rotate-half).
+
+Shapes: xq `[B, S, Hq, D]`, xk `[B, S, Hkv, D]` (Hq and Hkv independent, any even D),
+outputs shaped like their inputs.
+- apply_rotary_emb: freqs_cos / freqs_sin `[S, D/2]` at the live S (the caller slices them
+  by position). Pair i of token s: out[2i] = x[2i] c - x[2i+1] s, out[2i+1] = x[2i] s +
+  x[2i+1] c, with (c, s) = freqs[s, i].
+- apply_rotary_emb_hf: full-width tables cos / sin `[max_seq, D]`, row r = start_pos + s,
+  h = D/2: out[i] = x[i] cos[r, i] - x[i+h] sin[r, i] and out[i+h] = x[i+h] cos[r, i+h] +
+  x[i] sin[r, i+h]: the second half uses its own columns (upstream Vulkan reads column i
+  for both halves, reference §7.5; that is wrong unless the halves of the table agree).
+
+Kernel design (both backends): one dispatch slot (`rotary_emb` / `rotary_emb_hf`) that
+rotates q and k together, 64 invocations per workgroup, one per rotated pair: pairs
+[0, numel(xq)/2) are q's, the rest k's; logical count ceil((numel(xq) + numel(xk)) / 2 / 64).
+
+Live checks, in this order (`InputError` with subject the op):
+1. "head_dim": the live D of xq and xk must stay the max D;
+2. "qk_shape": xk's live B and S must equal xq's;
+3. Llama: "freqs_shape": freqs_cos and freqs_sin live dims must be [S, D/2].
+   HF: "table_shape": cos and sin live dims must be equal, with D columns; then
+   "start_pos": start_pos must be >= 0 and start_pos + S <= the table's live rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from graph_format import Graph, GraphBuildError, InputError, OpNode
+from harness.numerics import SAFETY, gamma
+from harness.ops import (
+    Args,
+    ExpectedDispatch,
+    KernelSpec,
+    LiveState,
+    div_up,
+    kernels,
+    numel,
+    ro,
+    rw,
+)
+
+WORKGROUP = (64, 1, 1)
+
+
+def _rotate_budget(
+    a: np.ndarray,
+    b: np.ndarray,
+    c: np.ndarray,
+    s: np.ndarray,
+    e: tuple[np.ndarray | float, ...],
+) -> np.ndarray:
+    """Bound of fl(a c -+ b s) (two products and a sum, fused or not), plus propagation.
+
+    `e` holds the error bounds of (a, b, c, s).
+    """
+    e_a, e_b, e_c, e_s = e
+    local = SAFETY * gamma(2) * (np.abs(a * c) + np.abs(b * s))
+    return local + np.abs(c) * e_a + np.abs(s) * e_b + np.abs(a) * e_c + np.abs(b) * e_s
+
+
+class _RotaryBase:
+    """What both rotary models share: the q/k shapes, their checks and the dispatch."""
+
+    op = ""
+    kernel = ""
+    table_slots = ("", "")
+
+    def __init__(self) -> None:
+        c, s = self.table_slots
+        self.kernels = kernels(
+            KernelSpec(
+                self.kernel,
+                self.kernel,
+                self.kernel,
+                (rw("xq_out"), rw("xk_out"), ro("xq"), ro("xk"), ro(c), ro(s)),
+            )
+        )
+
+    def table_width(self, head_dim: int) -> int:
+        """Columns of the cos/sin tables for head dim D."""
+        raise NotImplementedError
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        c_slot, s_slot = self.table_slots
+        xq, xk, cos, sin = (graph.tensor(node.args[n]) for n in ("xq", "xk", c_slot, s_slot))  # type: ignore[arg-type]
+        xq_out, xk_out = (graph.tensor(node.outputs[n]) for n in ("xq_out", "xk_out"))
+        for t in (xq, xk, cos, sin, xq_out, xk_out):
+            if t.dtype != "float32":
+                raise GraphBuildError(node.name, f"{self.op} is float32 only", tensor=t.name)
+        for t in (xq, xk):
+            if len(t.dims) != 4:
+                raise GraphBuildError(node.name, "xq and xk must be [B, S, H, D]", tensor=t.name)
+        dim = xq.dims[3]
+        if dim % 2:
+            raise GraphBuildError(node.name, f"head dim {dim} must be even", tensor=xq.name)
+        if xk.dims[3] != dim or xk.dims[:2] != xq.dims[:2]:
+            raise GraphBuildError(node.name, "xk must share xq's B, S and D", tensor=xk.name)
+        if len(cos.dims) != 2 or cos.dims[1] != self.table_width(dim):
+            raise GraphBuildError(
+                node.name, f"{c_slot} must be [rows, {self.table_width(dim)}]", tensor=cos.name
+            )
+        if sin.dims != cos.dims:
+            raise GraphBuildError(node.name, f"{s_slot} dims != {c_slot} dims", tensor=sin.name)
+        if xq_out.dims != xq.dims:
+            raise GraphBuildError(node.name, "xq_out dims != xq dims", tensor=xq_out.name)
+        if xk_out.dims != xk.dims:
+            raise GraphBuildError(node.name, "xk_out dims != xk dims", tensor=xk_out.name)
+
+    def check_tables(self, node: OpNode, live: LiveState, seq: int, dim: int) -> None:
+        """Raise the InputError of live table dims or positions that do not fit."""
+        raise NotImplementedError
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        xq, xk = live.of(node, "xq"), live.of(node, "xk")
+        dim = live.max_of(node, "xq")[3]
+        if xq[3] != dim or xk[3] != dim:
+            raise InputError(
+                node.name, "head_dim", f"live head dims {xq[3]}, {xk[3]} must stay {dim}"
+            )
+        if xk[:2] != xq[:2]:
+            raise InputError(node.name, "qk_shape", f"live xk {list(xk)} vs xq {list(xq)}")
+        self.check_tables(node, live, xq[1], dim)
+        live.set_output(node, "xq_out", xq)
+        live.set_output(node, "xk_out", xk)
+
+    def regime_size(self, node: OpNode, live: LiveState) -> int:
+        """Coverage: B * S, the tokens the dispatch covers (heads are fixed per case)."""
+        dims = live.of(node, "xq")
+        return dims[0] * dims[1]
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        pairs = (numel(live.of(node, "xq")) + numel(live.of(node, "xk"))) // 2
+        return [(node.name, self.kernel, WORKGROUP, (div_up(pairs, WORKGROUP[0]), 1, 1), True)]
+
+
+class LlamaRotaryModel(_RotaryBase):
+    """Contract, reference and budget of apply_rotary_emb (pair-interleaved)."""
+
+    op = "apply_rotary_emb"
+    kernel = "rotary_emb"
+    table_slots = ("freqs_cos", "freqs_sin")
+
+    def table_width(self, head_dim: int) -> int:
+        return head_dim // 2
+
+    def check_tables(self, node: OpNode, live: LiveState, seq: int, dim: int) -> None:
+        cos, sin = live.of(node, "freqs_cos"), live.of(node, "freqs_sin")
+        if cos != (seq, dim // 2) or sin != cos:
+            raise InputError(
+                node.name,
+                "freqs_shape",
+                f"live freqs {list(cos)}, {list(sin)} must be [{seq}, {dim // 2}]",
+            )
+
+    @staticmethod
+    def _pairs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
+        return pairs[..., 0], pairs[..., 1]
+
+    @staticmethod
+    def _join(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+        return np.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        c = args["freqs_cos"][None, :, None, :]
+        s = args["freqs_sin"][None, :, None, :]
+        out = {}
+        for name in ("xq", "xk"):
+            a, b = self._pairs(args[name])
+            out[f"{name}_out"] = self._join(a * c - b * s, a * s + b * c)
+        return out
+
+    def budget(
+        self,
+        node: OpNode,
+        args: Args,
+        errors: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        c = args["freqs_cos"][None, :, None, :]
+        s = args["freqs_sin"][None, :, None, :]
+        e_c = np.broadcast_to(errors.get("freqs_cos", 0.0), args["freqs_cos"].shape)
+        e_s = np.broadcast_to(errors.get("freqs_sin", 0.0), args["freqs_sin"].shape)
+        e_c, e_s = e_c[None, :, None, :], e_s[None, :, None, :]
+        out = {}
+        for name in ("xq", "xk"):
+            a, b = self._pairs(args[name])
+            e_a, e_b = self._pairs(np.broadcast_to(errors.get(name, 0.0), args[name].shape))
+            first = _rotate_budget(a, b, c, s, (e_a, e_b, e_c, e_s))
+            second = _rotate_budget(a, b, s, c, (e_a, e_b, e_s, e_c))
+            out[f"{name}_out"] = self._join(first, second)
+        return out
+
+
+class HfRotaryModel(_RotaryBase):
+    """Contract, reference and budget of apply_rotary_emb_hf (rotate-half, start_pos)."""
+
+    op = "apply_rotary_emb_hf"
+    kernel = "rotary_emb_hf"
+    table_slots = ("cos", "sin")
+
+    def table_width(self, head_dim: int) -> int:
+        return head_dim
+
+    def check_tables(self, node: OpNode, live: LiveState, seq: int, dim: int) -> None:
+        cos, sin = live.of(node, "cos"), live.of(node, "sin")
+        if sin != cos or cos[1] != dim:
+            raise InputError(
+                node.name, "table_shape", f"live tables {list(cos)}, {list(sin)} need {dim} columns"
+            )
+        start = live.int_arg(node, "start_pos")
+        if start < 0 or start + seq > cos[0]:
+            raise InputError(
+                node.name,
+                "start_pos",
+                f"start_pos {start} + S {seq} must lie in the table's {cos[0]} rows",
+            )
+
+    def regimes(self, node: OpNode, live: LiveState) -> set[str]:
+        """Coverage: rows at the table's start or reaching its end."""
+        start, seq = live.int_arg(node, "start_pos"), live.of(node, "xq")[1]
+        tags = {"start_pos=0"} if start == 0 else set()
+        if start + seq == live.of(node, "cos")[0]:
+            tags.add("rows=table_end")
+        return tags
+
+    @staticmethod
+    def _rows(table: np.ndarray, start: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
+        rows = table[start : start + seq][None, :, None, :]
+        half = table.shape[1] // 2
+        return rows[..., :half], rows[..., half:]
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        start, seq = int(args["start_pos"]), args["xq"].shape[1]
+        c1, c2 = self._rows(args["cos"], start, seq)
+        s1, s2 = self._rows(args["sin"], start, seq)
+        out = {}
+        for name in ("xq", "xk"):
+            x = args[name]
+            half = x.shape[-1] // 2
+            x1, x2 = x[..., :half], x[..., half:]
+            out[f"{name}_out"] = np.concatenate([x1 * c1 - x2 * s1, x2 * c2 + x1 * s2], axis=-1)
+        return out
+
+    def budget(
+        self,
+        node: OpNode,
+        args: Args,
+        errors: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        start, seq = int(args["start_pos"]), args["xq"].shape[1]
+        c1, c2 = self._rows(args["cos"], start, seq)
+        s1, s2 = self._rows(args["sin"], start, seq)
+        table = args["cos"].shape
+        ec1, ec2 = self._rows(np.broadcast_to(errors.get("cos", 0.0), table), start, seq)
+        es1, es2 = self._rows(np.broadcast_to(errors.get("sin", 0.0), table), start, seq)
+        out = {}
+        for name in ("xq", "xk"):
+            x = args[name]
+            half = x.shape[-1] // 2
+            e = np.broadcast_to(errors.get(name, 0.0), x.shape)
+            x1, x2, e1, e2 = x[..., :half], x[..., half:], e[..., :half], e[..., half:]
+            first = _rotate_budget(x1, x2, c1, s1, (e1, e2, ec1, es1))
+            second = _rotate_budget(x2, x1, c2, s2, (e2, e1, ec2, es2))
+            out[f"{name}_out"] = np.concatenate([first, second], axis=-1)
+        return out
+
+
+LLAMA = LlamaRotaryModel()
+HF = HfRotaryModel()

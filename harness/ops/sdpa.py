@@ -1,0 +1,275 @@
+"""Model of sdpa_with_kv_cache(q, k, v, k_cache, v_cache, input_pos, scale?).
+
+Shapes: q `[1, S, Hq, D]`, k and v `[1, S, Hkv, D]`, caches `[1, C, Hkv, D]` (state
+tensors), out `[1, S, Hq, D]`; Hq a multiple of Hkv, query head h reads kv head h // (Hq/Hkv).
+Semantics: rows input_pos ... input_pos+S-1 of the caches take k and v; with ctx =
+input_pos + S, token s attends causally to cache rows c <= input_pos + s, scores scaled by
+`scale` (1/sqrt(D) when absent), softmax, weighted sum of the value rows.
+
+Live checks, in this order (`InputError`, subject the op): "shape" (q live must be
+[1, S, Hq, D] and k, v live [1, S, Hkv, D], only S moves), "input_pos" (negative),
+"cache_overflow" (input_pos + S > C). They run before anything is dispatched, so a rejected
+step leaves the caches as they were.
+
+Kernel design (both backends), six slots in this order, 64 invocations per workgroup each:
+1. `sdpa_update_cache`: one invocation per element of k (S*Hkv*D), writing k and v into
+   both caches; count ceil(S*Hkv*D / 64). Always runs.
+Materialized route, taken when S > 1 (zero counts otherwise):
+2. `sdpa_qk`: one invocation per score (h, s, c) of a dense live `[Hq, S, ctx]` scratch;
+   count ceil(Hq*S*ctx / 64); causally masked scores are never written nor read.
+3. `sdpa_softmax`: one workgroup per row (h, s) over its pos+s+1 scores, in place (max,
+   sum of exp(x - max), then exp(x - max) / sum); count Hq*S.
+4. `sdpa_av`: one invocation per output element; count ceil(S*Hq*D / 64).
+Split-K "flash decoding" route, taken when S == 1:
+5. `sdpa_fd_split`: one workgroup per (head, split) of SPLIT = 64 cache rows, lane t owning
+   row split*64 + t: local max m, l = sum exp(x - m), o = sum exp(x - m) v; partials in
+   scratch; count Hq * ceil(ctx / 64).
+6. `sdpa_fd_reduce`: one workgroup per head: M = max m_i, w_i = exp(m_i - M),
+   out = sum w_i o_i / sum w_i l_i; count Hq.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+
+from graph_format import Graph, GraphBuildError, InputError, OpNode
+from harness.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
+from harness.ops import (
+    Args,
+    ExpectedDispatch,
+    KernelSpec,
+    LiveState,
+    div_up,
+    kernels,
+    ro,
+    rw,
+)
+
+WORKGROUP = (64, 1, 1)
+SPLIT = 64  # cache rows per split of the decode route (= the workgroup size)
+
+
+def default_scale(head_dim: int) -> float:
+    """1/sqrt(D), the scale when the graph gives none."""
+    return 1.0 / math.sqrt(head_dim)
+
+
+class SdpaModel:
+    """Contract, reference and budget of sdpa_with_kv_cache."""
+
+    kernels = kernels(
+        KernelSpec(
+            "sdpa_update_cache",
+            "sdpa_update_cache",
+            "sdpa_update_cache",
+            (rw("k_cache"), rw("v_cache"), ro("k"), ro("v")),
+        ),
+        KernelSpec("sdpa_qk", "sdpa_qk", "sdpa_qk", (rw("scores"), ro("q"), ro("k_cache"))),
+        KernelSpec("sdpa_softmax", "sdpa_softmax", "sdpa_softmax", (rw("scores"),)),
+        KernelSpec("sdpa_av", "sdpa_av", "sdpa_av", (rw("out"), ro("scores"), ro("v_cache"))),
+        KernelSpec(
+            "sdpa_fd_split",
+            "sdpa_fd_split",
+            "sdpa_fd_split",
+            (rw("part_o"), rw("part_ml"), ro("q"), ro("k_cache"), ro("v_cache")),
+        ),
+        KernelSpec(
+            "sdpa_fd_reduce",
+            "sdpa_fd_reduce",
+            "sdpa_fd_reduce",
+            (rw("out"), ro("part_o"), ro("part_ml")),
+        ),
+    )
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        slots = ("q", "k", "v", "k_cache", "v_cache")
+        q, k, v, kc, vc = (graph.tensor(node.args[s]) for s in slots)  # type: ignore[arg-type]
+        out = graph.tensor(node.outputs["out"])
+        for t in (q, k, v, kc, vc, out):
+            if t.dtype != "float32":
+                raise GraphBuildError(
+                    node.name, "sdpa_with_kv_cache is float32 only", tensor=t.name
+                )
+        for t in (q, k, v, kc, vc):
+            if len(t.dims) != 4 or t.dims[0] != 1:
+                raise GraphBuildError(node.name, "inputs must be [1, ., ., .]", tensor=t.name)
+        for t in (kc, vc):
+            if not t.state:
+                raise GraphBuildError(node.name, "caches must be state tensors", tensor=t.name)
+        if v.dims != k.dims:
+            raise GraphBuildError(node.name, "v dims != k dims", tensor=v.name)
+        if k.dims[1] != q.dims[1] or k.dims[3] != q.dims[3]:
+            raise GraphBuildError(node.name, "k must share q's S and D", tensor=k.name)
+        if kc.dims[2:] != k.dims[2:]:
+            raise GraphBuildError(node.name, "k_cache must be [1, C, Hkv, D]", tensor=kc.name)
+        if vc.dims != kc.dims:
+            raise GraphBuildError(node.name, "v_cache dims != k_cache dims", tensor=vc.name)
+        if q.dims[2] % k.dims[2]:
+            raise GraphBuildError(node.name, "Hq must be a multiple of Hkv", tensor=q.name)
+        if out.dims != q.dims:
+            raise GraphBuildError(node.name, "out dims != q dims", tensor=out.name)
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        q, k, v = (live.of(node, s) for s in ("q", "k", "v"))
+        _, _, hq, dim = live.max_of(node, "q")
+        _, cache_rows, hkv, _ = live.max_of(node, "k_cache")
+        seq = q[1]
+        if q != (1, seq, hq, dim) or k != (1, seq, hkv, dim) or v != k:
+            raise InputError(
+                node.name,
+                "shape",
+                f"live q {list(q)}, k {list(k)}, v {list(v)} must be [1, S, {hq}, {dim}] and "
+                f"[1, S, {hkv}, {dim}]",
+            )
+        pos = live.int_arg(node, "input_pos")
+        if pos < 0:
+            raise InputError(node.name, "input_pos", f"input_pos {pos} is negative")
+        if pos + seq > cache_rows:
+            raise InputError(
+                node.name,
+                "cache_overflow",
+                f"input_pos {pos} + S {seq} exceeds the cache's {cache_rows} rows",
+            )
+        live.set_output(node, "out", q)
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        _, seq, hq, dim = live.of(node, "q")
+        hkv = live.of(node, "k")[2]
+        ctx = live.int_arg(node, "input_pos") + seq
+        decode = seq == 1
+        wg = WORKGROUP[0]
+        counts = [
+            ("sdpa_update_cache", div_up(seq * hkv * dim, wg), True),
+            ("sdpa_qk", div_up(hq * seq * ctx, wg), not decode),
+            ("sdpa_softmax", hq * seq, not decode),
+            ("sdpa_av", div_up(seq * hq * dim, wg), not decode),
+            ("sdpa_fd_split", hq * div_up(ctx, SPLIT), decode),
+            ("sdpa_fd_reduce", hq, decode),
+        ]
+        return [
+            (node.name, kernel, WORKGROUP, (count, 1, 1) if ran else (0, 0, 0), ran)
+            for kernel, count, ran in counts
+        ]
+
+    def regime_size(self, node: OpNode, live: LiveState) -> int:
+        """Coverage: S, the size the route and the dispatch counts hinge on."""
+        return live.of(node, "q")[1]
+
+    def regimes(self, node: OpNode, live: LiveState) -> set[str]:
+        """Coverage: where the context sits in the cache and against the 64-row splits."""
+        seq = live.of(node, "q")[1]
+        cache_rows = live.max_of(node, "k_cache")[1]
+        context = live.int_arg(node, "input_pos") + seq
+        tags = {
+            f"context%{SPLIT}={r}"
+            for r, m in (("0", 0), ("+1", 1), ("-1", SPLIT - 1))
+            if context >= SPLIT - 1 and context % SPLIT == m
+        }
+        if context - seq == 0:
+            tags.add("pos=0")
+        if context == cache_rows:
+            tags.add("context=cache_end")
+        if 2 * seq > cache_rows:
+            tags.add("seq>cache/2")
+        return tags
+
+    @staticmethod
+    def _geometry(args: Args) -> tuple[int, int, int, int, int, float]:
+        """(pos, S, Hq, D, group, scale) of a call."""
+        q, k = args["q"], args["k"]
+        _, seq, hq, dim = q.shape
+        scale = args.get("scale")
+        scale = default_scale(dim) if scale is None else float(scale)
+        return int(args["input_pos"]), seq, hq, dim, hq // k.shape[2], scale
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        pos, seq, _, _, group, scale = self._geometry(args)
+        kc, vc = args["k_cache"], args["v_cache"]
+        kc[0, pos : pos + seq] = args["k"][0]
+        vc[0, pos : pos + seq] = args["v"][0]
+        ctx = pos + seq
+        keys = np.repeat(kc[0, :ctx], group, axis=1)  # [ctx, Hq, D]
+        values = np.repeat(vc[0, :ctx], group, axis=1)
+        scores = np.einsum("shd,chd->hsc", args["q"][0], keys) * scale
+        masked = np.arange(ctx)[None, :] > (pos + np.arange(seq))[:, None]  # [S, ctx]
+        scores = np.where(masked[None], -np.inf, scores)
+        weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        weights /= weights.sum(axis=-1, keepdims=True)
+        return {"out": np.einsum("hsc,chd->shd", weights, values)[None]}
+
+    def budget(
+        self,
+        node: OpNode,
+        args: Args,
+        errors: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """Per-element bound of out, and the caches' bounds after the update.
+
+        With x_c = s_c - max <= 0 the score of cache row c after the max subtraction:
+        - a score is a D-term dot product (gamma(D) times the sum of |q||k| terms), times
+          the scale, itself rounded to float32: delta_c = scale gamma(D) sum|q||k| + 2u|s_c|;
+        - exp(x_c) has (3 + 2|x_c|) ULP; the decode route takes two exps whose arguments
+          add up to x_c (exp(s - m_split) exp(m_split - M)) and two subtractions, so each
+          unnormalized weight is off by eps_c = delta_c + 2u|x_c| + (6 + 2|x_c|) EPS32,
+          relatively;
+        - the normalizer is a sum of n = pos+s+1 weights, in the decode route a sum of at
+          most 64 within each of ns = ceil(ctx/64) splits, then weighted partial sums, and a
+          division (2.5 ULP): sigma = gamma(n + ns + 2) + 2.5 EPS32 covers both routes;
+        - a normalized weight is then off by eps_c + sum_j p_j eps_j + sigma (relatively) and
+          the weighted sum of values adds gamma(n + ns + 2) times sum_c p_c |v_c|;
+        - weights or products below the normal range may flush to zero (TINY32 each, the
+          normalizer is at least 1).
+        Input bounds propagate to first order: through the scores (q and the keys) as
+        sum_c p_c |v_c| (delta_c + sum_j p_j delta_j), and through the values as sum_c p_c e_v.
+        The caches are copies: their bounds are the inputs' bounds, row for row.
+        """
+        pos, seq, _, dim, group, scale = self._geometry(args)
+        ctx = pos + seq
+        kc, vc = args["k_cache"], args["v_cache"]  # already updated by the reference
+        cache_errors = {}
+        for cache, new in (("k_cache", "k"), ("v_cache", "v")):
+            bound = np.array(np.broadcast_to(errors.get(cache, 0.0), kc.shape), np.float64)
+            bound[0, pos : pos + seq] = np.broadcast_to(errors.get(new, 0.0), args[new].shape)[0]
+            cache_errors[cache] = bound
+        keys = np.repeat(kc[0, :ctx], group, axis=1)
+        values = np.abs(np.repeat(vc[0, :ctx], group, axis=1))
+        e_keys = np.repeat(cache_errors["k_cache"][0, :ctx], group, axis=1)
+        e_values = np.repeat(cache_errors["v_cache"][0, :ctx], group, axis=1)
+        q = args["q"][0]
+        e_q = np.broadcast_to(errors.get("q", 0.0), args["q"].shape)[0]
+
+        scores = np.einsum("shd,chd->hsc", q, keys) * scale
+        valid = (np.arange(ctx)[None, :] <= (pos + np.arange(seq))[:, None])[None]  # [1,S,ctx]
+        delta = scale * gamma(dim) * np.einsum("shd,chd->hsc", np.abs(q), np.abs(keys))
+        delta += 2 * U32 * np.abs(scores)
+        delta_in = scale * (
+            np.einsum("shd,chd->hsc", e_q, np.abs(keys))
+            + np.einsum("shd,chd->hsc", np.abs(q), e_keys)
+        )
+        top = np.where(valid, scores, -np.inf).max(axis=-1, keepdims=True)
+        x = np.where(valid, scores - top, 0.0)
+        p = np.where(valid, np.exp(x), 0.0)
+        p /= p.sum(axis=-1, keepdims=True)
+
+        n = (pos + np.arange(seq) + 1)[None, :, None].astype(np.float64)  # terms per row
+        splits = div_up(ctx, SPLIT)
+        sigma = gamma(n + splits + 2) + ULP_DIVIDE * EPS32
+        eps = delta + 2 * U32 * np.abs(x) + (6 + 2 * np.abs(x)) * EPS32
+        eps_mean = (p * eps).sum(axis=-1, keepdims=True)
+        local = np.einsum("hsc,chd->shd", p * (eps + eps_mean + 2 * sigma), values)
+        flushed = TINY32 * (
+            2 * np.einsum("hsc,chd->shd", valid.astype(np.float64), values)
+            + np.transpose(n, (1, 0, 2)) * (np.abs(outputs["out"][0]) + 1)
+        )
+        delta_in_mean = (p * delta_in).sum(axis=-1, keepdims=True)
+        propagated = np.einsum("hsc,chd->shd", p * (delta_in + delta_in_mean), values)
+        propagated += np.einsum("hsc,chd->shd", p, e_values)
+        out = SAFETY * (local + flushed) + propagated
+        return {"out": out[None], **cache_errors}
+
+
+MODEL = SdpaModel()

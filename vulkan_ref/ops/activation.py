@@ -1,0 +1,87 @@
+"""sigmoid, silu and the fused silu_mul on Vulkan: one dispatch node each, one invocation per
+element in workgroups of 64; the shaders read the live numel from out's metadata UBO.
+
+sigmoid and silu share the `unary_activation` shader, specialized by an op-kind constant.
+silu_mul's resize function refuses gate and up of different live sizes (no broadcasting).
+"""
+
+from __future__ import annotations
+
+from graph_format import InputError, OpNode
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+
+LOCAL_SIZE = (64, 1, 1)
+OP_KIND = {"sigmoid": 0, "silu": 1}
+
+
+def add_unary_activation_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the sigmoid/silu dispatch node of `node`."""
+    x = graph.tensor_arg(node, "x")
+    out = graph.output(node, "out")
+    for tensor in (x, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(
+                node, f"{node.op} is float32 only; {tensor.name!r} is not", tensor.name
+            )
+    if out.max_sizes != x.max_sizes:
+        raise graph.fail(
+            node, f"out must be {list(x.max_sizes)} like x, got {list(out.max_sizes)}", out.name
+        )
+
+    def resize_unary_activation_node(g: ComputeGraph) -> None:
+        g.virtual_resize(out, g.sizes_of(x))
+
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(out.name, x.name),
+            resize_fn=resize_unary_activation_node,
+            pick_shader=lambda g: node.op,
+            shaders={node.op: "unary_activation"},
+            pick_global=lambda g: (out.numel, 1, 1),
+            local_size=LOCAL_SIZE,
+            bindings=(out, x, out.meta),
+            spec_constants=(OP_KIND[node.op],),
+        )
+    )
+
+
+def add_silu_mul_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the fused silu(gate) * up dispatch node of `node`."""
+    gate = graph.tensor_arg(node, "gate")
+    up = graph.tensor_arg(node, "up")
+    out = graph.output(node, "out")
+    for tensor in (gate, up, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(node, f"silu_mul is float32 only; {tensor.name!r} is not", tensor.name)
+    if up.max_sizes != gate.max_sizes:
+        raise graph.fail(
+            node, f"up must be {list(gate.max_sizes)} like gate, got {list(up.max_sizes)}", up.name
+        )
+    if out.max_sizes != gate.max_sizes:
+        raise graph.fail(
+            node,
+            f"out must be {list(gate.max_sizes)} like gate, got {list(out.max_sizes)}",
+            out.name,
+        )
+
+    def resize_silu_mul_node(g: ComputeGraph) -> None:
+        if g.sizes_of(gate) != g.sizes_of(up):
+            raise InputError(
+                node.name,
+                "shape",
+                f"vulkan: {node.name}: gate {list(gate.sizes)} and up {list(up.sizes)} differ",
+            )
+        g.virtual_resize(out, g.sizes_of(gate))
+
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(out.name, gate.name, up.name),
+            resize_fn=resize_silu_mul_node,
+            pick_shader=lambda g: "silu_mul",
+            pick_global=lambda g: (out.numel, 1, 1),
+            local_size=LOCAL_SIZE,
+            bindings=(out, gate, up, out.meta),
+        )
+    )

@@ -1,0 +1,79 @@
+"""embedding_q4gsw on Vulkan: one dispatch node, one invocation per output element.
+
+The weight stays in its uint8 `[vocab, D/2]` bytes (no repack: the shader reads bytes out of
+32-bit words), the group size is specialization constant 3 and the shader reads D and the
+vocabulary from the metadata UBOs. Token ids are checked on the host before any resize
+(`add_input_check`); upstream reads an out-of-range row unchecked.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graph_format import InputError, OpNode
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+
+LOCAL_SIZE = (64, 1, 1)
+
+
+def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the embedding dispatch node of `node` and its host-side token id check."""
+    weight = graph.tensor_arg(node, "weight")
+    scales = graph.tensor_arg(node, "scales")
+    indices = graph.tensor_arg(node, "indices")
+    out = graph.output(node, "out")
+    group_size = int(graph.scalar_arg(node, "group_size"))
+    if weight.dtype != "uint8" or len(weight.max_sizes) != 2:
+        raise graph.fail(node, "weight must be uint8 [vocab, D/2]", tensor=weight.name)
+    if scales.dtype != "float32":
+        raise graph.fail(node, f"scales must be float32, not {scales.dtype}", scales.name)
+    if indices.dtype != "int32":
+        raise graph.fail(node, f"indices must be int32, not {indices.dtype}", indices.name)
+    if out.dtype != "float32":
+        raise graph.fail(node, f"out must be float32, not {out.dtype}", tensor=out.name)
+    vocab, dim = weight.max_sizes[0], 2 * weight.max_sizes[1]
+    if group_size <= 0 or dim % group_size:
+        raise graph.fail(node, f"group_size {group_size} does not divide D = {dim}")
+    if scales.max_sizes != (vocab, dim // group_size):
+        raise graph.fail(
+            node,
+            f"scales {list(scales.max_sizes)} must be [{vocab}, {dim // group_size}]",
+            scales.name,
+        )
+    if indices.name not in graph.graph.inputs:
+        raise graph.fail(
+            node, "indices must be a graph input (ids are checked on the host)", indices.name
+        )
+    if out.max_sizes != (*indices.max_sizes, dim):
+        raise graph.fail(
+            node, f"out must be {[*indices.max_sizes, dim]}, got {list(out.max_sizes)}", out.name
+        )
+
+    def check_token_ids(ids: np.ndarray) -> None:
+        outside = (ids < 0) | (ids >= vocab)
+        if outside.any():
+            first = np.argwhere(outside)[0]
+            raise InputError(
+                node.name,
+                "index_range",
+                f"vulkan: {node.name}: {indices.name}{list(map(int, first))} = "
+                f"{int(ids[tuple(first)])} is not a token id of the vocabulary [0, {vocab})",
+            )
+
+    graph.add_input_check(node, indices, check_token_ids)
+
+    def resize_embedding_node(g: ComputeGraph) -> None:
+        g.virtual_resize(out, (*g.sizes_of(indices), dim))
+
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(out.name, indices.name),
+            resize_fn=resize_embedding_node,
+            pick_shader=lambda g: "embedding_q4gsw",
+            pick_global=lambda g: (out.numel, 1, 1),
+            local_size=LOCAL_SIZE,
+            bindings=(out, indices, weight, scales, out.meta, weight.meta),
+            spec_constants=(group_size,),
+        )
+    )

@@ -1,0 +1,148 @@
+"""apply_rotary_emb and apply_rotary_emb_hf on Vulkan: one dispatch node rotating q and k.
+
+One invocation per rotated pair (q's, then k's): global = (numel(xq) + numel(xk)) / 2 from
+live sizes, so any even D, any batch and different q and k head counts work (upstream's
+shader does 8 elements per thread, drops D % 8 tails and only batch 0, reference §7.9). The
+HF shader binds the start_pos SymInt's UBO and reads each half's own table columns (upstream
+reads column i for both halves, reference §7.5). The resize functions check live shapes and
+`start_pos + S <= rows` before anything is recorded.
+"""
+
+from __future__ import annotations
+
+from graph_format import InputError, OpNode
+from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
+from vulkan_ref.tensor import VTensor
+
+LOCAL_SIZE = (64, 1, 1)
+
+
+def _check_build(
+    graph: ComputeGraph, node: OpNode, cos: VTensor, sin: VTensor, width_of_d: int
+) -> None:
+    """Load-time checks shared by both variants; tables have D / width_of_d columns."""
+    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    for tensor in (xq, xk, cos, sin, xq_out, xk_out):
+        if tensor.dtype != "float32":
+            raise graph.fail(
+                node, f"{node.op} is float32 only; {tensor.name!r} is not", tensor.name
+            )
+    for tensor in (xq, xk):
+        if len(tensor.max_sizes) != 4:
+            raise graph.fail(node, f"{tensor.name!r} must have rank 4 [B, S, H, D]", tensor.name)
+    dim = xq.max_sizes[3]
+    if dim % 2:
+        raise graph.fail(node, f"D = {dim} is odd; rotary pairs need an even D", tensor=xq.name)
+    if xk.max_sizes[3] != dim or xk.max_sizes[:2] != xq.max_sizes[:2]:
+        raise graph.fail(
+            node,
+            f"xk {list(xk.max_sizes)} and xq {list(xq.max_sizes)} differ in B, S or D",
+            xk.name,
+        )
+    width = dim // width_of_d
+    if len(cos.max_sizes) != 2 or cos.max_sizes[1] != width:
+        raise graph.fail(
+            node, f"{cos.name!r} {list(cos.max_sizes)} must be [rows, {width}]", tensor=cos.name
+        )
+    if sin.max_sizes != cos.max_sizes:
+        raise graph.fail(node, f"{sin.name!r} and {cos.name!r} differ in size", tensor=sin.name)
+    if xq_out.max_sizes != xq.max_sizes:
+        raise graph.fail(node, f"xq_out must be {list(xq.max_sizes)}", tensor=xq_out.name)
+    if xk_out.max_sizes != xk.max_sizes:
+        raise graph.fail(node, f"xk_out must be {list(xk.max_sizes)}", tensor=xk_out.name)
+
+
+def _fail(node: OpNode, reason: str, message: str) -> InputError:
+    return InputError(node.name, reason, f"vulkan: {node.name}: {message}")
+
+
+def _check_qk(g: ComputeGraph, node: OpNode, xq: VTensor, xk: VTensor) -> int:
+    """Refuse live q/k sizes the kernel cannot rotate; returns the live S."""
+    dim = xq.max_sizes[3]
+    q, k = g.sizes_of(xq), g.sizes_of(xk)
+    if q[3] != dim or k[3] != dim:
+        raise _fail(node, "head_dim", f"D must stay {dim}; live xq {list(q)}, xk {list(k)}")
+    if k[:2] != q[:2]:
+        raise _fail(node, "qk_shape", f"xk {list(k)} and xq {list(q)} differ in B or S")
+    return q[1]
+
+
+def add_rotary_emb_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the Llama (pair-interleaved) rotary node of `node`; freqs are [S, D/2] live."""
+    cos, sin = graph.tensor_arg(node, "freqs_cos"), graph.tensor_arg(node, "freqs_sin")
+    _check_build(graph, node, cos, sin, 2)
+    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    half = xq.max_sizes[3] // 2
+
+    def resize_rotary_emb_node(g: ComputeGraph) -> None:
+        seq = _check_qk(g, node, xq, xk)
+        if g.sizes_of(cos) != (seq, half) or g.sizes_of(sin) != g.sizes_of(cos):
+            raise _fail(
+                node,
+                "freqs_shape",
+                f"freqs {list(cos.sizes)} / {list(sin.sizes)} must be [{seq}, {half}]",
+            )
+        g.virtual_resize(xq_out, g.sizes_of(xq))
+        g.virtual_resize(xk_out, g.sizes_of(xk))
+
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(xq_out.name, xk_out.name, xq.name, xk.name, cos.name, sin.name),
+            resize_fn=resize_rotary_emb_node,
+            pick_shader=lambda g: "rotary_emb",
+            pick_global=lambda g: ((xq.numel + xk.numel) // 2, 1, 1),
+            local_size=LOCAL_SIZE,
+            bindings=(xq_out, xk_out, xq, xk, cos, sin, xq.meta, xk.meta),
+        )
+    )
+
+
+def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the HF (rotate-half) rotary node of `node`; tables are [rows, D], rows start_pos+s."""
+    cos, sin = graph.tensor_arg(node, "cos"), graph.tensor_arg(node, "sin")
+    _check_build(graph, node, cos, sin, 1)
+    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    dim = xq.max_sizes[3]
+    start_pos = graph.symint_arg(node, "start_pos")
+
+    def resize_rotary_emb_hf_node(g: ComputeGraph) -> None:
+        seq = _check_qk(g, node, xq, xk)
+        table = g.sizes_of(cos)
+        if g.sizes_of(sin) != table or table[1] != dim:
+            raise _fail(
+                node, "table_shape", f"tables {list(table)} / {list(sin.sizes)} need {dim} columns"
+            )
+        pos = start_pos.value if isinstance(start_pos, SymInt) else start_pos
+        if pos < 0 or pos + seq > table[0]:
+            raise _fail(
+                node, "start_pos", f"rows {pos}..{pos + seq - 1} are not all in the {table[0]} rows"
+            )
+        g.virtual_resize(xq_out, g.sizes_of(xq))
+        g.virtual_resize(xk_out, g.sizes_of(xk))
+
+    symint_args = (start_pos.name,) if isinstance(start_pos, SymInt) else ()
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(xq_out.name, xk_out.name, xq.name, xk.name, cos.name, sin.name, *symint_args),
+            resize_fn=resize_rotary_emb_hf_node,
+            pick_shader=lambda g: "rotary_emb_hf",
+            pick_global=lambda g: ((xq.numel + xk.numel) // 2, 1, 1),
+            local_size=LOCAL_SIZE,
+            bindings=(
+                xq_out,
+                xk_out,
+                xq,
+                xk,
+                cos,
+                sin,
+                xq.meta,
+                xk.meta,
+                graph.int_ubo(node, "start_pos"),
+            ),
+        )
+    )

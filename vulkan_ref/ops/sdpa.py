@@ -1,0 +1,163 @@
+"""sdpa_with_kv_cache on Vulkan (reference §3.5.1, `VI:SDPA.cpp`), with the cache update.
+
+Six dispatch nodes in graph order, all built at load and self-gating by their global size:
+`sdpa_update_cache`; the materialized route `sdpa_qk` -> `sdpa_softmax` -> `sdpa_av` for
+S > 1; the split-K decode route `sdpa_fd_split` -> `sdpa_fd_reduce` for S == 1. Shaders
+read S, Hq and D from q's metadata UBO, Hkv from the cache's, and input_pos from the SymInt's
+UBO (a constant UBO for an int literal); the scale is specialization constant 3.
+
+The first node's resize function checks the live shapes and `input_pos + S <= C` and
+resizes out; it raises before anything is recorded, so a refused step leaves the caches as
+they were (upstream drops out-of-range cache writes silently instead, reference §7.8).
+Scores `[Hq, S_max, C]` and the decode partials are private scratch tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from graph_format import InputError, OpNode
+from vulkan_ref.graph import WG, ComputeGraph, DispatchNode, SymInt
+from vulkan_ref.memory import Buffer
+from vulkan_ref.tensor import VTensor
+
+LOCAL_SIZE = (64, 1, 1)
+SPLIT_ROWS = 64  # cache rows per split of the decode route: sdpa_fd_split's local size
+
+
+def _check_build(graph: ComputeGraph, node: OpNode) -> None:
+    q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
+    k_cache, v_cache = graph.tensor_arg(node, "k_cache"), graph.tensor_arg(node, "v_cache")
+    out = graph.output(node, "out")
+    for tensor in (q, k, v, k_cache, v_cache, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(node, f"sdpa is float32 only; {tensor.name!r} is not", tensor.name)
+    for tensor in (q, k, v, k_cache, v_cache):
+        if len(tensor.max_sizes) != 4 or tensor.max_sizes[0] != 1:
+            raise graph.fail(
+                node, f"{tensor.name!r} {list(tensor.max_sizes)} must be [1, ., ., .]", tensor.name
+            )
+    for tensor in (k_cache, v_cache):
+        if not tensor.is_state:
+            raise graph.fail(node, f"{tensor.name!r} must be a state tensor", tensor=tensor.name)
+    if v.max_sizes != k.max_sizes:
+        raise graph.fail(node, f"v {list(v.max_sizes)} differs from k {list(k.max_sizes)}", v.name)
+    if k.max_sizes[1] != q.max_sizes[1] or k.max_sizes[3] != q.max_sizes[3]:
+        raise graph.fail(node, "k and q differ in S or D", tensor=k.name)
+    if k_cache.max_sizes[2:] != k.max_sizes[2:]:
+        raise graph.fail(
+            node, f"k_cache {list(k_cache.max_sizes)} does not hold k's heads and D", k_cache.name
+        )
+    if v_cache.max_sizes != k_cache.max_sizes:
+        raise graph.fail(node, "v_cache and k_cache differ in size", tensor=v_cache.name)
+    if q.max_sizes[2] % k.max_sizes[2]:
+        raise graph.fail(node, "the query heads are not a multiple of the kv heads", q.name)
+    if out.max_sizes != q.max_sizes:
+        raise graph.fail(node, f"out must be {list(q.max_sizes)}", tensor=out.name)
+
+
+def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the six sdpa dispatch nodes of `node`."""
+    _check_build(graph, node)
+    q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
+    k_cache, v_cache = graph.tensor_arg(node, "k_cache"), graph.tensor_arg(node, "v_cache")
+    out = graph.output(node, "out")
+    _, max_seq, q_heads, dim = q.max_sizes
+    kv_heads, cache_rows = k.max_sizes[2], k_cache.max_sizes[1]
+    input_pos = graph.symint_arg(node, "input_pos")
+    pos_ubo = graph.int_ubo(node, "input_pos")
+    scale_arg = node.args.get("scale")
+    scale = float(graph.scalar_arg(node, "scale")) if scale_arg else 1.0 / math.sqrt(dim)
+    max_splits = -(-cache_rows // SPLIT_ROWS)
+    scores = graph.create_scratch(node, "scores", "float32", (q_heads, max_seq, cache_rows))
+    part_o = graph.create_scratch(node, "part_o", "float32", (q_heads, max_splits, dim))
+    part_ml = graph.create_scratch(node, "part_ml", "float32", (q_heads, max_splits, 2))
+
+    def pos() -> int:
+        return input_pos.value if isinstance(input_pos, SymInt) else input_pos
+
+    def seq(g: ComputeGraph) -> int:
+        return g.sizes_of(q)[1]
+
+    def resize_sdpa_node(g: ComputeGraph) -> None:
+        qs, ks, vs = g.sizes_of(q), g.sizes_of(k), g.sizes_of(v)
+        s = qs[1]
+        if qs != (1, s, q_heads, dim) or ks != (1, s, kv_heads, dim) or vs != ks:
+            raise InputError(
+                node.name,
+                "shape",
+                f"vulkan: {node.name}: q {list(qs)}, k {list(ks)}, v {list(vs)} must be "
+                f"[1, S, {q_heads}, {dim}], [1, S, {kv_heads}, {dim}]",
+            )
+        if pos() < 0:
+            raise InputError(node.name, "input_pos", f"vulkan: {node.name}: input_pos {pos()} < 0")
+        if pos() + s > cache_rows:
+            raise InputError(
+                node.name,
+                "cache_overflow",
+                f"vulkan: {node.name}: rows {pos()}..{pos() + s - 1} do not fit the "
+                f"{cache_rows}-row cache",
+            )
+        g.virtual_resize(out, qs)
+
+    symint_args = (input_pos.name,) if isinstance(input_pos, SymInt) else ()
+    args = (out.name, q.name, k.name, v.name, k_cache.name, v_cache.name, *symint_args)
+
+    def node_for(
+        kernel: str,
+        pick_global: Callable[[ComputeGraph], WG],
+        bindings: tuple[VTensor | Buffer, ...],
+        spec: tuple[float, ...] = (),
+        resize: Callable[[ComputeGraph], None] | None = None,
+    ) -> None:
+        graph.add_dispatch_node(
+            DispatchNode(
+                op=node.name,
+                args=args,
+                resize_fn=resize,
+                pick_shader=lambda g: kernel,
+                pick_global=pick_global,
+                local_size=LOCAL_SIZE,
+                bindings=bindings,
+                spec_constants=spec,
+            )
+        )
+
+    def context(g: ComputeGraph) -> int:
+        return pos() + seq(g)
+
+    wg = LOCAL_SIZE[0]
+    node_for(
+        "sdpa_update_cache",
+        lambda g: (k.numel, 1, 1),
+        (k_cache, v_cache, k, v, k.meta, pos_ubo),
+        resize=resize_sdpa_node,
+    )
+    node_for(
+        "sdpa_qk",
+        lambda g: (q_heads * seq(g) * context(g), 1, 1) if seq(g) > 1 else (0, 1, 1),
+        (scores, q, k_cache, q.meta, k_cache.meta, pos_ubo),
+        spec=(scale,),
+    )
+    node_for(
+        "sdpa_softmax",
+        lambda g: (q_heads * seq(g) * wg, 1, 1) if seq(g) > 1 else (0, 1, 1),
+        (scores, q.meta, pos_ubo),
+    )
+    node_for(
+        "sdpa_av",
+        lambda g: (q.numel, 1, 1) if seq(g) > 1 else (0, 1, 1),
+        (out, scores, v_cache, q.meta, v_cache.meta, pos_ubo),
+    )
+    node_for(
+        "sdpa_fd_split",
+        lambda g: (q_heads * -(-context(g) // SPLIT_ROWS) * wg, 1, 1) if seq(g) == 1 else (0, 1, 1),
+        (part_o, part_ml, q, k_cache, v_cache, q.meta, k_cache.meta, pos_ubo),
+        spec=(scale,),
+    )
+    node_for(
+        "sdpa_fd_reduce",
+        lambda g: (q_heads * wg, 1, 1) if seq(g) == 1 else (0, 1, 1),
+        (out, part_o, part_ml, q.meta, pos_ubo),
+    )

@@ -1,0 +1,82 @@
+"""view_copy and sym_size on Vulkan (reference §2.4, `VI:View.cpp`, `VI:SymIntOps.cpp`).
+
+view_copy's resize function resolves the size list from live Int and SymInt values (upstream's
+`extract_int_or_symint_list`) and refuses a list whose product is not x's live numel; the
+dispatch copies numel 32-bit words. sym_size is an `ExecuteNode` whose resize function sets
+its SymInt from x's live size: in the single ordered pass it always runs after x's producer
+and before any consumer, so it is never stale.
+"""
+
+from __future__ import annotations
+
+import math
+
+from graph_format import InputError, OpNode
+from vulkan_ref.graph import ComputeGraph, DispatchNode, ExecuteNode
+
+LOCAL_SIZE = (64, 1, 1)
+VIEW_DTYPES = ("float32", "int32")
+
+
+def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the view_copy dispatch node of `node`."""
+    x = graph.tensor_arg(node, "x")
+    out = graph.output(node, "out")
+    names = node.args["sizes"]
+    assert isinstance(names, tuple)
+    if x.dtype not in VIEW_DTYPES:
+        raise graph.fail(node, f"view_copy copies float32 or int32, not {x.dtype}", x.name)
+    if out.dtype != x.dtype:
+        raise graph.fail(node, f"out is {out.dtype} but x is {x.dtype}", tensor=out.name)
+    if len(names) != len(out.max_sizes):
+        raise graph.fail(
+            node,
+            f"the size list has {len(names)} entries, out has rank {len(out.max_sizes)}",
+            out.name,
+        )
+    for d, name in enumerate(names):
+        if name not in graph.symints:
+            size = int(graph.graph.scalar(name))
+            if not 1 <= size <= out.max_sizes[d]:
+                raise graph.fail(
+                    node, f"size {size} at dim {d} outside [1, {out.max_sizes[d]}]", out.name
+                )
+
+    def resize_view_node(g: ComputeGraph) -> None:
+        sizes = g.extract_int_or_symint_list(node, "sizes")
+        out.validate(sizes)
+        if math.prod(sizes) != x.numel:
+            raise InputError(
+                node.name,
+                "numel",
+                f"vulkan: {node.name}: {x.name!r} has {x.numel} live elements, the sizes "
+                f"{list(sizes)} hold {math.prod(sizes)}",
+            )
+        g.virtual_resize(out, sizes)
+
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(out.name, x.name, *(n for n in names if n in graph.symints)),
+            resize_fn=resize_view_node,
+            pick_shader=lambda g: "view_copy",
+            pick_global=lambda g: (x.numel, 1, 1),
+            local_size=LOCAL_SIZE,
+            bindings=(out, x, out.meta),
+        )
+    )
+
+
+def add_sym_size_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the node that keeps `node`'s SymInt at x's live size."""
+    x = graph.tensor_arg(node, "x")
+    dim = int(graph.scalar_arg(node, "dim"))
+    rank = len(x.max_sizes)
+    if not -rank <= dim < rank:
+        raise graph.fail(node, f"dim {dim} does not index the {rank} dims of {x.name!r}", x.name)
+    name = node.outputs["out"]
+
+    def resize_sym_size_node(g: ComputeGraph) -> None:
+        g.set_symint(name, g.sizes_of(x)[dim])
+
+    graph.add_node(ExecuteNode(op=node.name, args=(x.name,), resize_fn=resize_sym_size_node))

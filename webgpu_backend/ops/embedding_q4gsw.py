@@ -1,0 +1,88 @@
+"""embedding_q4gsw on WebGPU: one invocation per output element, hook on the indices.
+
+Token ids are checked against the vocabulary on the host (`add_input_check`), before
+anything changes, so the kernel never reads a row that does not exist; that is why the
+indices must be a graph input. Any even D (the kernel reads bytes out of u32 words).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import numpy as np
+
+from graph_format import InputError, OpNode
+from webgpu_backend.graph import WebGPUGraph
+
+WORKGROUP_SIZE = 64
+# struct Params { numel, embed_dim, group_size, groups_per_row, vocab, pad x3 }
+PARAMS = struct.Struct("<8I")
+
+
+def build(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the embedding dispatch of `node`, its host check and its hook on the indices."""
+    weight = graph.arg_tensor(node, "weight")
+    scales = graph.arg_tensor(node, "scales")
+    indices = graph.arg_tensor(node, "indices")
+    out = graph.output(node, "out")
+    group_size = int(graph.arg_scalar(node, "group_size"))
+    if weight.dtype != "uint8" or len(weight.dims) != 2:
+        raise graph.fail(
+            node,
+            f"weight must be uint8 [vocab, D/2], got {weight.dtype} {list(weight.dims)}",
+            tensor=weight.name,
+        )
+    if scales.dtype != "float32":
+        raise graph.fail(node, f"scales must be float32, got {scales.dtype}", tensor=scales.name)
+    if indices.dtype != "int32":
+        raise graph.fail(node, f"indices must be int32, got {indices.dtype}", tensor=indices.name)
+    if out.dtype != "float32":
+        raise graph.fail(node, f"out must be float32, got {out.dtype}", tensor=out.name)
+    vocab, dim = weight.dims[0], 2 * weight.dims[1]
+    if group_size <= 0 or dim % group_size:
+        raise graph.fail(node, f"group_size {group_size} must divide the embedding dim {dim}")
+    groups = dim // group_size
+    if scales.dims != (vocab, groups):
+        raise graph.fail(
+            node, f"scales must be [{vocab}, {groups}], got {list(scales.dims)}", scales.name
+        )
+    if indices.name not in graph.graph.inputs:
+        raise graph.fail(
+            node, "indices must be a graph input: token ids are checked on the host", indices.name
+        )
+    if out.dims != (*indices.dims, dim):
+        raise graph.fail(
+            node, f"out must be {[*indices.dims, dim]}, got {list(out.dims)}", tensor=out.name
+        )
+
+    def check_ids(ids: np.ndarray) -> None:
+        bad = np.flatnonzero((ids < 0) | (ids >= vocab))
+        if bad.size:
+            where = [int(i) for i in np.unravel_index(int(bad[0]), ids.shape)]
+            raise InputError(
+                node.name,
+                "index_range",
+                f"webgpu: op {node.name!r}: token id {int(ids.flat[bad[0]])} at {where} of "
+                f"{indices.name!r} is outside the vocabulary [0, {vocab})",
+            )
+
+    graph.add_input_check(node, indices, check_ids)
+    params = graph.create_params(PARAMS.size)
+    dispatch = graph.add_dispatch(
+        node,
+        "embedding_q4gsw",
+        workgroup_size=WORKGROUP_SIZE,
+        writes=[out],
+        reads=[indices, weight, scales],
+        params=params,
+    )
+
+    def resize() -> None:
+        dims = (*indices.cur_dims, dim)
+        graph.set_cur_dims(out, dims)
+        numel = math.prod(dims)
+        params.update(PARAMS.pack(numel, dim, group_size, groups, vocab, 0, 0, 0))
+        dispatch.count = -(-numel // WORKGROUP_SIZE)
+
+    graph.add_resize_hook(node, [indices.name], resize)

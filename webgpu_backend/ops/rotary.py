@@ -1,0 +1,138 @@
+"""apply_rotary_emb and apply_rotary_emb_hf on WebGPU: one dispatch rotating q and k.
+
+One invocation per rotated pair, q's pairs first: the count covers (numel(xq) + numel(xk)) / 2
+live pairs, so q and k may have different head counts, and batch is handled. The hook follows
+xq, xk, both tables and (HF) the start_pos SymInt, and reads only live values: the start_pos
+check `start_pos + S <= rows` sees the S of this step, not a stale one (reference §7.2). The HF
+kernel reads each half's own table columns (reference §7.5).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from graph_format import InputError, OpNode
+from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.tensor import WebGPUTensor
+
+WORKGROUP_SIZE = 64
+# struct Params { q_pairs, total_pairs, half_dim, seq, q_heads, k_heads, start_pos, pad }
+PARAMS = struct.Struct("<8I")
+
+
+def _check_build(
+    graph: WebGPUGraph, node: OpNode, tables: tuple[WebGPUTensor, WebGPUTensor], hf: bool
+) -> None:
+    xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    cos, sin = tables
+    for tensor in (xq, xk, cos, sin, xq_out, xk_out):
+        if tensor.dtype != "float32":
+            raise graph.fail(
+                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor=tensor.name
+            )
+    for tensor in (xq, xk):
+        if len(tensor.dims) != 4:
+            raise graph.fail(
+                node, f"{tensor.name!r} must be [B, S, H, D], got {list(tensor.dims)}", tensor.name
+            )
+    dim = xq.dims[3]
+    if dim % 2:
+        raise graph.fail(node, f"the head dim {dim} must be even", tensor=xq.name)
+    if xk.dims[3] != dim or xk.dims[:2] != xq.dims[:2]:
+        raise graph.fail(
+            node, f"xk {list(xk.dims)} must share B, S and D with xq {list(xq.dims)}", xk.name
+        )
+    width = dim if hf else dim // 2
+    if len(cos.dims) != 2 or cos.dims[1] != width:
+        raise graph.fail(
+            node, f"{cos.name!r} must be [rows, {width}], got {list(cos.dims)}", tensor=cos.name
+        )
+    if sin.dims != cos.dims:
+        raise graph.fail(
+            node, f"{sin.name!r} must have {cos.name!r}'s dims {list(cos.dims)}", sin.name
+        )
+    if xq_out.dims != xq.dims:
+        raise graph.fail(node, f"xq_out must be {list(xq.dims)}", tensor=xq_out.name)
+    if xk_out.dims != xk.dims:
+        raise graph.fail(node, f"xk_out must be {list(xk.dims)}", tensor=xk_out.name)
+
+
+def _build(
+    graph: WebGPUGraph,
+    node: OpNode,
+    table_slots: tuple[str, str],
+    start_pos: Callable[[], int] | None,
+) -> None:
+    hf = start_pos is not None
+    cos = graph.arg_tensor(node, table_slots[0])
+    sin = graph.arg_tensor(node, table_slots[1])
+    _check_build(graph, node, (cos, sin), hf)
+    xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    dim = xq.dims[3]
+    kernel = "rotary_emb_hf" if hf else "rotary_emb"
+    params = graph.create_params(PARAMS.size)
+    dispatch = graph.add_dispatch(
+        node,
+        kernel,
+        workgroup_size=WORKGROUP_SIZE,
+        writes=[xq_out, xk_out],
+        reads=[xq, xk, cos, sin],
+        params=params,
+    )
+
+    def fail(reason: str, message: str) -> InputError:
+        return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
+
+    def resize() -> None:
+        q, k = xq.cur_dims, xk.cur_dims
+        if q[3] != dim or k[3] != dim:
+            raise fail("head_dim", f"live head dims {q[3]} and {k[3]} must stay {dim}")
+        if k[:2] != q[:2]:
+            raise fail("qk_shape", f"live xk {list(k)} must share B and S with xq {list(q)}")
+        seq = q[1]
+        position = 0
+        if start_pos is None:
+            if cos.cur_dims != (seq, dim // 2) or sin.cur_dims != cos.cur_dims:
+                raise fail(
+                    "freqs_shape",
+                    f"live freqs {list(cos.cur_dims)} and {list(sin.cur_dims)} must be "
+                    f"[{seq}, {dim // 2}]",
+                )
+        else:
+            if sin.cur_dims != cos.cur_dims or cos.cur_dims[1] != dim:
+                raise fail(
+                    "table_shape",
+                    f"live tables {list(cos.cur_dims)} and {list(sin.cur_dims)} must be "
+                    f"equal with {dim} columns",
+                )
+            position = start_pos()
+            rows = cos.cur_dims[0]
+            if position < 0 or position + seq > rows:
+                raise fail(
+                    "start_pos", f"start_pos {position} + S {seq} must lie within {rows} rows"
+                )
+        graph.set_cur_dims(xq_out, q)
+        graph.set_cur_dims(xk_out, k)
+        q_pairs = xq.cur_numel // 2
+        total = q_pairs + xk.cur_numel // 2
+        params.update(PARAMS.pack(q_pairs, total, dim // 2, seq, q[2], k[2], position, 0))
+        dispatch.count = -(-total // WORKGROUP_SIZE)
+
+    triggers = [xq.name, xk.name, cos.name, sin.name]
+    pos_name = node.args.get("start_pos")
+    if isinstance(pos_name, str) and pos_name in graph.symints:
+        triggers.append(pos_name)
+    graph.add_resize_hook(node, triggers, resize)
+
+
+def build_llama(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record apply_rotary_emb (pair-interleaved, freqs [S, D/2])."""
+    _build(graph, node, ("freqs_cos", "freqs_sin"), None)
+
+
+def build_hf(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record apply_rotary_emb_hf (rotate-half, tables [max_seq, D], start_pos)."""
+    _build(graph, node, ("cos", "sin"), graph.int_or_symint(node, "start_pos"))

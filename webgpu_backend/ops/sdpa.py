@@ -1,0 +1,144 @@
+"""sdpa_with_kv_cache on WebGPU: cache update, then a materialized or a split-K decode route.
+
+Six dispatch slots share one params uniform and are all recorded at load:
+`sdpa_update_cache`; the materialized route `sdpa_qk` -> `sdpa_softmax` -> `sdpa_av` (scores
+in a private `[Hq, S, C]` scratch, dense at the live `[Hq, S, ctx]`); the decode route
+`sdpa_fd_split` -> `sdpa_fd_reduce` (partials per 64-row split of the context). The hook picks
+the route from the live S (decode when S == 1) by giving the other route's slots a zero count.
+
+The hook follows q, k, v and the input_pos SymInt, and reads only their live values: it never
+validates a new input_pos against a stale S (upstream's SymInt phase does, reference §7.2).
+`input_pos + S` past the cache is refused before anything is dispatched, so the caches keep
+their contents (upstream Vulkan drops such writes silently, reference §7.8).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from graph_format import InputError, OpNode
+from webgpu_backend.graph import Dispatch, ScratchBuffer, WebGPUGraph
+from webgpu_backend.tensor import WebGPUTensor
+
+WORKGROUP_SIZE = 64
+SPLIT_ROWS = 64  # cache rows per split of the decode route: one per lane of sdpa_fd_split
+# struct Params { seq, input_pos, context, q_heads, kv_heads, head_dim, num_splits, pad,
+#                 scale: f32, pad x3 }
+PARAMS = struct.Struct("<8If3I")
+
+
+def _check_build(graph: WebGPUGraph, node: OpNode) -> None:
+    q, k, v = (graph.arg_tensor(node, s) for s in ("q", "k", "v"))
+    k_cache, v_cache = graph.arg_tensor(node, "k_cache"), graph.arg_tensor(node, "v_cache")
+    out = graph.output(node, "out")
+    for tensor in (q, k, v, k_cache, v_cache, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(
+                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor=tensor.name
+            )
+    for tensor in (q, k, v, k_cache, v_cache):
+        if len(tensor.dims) != 4 or tensor.dims[0] != 1:
+            raise graph.fail(
+                node, f"{tensor.name!r} must be [1, ., ., .], got {list(tensor.dims)}", tensor.name
+            )
+    for tensor in (k_cache, v_cache):
+        if not tensor.is_state:
+            raise graph.fail(node, f"cache {tensor.name!r} must be a state tensor", tensor.name)
+    if v.dims != k.dims:
+        raise graph.fail(node, f"v {list(v.dims)} must have k's dims {list(k.dims)}", v.name)
+    if k.dims[1] != q.dims[1] or k.dims[3] != q.dims[3]:
+        raise graph.fail(node, f"k {list(k.dims)} must share S and D with q {list(q.dims)}", k.name)
+    if k_cache.dims[2:] != k.dims[2:]:
+        raise graph.fail(
+            node,
+            f"k_cache must be [1, C, {k.dims[2]}, {k.dims[3]}], got {list(k_cache.dims)}",
+            k_cache.name,
+        )
+    if v_cache.dims != k_cache.dims:
+        raise graph.fail(node, f"v_cache must be {list(k_cache.dims)}", tensor=v_cache.name)
+    if q.dims[2] % k.dims[2]:
+        raise graph.fail(
+            node, f"{q.dims[2]} query heads are not a multiple of {k.dims[2]} kv heads", q.name
+        )
+    if out.dims != q.dims:
+        raise graph.fail(node, f"out must be {list(q.dims)}", tensor=out.name)
+
+
+def build(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the six sdpa slots of `node`, its scratch buffers and its hook."""
+    _check_build(graph, node)
+    q, k, v = (graph.arg_tensor(node, s) for s in ("q", "k", "v"))
+    k_cache, v_cache = graph.arg_tensor(node, "k_cache"), graph.arg_tensor(node, "v_cache")
+    out = graph.output(node, "out")
+    input_pos = graph.int_or_symint(node, "input_pos")
+    _, max_seq, q_heads, dim = q.dims
+    kv_heads, cache_rows = k.dims[2], k_cache.dims[1]
+    scale_name = node.args.get("scale")
+    scale = (
+        float(graph.graph.scalar(scale_name))
+        if isinstance(scale_name, str)
+        else 1.0 / math.sqrt(dim)
+    )
+    max_splits = -(-cache_rows // SPLIT_ROWS)
+    scores = graph.create_scratch(node, "scores", 4 * q_heads * max_seq * cache_rows)
+    part_o = graph.create_scratch(node, "part_o", 4 * q_heads * max_splits * dim)
+    part_ml = graph.create_scratch(node, "part_ml", 4 * q_heads * max_splits * 2)
+    params = graph.create_params(PARAMS.size)
+
+    def slot(
+        kernel: str,
+        writes: list[WebGPUTensor | ScratchBuffer],
+        reads: list[WebGPUTensor | ScratchBuffer],
+    ) -> Dispatch:
+        return graph.add_dispatch(
+            node, kernel, workgroup_size=WORKGROUP_SIZE, writes=writes, reads=reads, params=params
+        )
+
+    update = slot("sdpa_update_cache", [k_cache, v_cache], [k, v])
+    qk = slot("sdpa_qk", [scores], [q, k_cache])
+    softmax = slot("sdpa_softmax", [scores], [])
+    av = slot("sdpa_av", [out], [scores, v_cache])
+    split = slot("sdpa_fd_split", [part_o, part_ml], [q, k_cache, v_cache])
+    reduce = slot("sdpa_fd_reduce", [out], [part_o, part_ml])
+
+    def fail(reason: str, message: str) -> InputError:
+        return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
+
+    def resize() -> None:
+        qd, kd, vd = q.cur_dims, k.cur_dims, v.cur_dims
+        seq = qd[1]
+        if qd != (1, seq, q_heads, dim) or kd != (1, seq, kv_heads, dim) or vd != kd:
+            raise fail(
+                "shape",
+                f"live q {list(qd)}, k {list(kd)}, v {list(vd)} must be [1, S, {q_heads}, "
+                f"{dim}] and [1, S, {kv_heads}, {dim}]",
+            )
+        pos = input_pos()
+        if pos < 0:
+            raise fail("input_pos", f"input_pos {pos} is negative")
+        if pos + seq > cache_rows:
+            raise fail(
+                "cache_overflow",
+                f"input_pos {pos} + S {seq} exceeds the {cache_rows} rows of the KV cache",
+            )
+        context = pos + seq
+        splits = -(-context // SPLIT_ROWS)
+        params.update(
+            PARAMS.pack(seq, pos, context, q_heads, kv_heads, dim, splits, 0, scale, 0, 0, 0)
+        )
+        wg = WORKGROUP_SIZE
+        update.count = -(-seq * kv_heads * dim // wg)
+        decode = seq == 1
+        qk.count = 0 if decode else -(-q_heads * seq * context // wg)
+        softmax.count = 0 if decode else q_heads * seq
+        av.count = 0 if decode else -(-seq * q_heads * dim // wg)
+        split.count = q_heads * splits if decode else 0
+        reduce.count = q_heads if decode else 0
+        graph.set_cur_dims(out, qd)
+
+    triggers = [q.name, k.name, v.name]
+    pos_name = node.args["input_pos"]
+    if isinstance(pos_name, str) and pos_name in graph.symints:
+        triggers.append(pos_name)
+    graph.add_resize_hook(node, triggers, resize)

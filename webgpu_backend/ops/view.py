@@ -1,0 +1,84 @@
+"""view_copy and sym_size on WebGPU.
+
+view_copy resolves its size list from live values (int literals and SymInts) in a hook on x
+and on every SymInt of the list, never from numel (upstream's heuristic, reference §7.4,
+picks the leftmost dim that divides). One slot: a bitwise 32-bit copy, one invocation per
+element.
+
+sym_size is a hook on x that sets its SymInt output with `set_symint`; consumers register
+hooks on that SymInt, so the fixpoint re-runs them once it changes and nothing reads the dim
+of a stale intermediate (upstream evaluates it before any tensor hook, reference §7.2).
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from graph_format import InputError, OpNode
+from webgpu_backend.graph import WebGPUGraph
+
+WORKGROUP_SIZE = 64
+VIEW_DTYPES = ("float32", "int32")
+# struct Params { numel: u32, pad x3 }
+PARAMS = struct.Struct("<4I")
+
+
+def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the view_copy dispatch of `node` and its hook on x and the size list's SymInts."""
+    x = graph.arg_tensor(node, "x")
+    out = graph.output(node, "out")
+    names = node.args["sizes"]
+    assert isinstance(names, tuple)
+    if x.dtype not in VIEW_DTYPES:
+        raise graph.fail(node, f"x must be float32 or int32, got {x.dtype}", tensor=x.name)
+    if out.dtype != x.dtype:
+        raise graph.fail(node, f"out must be {x.dtype} like x, got {out.dtype}", tensor=out.name)
+    if len(names) != len(out.dims):
+        raise graph.fail(
+            node, f"{len(names)} sizes for out of rank {len(out.dims)}", tensor=out.name
+        )
+    for d, name in enumerate(names):
+        if name not in graph.symints:
+            size = int(graph.graph.scalar(name))
+            if not 1 <= size <= out.dims[d]:
+                raise graph.fail(
+                    node, f"literal size {size} of dim {d} is not in [1, {out.dims[d]}]", out.name
+                )
+    sizes = graph.int_list(node, "sizes")
+    params = graph.create_params(PARAMS.size)
+    dispatch = graph.add_dispatch(
+        node, "view_copy", workgroup_size=WORKGROUP_SIZE, writes=[out], reads=[x], params=params
+    )
+
+    def resize() -> None:
+        dims = sizes()
+        out.check_dims(dims)
+        if math.prod(dims) != x.cur_numel:
+            raise InputError(
+                node.name,
+                "numel",
+                f"webgpu: op {node.name!r}: sizes {list(dims)} do not hold the "
+                f"{x.cur_numel} elements of {x.name!r} {list(x.cur_dims)}",
+            )
+        graph.set_cur_dims(out, dims)
+        params.update(PARAMS.pack(x.cur_numel, 0, 0, 0))
+        dispatch.count = -(-x.cur_numel // WORKGROUP_SIZE)
+
+    triggers = [x.name, *(n for n in names if n in graph.symints)]
+    graph.add_resize_hook(node, triggers, resize)
+
+
+def build_sym_size(graph: WebGPUGraph, node: OpNode) -> None:
+    """Register the hook that keeps `node`'s SymInt at x's live dim."""
+    x = graph.arg_tensor(node, "x")
+    dim = int(graph.arg_scalar(node, "dim"))
+    rank = len(x.dims)
+    if not -rank <= dim < rank:
+        raise graph.fail(node, f"dim {dim} is outside the rank {rank} of {x.name!r}", x.name)
+    name = node.outputs["out"]
+
+    def resize() -> None:
+        graph.set_symint(name, x.cur_dims[dim])
+
+    graph.add_resize_hook(node, [x.name], resize)
