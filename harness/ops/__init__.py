@@ -168,12 +168,13 @@ class OpModel(Protocol):
 
 
 def _registry() -> dict[str, OpModel]:
-    from harness.ops import binary, rms_norm
+    from harness.ops import binary, linear_q4gsw, rms_norm
 
     return {
         "rms_norm": rms_norm.MODEL,
         "add": binary.ADD,
         "mul": binary.MUL,
+        "linear_q4gsw": linear_q4gsw.MODEL,
     }
 
 

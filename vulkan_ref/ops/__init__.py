@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vulkan_ref.ops import binary_op, rms_norm
+from vulkan_ref.ops import binary_op, linear_q4gsw, rms_norm
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -22,4 +22,5 @@ OP_IMPLS: dict[str, OpImpl] = {
     "rms_norm": rms_norm.add_rms_norm_node,
     "add": binary_op.add_binary_op_node,
     "mul": binary_op.add_binary_op_node,
+    "linear_q4gsw": linear_q4gsw.add_linear_q4gsw_node,
 }

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from webgpu_backend.ops import binary, rms_norm
+from webgpu_backend.ops import binary, linear_q4gsw, rms_norm
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -22,4 +22,5 @@ OP_BUILDERS: dict[str, OpBuilder] = {
     "rms_norm": rms_norm.build,
     "add": binary.build,
     "mul": binary.build,
+    "linear_q4gsw": linear_q4gsw.build,
 }
