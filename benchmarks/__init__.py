@@ -1,0 +1,1 @@
+"""Stand-alone GPU benchmarks (not part of the test suite); see docs/benchmarks.md."""
