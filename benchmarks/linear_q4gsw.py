@@ -20,8 +20,8 @@ once per token. `--cold-mib 0` times one copy (warm cache).
 Presets: `gpu` (K×N 4096×4096, 4096×14336, 14336×4096; M 1, 128, 512, 2048; a 1 GiB
 ceiling) and `cpu` (a reduced set for lavapipe, a CPU far too slow for the LLM shapes).
 `auto` picks `cpu` when an adapter is a CPU. The GEMV's lanes per workgroup and grid cap can
-be overridden to tune them on a GPU (both backends alike); its words per lane per step is
-WORDS_PER_STEP in wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp.
+be overridden to tune them on a GPU (both backends alike), and so can its words per lane per
+step (WORDS_PER_STEP in wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp).
 
 Needs: numpy, wgpu, vulkan, a Vulkan driver, and glslc on PATH (the Vulkan runtime compiles
 its GLSL; see docs/benchmarks.md for running it on a machine without a package index).
@@ -42,6 +42,7 @@ import numpy as np
 
 from graph_format import BackendUnavailable, Graph
 from harness.builder import GraphBuilder
+from harness.numerics import compare
 
 GROUP_SIZE = 128
 PRESETS: dict[str, dict[str, Any]] = {
@@ -63,6 +64,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 MAX_COPIES = 16
+CHECK_ROWS = 8  # output rows checked against the float64 reference (rows are independent)
 
 
 @dataclass
@@ -77,6 +79,8 @@ class Row:
     rate: dict[str, float] = field(default_factory=dict)  # GB/s (GEMV) or GFLOP/s (GEMM)
     of_ceiling: dict[str, float] = field(default_factory=dict)  # GEMV only
     backend_diff: float | None = None  # max |webgpu - vulkan| / max |out|
+    # max error / derived budget (harness model) over the first CHECK_ROWS rows, per backend
+    utilization: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -163,6 +167,42 @@ def tune_gemv(lanes: int | None, max_workgroups: int | None) -> None:
         vk_linear.GEMV_MAX_WORKGROUPS = max_workgroups
 
 
+WGSL_WORDS = "const WORDS_PER_STEP: u32 = 4u;"
+GLSL_WORDS = "const uint WORDS_PER_STEP = 4;"
+
+
+def set_gemv_words_per_step(words: int) -> None:
+    """Tuning: rebuild the GEMV of both backends with another WORDS_PER_STEP.
+
+    Substitutes the constant in the shader text the runtimes compile (WebGPU: the loader the
+    device uses; Vulkan: a copy of glsl/ in a temporary folder). Call before loading graphs.
+    """
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import vulkan_ref.spirv as spirv
+    import webgpu_backend.device as wgpu_device
+    from webgpu_backend.shaders import load_wgsl
+
+    if not 1 <= words <= 16:
+        raise SystemExit(f"bench: --gemv-words must lie in [1, 16], got {words}")
+    source = load_wgsl("q4gsw_gemv")
+    if source.count(WGSL_WORDS) != 1:
+        raise SystemExit(f"bench: {WGSL_WORDS!r} not found once in q4gsw_gemv.wgsl")
+    patched = source.replace(WGSL_WORDS, f"const WORDS_PER_STEP: u32 = {words}u;")
+    wgpu_device.load_wgsl = lambda k: patched if k == "q4gsw_gemv" else load_wgsl(k)  # type: ignore[assignment]
+    folder = Path(tempfile.mkdtemp(prefix="bench-glsl-"))
+    for comp in spirv.GLSL_DIR.glob("*.comp"):
+        shutil.copy(comp, folder / comp.name)
+    gemv = folder / "q4gsw_gemv.comp"
+    text = gemv.read_text()
+    if text.count(GLSL_WORDS) != 1:
+        raise SystemExit(f"bench: {GLSL_WORDS!r} not found once in q4gsw_gemv.comp")
+    gemv.write_text(text.replace(GLSL_WORDS, f"const uint WORDS_PER_STEP = {words};"))
+    spirv.GLSL_DIR = folder  # includes still resolve in the original glsl/include
+
+
 def linear_graph(
     rng: np.random.Generator, k: int, n: int, max_m: int, group_size: int
 ) -> tuple[Graph, int]:
@@ -186,6 +226,22 @@ def linear_graph(
     )
     b.output(out)
     return b.build(), packed.nbytes + scales.nbytes
+
+
+def reference_rows(graph: Graph, x_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The harness's float64 reference and derived error budget for the given rows of x."""
+    from harness.ops.linear_q4gsw import MODEL
+
+    node = graph.ops[0]
+    args = {
+        "x": x_rows.astype(np.float64),
+        "weight": graph.constants["weight"],
+        "scales": graph.constants["scales"].astype(np.float64),
+        "group_size": int(graph.scalar(node.args["group_size"])),  # type: ignore[arg-type]
+        "bias": None,
+    }
+    ref = MODEL.reference(node, args)["out"]
+    return ref, MODEL.budget(node, args, {}, {"out": ref})["out"]
 
 
 def measure_ceiling(
@@ -215,6 +271,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             cfg[key] = value
     tune_gemv(args.gemv_lanes, args.gemv_max_workgroups)
+    if args.gemv_words is not None:
+        set_gemv_words_per_step(args.gemv_words)
     print(f"bench: preset {preset}: {cfg}")
     ceiling = measure_ceiling(backends, cfg["ceiling_mib"], cfg["repeats"], cfg["warmup"])
     rng = np.random.default_rng(0)
@@ -225,6 +283,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         copies = max(1, min(MAX_COPIES, math.ceil(cfg["cold_mib"] * 2**20 / stream_bytes)))
         x_full = rng.standard_normal((max_m, k)).astype(np.float32)
         shape_rows = {m: Row(k, n, m) for m in cfg["m"]}
+        outputs: dict[int, dict[str, np.ndarray]] = {m: {} for m in cfg["m"]}
+        ref, budget = reference_rows(graph, x_full[:CHECK_ROWS])
         for be in backends:
             loaded = [be.runtime.load(graph) for _ in range(copies)]
             try:
@@ -245,7 +305,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     else:
                         row.rate[be.name] = 2.0 * m * n * k / median_ns  # GFLOP/s
                     out = loaded[0].execute(inputs).outputs["linear.out"]
-                    row.__dict__.setdefault("_outputs", {})[be.name] = out
+                    outputs[m][be.name] = out
+                    rows_checked = min(m, CHECK_ROWS)
+                    row.utilization[be.name] = compare(
+                        out[:rows_checked], ref[:rows_checked], budget[:rows_checked]
+                    ).utilization
                     print(
                         f"bench: {be.name} K={k} N={n} M={m} {timing.kernel}: "
                         f"{median_ns / 1e3:.1f} us ({copies} weight copies, "
@@ -254,10 +318,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 for lg in loaded:
                     lg.close()
-        for row in shape_rows.values():
-            outputs = row.__dict__.pop("_outputs", {})
-            if len(outputs) == 2:
-                a, b = outputs.values()
+        for m, row in shape_rows.items():
+            if len(outputs[m]) == 2:
+                a, b = outputs[m].values()
                 scale = float(np.abs(a).max()) or 1.0
                 row.backend_diff = float(np.abs(a.astype(np.float64) - b).max()) / scale
             rows.append(row)
@@ -292,7 +355,7 @@ def markdown(result: dict[str, Any]) -> str:
     head = ["K×N", "M", "kernel"]
     for name in names:
         head += [f"{label[name]} µs", f"{label[name]} rate"]
-    head += ["GEMV / ceiling", "max diff"]
+    head += ["GEMV / ceiling", "err / budget", "WebGPU−Vulkan"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for row in result["rows"]:
@@ -304,6 +367,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{row['of_ceiling'][n] * 100:.1f} %" for n in names if n in row["of_ceiling"]
         )
         cells.append(frac or "")
+        cells.append(f"{max(row['utilization'].values()):.2g}")
         cells.append("" if row["backend_diff"] is None else f"{row['backend_diff']:.1e}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -358,6 +422,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         default=None,
         help="tuning: GEMV lanes per workgroup (power of two)",
+    )
+    parser.add_argument(
+        "--gemv-words",
+        type=int,
+        default=None,
+        help="tuning: GEMV weight words per lane per step (WORDS_PER_STEP)",
     )
     parser.add_argument(
         "--gemv-max-workgroups", type=int, default=None, help="tuning: GEMV grid cap"

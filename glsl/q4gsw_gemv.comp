@@ -72,8 +72,8 @@ void main() {
     uint g = g_first;
     uint r = r_first;
     for (uint base = lane; base < kw; base += wg_size * WORDS_PER_STEP) {
-      uvec4 w0 = uvec4(0);
-      uvec4 w1 = uvec4(0);
+      uint w0[WORDS_PER_STEP];
+      uint w1[WORDS_PER_STEP];
       for (uint u = 0; u < WORDS_PER_STEP; ++u) {
         const uint word = base + u * wg_size;
         if (word < kw) {

@@ -78,8 +78,8 @@ fn main(
         var g = g_first;
         var r = r_first;
         for (var base = lane; base < kw; base += wg_size * WORDS_PER_STEP) {
-            var w0 = vec4<u32>(0u);
-            var w1 = vec4<u32>(0u);
+            var w0: array<u32, WORDS_PER_STEP>;
+            var w1: array<u32, WORDS_PER_STEP>;
             for (var u = 0u; u < WORDS_PER_STEP; u++) {
                 let word = base + u * wg_size;
                 if (word < kw) {

@@ -86,4 +86,5 @@ def test_benchmark_runs_end_to_end(tmp_path: Path, runtimes: list[Runtime]) -> N
     for row in result["rows"]:
         assert set(row["median_us"]) == {"webgpu", "vulkan"}
         assert row["backend_diff"] is not None and row["backend_diff"] < 1e-5
+        assert 0 <= max(row["utilization"].values()) < 1  # within the derived budget
     assert "| 64×24 | 1 | q4gsw_gemv |" in out_md.read_text()
