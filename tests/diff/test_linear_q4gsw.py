@@ -119,6 +119,29 @@ def test_gemv_grid_strides_past_the_cap(runner: LockstepRunner) -> None:
     assert gemv[0]["kernel"] == "q4gsw_gemv" and gemv[0]["count"] == [8192, 1, 1]
 
 
+def test_kernels_tolerate_folded_grids(
+    runner: LockstepRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vulkan_ref.instance import VulkanContext
+    from webgpu_backend.device import get_device
+
+    # Pretend both devices allow 8 workgroups per dimension: every count above folds into a
+    # 2-D grid whose last row may be partly waste, which the kernels must skip (and the
+    # GEMV must not count in its grid stride).
+    monkeypatch.setattr(get_device(), "max_workgroups_per_dim", 8)
+    monkeypatch.setattr(VulkanContext, "max_workgroup_count", property(lambda _: (8, 65535, 1)))
+    graph = _linear_graph([65], 125, 64, 32, bias=True)  # GEMM 17x32 tiles: 9 workgroups
+    result = runner.run(Case(graph, _steps([[65], [1], [61]], 64), name="folded"))
+    assert_parity(result)
+    grids = {
+        name: [d["grid"] for d in b.dispatches if d["ran"]]
+        for name, b in result.steps[0].backends.items()
+    }
+    assert grids == {"webgpu": [[3, 3, 1]], "vulkan": [[8, 2, 1]]}
+    gemv = [d for d in result.steps[1].backends["webgpu"].dispatches if d["ran"]]
+    assert gemv[0]["count"] == [63, 1, 1] and gemv[0]["grid"] == [8, 8, 1]
+
+
 def test_changed_k_is_refused_alike(runner: LockstepRunner) -> None:
     graph = _linear_graph([4, 8], 8, 64, 32, bias=False)
     steps = [*_steps([[2, 3]], 64), {"x": np.ones((2, 3, 32), np.float32)}, *_steps([[1, 1]], 64)]
