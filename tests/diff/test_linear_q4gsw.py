@@ -156,8 +156,11 @@ def test_changed_k_is_refused_alike(runner: LockstepRunner) -> None:
 
 
 def _planted_case() -> Case:
-    graph = _linear_graph([2, 4], 12, 64, 32, bias=True)
-    return Case(graph, _steps([[1, 1], [2, 4], [1, 3], [1, 1]], 64), name="planted")
+    # Max M = 2 * 64 = 128 (two GEMM workgroups of 4x4 tiles for N = 12); the live M runs
+    # 1, 40, 128, 3, 1: the GEMV, then GEMM counts of 1, 2 and 1 workgroups, then the GEMV.
+    graph = _linear_graph([2, 64], 12, 64, 32, bias=True)
+    leads = [[1, 1], [1, 40], [2, 64], [1, 3], [1, 1]]
+    return Case(graph, _steps(leads, 64), name="planted")
 
 
 def _found(result: CaseResult, kind: Kind, blame: str) -> list[Divergence]:
@@ -173,7 +176,7 @@ def test_detects_gemv_routed_at_m_above_1(
     monkeypatch.setattr(webgpu_linear, "choose_route", lambda m, has_gemv: "gemv")
     result = runner.run(_planted_case())
     dispatch = _found(result, Kind.DISPATCH, "webgpu")
-    assert [d.step for d in dispatch] == [1, 2], result.divergences
+    assert [d.step for d in dispatch] == [1, 2, 3], result.divergences
     assert all(d.op == "lin" for d in dispatch)
     # The GEMV writes row 0 only: the other live rows keep the step's slack poison or stale
     # values, which the canary and numeric oracles name on the same backend.
@@ -188,11 +191,13 @@ def test_detects_gemm_count_left_at_max_m(
     from webgpu_backend.ops import linear_q4gsw as webgpu_linear
 
     build_time = webgpu_linear.gemm_workgroups
-    # The bug: the GEMM's workgroup count is baked from the max M (8 rows) at build.
-    monkeypatch.setattr(webgpu_linear, "gemm_workgroups", lambda m, n: build_time(8 * 64, n))
+    # The bug: the GEMM's workgroup count is baked from the max M (128 rows) at build. It
+    # shows wherever the live M needs fewer workgroups (steps 1 and 3), not at the max.
+    monkeypatch.setattr(webgpu_linear, "gemm_workgroups", lambda m, n: build_time(128, n))
     result = runner.run(_planted_case())
     dispatch = _found(result, Kind.DISPATCH, "webgpu")
-    assert [d.step for d in dispatch] == [1, 2], result.divergences
+    assert [d.step for d in dispatch] == [1, 3], result.divergences
+    assert "x(2, 1, 1)" in dispatch[0].message and "x(1, 1, 1)" in dispatch[0].message
     assert "q4gsw_gemm" in dispatch[0].message
     assert not [d for d in result.divergences if d.blame != "webgpu"]
 
@@ -214,7 +219,7 @@ def test_detects_vulkan_gemv_not_gated_on_m(
     monkeypatch.setattr(DispatchNode, "trigger_resize", ungated)
     result = runner.run(_planted_case())
     dispatch = _found(result, Kind.DISPATCH, "vulkan")
-    assert [d.step for d in dispatch] == [1, 2], result.divergences
+    assert [d.step for d in dispatch] == [1, 2, 3], result.divergences
     assert not [d for d in result.divergences if d.blame != "vulkan"]
 
 
@@ -237,6 +242,6 @@ def test_detects_gemv_nibble_offset_by_numerics(
     monkeypatch.setattr(dev, "_pipelines", {})
     result = runner.run(_planted_case())
     numeric = _found(result, Kind.NUMERIC, "webgpu")
-    assert {d.step for d in numeric} == {0, 3}, result.divergences  # the M == 1 steps
+    assert {d.step for d in numeric} == {0, 4}, result.divergences  # the M == 1 steps
     assert all((d.factor or 0) > 10 for d in numeric)  # far outside the budget, not marginal
     assert not [d for d in result.divergences if d.kind != Kind.NUMERIC]
