@@ -145,3 +145,34 @@ def get_device() -> WebGPUDevice:
         max_workgroups_per_dim=int(device.limits["max-compute-workgroups-per-dimension"]),
         max_invocations_per_workgroup=int(device.limits["max-compute-invocations-per-workgroup"]),
     )
+
+
+@functools.cache
+def get_timing_device() -> WebGPUDevice:
+    """A second process-wide device with the `timestamp-query` feature, for GPU timing only.
+
+    Opt-in (benchmarks, `webgpu_backend.profiling`): parity runs keep `get_device`, which
+    requests no optional feature. Build graphs for timing on this device
+    (`WebGPURuntime(get_timing_device())`); its pipelines are cached separately.
+
+    Raises:
+        BackendUnavailable: no adapter, or the adapter does not offer `timestamp-query`.
+    """
+    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    if adapter is None:
+        raise BackendUnavailable("webgpu: no WebGPU adapter found for a timing device")
+    if "timestamp-query" not in adapter.features:
+        raise BackendUnavailable(
+            f"webgpu: adapter {adapter.info.get('device', '?')!r} does not offer the "
+            "'timestamp-query' feature, so GPU time cannot be measured"
+        )
+    limits = {name: adapter.limits[name] for name in _RAISED_LIMITS}
+    device = adapter.request_device_sync(
+        label="vulkan-parity-timing", required_features=["timestamp-query"], required_limits=limits
+    )
+    return WebGPUDevice(
+        adapter=adapter,
+        device=device,
+        max_workgroups_per_dim=int(device.limits["max-compute-workgroups-per-dimension"]),
+        max_invocations_per_workgroup=int(device.limits["max-compute-invocations-per-workgroup"]),
+    )

@@ -183,7 +183,16 @@ class OpModel(Protocol):
 
 
 def _registry() -> dict[str, OpModel]:
-    from harness.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, sdpa, view
+    from harness.ops import (
+        activation,
+        binary,
+        embedding_q4gsw,
+        linear_q4gsw,
+        rms_norm,
+        rotary,
+        sdpa,
+        view,
+    )
 
     return {
         "rms_norm": rms_norm.MODEL,
@@ -198,6 +207,7 @@ def _registry() -> dict[str, OpModel]:
         "view_copy": view.VIEW_COPY,
         "sym_size": view.SYM_SIZE,
         "sdpa_with_kv_cache": sdpa.MODEL,
+        "linear_q4gsw": linear_q4gsw.MODEL,
     }
 
 

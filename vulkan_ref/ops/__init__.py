@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vulkan_ref.ops import activation, binary_op, embedding_q4gsw, rms_norm, rotary, sdpa, view
+from vulkan_ref.ops import (
+    activation,
+    binary_op,
+    embedding_q4gsw,
+    linear_q4gsw,
+    rms_norm,
+    rotary,
+    sdpa,
+    view,
+)
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -31,4 +40,5 @@ OP_IMPLS: dict[str, OpImpl] = {
     "view_copy": view.add_view_copy_node,
     "sym_size": view.add_sym_size_node,
     "sdpa_with_kv_cache": sdpa.add_sdpa_with_kv_cache_node,
+    "linear_q4gsw": linear_q4gsw.add_linear_q4gsw_node,
 }

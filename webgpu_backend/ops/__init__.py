@@ -10,7 +10,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from webgpu_backend.ops import activation, binary, embedding_q4gsw, rms_norm, rotary, sdpa, view
+from webgpu_backend.ops import (
+    activation,
+    binary,
+    embedding_q4gsw,
+    linear_q4gsw,
+    rms_norm,
+    rotary,
+    sdpa,
+    view,
+)
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -31,4 +40,5 @@ OP_BUILDERS: dict[str, OpBuilder] = {
     "view_copy": view.build_view_copy,
     "sym_size": view.build_sym_size,
     "sdpa_with_kv_cache": sdpa.build,
+    "linear_q4gsw": linear_q4gsw.build,
 }

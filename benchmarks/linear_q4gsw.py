@@ -1,0 +1,456 @@
+"""GPU time of linear_q4gsw's kernels on both backends, with the memory ceiling beside them.
+
+    python -m benchmarks.linear_q4gsw                    # preset picked from the adapters
+    python -m benchmarks.linear_q4gsw --preset gpu --markdown bench.md --json bench.json
+
+For each K×N and each M it builds one graph per backend (x `[max M, K]`, q4gsw weights
+with group_size 128), resizes it to M and times the kernel that runs (the GEMV at M = 1,
+the GEMM above) from GPU timestamps: the median of `--repeats` timed calls after `--warmup`
+calls, all in one submit. The GEMV is reported as effective weight bandwidth (packed
+weights + scales read per call, GB/s) and as a fraction of the memory ceiling measured in
+the same run through the same API (a grid-stride read of `--ceiling-mib`); the GEMM as
+GFLOP/s (2·M·N·K per call). WebGPU and Vulkan run side by side; their outputs are compared
+too (largest difference relative to the largest output), as a sanity check.
+
+Weights are read cold: each graph is built `copies` times with its own weight buffers
+(enough to cover `--cold-mib`, 256 MiB by default on a GPU, several times an H100's 50 MB
+L2) and consecutive calls rotate over the copies, as a decoder reads each layer's weights
+once per token. `--cold-mib 0` times one copy (warm cache).
+
+Presets: `gpu` (K×N 4096×4096, 4096×14336, 14336×4096; M 1, 128, 512, 2048; a 1 GiB
+ceiling) and `cpu` (a reduced set for lavapipe, a CPU far too slow for the LLM shapes).
+`auto` picks `cpu` when an adapter is a CPU. The GEMV's lanes per workgroup and grid cap can
+be overridden to tune them on a GPU (both backends alike), and so can its words per lane per
+step (WORDS_PER_STEP in wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp).
+
+Needs: numpy, wgpu, vulkan, a Vulkan driver, and glslc on PATH (the Vulkan runtime compiles
+its GLSL; see docs/benchmarks.md for running it on a machine without a package index).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graph_format import BackendUnavailable, Graph
+from harness.builder import GraphBuilder
+from harness.numerics import compare
+
+GROUP_SIZE = 128
+PRESETS: dict[str, dict[str, Any]] = {
+    "gpu": {
+        "shapes": [(4096, 4096), (4096, 14336), (14336, 4096)],
+        "m": [1, 128, 512, 2048],
+        "ceiling_mib": 1024,
+        "cold_mib": 256,
+        "repeats": 20,
+        "warmup": 3,
+    },
+    "cpu": {
+        "shapes": [(512, 512), (512, 1792), (1792, 512)],
+        "m": [1, 16, 64],
+        "ceiling_mib": 64,
+        "cold_mib": 0,
+        "repeats": 5,
+        "warmup": 1,
+    },
+}
+MAX_COPIES = 16
+CHECK_ROWS = 8  # output rows checked against the float64 reference (rows are independent)
+
+
+@dataclass
+class Row:
+    """One (K, N, M) measurement on every backend."""
+
+    k: int
+    n: int
+    m: int
+    kernel: str = ""
+    median_us: dict[str, float] = field(default_factory=dict)
+    rate: dict[str, float] = field(default_factory=dict)  # GB/s (GEMV) or GFLOP/s (GEMM)
+    of_ceiling: dict[str, float] = field(default_factory=dict)  # GEMV only
+    backend_diff: float | None = None  # max |webgpu - vulkan| / max |out|
+    # max error / derived budget (harness model) over the first CHECK_ROWS rows, per backend
+    utilization: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Backend:
+    """An opened runtime with what the benchmark needs of it."""
+
+    name: str
+    runtime: Any
+    info: dict[str, Any]
+    is_cpu: bool
+    time_graph: Callable[..., Any]
+    read_times: Callable[..., list[float]]
+
+
+def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
+    """Open the requested runtimes on timing-capable devices; skip (and say) unavailable ones."""
+    out = []
+    for name in names:
+        try:
+            if name == "webgpu":
+                from benchmarks.ceiling import webgpu_read_times
+                from webgpu_backend import WebGPURuntime
+                from webgpu_backend.device import get_timing_device
+                from webgpu_backend.profiling import time_graph
+
+                dev = get_timing_device()
+                rt = WebGPURuntime(dev)
+                out.append(
+                    Backend(
+                        name,
+                        rt,
+                        rt.info(),
+                        rt.info().get("adapter_type") == "CPU",
+                        time_graph,
+                        lambda nbytes, r, w, dev=dev: webgpu_read_times(
+                            dev, nbytes, repeats=r, warmup=w
+                        ),
+                    )
+                )
+            elif name == "vulkan":
+                from benchmarks.ceiling import vulkan_read_times
+                from vulkan_ref import VulkanRuntime
+                from vulkan_ref.instance import get_context
+                from vulkan_ref.profiling import time_graph, timestamp_period_ns
+
+                ctx = get_context(validation)
+                rt = VulkanRuntime(ctx)
+                info = rt.info() | {"timestamp_period_ns": timestamp_period_ns(ctx)}
+                out.append(
+                    Backend(
+                        name,
+                        rt,
+                        info,
+                        info.get("adapter_type") == "CPU",
+                        time_graph,
+                        lambda nbytes, r, w, ctx=ctx: vulkan_read_times(
+                            ctx, nbytes, repeats=r, warmup=w
+                        ),
+                    )
+                )
+            else:
+                raise ValueError(f"unknown backend {name!r}; choose webgpu, vulkan")
+        except BackendUnavailable as err:
+            print(f"bench: {name} unavailable, skipped: {err}", file=sys.stderr)
+    return out
+
+
+def tune_gemv(lanes: int | None, max_workgroups: int | None) -> None:
+    """Override the GEMV's lanes per workgroup and grid cap on both backends alike.
+
+    For tuning only: the harness's contract keeps the shipped values, so a parity run in the
+    same process would report the difference.
+    """
+    from vulkan_ref.ops import linear_q4gsw as vk_linear
+    from webgpu_backend.ops import linear_q4gsw as wg_linear
+
+    if lanes is not None:
+        if lanes & (lanes - 1) or not 1 <= lanes <= 1024:
+            raise SystemExit(f"bench: --gemv-lanes must be a power of two <= 1024, got {lanes}")
+        wg_linear.GEMV_LANES = lanes
+        vk_linear.GEMV_LOCAL_SIZE = (lanes, 1, 1)
+    if max_workgroups is not None:
+        wg_linear.GEMV_MAX_WORKGROUPS = max_workgroups
+        vk_linear.GEMV_MAX_WORKGROUPS = max_workgroups
+
+
+WGSL_WORDS = "const WORDS_PER_STEP: u32 = 4u;"
+GLSL_WORDS = "const uint WORDS_PER_STEP = 4;"
+
+
+def set_gemv_words_per_step(words: int) -> None:
+    """Tuning: rebuild the GEMV of both backends with another WORDS_PER_STEP.
+
+    Substitutes the constant in the shader text the runtimes compile (WebGPU: the loader the
+    device uses; Vulkan: a copy of glsl/ in a temporary folder). Call before loading graphs.
+    """
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import vulkan_ref.spirv as spirv
+    import webgpu_backend.device as wgpu_device
+    from webgpu_backend.shaders import load_wgsl
+
+    if not 1 <= words <= 16:
+        raise SystemExit(f"bench: --gemv-words must lie in [1, 16], got {words}")
+    source = load_wgsl("q4gsw_gemv")
+    if source.count(WGSL_WORDS) != 1:
+        raise SystemExit(f"bench: {WGSL_WORDS!r} not found once in q4gsw_gemv.wgsl")
+    patched = source.replace(WGSL_WORDS, f"const WORDS_PER_STEP: u32 = {words}u;")
+    wgpu_device.load_wgsl = lambda k: patched if k == "q4gsw_gemv" else load_wgsl(k)  # type: ignore[assignment]
+    folder = Path(tempfile.mkdtemp(prefix="bench-glsl-"))
+    for comp in spirv.GLSL_DIR.glob("*.comp"):
+        shutil.copy(comp, folder / comp.name)
+    gemv = folder / "q4gsw_gemv.comp"
+    text = gemv.read_text()
+    if text.count(GLSL_WORDS) != 1:
+        raise SystemExit(f"bench: {GLSL_WORDS!r} not found once in q4gsw_gemv.comp")
+    gemv.write_text(text.replace(GLSL_WORDS, f"const uint WORDS_PER_STEP = {words};"))
+    spirv.GLSL_DIR = folder  # includes still resolve in the original glsl/include
+
+
+def linear_graph(
+    rng: np.random.Generator, k: int, n: int, max_m: int, group_size: int
+) -> tuple[Graph, int]:
+    """A one-op graph `out = linear_q4gsw(x[max_m, K])` with random q4gsw weights.
+
+    Returns the graph and the bytes a GEMV call must stream (packed weights + scales).
+    """
+    packed = rng.integers(0, 256, size=(n, (k + 7) // 8 * 4), dtype=np.uint8)
+    groups = -(-k // group_size)
+    scales = rng.uniform(0.001, 0.01, size=(groups, -(-n // 4) * 4)).astype(np.float32)
+    b = GraphBuilder()
+    x = b.input("x", "float32", [max_m, k])
+    out = b.op(
+        "linear_q4gsw",
+        name="linear",
+        out_dims=[max_m, n],
+        x=x,
+        weight=b.constant("weight", packed),
+        scales=b.constant("scales", scales),
+        group_size=b.int(group_size, "group_size"),
+    )
+    b.output(out)
+    return b.build(), packed.nbytes + scales.nbytes
+
+
+def reference_rows(graph: Graph, x_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The harness's float64 reference and derived error budget for the given rows of x."""
+    from harness.ops.linear_q4gsw import MODEL
+
+    node = graph.ops[0]
+    args = {
+        "x": x_rows.astype(np.float64),
+        "weight": graph.constants["weight"],
+        "scales": graph.constants["scales"].astype(np.float64),
+        "group_size": int(graph.scalar(node.args["group_size"])),  # type: ignore[arg-type]
+        "bias": None,
+    }
+    ref = MODEL.reference(node, args)["out"]
+    return ref, MODEL.budget(node, args, {}, {"out": ref})["out"]
+
+
+def measure_ceiling(
+    backends: Sequence[Backend], mib: int, repeats: int, warmup: int
+) -> dict[str, float]:
+    """Read bandwidth (GB/s) of each backend over `mib` MiB."""
+    nbytes = mib * 2**20
+    ceiling = {}
+    for be in backends:
+        times = be.read_times(nbytes, repeats, warmup)
+        ceiling[be.name] = nbytes / float(np.median(times))  # bytes/ns = GB/s
+        print(f"bench: {be.name} read ceiling {ceiling[be.name]:.1f} GB/s over {mib} MiB")
+    return ceiling
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure every shape on every backend; returns the results as plain data."""
+    backends = open_backends(args.backends.split(","), args.validation)
+    if not backends:
+        raise SystemExit("bench: no backend available")
+    preset = args.preset
+    if preset == "auto":
+        preset = "cpu" if any(be.is_cpu for be in backends) else "gpu"
+    cfg = dict(PRESETS[preset])
+    for key in ("shapes", "m", "ceiling_mib", "cold_mib", "repeats", "warmup"):
+        value = getattr(args, key)
+        if value is not None:
+            cfg[key] = value
+    tune_gemv(args.gemv_lanes, args.gemv_max_workgroups)
+    if args.gemv_words is not None:
+        set_gemv_words_per_step(args.gemv_words)
+    print(f"bench: preset {preset}: {cfg}")
+    ceiling = measure_ceiling(backends, cfg["ceiling_mib"], cfg["repeats"], cfg["warmup"])
+    rng = np.random.default_rng(0)
+    rows: list[Row] = []
+    max_m = max(cfg["m"])
+    for k, n in cfg["shapes"]:
+        graph, stream_bytes = linear_graph(rng, k, n, max_m, args.group_size)
+        copies = max(1, min(MAX_COPIES, math.ceil(cfg["cold_mib"] * 2**20 / stream_bytes)))
+        x_full = rng.standard_normal((max_m, k)).astype(np.float32)
+        shape_rows = {m: Row(k, n, m) for m in cfg["m"]}
+        outputs: dict[int, dict[str, np.ndarray]] = {m: {} for m in cfg["m"]}
+        ref, budget = reference_rows(graph, x_full[:CHECK_ROWS])
+        for be in backends:
+            loaded = [be.runtime.load(graph) for _ in range(copies)]
+            try:
+                for m in cfg["m"]:
+                    row = shape_rows[m]
+                    inputs = {"x": np.ascontiguousarray(x_full[:m])}
+                    start = time.perf_counter()
+                    timings = be.time_graph(
+                        loaded, inputs, repeats=cfg["repeats"], warmup=cfg["warmup"]
+                    )
+                    (timing,) = timings
+                    row.kernel = timing.kernel
+                    median_ns = timing.median_ns
+                    row.median_us[be.name] = median_ns / 1e3
+                    if timing.kernel == "q4gsw_gemv":
+                        row.rate[be.name] = stream_bytes / median_ns  # GB/s
+                        row.of_ceiling[be.name] = row.rate[be.name] / ceiling[be.name]
+                    else:
+                        row.rate[be.name] = 2.0 * m * n * k / median_ns  # GFLOP/s
+                    out = loaded[0].execute(inputs).outputs["linear.out"]
+                    outputs[m][be.name] = out
+                    rows_checked = min(m, CHECK_ROWS)
+                    row.utilization[be.name] = compare(
+                        out[:rows_checked], ref[:rows_checked], budget[:rows_checked]
+                    ).utilization
+                    print(
+                        f"bench: {be.name} K={k} N={n} M={m} {timing.kernel}: "
+                        f"{median_ns / 1e3:.1f} us ({copies} weight copies, "
+                        f"{time.perf_counter() - start:.1f} s wall)"
+                    )
+            finally:
+                for lg in loaded:
+                    lg.close()
+        for m, row in shape_rows.items():
+            if len(outputs[m]) == 2:
+                a, b = outputs[m].values()
+                scale = float(np.abs(a).max()) or 1.0
+                row.backend_diff = float(np.abs(a.astype(np.float64) - b).max()) / scale
+            rows.append(row)
+    return {
+        "preset": preset,
+        "config": {**cfg, "group_size": args.group_size},
+        "adapters": {be.name: be.info for be in backends},
+        "ceiling_gbps": ceiling,
+        "rows": [asdict(r) for r in rows],
+        "backends": [be.name for be in backends],
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The results as a Markdown table (one row per K×N and M)."""
+    names = result["backends"]
+    label = {"webgpu": "WebGPU", "vulkan": "Vulkan"}
+    lines = []
+    cfg = result["config"]
+    for name in names:
+        info = result["adapters"][name]
+        lines.append(
+            f"- {label[name]}: {info.get('adapter')} ({info.get('adapter_type')}), "
+            f"{info.get('api')}, driver {info.get('driver')}; read ceiling "
+            f"**{result['ceiling_gbps'][name]:.1f} GB/s** over {cfg['ceiling_mib']} MiB"
+        )
+    lines.append(
+        f"- group_size {cfg['group_size']}; median of {cfg['repeats']} timed calls after "
+        f"{cfg['warmup']} warm-up calls; weights cold over {cfg['cold_mib']} MiB of copies"
+    )
+    lines.append("")
+    head = ["K×N", "M", "kernel"]
+    for name in names:
+        head += [f"{label[name]} µs", f"{label[name]} rate"]
+    head += ["GEMV / ceiling", "err / budget", "WebGPU−Vulkan"]
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for row in result["rows"]:
+        unit = "GB/s" if row["kernel"] == "q4gsw_gemv" else "GFLOP/s"
+        cells = [f"{row['k']}×{row['n']}", str(row["m"]), row["kernel"]]
+        for name in names:
+            cells += [f"{row['median_us'][name]:.1f}", f"{row['rate'][name]:.3g} {unit}"]
+        frac = " / ".join(
+            f"{row['of_ceiling'][n] * 100:.1f} %" for n in names if n in row["of_ceiling"]
+        )
+        cells.append(frac or "")
+        cells.append(f"{max(row['utilization'].values()):.2g}")
+        cells.append("" if row["backend_diff"] is None else f"{row['backend_diff']:.1e}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _shapes(text: str) -> list[tuple[int, int]]:
+    shapes = []
+    for item in text.split(","):
+        k, _, n = item.lower().partition("x")
+        shapes.append((int(k), int(n)))
+    return shapes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.linear_q4gsw",
+        description="GPU time of linear_q4gsw's GEMV and GEMM on WebGPU and Vulkan, with the "
+        "memory-read ceiling of each API measured in the same run.",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=["auto", "gpu", "cpu"],
+        default="auto",
+        help="shape set: 'cpu' is reduced for lavapipe (auto: by adapter type)",
+    )
+    parser.add_argument("--backends", default="webgpu,vulkan", help="comma-separated backends")
+    parser.add_argument(
+        "--shapes",
+        type=_shapes,
+        default=None,
+        help="override the K×N list, e.g. 4096x4096,14336x4096",
+    )
+    parser.add_argument(
+        "--m",
+        type=lambda s: [int(v) for v in s.split(",")],
+        default=None,
+        help="override the M list, e.g. 1,128,2048",
+    )
+    parser.add_argument("--group-size", type=int, default=GROUP_SIZE)
+    parser.add_argument("--repeats", type=int, default=None, help="timed calls per point")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed calls first")
+    parser.add_argument("--ceiling-mib", type=int, default=None, help="read-ceiling buffer size")
+    parser.add_argument(
+        "--cold-mib",
+        type=int,
+        default=None,
+        help="rotate over weight copies covering this many MiB (0: one copy)",
+    )
+    parser.add_argument(
+        "--gemv-lanes",
+        type=int,
+        default=None,
+        help="tuning: GEMV lanes per workgroup (power of two)",
+    )
+    parser.add_argument(
+        "--gemv-words",
+        type=int,
+        default=None,
+        help="tuning: GEMV weight words per lane per step (WORDS_PER_STEP)",
+    )
+    parser.add_argument(
+        "--gemv-max-workgroups", type=int, default=None, help="tuning: GEMV grid cap"
+    )
+    parser.add_argument(
+        "--validation",
+        action="store_true",
+        help="run Vulkan with the validation layer (slower to start)",
+    )
+    parser.add_argument("--markdown", default=None, help="also write the table to this file")
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    args = parser.parse_args(argv)
+    result = run(args)
+    table = markdown(result)
+    print(table)
+    if args.markdown:
+        with open(args.markdown, "w") as fh:
+            fh.write(table)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(result, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

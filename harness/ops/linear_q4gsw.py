@@ -1,0 +1,232 @@
+"""Model of linear_q4gsw(x, weight, scales, group_size, bias?): out = x @ dequant(W).T + bias.
+
+Format (reference §4.1, harness/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K rounded up to
+8, low nibble = even k, value = nibble - 8), scales float32 `[groups, N_pad4]` with
+`groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional float32 bias `[N]`.
+K is x's last dim and stays fixed at run time; M = numel(x) / K over all leading dims; the
+output is `x.shape[:-1] + [N]`.
+
+Load-time checks, in this order (the first failure is the error; its key is (op, tensor)):
+1. dtypes: x float32, weight uint8, scales float32, bias float32, out float32 (tensor: the
+   first offender in that order);
+2. group_size > 0 (tensor: None);
+3. weight is `[N, K_pad/2]` for x's K (tensor: weight) — a wrong packed width and a K that
+   differs between x and the weight are the same fault;
+4. scales is 2-D with N_pad4 columns (tensor: scales);
+5. scales has at least ceil(K / group_size) rows (tensor: scales);
+6. bias is `[N]` (tensor: bias);
+7. out's max dims are `x.dims[:-1] + [N]` (tensor: out).
+At run time a live K other than the build K is refused: `InputError(op, "in_features")`.
+
+Kernel design (identical on both backends; dispatch slots in this order):
+
+`q4gsw_gemm` — register-tiled GEMM, always built. One invocation per 4×4 output tile (4 rows
+× 4 columns), 64 invocations per workgroup, tiles numbered column-tile fastest
+(`tile = m_tile * ceil(N/4) + n_tile`), logical count `ceil(ceil(M/4) * ceil(N/4) / 64)`.
+Each invocation walks k ascending one weight word (8 nibbles) per column at a time, skips
+k >= K (the zero nibbles of the padded tail would multiply x's next row), dequantizes
+`(nibble - 8) * scale[k // group_size][n]` and accumulates x * w into 16 registers; loads
+clamp rows to M-1 and columns to N-1, stores are guarded, bias is added last.
+
+`q4gsw_gemv` — cooperative GEMV for M == 1, built when K % 8 == 0 and group_size % 8 == 0
+(so a weight word never straddles a scale group). A workgroup of 64 lanes computes the two
+adjacent columns 2p and 2p+1 (2p+1 guarded for odd N) and grid-strides over column pairs:
+logical count `min(ceil(N/2), 8192)`. Lane l takes weight words l, l+64, l+128, ... of both
+rows (lanes interleave by word, so a warp's weight loads are one contiguous 128-byte line
+and its activation loads — two vec4 per word — are half-coalesced), 4 words per lane per
+step, all 8 loads issued before any use. A word is decoded as 2×4 nibbles with the
+magic-number trick (`bitcast(0x4B000000 | (w & 0xF << 4j)) - (2^23 + 8*16^j)` = (nibble-8)*16^j,
+exact), dotted with its 8 activations into a vec4 whose components carry the exact power-of-two
+factors 16^j, folded (exactly scaled back) into one partial, multiplied by the word's group
+scale (one vec2 load for both columns) and accumulated. A shared-memory tree reduction
+(vec2, both columns at once) combines the lanes; lane 0 adds the bias and writes.
+docs/benchmarks.md gives the reasons for these choices and the knobs to tune on a GPU.
+
+Routing at run time, from the live M: the GEMV when M == 1 and the GEMV was built, the GEMM
+otherwise. A slot that is not taken is logged with ran=False and count (0, 0, 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from graph_format import Graph, GraphBuildError, InputError, OpNode
+from harness import q4
+from harness.numerics import SAFETY, gamma
+from harness.ops import (
+    Args,
+    ExpectedDispatch,
+    KernelSpec,
+    LiveState,
+    div_up,
+    kernels,
+    numel,
+    ro,
+    rw,
+)
+
+GEMM, GEMV = "q4gsw_gemm", "q4gsw_gemv"
+TILE = 4  # a GEMM invocation's outputs: TILE rows × TILE columns
+GEMM_WORKGROUP = (64, 1, 1)
+GEMV_WORKGROUP = (64, 1, 1)  # lanes per workgroup; a power of two (tree reduction)
+GEMV_MAX_WORKGROUPS = 8192  # grid cap; more column pairs are grid-strided
+
+
+def gemv_eligible(k: int, group_size: int) -> bool:
+    """Whether the GEMV is built: whole weight words per row, and none straddles a group."""
+    return k % 8 == 0 and group_size % 8 == 0
+
+
+class LinearQ4gswModel:
+    """Contract, reference and budget of linear_q4gsw."""
+
+    kernels = kernels(
+        KernelSpec(
+            GEMM,
+            "q4gsw_gemm",
+            "q4gsw_gemm",
+            (rw("out"), ro("x"), ro("weight", "u32"), ro("scales"), ro("bias")),
+        ),
+        KernelSpec(
+            GEMV,
+            "q4gsw_gemv",
+            "q4gsw_gemv",
+            (
+                rw("out"),
+                ro("x", "vec4<f32>"),
+                ro("weight", "u32"),
+                ro("scales", "vec2<f32>"),
+                ro("bias"),
+            ),
+        ),
+    )
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        x = graph.tensor(node.args["x"])  # type: ignore[arg-type]
+        weight = graph.tensor(node.args["weight"])  # type: ignore[arg-type]
+        scales = graph.tensor(node.args["scales"])  # type: ignore[arg-type]
+        bias_name = node.args.get("bias")
+        bias = graph.tensor(bias_name) if isinstance(bias_name, str) else None
+        out = graph.tensor(node.outputs["out"])
+        wanted = [(x, "float32"), (weight, "uint8"), (scales, "float32")]
+        wanted += [(bias, "float32")] if bias is not None else []
+        wanted += [(out, "float32")]
+        for tensor, dtype in wanted:
+            if tensor.dtype != dtype:
+                raise GraphBuildError(
+                    node.name,
+                    f"{tensor.name} must be {dtype}, not {tensor.dtype}",
+                    tensor=tensor.name,
+                )
+        group_size = int(graph.scalar(node.args["group_size"]))  # type: ignore[arg-type]
+        if group_size <= 0:
+            raise GraphBuildError(node.name, f"group_size must be > 0, not {group_size}")
+        k = x.dims[-1]
+        if len(weight.dims) != 2 or weight.dims[1] != q4.k_padded(k) // 2:
+            raise GraphBuildError(
+                node.name,
+                f"weight must be [N, {q4.k_padded(k) // 2}] for K={k}, not {list(weight.dims)}",
+                tensor=weight.name,
+            )
+        n = weight.dims[0]
+        if len(scales.dims) != 2 or scales.dims[1] != q4.n_padded(n):
+            raise GraphBuildError(
+                node.name,
+                f"scales must be [groups, {q4.n_padded(n)}] for N={n}, not {list(scales.dims)}",
+                tensor=scales.name,
+            )
+        if scales.dims[0] < q4.num_groups(k, group_size):
+            raise GraphBuildError(
+                node.name,
+                f"scales needs >= {q4.num_groups(k, group_size)} groups for K={k} and "
+                f"group_size={group_size}, not {scales.dims[0]}",
+                tensor=scales.name,
+            )
+        if bias is not None and bias.dims != (n,):
+            raise GraphBuildError(
+                node.name, f"bias must be [{n}], not {list(bias.dims)}", tensor=bias.name
+            )
+        if out.dims != (*x.dims[:-1], n):
+            raise GraphBuildError(
+                node.name,
+                f"out must be x.dims[:-1] + [N] = {[*x.dims[:-1], n]}, not {list(out.dims)}",
+                tensor=out.name,
+            )
+
+    @staticmethod
+    def _sizes(node: OpNode, live: LiveState) -> tuple[int, int, int, int]:
+        """(M, N, K, group_size) for the live x; K is the build-time K."""
+        k = live.max_of(node, "x")[-1]
+        n = live.max_of(node, "weight")[0]
+        m = numel(live.of(node, "x")) // k
+        return m, n, k, live.int_arg(node, "group_size")
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        dims = live.of(node, "x")
+        k = live.max_of(node, "x")[-1]
+        if dims[-1] != k:
+            raise InputError(
+                node.name, "in_features", f"x's live last dim {dims[-1]} != in_features {k}"
+            )
+        n = live.max_of(node, "weight")[0]
+        live.set_output(node, "out", (*dims[:-1], n))
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        m, n, k, group_size = self._sizes(node, live)
+        has_gemv = gemv_eligible(k, group_size)
+        use_gemv = has_gemv and m == 1
+        off = (0, 0, 0)
+        gemm_count = (div_up(div_up(m, TILE) * div_up(n, TILE), GEMM_WORKGROUP[0]), 1, 1)
+        slots = [(node.name, GEMM, GEMM_WORKGROUP, off if use_gemv else gemm_count, not use_gemv)]
+        if has_gemv:
+            gemv_count = (min(div_up(n, 2), GEMV_MAX_WORKGROUPS), 1, 1)
+            slots.append(
+                (node.name, GEMV, GEMV_WORKGROUP, gemv_count if use_gemv else off, use_gemv)
+            )
+        return slots
+
+    @staticmethod
+    def _dequantized(args: Args) -> np.ndarray:
+        k = args["x"].shape[-1]
+        packed = np.asarray(args["weight"]).astype(np.uint8)  # float64 bytes, exact
+        return q4.dequantize(packed, args["scales"], int(args["group_size"]), k)
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        x = args["x"]
+        w = self._dequantized(args)
+        out = x.reshape(-1, x.shape[-1]) @ w.T
+        if args.get("bias") is not None:
+            out = out + args["bias"]
+        return {"out": out.reshape(*x.shape[:-1], w.shape[0])}
+
+    def budget(
+        self,
+        node: OpNode,
+        args: Args,
+        errors: Mapping[str, np.ndarray],
+        outputs: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        x = args["x"]
+        k = x.shape[-1]
+        w = np.abs(self._dequantized(args))
+        ax = np.abs(x.reshape(-1, k))
+        bias = args.get("bias")
+        ab = np.abs(bias) if bias is not None else 0.0
+        # Rounding. Each term x_k * w_k of an output meets at most K + 2 roundings on its
+        # path, in any kernel of this op: the dequantization q * s (q is a small integer,
+        # s a float32: one rounding, or none where the scale is applied by a fused
+        # multiply-add), the product with x (none when fused), at most K - 1 additions in
+        # any summation tree of K terms (lanes, words, groups; the GEMV's power-of-two
+        # factors 16^j are exact), and the bias addition. Higham: |error| <=
+        # gamma(K + 2) * (sum_k |x_k| |w_k| + |b|). Exact zeros (padded nibbles, skipped
+        # tails, idle lanes) add no rounding. Assumes no underflow to subnormals.
+        local = SAFETY * gamma(k + 2) * (ax @ w.T + ab)
+        # Propagation of input error (first order): the op is linear in x and in the bias.
+        e_x = np.broadcast_to(errors.get("x", 0.0), x.shape).reshape(-1, k)
+        propagated = np.abs(e_x) @ w.T + errors.get("bias", 0.0)
+        return {"out": (local + propagated).reshape(outputs["out"].shape)}
+
+
+MODEL = LinearQ4gswModel()

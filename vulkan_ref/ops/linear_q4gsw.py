@@ -1,0 +1,145 @@
+"""linear_q4gsw on Vulkan: a GEMM node and a GEMV node that each gate themselves on the live M.
+
+As ExecuTorch's `add_q4gsw_linear_node` does, both dispatch nodes always exist (the GEMV only
+when K % 8 == 0 and group_size % 8 == 0) and pick their global size from the live sizes on
+every execute: the GEMM's is zero when M == 1 and the GEMV exists, the GEMV's is zero when
+M != 1, so exactly one runs. Unlike upstream (reference §3.4.2), M is numel(x) / K over all
+leading dims (not `sizes[-2]`), the output keeps x's rank, and N need not be a multiple of 4:
+the kernels read the uint8 `[N, K_pad/2]` bytes as u32 words directly, with no repack.
+
+The shaders read M, N and K from the metadata UBOs of x and out; group_size, has_bias and the
+GEMV's grid cap are specialization constants.
+"""
+
+from __future__ import annotations
+
+import math
+
+from graph_format import InputError, OpNode
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+
+GEMM_LOCAL_SIZE = (64, 1, 1)
+GEMM_TILE = (4, 4)  # outputs per invocation: rows, columns
+GEMV_LOCAL_SIZE = (64, 1, 1)  # lanes per column pair; a power of two
+GEMV_MAX_WORKGROUPS = 8192  # column pairs past this many workgroups are grid-strided
+
+
+def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the GEMM node (and the GEMV node, when it applies) of `node`."""
+    x = graph.tensor_arg(node, "x")
+    weight = graph.tensor_arg(node, "weight")
+    scales = graph.tensor_arg(node, "scales")
+    bias = graph.optional_tensor_arg(node, "bias")
+    out = graph.output(node, "out")
+    expected = [(x, "float32"), (weight, "uint8"), (scales, "float32")]
+    if bias is not None:
+        expected.append((bias, "float32"))
+    expected.append((out, "float32"))
+    for tensor, dtype in expected:
+        if tensor.dtype != dtype:
+            raise graph.fail(
+                node,
+                f"{tensor.name!r} has dtype {tensor.dtype}; linear_q4gsw needs {dtype}",
+                tensor=tensor.name,
+            )
+    group_size = int(graph.scalar_arg(node, "group_size"))
+    if group_size <= 0:
+        raise graph.fail(node, f"group_size is {group_size}; it must be positive")
+    in_features = x.max_sizes[-1]
+    packed_width = (in_features + 7) // 8 * 4
+    if len(weight.max_sizes) != 2 or weight.max_sizes[1] != packed_width:
+        raise graph.fail(
+            node,
+            f"packed weight {weight.name!r} is {list(weight.max_sizes)}; K={in_features} needs "
+            f"[N, {packed_width}] bytes",
+            tensor=weight.name,
+        )
+    out_features = weight.max_sizes[0]
+    scales_width = (out_features + 3) // 4 * 4
+    if len(scales.max_sizes) != 2 or scales.max_sizes[1] != scales_width:
+        raise graph.fail(
+            node,
+            f"scales {scales.name!r} is {list(scales.max_sizes)}; N={out_features} needs "
+            f"[groups, {scales_width}]",
+            tensor=scales.name,
+        )
+    min_groups = math.ceil(in_features / group_size)
+    if scales.max_sizes[0] < min_groups:
+        raise graph.fail(
+            node,
+            f"scales {scales.name!r} has {scales.max_sizes[0]} groups; K={in_features} with "
+            f"group_size={group_size} needs {min_groups}",
+            tensor=scales.name,
+        )
+    if bias is not None and bias.max_sizes != (out_features,):
+        raise graph.fail(
+            node,
+            f"bias {bias.name!r} is {list(bias.max_sizes)}; it must be [{out_features}]",
+            tensor=bias.name,
+        )
+    if out.max_sizes != (*x.max_sizes[:-1], out_features):
+        raise graph.fail(
+            node,
+            f"out {out.name!r} is {list(out.max_sizes)}; it must be "
+            f"{[*x.max_sizes[:-1], out_features]}",
+            tensor=out.name,
+        )
+    has_gemv = in_features % 8 == 0 and group_size % 8 == 0
+
+    def live_m(g: ComputeGraph) -> int:
+        return math.prod(g.sizes_of(x)[:-1])  # every leading dim; 1 for a rank-1 x
+
+    def resize_linear_q4gsw_node(g: ComputeGraph) -> None:
+        sizes = g.sizes_of(x)
+        if sizes[-1] != in_features:
+            raise InputError(
+                node.name,
+                "in_features",
+                f"vulkan: {node.name}: live width {sizes[-1]} of {x.name!r} differs from "
+                f"in_features {in_features}",
+            )
+        g.virtual_resize(out, (*sizes[:-1], out_features))
+
+    def gemm_global(g: ComputeGraph) -> tuple[int, int, int]:
+        m = live_m(g)
+        if has_gemv and m == 1:
+            return (0, 0, 0)
+        rows, cols = GEMM_TILE
+        return (math.ceil(m / rows) * math.ceil(out_features / cols), 1, 1)
+
+    def gemv_global(g: ComputeGraph) -> tuple[int, int, int]:
+        if live_m(g) != 1:
+            return (0, 0, 0)
+        pairs = math.ceil(out_features / 2)
+        return (min(pairs, GEMV_MAX_WORKGROUPS) * GEMV_LOCAL_SIZE[0], 1, 1)
+
+    # Without a bias, a one-element dummy fills binding 4 (read only when has_bias is 1).
+    bias_tensor = (
+        bias if bias is not None else graph.create_scratch(node, "no_bias", "float32", (1,))
+    )
+    bindings = (out, x, weight, scales, bias_tensor, out.meta, x.meta)
+    args = tuple(t.name for t in (out, x, weight, scales)) + ((bias.name,) if bias else ())
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=args,
+            resize_fn=resize_linear_q4gsw_node,
+            pick_shader=lambda g: "q4gsw_gemm",
+            pick_global=gemm_global,
+            local_size=GEMM_LOCAL_SIZE,
+            bindings=bindings,
+            spec_constants=(group_size, int(bias is not None)),
+        )
+    )
+    if has_gemv:
+        graph.add_dispatch_node(
+            DispatchNode(
+                op=node.name,
+                args=args,
+                pick_shader=lambda g: "q4gsw_gemv",
+                pick_global=gemv_global,
+                local_size=GEMV_LOCAL_SIZE,
+                bindings=bindings,
+                spec_constants=(group_size, int(bias is not None), GEMV_MAX_WORKGROUPS),
+            )
+        )

@@ -1,0 +1,137 @@
+"""linear_q4gsw on WebGPU: a register-tiled GEMM and a cooperative GEMV, routed by the live M.
+
+Both kernels are recorded at load (the GEMV when K % 8 == 0 and group_size % 8 == 0) and
+share one params uniform. The resize hook on x recomputes M = numel(x) / K over all leading
+dims, rewrites the params, gives the route it takes its workgroup count and the other 0
+(skipped), and sets out's live dims to `x.dims[:-1] + [N]`. Unlike upstream (reference
+§3.4.1), the route is chosen from the live M on every resize rather than from the max M at
+build, and M counts every leading dim.
+
+The weight (uint8 `[N, K_pad/2]`) is bound as an array of u32 words: its allocation is
+rounded up to 4 bytes, and a row of K_pad/2 bytes is a whole number of words.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+from graph_format import InputError, OpNode
+from webgpu_backend.graph import WebGPUGraph
+
+TILE = 4  # the GEMM's outputs per invocation: TILE rows × TILE columns
+GEMM_WORKGROUP = 64
+GEMV_LANES = 64  # a power of two (tree reduction)
+GEMV_MAX_WORKGROUPS = 8192
+# struct Params { m, n, k, k_words, group_size, n_padded, has_bias, gemv_workgroups: u32 }
+PARAMS = struct.Struct("<8I")
+
+
+def gemv_supported(k: int, group_size: int) -> bool:
+    """The GEMV reads whole words per row and one scale per word."""
+    return k % 8 == 0 and group_size % 8 == 0
+
+
+def choose_route(m: int, has_gemv: bool) -> str:
+    """ "gemv" for a single live row when the GEMV was built, else "gemm"."""
+    return "gemv" if has_gemv and m == 1 else "gemm"
+
+
+def gemm_workgroups(m: int, n: int) -> int:
+    """One invocation per 4×4 tile of the live [M, N] output."""
+    tiles = -(-m // TILE) * -(-n // TILE)
+    return -(-tiles // GEMM_WORKGROUP)
+
+
+def gemv_workgroups(n: int) -> int:
+    """One workgroup per column pair, capped (the kernel grid-strides over the rest)."""
+    return min(-(-n // 2), GEMV_MAX_WORKGROUPS)
+
+
+def build(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the GEMM (and GEMV) dispatch of `node` and its resize hook on x."""
+    x = graph.arg_tensor(node, "x")
+    weight = graph.arg_tensor(node, "weight")
+    scales = graph.arg_tensor(node, "scales")
+    bias = graph.optional_tensor(node, "bias")
+    out = graph.output(node, "out")
+    wanted = [(x, "float32"), (weight, "uint8"), (scales, "float32")]
+    wanted += [(bias, "float32")] if bias is not None else []
+    wanted += [(out, "float32")]
+    for tensor, dtype in wanted:
+        if tensor.dtype != dtype:
+            raise graph.fail(
+                node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
+            )
+    group_size = int(graph.arg_scalar(node, "group_size"))
+    if group_size <= 0:
+        raise graph.fail(node, f"group_size must be > 0, got {group_size}")
+    k = x.dims[-1]
+    k_words = -(-k // 8)
+    if len(weight.dims) != 2 or weight.dims[1] != 4 * k_words:
+        raise graph.fail(
+            node,
+            f"weight {weight.name!r} must be [N, {4 * k_words}] (x's K={k} padded to "
+            f"{8 * k_words}, two nibbles a byte), got {list(weight.dims)}",
+            tensor=weight.name,
+        )
+    n = weight.dims[0]
+    n_padded = -(-n // 4) * 4
+    if len(scales.dims) != 2 or scales.dims[1] != n_padded:
+        raise graph.fail(
+            node,
+            f"scales {scales.name!r} must be [groups, {n_padded}] (N={n} padded to 4), got "
+            f"{list(scales.dims)}",
+            tensor=scales.name,
+        )
+    groups = -(-k // group_size)
+    if scales.dims[0] < groups:
+        raise graph.fail(
+            node,
+            f"scales {scales.name!r} must have at least {groups} groups (K={k}, group_size="
+            f"{group_size}), got {scales.dims[0]}",
+            tensor=scales.name,
+        )
+    if bias is not None and bias.dims != (n,):
+        raise graph.fail(
+            node, f"bias {bias.name!r} must be [{n}], got {list(bias.dims)}", tensor=bias.name
+        )
+    if out.dims != (*x.dims[:-1], n):
+        raise graph.fail(
+            node,
+            f"out {out.name!r} must be {[*x.dims[:-1], n]}, got {list(out.dims)}",
+            tensor=out.name,
+        )
+
+    params = graph.create_params(PARAMS.size)
+    # Without a bias, a 4-byte dummy fills binding 4 (the kernels read it only if has_bias).
+    bias_buffer = bias if bias is not None else graph.create_scratch(node, "no_bias", 4)
+    bindings = {"writes": [out], "reads": [x, weight, scales, bias_buffer], "params": params}
+    gemm = graph.add_dispatch(node, "q4gsw_gemm", workgroup_size=GEMM_WORKGROUP, **bindings)
+    gemv = (
+        graph.add_dispatch(node, "q4gsw_gemv", workgroup_size=GEMV_LANES, **bindings)
+        if gemv_supported(k, group_size)
+        else None
+    )
+
+    def resize() -> None:
+        dims = x.cur_dims
+        if dims[-1] != k:
+            raise InputError(
+                node.name,
+                "in_features",
+                f"webgpu: op {node.name!r}: x's live last dim must stay {k} (in_features), "
+                f"got {dims[-1]}",
+            )
+        m = math.prod(dims[:-1])
+        route = choose_route(m, gemv is not None)
+        pairs_grid = gemv_workgroups(n)
+        params.update(
+            PARAMS.pack(m, n, k, k_words, group_size, n_padded, int(bias is not None), pairs_grid)
+        )
+        gemm.count = gemm_workgroups(m, n) if route == "gemm" else 0
+        if gemv is not None:
+            gemv.count = pairs_grid if route == "gemv" else 0
+        graph.set_cur_dims(out, (*dims[:-1], n))
+
+    graph.add_resize_hook(node, [x.name], resize)

@@ -1,0 +1,150 @@
+"""Opt-in GPU timing for the WebGPU runtime: one compute pass per dispatch, timestamps around it.
+
+Not part of a parity run. Needs a device with the `timestamp-query` feature
+(`webgpu_backend.device.get_timing_device`). WebGPU resolves pass timestamps in nanoseconds;
+wgpu-native passes the Vulkan driver's ticks through, so the numbers are nanoseconds where
+the driver's `timestampPeriod` is 1.0 (NVIDIA and lavapipe; `benchmarks/` prints the period).
+
+Two levels:
+- `time_rounds` times arbitrary passes (a benchmark's own kernels);
+- `time_graph` times the dispatches a loaded `WebGPUGraph` runs for given inputs, rotating
+  over several identical graphs with their own weights so that repeated calls read their
+  weights from memory rather than from a warm cache.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import wgpu
+
+from webgpu_backend.device import WebGPUDevice
+from webgpu_backend.graph import Dispatch, WebGPUGraph, fold_grid
+
+# Encodes one dispatch (pipeline, bind group, dispatch_workgroups) into a compute pass.
+PassEncoder = Callable[[Any], None]
+# wgpu-native's cap on the queries of one query set.
+MAX_QUERIES = 4096
+
+
+@dataclass(frozen=True)
+class KernelTiming:
+    """GPU times of one dispatch slot over the timed repetitions."""
+
+    op: str
+    kernel: str
+    times_ns: tuple[float, ...]
+
+    @property
+    def median_ns(self) -> float:
+        """The median time, in nanoseconds."""
+        return float(statistics.median(self.times_ns))
+
+
+def time_rounds(
+    dev: WebGPUDevice, rounds: Sequence[Sequence[PassEncoder]], *, timed_from: int = 0
+) -> list[list[float]]:
+    """Run every round's passes in order in one submit; time the passes of later rounds.
+
+    Each pass runs in its own compute pass (so passes never overlap); rounds before
+    `timed_from` are warm-up and carry no timestamps.
+
+    Returns:
+        per timed round, the GPU time of each of its passes in nanoseconds.
+    """
+    timed = rounds[timed_from:]
+    queries = 2 * sum(len(r) for r in timed)
+    if queries > MAX_QUERIES:
+        raise ValueError(f"{queries} timestamps asked for; one query set holds {MAX_QUERIES}")
+    device = dev.device
+    query_set = device.create_query_set(type=wgpu.QueryType.timestamp, count=max(queries, 2))
+    resolve = device.create_buffer(
+        size=8 * max(queries, 2),
+        usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC,
+    )
+    readback = device.create_buffer(
+        size=resolve.size, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
+    )
+    try:
+        encoder = device.create_command_encoder()
+        index = 0
+        for r, passes in enumerate(rounds):
+            for encode in passes:
+                writes = None
+                if r >= timed_from:
+                    writes = {
+                        "query_set": query_set,
+                        "beginning_of_pass_write_index": index,
+                        "end_of_pass_write_index": index + 1,
+                    }
+                    index += 2
+                cpass = encoder.begin_compute_pass(timestamp_writes=writes)
+                encode(cpass)
+                cpass.end()
+        if queries:
+            encoder.resolve_query_set(query_set, 0, queries, resolve, 0)
+            encoder.copy_buffer_to_buffer(resolve, 0, readback, 0, 8 * queries)
+        device.queue.submit([encoder.finish()])
+        readback.map_sync(wgpu.MapMode.READ)
+        stamps = np.frombuffer(readback.read_mapped(), np.uint64)[:queries].astype(np.int64)
+        readback.unmap()
+    finally:
+        for obj in (readback, resolve, query_set):
+            obj.destroy()
+    spans = (stamps[1::2] - stamps[0::2]).astype(float).tolist()
+    out, start = [], 0
+    for passes in timed:
+        out.append(spans[start : start + len(passes)])
+        start += len(passes)
+    return out
+
+
+def dispatch_encoder(dev: WebGPUDevice, dispatch: Dispatch) -> PassEncoder:
+    """A pass encoder that replays `dispatch` as the graph last resized it."""
+    pipeline = dispatch.pipelines[dispatch.kernel].pipeline
+    bind_group = dispatch.bind_group
+    grid = fold_grid(dispatch.count, dev.max_workgroups_per_dim)
+
+    def encode(cpass: Any) -> None:
+        cpass.set_pipeline(pipeline)
+        cpass.set_bind_group(0, bind_group)
+        cpass.dispatch_workgroups(*grid)
+
+    return encode
+
+
+def time_graph(
+    graphs: Sequence[WebGPUGraph],
+    inputs: Mapping[str, np.ndarray | int],
+    *,
+    repeats: int = 20,
+    warmup: int = 3,
+) -> list[KernelTiming]:
+    """GPU time of every dispatch that runs for `inputs`, median-ready.
+
+    Each graph is first executed once with `inputs` (resize, params, uploads); then round r
+    replays the running dispatches of `graphs[r % len(graphs)]`, `warmup` untimed rounds
+    followed by `repeats` timed ones, all in one submit.
+
+    Args:
+        graphs: one graph, or several identical graphs (same ops, own constants) loaded on
+            the same timing device.
+    """
+    if not graphs:
+        raise ValueError("time_graph needs at least one graph")
+    dev = graphs[0].dev
+    per_graph = []
+    for graph in graphs:
+        graph.execute(inputs)
+        running = [d for d in graph.dispatches if d.count > 0]
+        per_graph.append([(d.op, d.kernel, dispatch_encoder(dev, d)) for d in running])
+    slots = [(op, kernel) for op, kernel, _ in per_graph[0]]
+    rounds = [[enc for _, _, enc in per_graph[r % len(graphs)]] for r in range(warmup + repeats)]
+    times = time_rounds(dev, rounds, timed_from=warmup)
+    return [
+        KernelTiming(op, kernel, tuple(t[i] for t in times)) for i, (op, kernel) in enumerate(slots)
+    ]
