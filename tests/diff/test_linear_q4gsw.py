@@ -18,6 +18,7 @@ from harness.divergence import Divergence, Kind
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.strategies import float_array, linear_q4gsw_cases
 from harness.verdict import assert_parity
+from tests.plants import wgsl_substitution
 
 pytestmark = pytest.mark.gpu
 
@@ -223,24 +224,10 @@ def test_detects_vulkan_gemv_not_gated_on_m(
     assert not [d for d in result.divergences if d.blame != "vulkan"]
 
 
-def test_detects_gemv_nibble_offset_by_numerics(
-    runner: LockstepRunner, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from webgpu_backend import device as webgpu_device
-    from webgpu_backend.shaders import load_wgsl
-
+def test_detects_gemv_nibble_offset_by_numerics(runner: LockstepRunner) -> None:
     # The bug: nibble 0 of every word decodes as (nibble - 7) instead of (nibble - 8).
-    good = load_wgsl("q4gsw_gemv")
-    bad = good.replace("8388616.0", "8388615.0")
-    assert bad != good
-    monkeypatch.setattr(
-        webgpu_device, "load_wgsl", lambda k: bad if k == "q4gsw_gemv" else load_wgsl(k)
-    )
-    dev = webgpu_device.get_device()
-    # A fresh module and pipeline cache for this test only (restored afterwards).
-    monkeypatch.setattr(dev, "_modules", {})
-    monkeypatch.setattr(dev, "_pipelines", {})
-    result = runner.run(_planted_case())
+    with wgsl_substitution("q4gsw_gemv", "8388616.0", "8388615.0"):
+        result = runner.run(_planted_case())
     numeric = _found(result, Kind.NUMERIC, "webgpu")
     assert {d.step for d in numeric} == {0, 4}, result.divergences  # the M == 1 steps
     assert all((d.factor or 0) > 10 for d in numeric)  # far outside the budget, not marginal
