@@ -214,7 +214,7 @@ def _numeric_evidence(
                 model = model_for(node.op)
                 args = op_args(graph, node, local, res.symints)
                 outs = model.reference(node, args)
-                budgets = model.budget(node, args, {}, outs)
+                budgets = model.budget(node, args, outs)
                 slot = next(s for s, out in node.outputs.items() if out == tensor)
                 ref, budget = outs[slot], budgets[slot]
             except Exception:

@@ -426,7 +426,7 @@ def check_ops(
         model = model_for(node.op)
         args = op_args(graph, node, values, symints)
         outs = model.reference(node, args)
-        budgets = model.budget(node, args, {}, outs)
+        budgets = model.budget(node, args, outs)
         checks = [
             (node.outputs[slot], outs[slot], budgets[slot])
             for slot in node.outputs

@@ -1,10 +1,25 @@
 """Float64 evaluation of a graph, carrying an error bound for every value it computes.
 
 `ReferenceEvaluator` runs the ops' float64 references in graph order from the step's inputs
-and keeps state tensors (KV caches) across steps. Next to each value it propagates the bound
-a correct float32 implementation may be off by (`OpModel.budget`, fed the bounds of the op's
-inputs), so that graph outputs can be judged end to end. `op_args` also serves the per-op
-check, where the inputs are a backend's own intermediates and carry no error.
+and keeps state tensors (KV caches) across steps. Next to each value it carries the scale
+`sigma` of the error a correct float32 implementation of the whole graph may have
+accumulated there, and reports `SPREAD * sigma` as the end-to-end bound of graph outputs:
+
+    sigma(out)^2 = local(out)^2 + mean over PROBES of (f(x + s * sigma(x)) - f(x))^2
+
+`local` is the op's own rounding bound (`OpModel.budget`, rigorous). The second term carries
+the inputs' error scales through the op: the reference is evaluated again with every input
+moved by its scale under independent random signs `s`; the mean square of the change is the
+first-order error variance when input errors have independent signs, which is how rounding
+errors behave in practice (Higham and Mary, "A new approach to probabilistic rounding error
+analysis", SIAM J. Sci. Comput. 41(5), 2019). Local and carried errors add in quadrature, so
+a copy carries its input's scale unchanged. `SPREAD` covers the tail and the estimate's
+sampling error. Worst-case first-order propagation (all signs aligned) compounds by
+sqrt(K) per linear layer and is useless after two decoder layers (a bound of 1e10 on logits
+of magnitude 4); this one is not, and each op is also checked on its own inputs with its
+rigorous local bound (harness/oracles.py), so no bug hides in the slack.
+
+`op_args` also serves the per-op check, where the inputs are a backend's own intermediates.
 """
 
 from __future__ import annotations
@@ -16,6 +31,10 @@ import numpy as np
 
 from graph_format import Graph, OpNode, ScalarValue, SymIntValue, TensorValue
 from harness.ops import Args, model_for
+
+# Random-sign probes per op, and the multiple of the error scale an end-to-end bound allows.
+PROBES = 8
+SPREAD = 4.0
 
 
 def op_args(
@@ -46,65 +65,115 @@ def _int_value(graph: Graph, symints: Mapping[str, int], name: str) -> int:
     return int(graph.scalar(name))
 
 
-def tensor_errors(node: OpNode, errors: Mapping[str, np.ndarray | float]) -> dict[str, Any]:
-    """Per tensor slot of `node`, the error bound its input carries (0 when unknown/exact)."""
-    return {slot: errors.get(arg, 0.0) for slot, arg in node.args.items() if isinstance(arg, str)}
-
-
 class ReferenceEvaluator:
     """Steps a graph in float64 with error bounds; state persists across steps."""
 
-    def __init__(self, graph: Graph) -> None:
+    def __init__(self, graph: Graph, *, seed: int = 0) -> None:
         self.graph = graph
         self.state: dict[str, np.ndarray] = {}
-        self.state_errors: dict[str, np.ndarray] = {}
+        self.state_sigma: dict[str, np.ndarray] = {}
+        self._rng = np.random.default_rng(seed)
         for tensor in graph.tensors():
             if tensor.state:
                 data = graph.initial_data(tensor)
                 assert data is not None
                 self.state[tensor.name] = data.astype(np.float64)
-                self.state_errors[tensor.name] = np.zeros(tensor.dims)
+                self.state_sigma[tensor.name] = np.zeros(tensor.dims)
 
     def step(
         self, inputs: Mapping[str, np.ndarray | int]
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], dict[str, int]]:
-        """Evaluate one step: (values, error bounds, SymInts) of every tensor and SymInt.
-
-        The caller has already checked the inputs against the contract model.
+        """Evaluate one step: (values, end-to-end error bounds, SymInts) of every tensor and
+        SymInt. The caller has already checked the inputs against the contract model.
         """
         graph = self.graph
         values: dict[str, np.ndarray] = {}
-        errors: dict[str, Any] = {}
+        sigma: dict[str, np.ndarray] = {}
         symints: dict[str, int] = {}
         for tensor in graph.tensors():
             if tensor.constant is not None:
                 values[tensor.name] = graph.constants[tensor.constant].astype(np.float64)
         values.update(self.state)
-        errors.update(self.state_errors)
+        sigma.update(self.state_sigma)
         for name in graph.inputs:
             if isinstance(graph.values[name], SymIntValue):
                 symints[name] = int(inputs[name])  # type: ignore[arg-type]
             else:
                 values[name] = np.asarray(inputs[name]).astype(np.float64)
         for node in graph.ops:
-            model = model_for(node.op)
-            args = op_args(graph, node, values, symints)
-            in_errors = tensor_errors(node, errors)
-            outputs = model.reference(node, args)
-            budgets = model.budget(node, args, in_errors, outputs)
-            for slot, out_name in node.outputs.items():
-                result = outputs[slot]
-                if isinstance(graph.values[out_name], SymIntValue):
-                    symints[out_name] = int(result)
-                else:
-                    values[out_name] = result
-                    errors[out_name] = budgets[slot]
-            for slot, arg in node.args.items():
-                # State tensors are updated in place by the reference; their bound may be too.
-                if isinstance(arg, str) and arg in self.state:
-                    self.state[arg] = args[slot]
-                    if slot in budgets:
-                        self.state_errors[arg] = budgets[slot]
-                    values[arg] = self.state[arg]
-                    errors[arg] = self.state_errors[arg]
-        return values, errors, symints
+            self._op(node, values, sigma, symints)
+        return values, {name: SPREAD * s for name, s in sigma.items()}, symints
+
+    def _op(
+        self,
+        node: OpNode,
+        values: dict[str, np.ndarray],
+        sigma: dict[str, np.ndarray],
+        symints: dict[str, int],
+    ) -> None:
+        graph = self.graph
+        model = model_for(node.op)
+        args = op_args(graph, node, values, symints)
+        state_slots = {
+            slot: arg
+            for slot, arg in node.args.items()
+            if isinstance(arg, str) and arg in self.state
+        }
+        before = {slot: np.array(args[slot]) for slot in state_slots}  # the reference updates state
+        outputs = model.reference(node, args)
+        local = model.budget(node, args, outputs)
+        carried = {
+            slot: sigma[arg]
+            for slot, arg in node.args.items()
+            if isinstance(arg, str) and arg in sigma and np.any(sigma[arg])
+        }
+        tensor_outs = {
+            slot: name
+            for slot, name in node.outputs.items()
+            if isinstance(graph.values[name], TensorValue)
+        }
+        moved = (
+            self._propagate(node, args, before, outputs, carried, tensor_outs) if carried else {}
+        )
+
+        def scale(slot: str, shape: tuple[int, ...]) -> np.ndarray:
+            own = np.broadcast_to(local.get(slot, 0.0), shape)
+            return np.sqrt(own * own + moved.get(slot, 0.0))
+
+        for slot, name in node.outputs.items():
+            if slot not in tensor_outs:
+                symints[name] = int(outputs[slot])
+                continue
+            values[name] = outputs[slot]
+            sigma[name] = scale(slot, np.shape(outputs[slot]))
+        for slot, name in state_slots.items():
+            self.state[name] = args[slot]
+            self.state_sigma[name] = scale(slot, np.shape(args[slot]))
+            values[name] = self.state[name]
+            sigma[name] = self.state_sigma[name]
+
+    def _propagate(
+        self,
+        node: OpNode,
+        args: Args,
+        before: Mapping[str, np.ndarray],
+        outputs: Mapping[str, Any],
+        carried: Mapping[str, np.ndarray],
+        tensor_outs: Mapping[str, str],
+    ) -> dict[str, np.ndarray]:
+        """Mean square change of outputs and state when inputs move by their error scales."""
+        model = model_for(node.op)
+        squares: dict[str, np.ndarray] = {}
+        for _ in range(PROBES):
+            probe = dict(args)
+            probe.update({slot: state.copy() for slot, state in before.items()})
+            for slot, bound in carried.items():
+                base = probe[slot]
+                signs = self._rng.choice((-1.0, 1.0), size=np.shape(base))
+                probe[slot] = base + signs * np.broadcast_to(bound, np.shape(base))
+            moved = model.reference(node, probe)
+            changes = {slot: moved[slot] - outputs[slot] for slot in tensor_outs}
+            changes.update({slot: probe[slot] - args[slot] for slot in before})
+            for slot, change in changes.items():
+                squares[slot] = squares.get(slot, 0.0) + change * change
+        return {slot: total / PROBES for slot, total in squares.items()}

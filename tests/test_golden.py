@@ -63,7 +63,7 @@ def test_backends_match_pytorch(case: GoldenCase, runtimes: list[Runtime]) -> No
         for slot, a in node.args.items()
     }
     outputs = {slot: case.expected[slot] for slot in case.expected}
-    budgets = model.budget(node, args, {}, outputs)
+    budgets = model.budget(node, args, outputs)
     for rt in runtimes:
         loaded = rt.load(graph)
         try:
@@ -105,7 +105,7 @@ def test_sdpa_backends_steps_match_pytorch(case: GoldenCase, runtimes: list[Runt
             values, _, symints = reference.step(inputs)
             expected = {"out": arrays[raw["expected"]["out"]]}
             # The reference updated its caches in place: the budget sees them as the op did.
-            budgets = model.budget(node, op_args(graph, node, values, symints), {}, expected)
+            budgets = model.budget(node, op_args(graph, node, values, symints), expected)
             for rt, lg in zip(runtimes, loaded, strict=True):
                 result = lg.execute(inputs, read=["k_cache", "v_cache"])
                 cmp = compare(result.outputs[node.outputs["out"]], expected["out"], budgets["out"])

@@ -8,8 +8,8 @@ per op holding
 - `dispatches`: the exact dispatch slots of the op's kernel design (kernel variant,
   workgroup size, logical workgroup count, ran or skipped) for the live dims;
 - `reference`: the op's math in float64;
-- `budget`: per output element, the error a correct float32 implementation may make, given
-  the float64 inputs and the error bounds already carried by those inputs.
+- `budget`: per output element, the rounding error a correct float32 implementation may
+  make from exact inputs (propagation through the graph is the reference evaluator's).
 
 An op that validates host data (token ids against the vocabulary) also defines
 `check_host(node, live)`: it reads `live.host` and raises the `InputError` both backends
@@ -165,18 +165,16 @@ class OpModel(Protocol):
         ...
 
     def budget(
-        self,
-        node: OpNode,
-        args: Args,
-        errors: Mapping[str, np.ndarray],
-        outputs: Mapping[str, np.ndarray],
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        """Per-element error bound of each output.
+        """Per-element bound of the rounding error a correct float32 implementation makes
+        in each output, from these exact inputs (state the op writes: under its slot name).
+
+        Only the op's own rounding: how errors already in the inputs travel through the
+        graph is `harness.reference.ReferenceEvaluator`'s business.
 
         Args:
             args: the float64 inputs the reference was given.
-            errors: per tensor argument slot, the error bound already in that input (zeros
-                when the inputs are exact, as in a per-op check on a backend's own inputs).
             outputs: the reference outputs.
         """
         ...

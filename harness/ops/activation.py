@@ -93,19 +93,9 @@ class UnaryActivationModel:
         return {"out": s if self.op == "sigmoid" else x * s}
 
     def budget(
-        self,
-        node: OpNode,
-        args: Args,
-        errors: Mapping[str, np.ndarray],
-        outputs: Mapping[str, np.ndarray],
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        x = args["x"]
-        out = outputs["out"]
-        s = _sigmoid(x)
-        # First-order propagation: sigmoid' = s(1 - s), silu' = s(1 + x(1 - s)).
-        slope = s * (1.0 - s) if self.op == "sigmoid" else s * (1.0 + x * (1.0 - s))
-        propagated = np.abs(slope) * errors.get("x", 0.0)
-        return {"out": quotient_budget(x, out) + propagated}
+        return {"out": quotient_budget(args["x"], outputs["out"])}
 
 
 class SiluMulModel:
@@ -143,11 +133,7 @@ class SiluMulModel:
         return {"out": g * _sigmoid(g) * up}
 
     def budget(
-        self,
-        node: OpNode,
-        args: Args,
-        errors: Mapping[str, np.ndarray],
-        outputs: Mapping[str, np.ndarray],
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         g, up = args["gate"], args["up"]
         s = _sigmoid(g)
@@ -156,10 +142,7 @@ class SiluMulModel:
         local = quotient_budget(g, silu) * np.abs(up) + SAFETY * (
             U32 * np.abs(outputs["out"]) + TINY32
         )
-        e_g, e_up = errors.get("gate", 0.0), errors.get("up", 0.0)
-        slope = s * (1.0 + g * (1.0 - s))
-        propagated = np.abs(slope * up) * e_g + np.abs(silu) * e_up + np.abs(slope) * e_g * e_up
-        return {"out": local + propagated}
+        return {"out": local}
 
 
 SIGMOID = UnaryActivationModel("sigmoid")

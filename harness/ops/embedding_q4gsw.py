@@ -126,25 +126,12 @@ class EmbeddingQ4gswModel:
         return {"out": table[args["indices"].astype(np.int64)]}
 
     def budget(
-        self,
-        node: OpNode,
-        args: Args,
-        errors: Mapping[str, np.ndarray],
-        outputs: Mapping[str, np.ndarray],
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         # (nibble - 8) is exact; its product with the scale is rounded once (a 4-bit by
         # 24-bit product needs up to 28 bits). Below the normal range the product, or a
         # denormal scale itself, may be flushed to zero: |nibble - 8| <= 8 times TINY32.
-        local = SAFETY * (U32 * np.abs(outputs["out"]) + 8 * TINY32)
-        e_scales = errors.get("scales", 0.0)
-        if np.any(e_scales):
-            # A scale's error, times |nibble - 8|, reaches every dim of its group.
-            ones = np.ones_like(np.asarray(args["scales"], np.float64))
-            nibbles = dequantize_rows(args["weight"], ones, int(args["group_size"]))
-            spread = np.repeat(np.broadcast_to(e_scales, ones.shape), int(args["group_size"]), 1)
-            rows = args["indices"].astype(np.int64)
-            local = local + (np.abs(nibbles) * spread)[rows]
-        return {"out": local}
+        return {"out": SAFETY * (U32 * np.abs(outputs["out"]) + 8 * TINY32)}
 
 
 MODEL = EmbeddingQ4gswModel()

@@ -202,11 +202,7 @@ class LinearQ4gswModel:
         return {"out": out.reshape(*x.shape[:-1], w.shape[0])}
 
     def budget(
-        self,
-        node: OpNode,
-        args: Args,
-        errors: Mapping[str, np.ndarray],
-        outputs: Mapping[str, np.ndarray],
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         x = args["x"]
         k = x.shape[-1]
@@ -223,10 +219,7 @@ class LinearQ4gswModel:
         # gamma(K + 2) * (sum_k |x_k| |w_k| + |b|). Exact zeros (padded nibbles, skipped
         # tails, idle lanes) add no rounding. Assumes no underflow to subnormals.
         local = SAFETY * gamma(k + 2) * (ax @ w.T + ab)
-        # Propagation of input error (first order): the op is linear in x and in the bias.
-        e_x = np.broadcast_to(errors.get("x", 0.0), x.shape).reshape(-1, k)
-        propagated = np.abs(e_x) @ w.T + errors.get("bias", 0.0)
-        return {"out": (local + propagated).reshape(outputs["out"].shape)}
+        return {"out": local.reshape(outputs["out"].shape)}
 
 
 MODEL = LinearQ4gswModel()

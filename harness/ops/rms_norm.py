@@ -60,28 +60,14 @@ class RmsNormModel:
         return {"out": x * rstd * w}
 
     def budget(
-        self,
-        node: OpNode,
-        args: Args,
-        errors: Mapping[str, np.ndarray],
-        outputs: Mapping[str, np.ndarray],
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        x, w, eps = args["x"], args["weight"], args["eps"]
-        n = x.shape[-1]
-        rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
+        n = args["x"].shape[-1]
         # Rounding: sum of n squares (gamma_n, any order), /n and +eps (u each) give the
         # argument of inverseSqrt, whose relative error halves through the root; the
         # builtin adds its own ULPs; two products (x*rstd, *w) add u each.
         rel = (gamma(n) + 2 * U32) / 2 + ULP_INVERSE_SQRT * EPS32 + 2 * U32
-        local = SAFETY * rel * np.abs(outputs["out"])
-        # Propagation of input error e (first order): d out_i = w_i r dx_i - x_i w_i r^3
-        # (1/n) sum_j x_j dx_j.
-        e = errors.get("x", 0.0)
-        e_w = errors.get("weight", 0.0)
-        coupled = np.sum(np.abs(x) * e, axis=-1, keepdims=True) / n
-        propagated = np.abs(w) * rstd * e + np.abs(x * w) * rstd**3 * coupled
-        propagated = propagated + np.abs(x) * rstd * e_w
-        return {"out": local + propagated}
+        return {"out": SAFETY * rel * np.abs(outputs["out"])}
 
 
 MODEL = RmsNormModel()

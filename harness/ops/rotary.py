@@ -45,20 +45,9 @@ from harness.ops import (
 WORKGROUP = (64, 1, 1)
 
 
-def _rotate_budget(
-    a: np.ndarray,
-    b: np.ndarray,
-    c: np.ndarray,
-    s: np.ndarray,
-    e: tuple[np.ndarray | float, ...],
-) -> np.ndarray:
-    """Bound of fl(a c -+ b s) (two products and a sum, fused or not), plus propagation.
-
-    `e` holds the error bounds of (a, b, c, s).
-    """
-    e_a, e_b, e_c, e_s = e
-    local = SAFETY * gamma(2) * (np.abs(a * c) + np.abs(b * s))
-    return local + np.abs(c) * e_a + np.abs(s) * e_b + np.abs(a) * e_c + np.abs(b) * e_s
+def _rotate_budget(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Bound of fl(a c -+ b s): two products and a sum, fused or not."""
+    return SAFETY * gamma(2) * (np.abs(a * c) + np.abs(b * s))
 
 
 class _RotaryBase:
@@ -174,24 +163,14 @@ class LlamaRotaryModel(_RotaryBase):
         return out
 
     def budget(
-        self,
-        node: OpNode,
-        args: Args,
-        errors: Mapping[str, np.ndarray],
-        outputs: Mapping[str, np.ndarray],
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         c = args["freqs_cos"][None, :, None, :]
         s = args["freqs_sin"][None, :, None, :]
-        e_c = np.broadcast_to(errors.get("freqs_cos", 0.0), args["freqs_cos"].shape)
-        e_s = np.broadcast_to(errors.get("freqs_sin", 0.0), args["freqs_sin"].shape)
-        e_c, e_s = e_c[None, :, None, :], e_s[None, :, None, :]
         out = {}
         for name in ("xq", "xk"):
             a, b = self._pairs(args[name])
-            e_a, e_b = self._pairs(np.broadcast_to(errors.get(name, 0.0), args[name].shape))
-            first = _rotate_budget(a, b, c, s, (e_a, e_b, e_c, e_s))
-            second = _rotate_budget(a, b, s, c, (e_a, e_b, e_s, e_c))
-            out[f"{name}_out"] = self._join(first, second)
+            out[f"{name}_out"] = self._join(_rotate_budget(a, b, c, s), _rotate_budget(a, b, s, c))
         return out
 
 
@@ -246,26 +225,18 @@ class HfRotaryModel(_RotaryBase):
         return out
 
     def budget(
-        self,
-        node: OpNode,
-        args: Args,
-        errors: Mapping[str, np.ndarray],
-        outputs: Mapping[str, np.ndarray],
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         start, seq = int(args["start_pos"]), args["xq"].shape[1]
         c1, c2 = self._rows(args["cos"], start, seq)
         s1, s2 = self._rows(args["sin"], start, seq)
-        table = args["cos"].shape
-        ec1, ec2 = self._rows(np.broadcast_to(errors.get("cos", 0.0), table), start, seq)
-        es1, es2 = self._rows(np.broadcast_to(errors.get("sin", 0.0), table), start, seq)
         out = {}
         for name in ("xq", "xk"):
             x = args[name]
             half = x.shape[-1] // 2
-            e = np.broadcast_to(errors.get(name, 0.0), x.shape)
-            x1, x2, e1, e2 = x[..., :half], x[..., half:], e[..., :half], e[..., half:]
-            first = _rotate_budget(x1, x2, c1, s1, (e1, e2, ec1, es1))
-            second = _rotate_budget(x2, x1, c2, s2, (e2, e1, ec2, es2))
+            x1, x2 = x[..., :half], x[..., half:]
+            first = _rotate_budget(x1, x2, c1, s1)
+            second = _rotate_budget(x2, x1, c2, s2)
             out[f"{name}_out"] = np.concatenate([first, second], axis=-1)
         return out
 
