@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph
 from harness import q4
@@ -281,3 +282,49 @@ def decoder_case(
     return Case(
         graph, steps, name=name, meta={"config": config.__dict__, "schedule": list(schedule)}
     )
+
+
+# ---------------------------------------------------------------------------- strategies
+
+
+@st.composite
+def decoder_configs(draw: st.DrawFn) -> DecoderConfig:
+    """Small decoder shapes the ops can all run: grouped-query heads, even head dims, every
+    projection width a multiple of the group size."""
+    group_size = draw(st.sampled_from([16, 32]))
+    kv_heads, group = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    head_dim = draw(st.sampled_from([8, 16]))
+    heads = kv_heads * group
+    # q width heads * head_dim and the hidden width must both be multiples of group_size.
+    hidden = draw(st.sampled_from([w for w in (16, 32, 48, 64) if w % group_size == 0]))
+    if heads * head_dim % group_size:
+        head_dim = group_size // heads if group_size % heads == 0 else group_size
+    return DecoderConfig(
+        vocab=draw(st.integers(8, 64)),
+        hidden=hidden,
+        n_heads=heads,
+        n_kv_heads=kv_heads,
+        head_dim=head_dim,
+        ffn=draw(st.sampled_from([f for f in (32, 48, 64, 96) if f % group_size == 0])),
+        layers=draw(st.integers(1, 2)),
+        max_seq=draw(st.one_of(st.integers(2, 24), st.sampled_from([63, 65]))),
+        group_size=group_size,
+    )
+
+
+@st.composite
+def decoder_cases(draw: st.DrawFn) -> Case:
+    """A random decoder over a KV-cache session: prefill at 0, decode steps, further prefill
+    chunks, resets to 0, prefills longer than half the cache, contexts reaching the cache end
+    and around the decode route's 64-row splits, and now and then a step past the end (both
+    backends must refuse it and keep the caches)."""
+    from harness.strategies import kv_steps  # strategies builds on modules like this one
+
+    config = draw(decoder_configs())
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    weights = DecoderWeights.random(config, rng)
+    max_prefill = min(config.max_seq, 16)
+    schedule = [(pos, s) for s, pos in draw(kv_steps(config.max_seq, max_prefill))]
+    schedule[0] = (0, schedule[0][1])  # a session starts with a prefill at position 0
+    return decoder_case(config, weights, schedule, rng, name="decoder")

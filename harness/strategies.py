@@ -281,6 +281,13 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     return Case(b.build(), steps, name="linear_q4gsw", meta=meta)
 
 
+def decoders() -> st.SearchStrategy[Case]:
+    """Tiny Llama decoders over KV-cache sessions (harness/decoder.py)."""
+    from harness.decoder import decoder_cases  # decoder builds on this module
+
+    return decoder_cases()
+
+
 def random_graphs() -> st.SearchStrategy[Case]:
     """Random DAGs over every op with a generator (harness/graphgen.py)."""
     from harness.graphgen import random_graph_cases  # graphgen builds on this module
@@ -720,6 +727,7 @@ FAMILIES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
     "mul": lambda: binary_cases("mul"),
     "dag": dag_cases,
     "random": random_graphs,
+    "decoder": decoders,
     "sigmoid": lambda: unary_cases("sigmoid"),
     "silu": lambda: unary_cases("silu"),
     "silu_mul": silu_mul_cases,
