@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from hypothesis import strategies as st
 
+from harness import q4
 from harness.builder import GraphBuilder
 from harness.case import Case
 from harness.strategies import float_array, live_sequences
@@ -219,6 +220,31 @@ def gen_view_copy(g: GraphGen) -> bool:
     return True
 
 
+def gen_linear_q4gsw(g: GraphGen) -> bool:
+    """A q4 linear over the static last dim K of a pool tensor, to a new width N: M, the
+    product of the leading (dynamic) dims, routes between the GEMV (M = 1) and the GEMM."""
+    candidates = [t for t in g.pool if isinstance(t.dims[-1], int)]
+    if not candidates:
+        return False
+    x = g.pick(candidates)
+    k = x.dims[-1]
+    assert isinstance(k, int)
+    n = g.draw(st.sampled_from([4, 7, 8, 12, 16, 30, 32]))
+    group_size = g.draw(st.sampled_from([gs for gs in (8, 16, 32, k) if gs <= k]))
+    packed, scales = q4.quantize(g.rng.standard_normal((n, k)) / np.sqrt(k), group_size)
+    dims = (*x.dims[:-1], n)
+    out = g.builder.op(
+        "linear_q4gsw",
+        x=x.name,
+        weight=g.builder.constant(g.builder.fresh("q4_weight"), packed),
+        scales=g.builder.constant(g.builder.fresh("q4_scales"), scales),
+        group_size=g.builder.int(group_size),
+        out_dims=g.max_dims(dims),
+    )
+    g.produced(out, dims, [x])
+    return True
+
+
 OP_GENERATORS: dict[str, Callable[[GraphGen], bool]] = {
     "rms_norm": gen_rms_norm,
     "add": _gen_binary("add"),
@@ -227,6 +253,7 @@ OP_GENERATORS: dict[str, Callable[[GraphGen], bool]] = {
     "silu": _gen_unary("silu"),
     "silu_mul": gen_silu_mul,
     "view_copy": gen_view_copy,
+    "linear_q4gsw": gen_linear_q4gsw,
 }
 
 
