@@ -26,6 +26,10 @@ from graph_format.signatures import SIGNATURES, ArgSlot
 FORMAT_NAME = "vulkan-parity-graph"
 FORMAT_VERSION = 1
 
+# Tensors have 1 to MAX_RANK dims: every LLM tensor here fits ([B, S, H, D]), and both runtimes
+# describe live sizes in 4-element vectors (WebGPU params, Vulkan metadata UBOs).
+MAX_RANK = 4
+
 # Element types a tensor may have, with their numpy spelling. int32 tensors accept int64
 # host data (narrowed, range-checked) as upstream ExecuTorch does for token ids.
 DTYPES: dict[str, np.dtype] = {
@@ -332,11 +336,12 @@ class _Parser:
         dims = entry.get("dims")
         if (
             not isinstance(dims, list)
-            or not dims
+            or not 1 <= len(dims) <= MAX_RANK
             or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in dims)
         ):
             raise self.fail(
-                f"{where}.dims", f"must be a non-empty list of positive ints, got {dims!r}"
+                f"{where}.dims",
+                f"must be a list of 1 to {MAX_RANK} positive ints, got {dims!r}",
             )
         constant = entry.get("constant")
         state = entry.get("state", False)

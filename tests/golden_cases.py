@@ -57,6 +57,11 @@ def golden_arrays() -> dict[str, np.ndarray]:
 def single_op_graph(case: GoldenCase) -> tuple[Graph, dict[str, np.ndarray]]:
     """A one-op graph for a single-op golden case, and the inputs of its one step."""
     sig = SIGNATURES[case.op]
+    # Manifest arguments with no slot in the op's signature must mean what the graph format
+    # assumes, never be dropped silently: embeddings here always use the linear nibble order.
+    extra = {k: v for k, v in case.args.items() if sig.arg(k) is None}
+    if extra not in ({}, {"is_linear_weight": True}):
+        raise ValueError(f"{case.id}: arguments {extra} have no meaning in the graph format")
     b = GraphBuilder()
     args: dict[str, Any] = {}
     inputs: dict[str, np.ndarray] = {}

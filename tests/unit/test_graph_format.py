@@ -44,6 +44,7 @@ CONSTANTS = {"w": np.arange(16, dtype=np.float32)}
         (lambda d: d.update(version=2), "version", "understands version 1, got 2"),
         (lambda d: d.update(format="onnx"), "format", "'vulkan-parity-graph'"),
         (lambda d: d["values"][0].update(dims=[2, 0, 16]), "values[0].dims", "positive ints"),
+        (lambda d: d["values"][0].update(dims=[1, 1, 2, 8, 16]), "values[0].dims", "1 to 4"),
         (lambda d: d["values"][0].update(dtype="float64"), "values[0].dtype", "float64"),
         (lambda d: d["values"][1].update(dims=[15]), "values[1].constant", "float32[15]"),
         (lambda d: d["ops"][0].update(op="conv2d"), "ops[0].op", "unknown op 'conv2d'"),
