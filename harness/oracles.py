@@ -490,7 +490,12 @@ def check_degenerate(
     other_data = any(t.constant is not None for t in graph.tensors()) or any(
         isinstance(value, np.ndarray) and value.dtype != np.float32 for value in inputs.values()
     )
-    if floats and not other_data and all(np.all(flat == flat[0]) for _, flat in floats):
+
+    # One element cannot vary: it is data unless it is zero.
+    def constant(flat: np.ndarray) -> bool:
+        return bool(np.all(flat == flat[0])) and (flat.size > 1 or flat[0] == 0)
+
+    if floats and not other_data and all(constant(flat) for _, flat in floats):
         values = ", ".join(f"{name} = {float(flat[0])!r}" for name, flat in floats)
         out.append(
             Divergence(
