@@ -12,6 +12,12 @@ the same run through the same API (a grid-stride read of `--ceiling-mib`); the G
 GFLOP/s (2·M·N·K per call). WebGPU and Vulkan run side by side; their outputs are compared
 too (largest difference relative to the largest output), as a sanity check.
 
+Each timed batch starts, in the same submit, with `--burn-passes` dispatches of a
+clock warm-up kernel (`benchmarks.ceiling`): an NVIDIA GPU drops to idle clocks while the
+host loads graphs, and timings taken before it comes back are several times too slow. Each
+GEMV row also gives the read kernel's rate over the same bytes (as many cold copies), the
+bound a single timed dispatch of that size can approach.
+
 Weights are read cold: each graph is built `copies` times with its own weight buffers
 (enough to cover `--cold-mib`, 256 MiB by default on a GPU, several times an H100's 50 MB
 L2) and consecutive calls rotate over the copies, as a decoder reads each layer's weights
@@ -21,7 +27,9 @@ Presets: `gpu` (K×N 4096×4096, 4096×14336, 14336×4096; M 1, 128, 512, 2048; 
 ceiling) and `cpu` (a reduced set for lavapipe, a CPU far too slow for the LLM shapes).
 `auto` picks `cpu` when an adapter is a CPU. The GEMV's lanes per workgroup and grid cap can
 be overridden to tune them on a GPU (both backends alike), and so can its words per lane per
-step (WORDS_PER_STEP in wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp).
+step (WORDS_PER_STEP in wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp) and its source
+(`--gemv-variant`, a pair in benchmarks/shaders/gemv/); `benchmarks.gemv_sweep` times many
+such variants in one process.
 
 Needs: numpy, wgpu, vulkan, a Vulkan driver, and glslc on PATH (the Vulkan runtime compiles
 its GLSL; see docs/benchmarks.md for running it on a machine without a package index).
@@ -53,6 +61,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "cold_mib": 256,
         "repeats": 20,
         "warmup": 3,
+        "burn_passes": 100,
     },
     "cpu": {
         "shapes": [(512, 512), (512, 1792), (1792, 512)],
@@ -61,6 +70,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "cold_mib": 0,
         "repeats": 5,
         "warmup": 1,
+        "burn_passes": 0,
     },
 }
 MAX_COPIES = 16
@@ -78,6 +88,9 @@ class Row:
     median_us: dict[str, float] = field(default_factory=dict)
     rate: dict[str, float] = field(default_factory=dict)  # GB/s (GEMV) or GFLOP/s (GEMM)
     of_ceiling: dict[str, float] = field(default_factory=dict)  # GEMV only
+    # GEMV only: a plain read of the same bytes (as many cold copies), GB/s: what the read
+    # kernel reaches at this size, with the same fixed cost of a timed dispatch
+    read_same: dict[str, float] = field(default_factory=dict)
     backend_diff: float | None = None  # max |webgpu - vulkan| / max |out|
     # max error / derived budget (harness model) over the first CHECK_ROWS rows, per backend
     utilization: dict[str, float] = field(default_factory=dict)
@@ -91,8 +104,9 @@ class Backend:
     runtime: Any
     info: dict[str, Any]
     is_cpu: bool
-    time_graph: Callable[..., Any]
-    read_times: Callable[..., list[float]]
+    time_graph: Callable[..., Any]  # (graphs, inputs, *, repeats, warmup, burn, burn_passes)
+    read_times: Callable[..., list[float]]  # (nbytes, repeats, warmup, copies, burn_passes)
+    make_burn: Callable[[], Any]  # the clock warm-up kernel of this backend
 
 
 def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
@@ -101,10 +115,10 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
     for name in names:
         try:
             if name == "webgpu":
-                from benchmarks.ceiling import webgpu_read_times
+                from benchmarks.ceiling import WebGPUBurn, webgpu_read_times
+                from benchmarks.timing import webgpu_time_graph
                 from webgpu_backend import WebGPURuntime
                 from webgpu_backend.device import get_timing_device
-                from webgpu_backend.profiling import time_graph
 
                 dev = get_timing_device()
                 rt = WebGPURuntime(dev)
@@ -114,17 +128,19 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
                         rt,
                         rt.info(),
                         rt.info().get("adapter_type") == "CPU",
-                        time_graph,
-                        lambda nbytes, r, w, dev=dev: webgpu_read_times(
-                            dev, nbytes, repeats=r, warmup=w
+                        webgpu_time_graph,
+                        lambda nbytes, r, w, c, b, dev=dev: webgpu_read_times(
+                            dev, nbytes, repeats=r, warmup=w, copies=c, burn_passes=b
                         ),
+                        lambda dev=dev: WebGPUBurn(dev),
                     )
                 )
             elif name == "vulkan":
-                from benchmarks.ceiling import vulkan_read_times
+                from benchmarks.ceiling import VulkanBurn, vulkan_read_times
+                from benchmarks.timing import vulkan_time_graph
                 from vulkan_ref import VulkanRuntime
                 from vulkan_ref.instance import get_context
-                from vulkan_ref.profiling import time_graph, timestamp_period_ns
+                from vulkan_ref.profiling import timestamp_period_ns
 
                 ctx = get_context(validation)
                 rt = VulkanRuntime(ctx)
@@ -135,10 +151,11 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
                         rt,
                         info,
                         info.get("adapter_type") == "CPU",
-                        time_graph,
-                        lambda nbytes, r, w, ctx=ctx: vulkan_read_times(
-                            ctx, nbytes, repeats=r, warmup=w
+                        vulkan_time_graph,
+                        lambda nbytes, r, w, c, b, ctx=ctx: vulkan_read_times(
+                            ctx, nbytes, repeats=r, warmup=w, copies=c, burn_passes=b
                         ),
+                        lambda ctx=ctx: VulkanBurn(ctx),
                     )
                 )
             else:
@@ -167,16 +184,20 @@ def tune_gemv(lanes: int | None, max_workgroups: int | None) -> None:
         vk_linear.GEMV_MAX_WORKGROUPS = max_workgroups
 
 
-WGSL_WORDS = "const WORDS_PER_STEP: u32 = 4u;"
-GLSL_WORDS = "const uint WORDS_PER_STEP = 4;"
+WGSL_WORDS = r"const WORDS_PER_STEP: u32 = \d+u;"
+GLSL_WORDS = r"const uint WORDS_PER_STEP = \d+;"
 
 
-def set_gemv_words_per_step(words: int) -> None:
-    """Tuning: rebuild the GEMV of both backends with another WORDS_PER_STEP.
+def set_gemv_source(variant: str | None, words: int | None) -> None:
+    """Tuning: rebuild the GEMV of both backends from another source or WORDS_PER_STEP.
 
-    Substitutes the constant in the shader text the runtimes compile (WebGPU: the loader the
-    device uses; Vulkan: a copy of glsl/ in a temporary folder). Call before loading graphs.
+    `variant` names a pair `benchmarks/shaders/gemv/<variant>.{wgsl,comp}` to use instead of
+    wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp (same bindings and contract); `words`
+    substitutes WORDS_PER_STEP in whichever source is used. The runtimes then compile the
+    patched text (WebGPU: through the loader the device uses; Vulkan: from a copy of glsl/ in
+    a temporary folder). Call before loading graphs.
     """
+    import re
     import shutil
     import tempfile
     from pathlib import Path
@@ -185,22 +206,35 @@ def set_gemv_words_per_step(words: int) -> None:
     import webgpu_backend.device as wgpu_device
     from webgpu_backend.shaders import load_wgsl
 
-    if not 1 <= words <= 16:
+    if words is not None and not 1 <= words <= 16:
         raise SystemExit(f"bench: --gemv-words must lie in [1, 16], got {words}")
-    source = load_wgsl("q4gsw_gemv")
-    if source.count(WGSL_WORDS) != 1:
-        raise SystemExit(f"bench: {WGSL_WORDS!r} not found once in q4gsw_gemv.wgsl")
-    patched = source.replace(WGSL_WORDS, f"const WORDS_PER_STEP: u32 = {words}u;")
-    wgpu_device.load_wgsl = lambda k: patched if k == "q4gsw_gemv" else load_wgsl(k)  # type: ignore[assignment]
-    folder = Path(tempfile.mkdtemp(prefix="bench-glsl-"))
-    for comp in spirv.GLSL_DIR.glob("*.comp"):
-        shutil.copy(comp, folder / comp.name)
+    folder = Path(tempfile.mkdtemp(prefix="bench-glsl-")) / "glsl"
+    shutil.copytree(spirv.GLSL_DIR, folder)  # with include/, where includes resolve
     gemv = folder / "q4gsw_gemv.comp"
-    text = gemv.read_text()
-    if text.count(GLSL_WORDS) != 1:
-        raise SystemExit(f"bench: {GLSL_WORDS!r} not found once in q4gsw_gemv.comp")
-    gemv.write_text(text.replace(GLSL_WORDS, f"const uint WORDS_PER_STEP = {words};"))
-    spirv.GLSL_DIR = folder  # includes still resolve in the original glsl/include
+    source = load_wgsl("q4gsw_gemv")
+    if variant is not None:
+        variants = Path(__file__).resolve().parent / "shaders" / "gemv"
+        source = (variants / f"{variant}.wgsl").read_text()
+        gemv.write_text((variants / f"{variant}.comp").read_text())
+    patched, text = source, gemv.read_text()
+    if words is not None:
+        patched, count = re.subn(WGSL_WORDS, f"const WORDS_PER_STEP: u32 = {words}u;", source)
+        if count != 1:
+            raise SystemExit(f"bench: {WGSL_WORDS!r} not found once in the GEMV's WGSL")
+        text, count = re.subn(GLSL_WORDS, f"const uint WORDS_PER_STEP = {words};", text)
+        if count != 1:
+            raise SystemExit(f"bench: {GLSL_WORDS!r} not found once in the GEMV's GLSL")
+
+    def load(kernel: str, directory: Path | None = None) -> str:
+        return (
+            patched
+            if kernel == "q4gsw_gemv" and directory is None
+            else load_wgsl(kernel, directory)
+        )
+
+    wgpu_device.load_wgsl = load  # type: ignore[assignment]
+    gemv.write_text(text)
+    spirv.GLSL_DIR = folder
 
 
 def linear_graph(
@@ -241,17 +275,17 @@ def reference_rows(graph: Graph, x_rows: np.ndarray) -> tuple[np.ndarray, np.nda
         "bias": None,
     }
     ref = MODEL.reference(node, args)["out"]
-    return ref, MODEL.budget(node, args, {}, {"out": ref})["out"]
+    return ref, MODEL.budget(node, args, {"out": ref})["out"]
 
 
 def measure_ceiling(
-    backends: Sequence[Backend], mib: int, repeats: int, warmup: int
+    backends: Sequence[Backend], mib: int, repeats: int, warmup: int, burn_passes: int = 0
 ) -> dict[str, float]:
     """Read bandwidth (GB/s) of each backend over `mib` MiB."""
     nbytes = mib * 2**20
     ceiling = {}
     for be in backends:
-        times = be.read_times(nbytes, repeats, warmup)
+        times = be.read_times(nbytes, repeats, warmup, 1, burn_passes)
         ceiling[be.name] = nbytes / float(np.median(times))  # bytes/ns = GB/s
         print(f"bench: {be.name} read ceiling {ceiling[be.name]:.1f} GB/s over {mib} MiB")
     return ceiling
@@ -266,15 +300,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if preset == "auto":
         preset = "cpu" if any(be.is_cpu for be in backends) else "gpu"
     cfg = dict(PRESETS[preset])
-    for key in ("shapes", "m", "ceiling_mib", "cold_mib", "repeats", "warmup"):
+    for key in ("shapes", "m", "ceiling_mib", "cold_mib", "repeats", "warmup", "burn_passes"):
         value = getattr(args, key)
         if value is not None:
             cfg[key] = value
     tune_gemv(args.gemv_lanes, args.gemv_max_workgroups)
-    if args.gemv_words is not None:
-        set_gemv_words_per_step(args.gemv_words)
+    if args.gemv_words is not None or args.gemv_variant is not None:
+        set_gemv_source(args.gemv_variant, args.gemv_words)
     print(f"bench: preset {preset}: {cfg}")
-    ceiling = measure_ceiling(backends, cfg["ceiling_mib"], cfg["repeats"], cfg["warmup"])
+    burn = cfg["burn_passes"]
+    ceiling = measure_ceiling(backends, cfg["ceiling_mib"], cfg["repeats"], cfg["warmup"], burn)
     rng = np.random.default_rng(0)
     rows: list[Row] = []
     max_m = max(cfg["m"])
@@ -287,13 +322,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ref, budget = reference_rows(graph, x_full[:CHECK_ROWS])
         for be in backends:
             loaded = [be.runtime.load(graph) for _ in range(copies)]
+            burner = be.make_burn() if burn else None
             try:
                 for m in cfg["m"]:
                     row = shape_rows[m]
                     inputs = {"x": np.ascontiguousarray(x_full[:m])}
                     start = time.perf_counter()
                     timings = be.time_graph(
-                        loaded, inputs, repeats=cfg["repeats"], warmup=cfg["warmup"]
+                        loaded,
+                        inputs,
+                        repeats=cfg["repeats"],
+                        warmup=cfg["warmup"],
+                        burn=burner,
+                        burn_passes=burn,
                     )
                     (timing,) = timings
                     row.kernel = timing.kernel
@@ -302,6 +343,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     if timing.kernel == "q4gsw_gemv":
                         row.rate[be.name] = stream_bytes / median_ns  # GB/s
                         row.of_ceiling[be.name] = row.rate[be.name] / ceiling[be.name]
+                        same = be.read_times(
+                            stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn
+                        )
+                        row.read_same[be.name] = stream_bytes / float(np.median(same))
                     else:
                         row.rate[be.name] = 2.0 * m * n * k / median_ns  # GFLOP/s
                     out = loaded[0].execute(inputs).outputs["linear.out"]
@@ -318,6 +363,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             finally:
                 for lg in loaded:
                     lg.close()
+                if burner is not None:
+                    burner.close()
         for m, row in shape_rows.items():
             if len(outputs[m]) == 2:
                 a, b = outputs[m].values()
@@ -326,7 +373,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rows.append(row)
     return {
         "preset": preset,
-        "config": {**cfg, "group_size": args.group_size},
+        "config": {
+            **cfg,
+            "group_size": args.group_size,
+            "gemv_tuning": {
+                key: getattr(args, f"gemv_{key}")
+                for key in ("variant", "words", "lanes", "max_workgroups")
+                if getattr(args, f"gemv_{key}") is not None
+            },
+        },
         "adapters": {be.name: be.info for be in backends},
         "ceiling_gbps": ceiling,
         "rows": [asdict(r) for r in rows],
@@ -349,13 +404,18 @@ def markdown(result: dict[str, Any]) -> str:
         )
     lines.append(
         f"- group_size {cfg['group_size']}; median of {cfg['repeats']} timed calls after "
-        f"{cfg['warmup']} warm-up calls; weights cold over {cfg['cold_mib']} MiB of copies"
+        f"{cfg['warmup']} warm-up calls; weights cold over {cfg['cold_mib']} MiB of copies; "
+        f"{cfg.get('burn_passes', 0)} clock warm-up (burn) passes before each timed batch"
     )
+    tuning = cfg.get("gemv_tuning")
+    if tuning:
+        knobs = ", ".join(f"{k}={v}" for k, v in tuning.items())
+        lines.append(f"- GEMV tuned for this run (not the shipped kernel): {knobs}")
     lines.append("")
     head = ["K×N", "M", "kernel"]
     for name in names:
         head += [f"{label[name]} µs", f"{label[name]} rate"]
-    head += ["GEMV / ceiling", "err / budget", "WebGPU−Vulkan"]
+    head += ["GEMV / ceiling", "err / budget", "WebGPU−Vulkan", "read of same bytes"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for row in result["rows"]:
@@ -369,6 +429,8 @@ def markdown(result: dict[str, Any]) -> str:
         cells.append(frac or "")
         cells.append(f"{max(row['utilization'].values()):.2g}")
         cells.append("" if row["backend_diff"] is None else f"{row['backend_diff']:.1e}")
+        same = row.get("read_same") or {}
+        cells.append(" / ".join(f"{same[n]:.3g} GB/s" for n in names if n in same))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -418,6 +480,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="rotate over weight copies covering this many MiB (0: one copy)",
     )
     parser.add_argument(
+        "--burn-passes",
+        type=int,
+        default=None,
+        help="clock warm-up passes before each timed batch, in the same submit (gpu: 100)",
+    )
+    parser.add_argument(
         "--gemv-lanes",
         type=int,
         default=None,
@@ -431,6 +499,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--gemv-max-workgroups", type=int, default=None, help="tuning: GEMV grid cap"
+    )
+    parser.add_argument(
+        "--gemv-variant",
+        default=None,
+        help="tuning: build the GEMV from benchmarks/shaders/gemv/<NAME>.{wgsl,comp}",
     )
     parser.add_argument(
         "--validation",

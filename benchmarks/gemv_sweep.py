@@ -1,0 +1,363 @@
+"""Tuning sweep of the q4gsw GEMV (M = 1): many kernel variants in one process, both backends.
+
+    python -m benchmarks.gemv_sweep --variants "shipped;v2:words=8,fan=2;shipped:lanes=128" \\
+        --json sweep.json --markdown sweep.md
+
+A variant is `SOURCE[:key=value,...]`. SOURCE is `shipped` (the repo's wgsl/ and glsl/
+q4gsw_gemv) or the stem of a pair `benchmarks/shaders/gemv/<stem>.{wgsl,comp}`. Keys:
+`lanes` (lanes per workgroup), `cap` (grid cap), `words` (WORDS_PER_STEP), `prefetch` (0/1),
+`fan` (reduction fan-in), `nox` (1: diagnostic, x loads replaced by a constant, so the
+result is wrong and only the time means something), `nodecode` (1: diagnostic, the words
+are reinterpreted as floats instead of decoded, which removes the 16 integer-or and subtract
+instructions per word and row; wrong result), `warm` (1: diagnostic, one weight copy, so the
+weights come from L2 after the first call). Each variant is built from its own
+shader folder (a temporary copy of wgsl/ or glsl/ with the GEMV replaced), so pipelines of
+different variants never mix; lanes and cap are patched into both backends' op modules for
+the variant's graphs only.
+
+Everything else is as in `benchmarks.linear_q4gsw` (same graphs, cold weights rotated over
+copies, GPU timestamps after a clock warm-up in the same submit, the read ceiling of each API
+measured first, outputs checked against the float64 reference and between the backends).
+Per shape it also times the read kernel over the same bytes (as many cold copies) and, once,
+over 64 KiB: the fixed cost of one timed dispatch. This is a tuning tool: the shipped
+configuration is what `benchmarks.linear_q4gsw` measures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.linear_q4gsw import (
+    CHECK_ROWS,
+    GROUP_SIZE,
+    MAX_COPIES,
+    linear_graph,
+    reference_rows,
+)
+from harness.numerics import compare
+
+ROOT = Path(__file__).resolve().parents[1]
+VARIANT_DIR = Path(__file__).resolve().parent / "shaders" / "gemv"
+DEFAULT_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096)]
+
+# (WGSL pattern, GLSL pattern, replacement format for WGSL, for GLSL)
+CONSTANTS = {
+    "words": (
+        r"const WORDS_PER_STEP: u32 = \d+u;",
+        r"const uint WORDS_PER_STEP = \d+;",
+        "const WORDS_PER_STEP: u32 = {}u;",
+        "const uint WORDS_PER_STEP = {};",
+    ),
+    "prefetch": (
+        r"const PREFETCH: bool = \w+;",
+        r"const bool PREFETCH = \w+;",
+        "const PREFETCH: bool = {};",
+        "const bool PREFETCH = {};",
+    ),
+    "fan": (
+        r"const FAN: u32 = \d+u;",
+        r"const uint FAN = \d+;",
+        "const FAN: u32 = {}u;",
+        "const uint FAN = {};",
+    ),
+}
+NOX = (
+    (r"x\[2u \* word\]", "vec4<f32>(0.5)"),
+    (r"x\[2u \* word \+ 1u\]", "vec4<f32>(0.25)"),
+    (r"t_x\[2 \* word\]", "vec4(0.5)"),
+    (r"t_x\[2 \* word \+ 1\]", "vec4(0.25)"),
+)
+
+NODECODE = (
+    (
+        "fma(nibbles(w >> 16u), hi, nibbles(w) * lo)",
+        "fma(bitcast<vec4<f32>>(vec4<u32>(w >> 16u)), hi, bitcast<vec4<f32>>(vec4<u32>(w)) * lo)",
+    ),
+    (
+        "fma(nibbles(w >> 16), hi, nibbles(w) * lo)",
+        "fma(uintBitsToFloat(uvec4(w >> 16)), hi, uintBitsToFloat(uvec4(w)) * lo)",
+    ),
+)
+
+
+def parse_variant(spec: str) -> dict[str, Any]:
+    """`SOURCE[:k=v,...]` -> {"name", "source", "lanes", "cap", "words", ...}."""
+    source, _, rest = spec.partition(":")
+    variant: dict[str, Any] = {"name": spec, "source": source}
+    for item in filter(None, rest.split(",")):
+        key, _, value = item.partition("=")
+        if key not in ("lanes", "cap", "words", "prefetch", "fan", "nox", "nodecode", "warm"):
+            raise SystemExit(f"sweep: unknown variant key {key!r} in {spec!r}")
+        variant[key] = int(value)
+    return variant
+
+
+def _substitute(text: str, pattern: str, new: str, what: str) -> str:
+    text, count = re.subn(pattern, new, text)
+    if count == 0:
+        raise SystemExit(f"sweep: {what}: pattern {pattern!r} not found")
+    return text
+
+
+def shader_folders(variant: dict[str, Any], root: Path) -> tuple[Path, Path]:
+    """(wgsl folder, glsl folder) holding the variant's q4gsw_gemv and the repo's q4gsw_gemm."""
+    wgsl_dir, glsl_dir = root / "wgsl", root / "glsl"
+    wgsl_dir.mkdir(parents=True)
+    shutil.copytree(ROOT / "glsl", glsl_dir)
+    shutil.copy(ROOT / "wgsl" / "q4gsw_gemm.wgsl", wgsl_dir)
+    if variant["source"] == "shipped":
+        wgsl = (ROOT / "wgsl" / "q4gsw_gemv.wgsl").read_text()
+        glsl = (ROOT / "glsl" / "q4gsw_gemv.comp").read_text()
+    else:
+        wgsl = (VARIANT_DIR / f"{variant['source']}.wgsl").read_text()
+        glsl = (VARIANT_DIR / f"{variant['source']}.comp").read_text()
+    for key, (wpat, gpat, wnew, gnew) in CONSTANTS.items():
+        if key in variant:
+            value = variant[key]
+            if key == "prefetch":
+                value = "true" if value else "false"
+            wgsl = _substitute(wgsl, wpat, wnew.format(value), variant["name"])
+            glsl = _substitute(glsl, gpat, gnew.format(value), variant["name"])
+    if variant.get("nox"):
+        for pattern, new in NOX:
+            target = glsl if pattern.startswith("t_") else wgsl
+            target = _substitute(target, pattern, new, variant["name"])
+            if pattern.startswith("t_"):
+                glsl = target
+            else:
+                wgsl = target
+    if variant.get("nodecode"):
+        wgsl = _substitute(wgsl, re.escape(NODECODE[0][0]), NODECODE[0][1], variant["name"])
+        glsl = _substitute(glsl, re.escape(NODECODE[1][0]), NODECODE[1][1], variant["name"])
+    (wgsl_dir / "q4gsw_gemv.wgsl").write_text(wgsl)
+    (glsl_dir / "q4gsw_gemv.comp").write_text(glsl)
+    return wgsl_dir, glsl_dir
+
+
+def set_knobs(lanes: int, cap: int) -> None:
+    """Lanes per workgroup and grid cap of the GEMV on both backends (module globals)."""
+    from vulkan_ref.ops import linear_q4gsw as vk_linear
+    from webgpu_backend.ops import linear_q4gsw as wg_linear
+
+    wg_linear.GEMV_LANES = lanes
+    vk_linear.GEMV_LOCAL_SIZE = (lanes, 1, 1)
+    wg_linear.GEMV_MAX_WORKGROUPS = cap
+    vk_linear.GEMV_MAX_WORKGROUPS = cap
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Time every variant on every shape and backend; returns plain data."""
+    from benchmarks.ceiling import VulkanBurn, WebGPUBurn, vulkan_read_times, webgpu_read_times
+    from benchmarks.timing import vulkan_time_graph, webgpu_time_graph
+    from vulkan_ref import VulkanRuntime
+    from vulkan_ref.instance import get_context
+    from vulkan_ref.ops import linear_q4gsw as vk_linear
+    from webgpu_backend import WebGPURuntime
+    from webgpu_backend.device import get_timing_device
+    from webgpu_backend.ops import linear_q4gsw as wg_linear
+
+    shipped_lanes, shipped_cap = wg_linear.GEMV_LANES, wg_linear.GEMV_MAX_WORKGROUPS
+    assert vk_linear.GEMV_LOCAL_SIZE[0] == shipped_lanes
+    backends = args.backends.split(",")
+    dev = get_timing_device() if "webgpu" in backends else None
+    ctx = get_context(False) if "vulkan" in backends else None
+    adapters: dict[str, Any] = {}
+    ceiling: dict[str, float] = {}
+    floor_us: dict[str, float] = {}
+    burn = args.burn_passes
+    burners: dict[str, Any] = {}
+
+    def read_times(name: str, nbytes: int, copies: int) -> list[float]:
+        fn: Any = webgpu_read_times if name == "webgpu" else vulkan_read_times
+        handle = dev if name == "webgpu" else ctx
+        return fn(
+            handle,
+            nbytes,
+            repeats=args.repeats,
+            warmup=args.warmup,
+            copies=copies,
+            burn_passes=burn,
+        )
+
+    for name in backends:
+        if name == "webgpu":
+            adapters[name] = WebGPURuntime(dev).info()
+            burners[name] = WebGPUBurn(dev)
+        else:
+            adapters[name] = VulkanRuntime(ctx).info()
+            burners[name] = VulkanBurn(ctx)
+        nbytes = args.ceiling_mib * 2**20
+        ceiling[name] = nbytes / float(np.median(read_times(name, nbytes, 1)))
+        floor_us[name] = float(np.median(read_times(name, 1 << 16, 1))) / 1e3
+        print(
+            f"sweep: {name} read ceiling {ceiling[name]:.1f} GB/s, timed-dispatch floor "
+            f"{floor_us[name]:.2f} us",
+            flush=True,
+        )
+    variants = [parse_variant(v) for v in args.variants.split(";") if v]
+    tmp = Path(tempfile.mkdtemp(prefix="gemv-sweep-"))
+    folders = {v["name"]: shader_folders(v, tmp / f"v{i}") for i, v in enumerate(variants)}
+    rng = np.random.default_rng(0)
+    rows: list[dict[str, Any]] = []
+    for k, n in args.shapes:
+        graph, stream_bytes = linear_graph(rng, k, n, 1, args.group_size)
+        copies = max(1, min(MAX_COPIES, math.ceil(args.cold_mib * 2**20 / stream_bytes)))
+        x = rng.standard_normal((1, k)).astype(np.float32)
+        ref, budget = reference_rows(graph, x)
+        read_row: dict[str, Any] = {"variant": "read", "k": k, "n": n, "copies": copies}
+        for name in backends:
+            same = stream_bytes / float(np.median(read_times(name, stream_bytes, copies)))
+            read_row[name] = same
+            print(f"sweep: read of the same bytes K={k} N={n} {name}: {same:.0f} GB/s", flush=True)
+        rows.append(read_row)
+        for v in variants:
+            set_knobs(v.get("lanes", shipped_lanes), v.get("cap", shipped_cap))
+            wgsl_dir, glsl_dir = folders[v["name"]]
+            n_copies = 1 if v.get("warm") else copies
+            row: dict[str, Any] = {"variant": v["name"], "k": k, "n": n, "copies": n_copies}
+            outs = {}
+            for name in backends:
+                start = time.perf_counter()
+                if name == "webgpu":
+                    runtime: Any = WebGPURuntime(dev, shader_dir=wgsl_dir)
+                    time_graph: Any = webgpu_time_graph
+                else:
+                    runtime = VulkanRuntime(ctx, shader_dir=glsl_dir)
+                    time_graph = vulkan_time_graph
+                loaded = [runtime.load(graph) for _ in range(n_copies)]
+                try:
+                    (timing,) = time_graph(
+                        loaded,
+                        {"x": x},
+                        repeats=args.repeats,
+                        warmup=args.warmup,
+                        burn=burners[name],
+                        burn_passes=burn,
+                    )
+                    assert timing.kernel == "q4gsw_gemv", timing.kernel
+                    out = loaded[0].execute({"x": x}).outputs["linear.out"]
+                finally:
+                    for lg in loaded:
+                        lg.close()
+                ns = timing.median_ns
+                times = sorted(timing.times_ns)
+                outs[name] = out
+                row[name] = {
+                    "us": ns / 1e3,
+                    "us_min": times[0] / 1e3,
+                    "us_max": times[-1] / 1e3,
+                    "gbps": stream_bytes / ns,
+                    "of_ceiling": stream_bytes / ns / ceiling[name],
+                    "err_budget": compare(out[:CHECK_ROWS], ref, budget).utilization,
+                    "wall": time.time(),
+                }
+                print(
+                    f"sweep: {v['name']} K={k} N={n} {name}: {ns / 1e3:.2f} us "
+                    f"{row[name]['of_ceiling'] * 100:.1f} % of ceiling "
+                    f"err/budget {row[name]['err_budget']:.2g} "
+                    f"({time.perf_counter() - start:.1f} s)",
+                    flush=True,
+                )
+            if len(outs) == 2:
+                a, b = outs.values()
+                row["backend_diff"] = float(np.abs(a.astype(np.float64) - b).max()) / (
+                    float(np.abs(a).max()) or 1.0
+                )
+            rows.append(row)
+    set_knobs(shipped_lanes, shipped_cap)
+    for burner in burners.values():
+        burner.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+    return {
+        "adapters": adapters,
+        "ceiling_gbps": ceiling,
+        "floor_us": floor_us,
+        "config": {
+            "repeats": args.repeats,
+            "warmup": args.warmup,
+            "cold_mib": args.cold_mib,
+            "ceiling_mib": args.ceiling_mib,
+            "group_size": args.group_size,
+            "burn_passes": burn,
+        },
+        "backends": backends,
+        "rows": rows,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """One line per variant and shape: µs and % of the ceiling per backend."""
+    names = result["backends"]
+    lines = [
+        "ceiling: " + ", ".join(f"{n} {result['ceiling_gbps'][n]:.0f} GB/s" for n in names),
+        "timed-dispatch floor: " + ", ".join(f"{n} {result['floor_us'][n]:.2f} us" for n in names),
+        "",
+        "| variant | K×N | "
+        + " | ".join(f"{n} µs | {n} %" for n in names)
+        + " | err/budget | backend diff |",
+        "|---|---|" + "---|---|" * len(names) + "---|---|",
+    ]
+    for row in result["rows"]:
+        if row["variant"] == "read":
+            same = ", ".join(f"{n} {row[n]:.0f} GB/s" for n in names)
+            lines.append(f"| read of the same bytes | {row['k']}×{row['n']} | {same} |")
+            continue
+        cells = [row["variant"], f"{row['k']}×{row['n']}"]
+        for n in names:
+            cells += [f"{row[n]['us']:.2f}", f"{row[n]['of_ceiling'] * 100:.1f}"]
+        cells.append(f"{max(row[n]['err_budget'] for n in names):.2g}")
+        diff = row.get("backend_diff")
+        cells.append("" if diff is None else f"{diff:.1e}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _shapes(text: str) -> list[tuple[int, int]]:
+    out = []
+    for item in text.split(","):
+        k, _, n = item.lower().partition("x")
+        out.append((int(k), int(n)))
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command-line entry point."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.gemv_sweep", description=__doc__)
+    parser.add_argument(
+        "--variants", required=True, help="';'-separated SOURCE[:key=value,...] variants"
+    )
+    parser.add_argument("--backends", default="webgpu,vulkan")
+    parser.add_argument("--shapes", type=_shapes, default=DEFAULT_SHAPES)
+    parser.add_argument("--group-size", type=int, default=GROUP_SIZE)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--cold-mib", type=int, default=128)
+    parser.add_argument("--ceiling-mib", type=int, default=1024)
+    parser.add_argument("--burn-passes", type=int, default=100, help="clock warm-up passes")
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--markdown", default=None)
+    args = parser.parse_args(argv)
+    result = run(args)
+    table = markdown(result)
+    print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+    if args.markdown:
+        Path(args.markdown).write_text(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// op: linear_q4gsw, kernel q4gsw_gemv — contract: harness/ops/linear_q4gsw.py
+// Cooperative GEMV for M == 1 (K % 8 == 0, group_size % 8 == 0). A workgroup computes the two
+// adjacent columns 2p and 2p+1 and grid-strides over column pairs. Lane l takes weight words
+// l, l + local size, ... of both rows, WORDS_PER_STEP words per step; with PREFETCH the loads
+// of the next step are issued before the words of this step are decoded, so a lane always
+// has a step of loads in flight. Each word is dotted with its 8 activations (two vec4 loads)
+// and scaled by its group's scale. A shared-memory tree reduction of fan-in FAN combines the
+// lanes (double-buffered, so a pass needs no barrier after its last read) and lane 0 adds
+// the bias and writes. docs/benchmarks.md explains the choices.
+#include "tensor_meta.glslh"
+
+layout(local_size_x_id = 0) in;  // a power of two: the tree reduction divides it
+layout(constant_id = 3) const uint group_size = 8;
+layout(constant_id = 4) const uint has_bias = 0;
+layout(constant_id = 5) const uint max_workgroups = 8192;  // grid cap (contract)
+
+layout(set = 0, binding = 0) writeonly buffer OutBuffer { float t_out[]; };
+layout(set = 0, binding = 1) readonly buffer XBuffer { vec4 t_x[]; };
+layout(set = 0, binding = 2) readonly buffer WeightBuffer { uint t_weight[]; };
+layout(set = 0, binding = 3) readonly buffer ScalesBuffer { vec2 t_scales[]; };
+layout(set = 0, binding = 4) readonly buffer BiasBuffer { float t_bias[]; };
+layout(set = 0, binding = 5) uniform OutMeta { TensorMeta out_meta; };
+layout(set = 0, binding = 6) uniform XMeta { TensorMeta x_meta; };
+
+const uint WORDS_PER_STEP = 4;  // independent weight words in flight per lane and row
+const bool PREFETCH = true;  // issue the next step's loads before decoding this step
+const uint FAN = 8;  // lanes summed per lane and level of the reduction tree (power of two)
+
+shared vec2 partial[2 * gl_WorkGroupSize.x];  // two buffers of local size
+
+// Nibble j of a half-word sits at bits 4j. OR-ing it into the mantissa of 2^23 and
+// subtracting 2^23 + 8 * 16^j gives (nibble - 8) * 16^j exactly: no int-to-float conversion.
+const uvec4 MAGIC = uvec4(0x4B000000u);
+const uvec4 NIBBLE_MASKS = uvec4(0xFu, 0xF0u, 0xF00u, 0xF000u);
+const vec4 NIBBLE_BIAS = vec4(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+const vec4 UNSCALE = vec4(1.0, 0.0625, 0.00390625, 0.000244140625);  // 16^-j, exact
+
+vec4 nibbles(uint h) {
+  return uintBitsToFloat((uvec4(h) & NIBBLE_MASKS) | MAGIC) - NIBBLE_BIAS;
+}
+
+// sum_p (nibble_p - 8) * x_p over the 8 nibbles of word w; lo holds x for nibbles 0-3, hi
+// for 4-7. Component j of t carries the exact factor 16^j, removed exactly by UNSCALE.
+float word_dot(uint w, vec4 lo, vec4 hi) {
+  const vec4 t = fma(nibbles(w >> 16), hi, nibbles(w) * lo);
+  return fma(t.w, UNSCALE.w, fma(t.z, UNSCALE.z, fma(t.y, UNSCALE.y, t.x)));
+}
+
+void main() {
+  const uint N = out_meta.sizes.x;
+  const uint kw = x_meta.sizes.x / 8;  // words per weight row
+  const uint stride = min((N + 1) / 2, max_workgroups);
+  const uint first = flat_workgroup_id();
+  if (first >= stride) {
+    return;  // the waste of a folded grid; uniform per workgroup
+  }
+  const uint lane = gl_LocalInvocationID.x;
+  const uint wg_size = gl_WorkGroupSize.x;
+  const uint scale_row = (N + 3) / 4 * 2;  // vec2 per scales row
+  // The scale group of the lane's first word, and how a step of wg_size words advances it
+  // (a division once per lane instead of once per word), as an index into the scales.
+  const uint group_words = group_size / 8;
+  const uint g_first = lane / group_words;
+  const uint r_first = lane % group_words;
+  const uint index_step = (wg_size / group_words) * scale_row;
+  const uint r_step = wg_size % group_words;
+  const uint step_words = wg_size * WORDS_PER_STEP;
+  uint buffer_base = 0;
+
+  for (uint pair = first; pair < (N + 1) / 2; pair += stride) {
+    const uint col = 2 * pair;
+    const bool has_second = col + 1 < N;
+    const uint row0 = col * kw;
+    const uint row1 = has_second ? row0 + kw : row0;  // odd N: recompute col, never stored
+    vec2 acc = vec2(0);
+    uint s_index = g_first * scale_row + pair;
+    uint r = r_first;
+    uint w0[WORDS_PER_STEP];
+    uint w1[WORDS_PER_STEP];
+    if (PREFETCH) {
+      for (uint u = 0; u < WORDS_PER_STEP; ++u) {
+        const uint word = lane + u * wg_size;
+        if (word < kw) {
+          w0[u] = t_weight[row0 + word];
+          w1[u] = t_weight[row1 + word];
+        }
+      }
+    }
+    for (uint base = lane; base < kw; base += step_words) {
+      // With PREFETCH the next step's words, else this step's.
+      const uint load_base = PREFETCH ? base + step_words : base;
+      uint n0[WORDS_PER_STEP];
+      uint n1[WORDS_PER_STEP];
+      for (uint u = 0; u < WORDS_PER_STEP; ++u) {
+        const uint word = load_base + u * wg_size;
+        if (word < kw) {
+          n0[u] = t_weight[row0 + word];
+          n1[u] = t_weight[row1 + word];
+        }
+      }
+      if (!PREFETCH) {
+        w0 = n0;
+        w1 = n1;
+      }
+      for (uint u = 0; u < WORDS_PER_STEP; ++u) {
+        const uint word = base + u * wg_size;
+        if (word < kw) {
+          const vec4 lo = t_x[2 * word];
+          const vec4 hi = t_x[2 * word + 1];
+          const vec2 s = t_scales[s_index];
+          const vec2 dots = vec2(word_dot(w0[u], lo, hi), word_dot(w1[u], lo, hi));
+          acc = fma(dots, s, acc);
+        }
+        s_index += index_step;
+        r += r_step;
+        if (r >= group_words) {
+          r -= group_words;
+          s_index += scale_row;
+        }
+      }
+      if (PREFETCH) {
+        w0 = n0;
+        w1 = n1;
+      }
+    }
+    // Tree reduction: at each level the first size / fan lanes each add fan partials
+    // lane + j * (size / fan); the last level ends in lane 0's registers.
+    const uint b = buffer_base;
+    partial[b + lane] = acc;
+    memoryBarrierShared();
+    barrier();
+    for (uint size = wg_size;;) {
+      const uint fan = min(size, FAN);
+      const uint next = size / fan;
+      if (lane < next) {
+        vec2 sum = partial[b + lane];
+        for (uint j = 1; j < fan; ++j) {
+          sum += partial[b + lane + j * next];
+        }
+        if (next > 1) {
+          partial[b + lane] = sum;
+        } else {
+          if (has_bias != 0) {
+            sum.x += t_bias[col];
+            if (has_second) {
+              sum.y += t_bias[col + 1];
+            }
+          }
+          t_out[col] = sum.x;
+          if (has_second) {
+            t_out[col + 1] = sum.y;
+          }
+        }
+      }
+      if (next == 1) {
+        break;
+      }
+      memoryBarrierShared();
+      barrier();
+      size = next;
+    }
+    buffer_base ^= wg_size;  // the next pair writes the other buffer: no barrier needed here
+  }
+}

@@ -1,0 +1,178 @@
+#version 450
+#extension GL_GOOGLE_include_directive : require
+// op: linear_q4gsw, kernel q4gsw_gemv — contract: harness/ops/linear_q4gsw.py
+// Cooperative GEMV for M == 1 (K % 8 == 0, group_size % 8 == 0). A workgroup computes the two
+// adjacent columns 2p and 2p+1 and grid-strides over column pairs. VARIANT v6 (quad lanes):
+// lane l takes the 4-nibble quads l, l + local size, ... (quad q = half q % 2 of word q / 2)
+// of both rows, so a warp's activation loads (one vec4 per quad) are contiguous; the
+// activations are pre-multiplied by 16^-j so the quad needs no fold. WORDS_PER_STEP quads per
+// step, every load of a step issued before any use. Full steps run without bounds checks and, when the local size is a
+// multiple of the words per scale group, with the scale index advanced by a constant; the
+// last, partial step is checked word by word. Each word is dotted with its 8 activations
+// (two vec4 loads) and scaled by its group's scale. A shared-memory tree reduction of fan-in
+// FAN combines the lanes (double-buffered, so a pair needs no barrier after its last read)
+// and lane 0 adds the bias and writes. docs/benchmarks.md explains the choices.
+#include "tensor_meta.glslh"
+
+layout(local_size_x_id = 0) in;  // a power of two: the tree reduction divides it
+layout(constant_id = 3) const uint group_size = 8;
+layout(constant_id = 4) const uint has_bias = 0;
+layout(constant_id = 5) const uint max_workgroups = 8192;  // grid cap (contract)
+
+layout(set = 0, binding = 0) writeonly buffer OutBuffer { float t_out[]; };
+layout(set = 0, binding = 1) readonly buffer XBuffer { vec4 t_x[]; };
+layout(set = 0, binding = 2) readonly buffer WeightBuffer { uint t_weight[]; };
+layout(set = 0, binding = 3) readonly buffer ScalesBuffer { vec2 t_scales[]; };
+layout(set = 0, binding = 4) readonly buffer BiasBuffer { float t_bias[]; };
+layout(set = 0, binding = 5) uniform OutMeta { TensorMeta out_meta; };
+layout(set = 0, binding = 6) uniform XMeta { TensorMeta x_meta; };
+
+const uint WORDS_PER_STEP = 4;  // independent weight words in flight per lane and row
+const uint FAN = 8;  // partials a lane adds per level of the reduction tree (power of two)
+
+shared vec2 partial[2 * gl_WorkGroupSize.x];  // two buffers of local size
+
+// Nibble j of a half-word sits at bits 4j. OR-ing it into the mantissa of 2^23 and
+// subtracting 2^23 + 8 * 16^j gives (nibble - 8) * 16^j exactly: no int-to-float conversion.
+const uvec4 MAGIC = uvec4(0x4B000000u);
+const uvec4 NIBBLE_MASKS = uvec4(0xFu, 0xF0u, 0xF00u, 0xF000u);
+const vec4 NIBBLE_BIAS = vec4(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+const vec4 UNSCALE = vec4(1.0, 0.0625, 0.00390625, 0.000244140625);  // 16^-j, exact
+
+vec4 nibbles(uint h) {
+  return uintBitsToFloat((uvec4(h) & NIBBLE_MASKS) | MAGIC) - NIBBLE_BIAS;
+}
+
+// sum_j nibble_j * xs_j for the quad in the low half-word of h; xs = x * 16^-j (exact).
+float quad_dot(uint h, vec4 xs) {
+  const vec4 q = nibbles(h);
+  return fma(q.w, xs.w, fma(q.z, xs.z, fma(q.y, xs.y, q.x * xs.x)));
+}
+
+// acc plus both columns of quad `quad` (words w0, w1 shifted by `shift`), scaled.
+vec2 word_pair(vec2 acc, uint w0, uint w1, uint quad, uint s_index, uint shift) {
+  const vec4 xs = t_x[quad] * UNSCALE;
+  const vec2 d = vec2(quad_dot(w0 >> shift, xs), quad_dot(w1 >> shift, xs));
+  return fma(d, t_scales[s_index], acc);
+}
+
+void main() {
+  const uint N = out_meta.sizes.x;
+  const uint kw = x_meta.sizes.x / 4;  // quads per weight row
+  const uint stride = min((N + 1) / 2, max_workgroups);
+  const uint first = flat_workgroup_id();
+  if (first >= stride) {
+    return;  // the waste of a folded grid; uniform per workgroup
+  }
+  const uint lane = gl_LocalInvocationID.x;
+  const uint shift = (lane & 1) * 16;  // the local size is even: a lane takes the same half
+  const uint wg_size = gl_WorkGroupSize.x;
+  const uint scale_row = (N + 3) / 4 * 2;  // vec2 per scales row
+  // The scale group of the lane's first word, and how wg_size words advance it (a division
+  // once per lane instead of once per word), as an index into the scales. When the local
+  // size is a multiple of the group's words (`aligned`), every word of a lane advances the
+  // index by index_step; otherwise r tracks the word's place in its group.
+  const uint group_words = group_size / 4;  // quads per group
+  const bool aligned = wg_size % group_words == 0;
+  const uint g_first = lane / group_words;
+  const uint r_first = lane % group_words;
+  const uint index_step = (wg_size / group_words) * scale_row;
+  const uint r_step = wg_size % group_words;
+  const uint step_words = wg_size * WORDS_PER_STEP;
+  // A step starting at base < full_end has all its words in range.
+  const uint span = (WORDS_PER_STEP - 1) * wg_size;
+  const uint full_end = kw > span ? kw - span : 0;
+  uint buffer_base = 0;
+
+  for (uint pair = first; pair < (N + 1) / 2; pair += stride) {
+    const uint col = 2 * pair;
+    const bool has_second = col + 1 < N;
+    const uint row0 = col * (kw / 2);
+    const uint row1 = has_second ? row0 + kw / 2 : row0;  // odd N: recompute col, never stored
+    vec2 acc = vec2(0);
+    uint s_index = g_first * scale_row + pair;
+    uint r = r_first;
+    uint base = lane;
+    for (; base < full_end; base += step_words) {
+      uint w0[WORDS_PER_STEP];
+      uint w1[WORDS_PER_STEP];
+      for (uint u = 0; u < WORDS_PER_STEP; ++u) {
+        w0[u] = t_weight[row0 + (base + u * wg_size) / 2];
+        w1[u] = t_weight[row1 + (base + u * wg_size) / 2];
+      }
+      uint s_at[WORDS_PER_STEP];
+      if (aligned) {
+        for (uint u = 0; u < WORDS_PER_STEP; ++u) {
+          s_at[u] = s_index + u * index_step;
+        }
+        s_index += WORDS_PER_STEP * index_step;
+      } else {
+        for (uint u = 0; u < WORDS_PER_STEP; ++u) {
+          s_at[u] = s_index;
+          s_index += index_step;
+          r += r_step;
+          if (r >= group_words) {
+            r -= group_words;
+            s_index += scale_row;
+          }
+        }
+      }
+      for (uint u = 0; u < WORDS_PER_STEP; ++u) {
+        acc = word_pair(acc, w0[u], w1[u], base + u * wg_size, s_at[u], shift);
+      }
+    }
+    if (base < kw) {  // the last, partial step
+      for (uint u = 0; u < WORDS_PER_STEP; ++u) {
+        const uint word = base + u * wg_size;
+        if (word < kw) {
+          const uint w0 = t_weight[row0 + word / 2];
+          const uint w1 = t_weight[row1 + word / 2];
+          acc = word_pair(acc, w0, w1, word, s_index, shift);
+        }
+        s_index += index_step;
+        r += r_step;
+        if (r >= group_words) {
+          r -= group_words;
+          s_index += scale_row;
+        }
+      }
+    }
+    // Tree reduction: at each level the first size / fan lanes each add fan partials
+    // lane + j * (size / fan); the last level ends in lane 0's registers.
+    const uint b = buffer_base;
+    partial[b + lane] = acc;
+    memoryBarrierShared();
+    barrier();
+    for (uint size = wg_size;;) {
+      const uint fan = min(size, FAN);
+      const uint next = size / fan;
+      if (lane < next) {
+        vec2 sum = partial[b + lane];
+        for (uint j = 1; j < fan; ++j) {
+          sum += partial[b + lane + j * next];
+        }
+        if (next > 1) {
+          partial[b + lane] = sum;
+        } else {
+          if (has_bias != 0) {
+            sum.x += t_bias[col];
+            if (has_second) {
+              sum.y += t_bias[col + 1];
+            }
+          }
+          t_out[col] = sum.x;
+          if (has_second) {
+            t_out[col + 1] = sum.y;
+          }
+        }
+      }
+      if (next == 1) {
+        break;
+      }
+      memoryBarrierShared();
+      barrier();
+      size = next;
+    }
+    buffer_base ^= wg_size;  // the next pair writes the other buffer: no barrier needed here
+  }
+}

@@ -1,0 +1,183 @@
+// op: linear_q4gsw, kernel q4gsw_gemv — contract: harness/ops/linear_q4gsw.py
+// Cooperative GEMV for M == 1 (K % 8 == 0, group_size % 8 == 0). A workgroup computes the two
+// adjacent columns 2p and 2p+1 and grid-strides over column pairs. VARIANT v6 (quad lanes):
+// lane l takes the 4-nibble quads l, l + wg_size, ... (quad q = half q % 2 of word q / 2) of
+// both rows, so a warp's activation loads (one vec4 per quad) are contiguous; the activations
+// are pre-multiplied by 16^-j so the quad needs no fold. WORDS_PER_STEP quads per step, every
+// load of a step issued before any use. Full steps run without bounds checks and, when wg_size is a
+// multiple of the words per scale group, with the scale index advanced by a constant; the
+// last, partial step is checked word by word. Each word is dotted with its 8 activations
+// (two vec4 loads) and scaled by its group's scale. A shared-memory tree reduction of fan-in
+// FAN combines the lanes (double-buffered, so a pair needs no barrier after its last read)
+// and lane 0 adds the bias and writes. docs/benchmarks.md explains the choices.
+struct Params {
+    m: u32,
+    n: u32,
+    k: u32,
+    k_words: u32,          // u32 words per weight row: K / 8
+    group_size: u32,
+    n_padded: u32,         // columns of the scales: N rounded up to 4
+    has_bias: u32,
+    gemv_workgroups: u32,  // the logical workgroup count: the grid stride over column pairs
+}
+
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(2) var<storage, read> weight: array<u32>;
+@group(0) @binding(3) var<storage, read> scales: array<vec2<f32>>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+@group(0) @binding(5) var<uniform> params: Params;
+
+override wg_size: u32 = 64u;  // a power of two: the tree reduction divides it
+const WORDS_PER_STEP: u32 = 4u;  // independent weight words in flight per lane and row
+const FAN: u32 = 8u;  // partials a lane adds per level of the reduction tree (power of two)
+
+var<workgroup> partial: array<vec2<f32>, wg_size * 2u>;  // two buffers of wg_size
+
+// Nibble j of a half-word sits at bits 4j. OR-ing it into the mantissa of 2^23 and
+// subtracting 2^23 + 8 * 16^j gives (nibble - 8) * 16^j exactly: no int-to-float conversion.
+// (Vector constants are function-scope: naga 0.32 fails to apply pipeline overrides to a
+// module that has a module-scope vector const and an override-sized array.)
+fn nibbles(h: u32) -> vec4<f32> {
+    const MAGIC = vec4<u32>(0x4B000000u);
+    const NIBBLE_MASKS = vec4<u32>(0xFu, 0xF0u, 0xF00u, 0xF000u);
+    const NIBBLE_BIAS = vec4<f32>(8388616.0, 8388736.0, 8390656.0, 8421376.0);
+    return bitcast<vec4<f32>>((vec4<u32>(h) & NIBBLE_MASKS) | MAGIC) - NIBBLE_BIAS;
+}
+
+// sum_j nibble_j * xs_j for the quad in the low half-word of h; xs = x * 16^-j (exact).
+fn quad_dot(h: u32, xs: vec4<f32>) -> f32 {
+    let q = nibbles(h);
+    return fma(q.w, xs.w, fma(q.z, xs.z, fma(q.y, xs.y, q.x * xs.x)));
+}
+
+// acc plus both columns of quad `quad` (words w0, w1 shifted by `shift`), scaled.
+fn word_pair(acc: vec2<f32>, w0: u32, w1: u32, quad: u32, s_index: u32, shift: u32) -> vec2<f32> {
+    const UNSCALE = vec4<f32>(1.0, 0.0625, 0.00390625, 0.000244140625);  // 16^-j, exact
+    let xs = x[quad] * UNSCALE;
+    let d = vec2<f32>(quad_dot(w0 >> shift, xs), quad_dot(w1 >> shift, xs));
+    return fma(d, scales[s_index], acc);
+}
+
+@compute @workgroup_size(wg_size)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lane: u32,
+) {
+    let first = wid.x + wid.y * nwg.x;
+    let stride = params.gemv_workgroups;
+    if (first >= stride) {
+        return;  // the waste of a folded grid; uniform per workgroup
+    }
+    let n = params.n;
+    let kw = 2u * params.k_words;  // quads per row
+    let shift = (lane & 1u) * 16u;  // wg_size is even: a lane always takes the same half
+    let scale_row = params.n_padded / 2u;  // vec2 per scales row
+    // The scale group of the lane's first word, and how wg_size words advance it (a division
+    // once per lane instead of once per word), as an index into scales. When wg_size is a
+    // multiple of the group's words (`aligned`), every word of a lane advances the index by
+    // index_step; otherwise r tracks the word's place in its group.
+    let group_words = params.group_size / 4u;  // quads per group
+    let aligned = wg_size % group_words == 0u;
+    let g_first = lane / group_words;
+    let r_first = lane % group_words;
+    let index_step = (wg_size / group_words) * scale_row;
+    let r_step = wg_size % group_words;
+    let step_words = wg_size * WORDS_PER_STEP;
+    // A step starting at base < full_end has all its words in range.
+    let span = (WORDS_PER_STEP - 1u) * wg_size;
+    let full_end = select(0u, kw - span, kw > span);
+    var buffer = 0u;
+
+    for (var pair = first; pair < (n + 1u) / 2u; pair += stride) {
+        let col = 2u * pair;
+        let has_second = col + 1u < n;
+        let row0 = col * (kw / 2u);
+        let row1 = select(row0, row0 + kw / 2u, has_second);  // odd N: recompute col, never stored
+        var acc = vec2<f32>(0.0);
+        var s_index = g_first * scale_row + pair;
+        var r = r_first;
+        var base = lane;
+        for (; base < full_end; base += step_words) {
+            var w0: array<u32, WORDS_PER_STEP>;
+            var w1: array<u32, WORDS_PER_STEP>;
+            for (var u = 0u; u < WORDS_PER_STEP; u++) {
+                w0[u] = weight[row0 + (base + u * wg_size) / 2u];
+                w1[u] = weight[row1 + (base + u * wg_size) / 2u];
+            }
+            var s_at: array<u32, WORDS_PER_STEP>;
+            if (aligned) {
+                for (var u = 0u; u < WORDS_PER_STEP; u++) {
+                    s_at[u] = s_index + u * index_step;
+                }
+                s_index += WORDS_PER_STEP * index_step;
+            } else {
+                for (var u = 0u; u < WORDS_PER_STEP; u++) {
+                    s_at[u] = s_index;
+                    s_index += index_step;
+                    r += r_step;
+                    if (r >= group_words) {
+                        r -= group_words;
+                        s_index += scale_row;
+                    }
+                }
+            }
+            for (var u = 0u; u < WORDS_PER_STEP; u++) {
+                acc = word_pair(acc, w0[u], w1[u], base + u * wg_size, s_at[u], shift);
+            }
+        }
+        if (base < kw) {  // the last, partial step
+            for (var u = 0u; u < WORDS_PER_STEP; u++) {
+                let word = base + u * wg_size;
+                if (word < kw) {
+                    let w0 = weight[row0 + word / 2u];
+                    let w1 = weight[row1 + word / 2u];
+                    acc = word_pair(acc, w0, w1, word, s_index, shift);
+                }
+                s_index += index_step;
+                r += r_step;
+                if (r >= group_words) {
+                    r -= group_words;
+                    s_index += scale_row;
+                }
+            }
+        }
+        // Tree reduction: at each level the first size / fan lanes each add fan partials
+        // lane + j * (size / fan); the last level ends in lane 0's registers.
+        let b = buffer * wg_size;
+        partial[b + lane] = acc;
+        workgroupBarrier();
+        var size = wg_size;
+        loop {
+            let fan = min(size, FAN);
+            let next = size / fan;
+            if (lane < next) {
+                var sum = partial[b + lane];
+                for (var j = 1u; j < fan; j++) {
+                    sum += partial[b + lane + j * next];
+                }
+                if (next > 1u) {
+                    partial[b + lane] = sum;
+                } else {
+                    if (params.has_bias != 0u) {
+                        sum.x += bias[col];
+                        if (has_second) {
+                            sum.y += bias[col + 1u];
+                        }
+                    }
+                    out[col] = sum.x;
+                    if (has_second) {
+                        out[col + 1u] = sum.y;
+                    }
+                }
+            }
+            if (next == 1u) {
+                break;
+            }
+            workgroupBarrier();
+            size = next;
+        }
+        buffer ^= 1u;  // the next pair writes the other buffer: no barrier needed here
+    }
+}
