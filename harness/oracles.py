@@ -261,22 +261,27 @@ def check_validation(step: int, results: Mapping[str, StepResult]) -> list[Diver
 
 # ---------------------------------------------------------------------------- canaries
 
-# Slack poison is a quiet NaN carrying a marker bit that arithmetic never sets on its own
-# (canonical NaNs are 0x7FC00000), tagged with the tensor it was written into and the step.
-# Distinct tags per tensor make a slack-to-slack copy visible as a write, and let a stale
-# read name the tensor and step its value came from.
+# Slack poison is a quiet NaN whose top 12 bits are 0x7FE (sign 0, exponent all ones, the
+# quiet bit and a marker bit) with bit 20 clear, tagged in the low 20 bits with the tensor it
+# was written into (9 bits) and the step (11 bits). No canonical NaN matches the mask: x86
+# and Arm produce 0x7FC00000 (marker clear), NVIDIA 0x7FFFFFFF (bit 20 set), x86 SSE's
+# "indefinite" 0xFFC00000 (sign set). Distinct tags per tensor make a slack-to-slack copy
+# visible as a write, and let a stale read name the tensor and step its value came from.
+# A copy keeps the tag on every device; arithmetic on poison keeps it where NaN payloads
+# propagate (lavapipe) and turns into a canonical NaN where they do not (NVIDIA), which the
+# numeric oracle then reports as a NaN.
 POISON_MARK = 0x7FE00000
-POISON_MASK = 0xFFE00000
+POISON_MASK = 0xFFF00000
 
 
 def poison_word(step: int, tensor_id: int) -> int:
     """The u32 written into the slack of canaried tensor `tensor_id` before step `step`."""
-    return POISON_MARK | ((tensor_id & 0x1FF) << 12) | (step & 0xFFF)
+    return POISON_MARK | ((tensor_id & 0x1FF) << 11) | (step & 0x7FF)
 
 
 def decode_poison(word: int) -> tuple[int, int]:
     """(tensor id, step) of a poison word."""
-    return (word >> 12) & 0x1FF, word & 0xFFF
+    return (word >> 11) & 0x1FF, word & 0x7FF
 
 
 def canary_fill(

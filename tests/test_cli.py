@@ -277,9 +277,9 @@ link = "https://example.invalid/issues/2"
 [[known]]
 id = "other-gpu"
 op = "rms_norm"
-device = "NVIDIA*"
+device = "No Such GPU*"
 driver = "*"
-reason = "only on NVIDIA"
+reason = "only on a device this run does not have"
 link = "https://example.invalid/issues/3"
 """
     )
