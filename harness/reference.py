@@ -12,7 +12,10 @@ the inputs' error scales through the op: the reference is evaluated again with e
 moved by its scale under independent random signs `s`; the mean square of the change is the
 first-order error variance when input errors have independent signs, which is how rounding
 errors behave in practice (Higham and Mary, "A new approach to probabilistic rounding error
-analysis", SIAM J. Sci. Comput. 41(5), 2019). Local and carried errors add in quadrature, so
+analysis", SIAM J. Sci. Comput. 41(5), 2019). Errors that a shared factor makes coherent
+across a row (a normalizer's 1/rms, a softmax sum) are probed too, with one random sign per
+row scaling the whole row, and the larger of the two mean squares counts. Local and carried
+errors add in quadrature, so
 a copy carries its input's scale unchanged. `SPREAD` covers the tail and the estimate's
 sampling error. Worst-case first-order propagation (all signs aligned) compounds by
 sqrt(K) per linear layer and is useless after two decoder layers (a bound of 1e10 on logits
@@ -161,19 +164,38 @@ class ReferenceEvaluator:
         carried: Mapping[str, np.ndarray],
         tensor_outs: Mapping[str, str],
     ) -> dict[str, np.ndarray]:
-        """Mean square change of outputs and state when inputs move by their error scales."""
+        """Square change of outputs and state when inputs move by their error scales.
+
+        Two error structures are probed, each as a mean square over PROBES random moves, and
+        the larger change counts, element by element: independent signs for every element,
+        and a sign per row applied in the direction of each element's value, x (1 + d_row):
+        the error a shared factor (a normalizer's 1/rms, a softmax sum) gives a whole row
+        at once. Different inputs always get independent signs.
+        """
         model = model_for(node.op)
-        squares: dict[str, np.ndarray] = {}
-        for _ in range(PROBES):
-            probe = dict(args)
-            probe.update({slot: state.copy() for slot, state in before.items()})
-            for slot, bound in carried.items():
-                base = probe[slot]
-                signs = self._rng.choice((-1.0, 1.0), size=np.shape(base))
-                probe[slot] = base + signs * np.broadcast_to(bound, np.shape(base))
-            moved = model.reference(node, probe)
-            changes = {slot: moved[slot] - outputs[slot] for slot in tensor_outs}
-            changes.update({slot: probe[slot] - args[slot] for slot in before})
-            for slot, change in changes.items():
-                squares[slot] = squares.get(slot, 0.0) + change * change
-        return {slot: total / PROBES for slot, total in squares.items()}
+        rng = self._rng
+
+        def element_signs(base: np.ndarray) -> np.ndarray:
+            return rng.choice((-1.0, 1.0), size=np.shape(base))
+
+        def row_scale_signs(base: np.ndarray) -> np.ndarray:
+            shape = np.shape(base)
+            rows = rng.choice((-1.0, 1.0), size=(*shape[:-1], 1) if shape else ())
+            return rows * np.where(base < 0, -1.0, 1.0)
+
+        modes: list[dict[str, np.ndarray]] = []
+        for signs in (element_signs, row_scale_signs):
+            squares: dict[str, np.ndarray] = {}
+            for _ in range(PROBES):
+                probe = dict(args)
+                probe.update({slot: state.copy() for slot, state in before.items()})
+                for slot, scale in carried.items():
+                    base = probe[slot]
+                    probe[slot] = base + signs(base) * np.broadcast_to(scale, np.shape(base))
+                moved = model.reference(node, probe)
+                changes = {slot: moved[slot] - outputs[slot] for slot in tensor_outs}
+                changes.update({slot: probe[slot] - args[slot] for slot in before})
+                for slot, delta in changes.items():
+                    squares[slot] = squares.get(slot, 0.0) + delta * delta / PROBES
+            modes.append(squares)
+        return {slot: np.maximum(modes[0][slot], modes[1][slot]) for slot in modes[0]}
