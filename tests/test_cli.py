@@ -385,8 +385,8 @@ def test_time_budget_stops_generation_and_skips_the_rest(
 ) -> None:
     out = tmp_path / "timed"
     status, _, err = _main(
-        capsys, "run", "--families", "rms_norm,add", "--max-examples", "40",
-        "--chunk-examples", "10", "--time-budget", "1", "--no-database", "--no-expectations",
+        capsys, "run", "--families", "rms_norm,add", "--max-examples", "400",
+        "--chunk-examples", "100", "--time-budget", "1", "--no-database", "--no-expectations",
         "--out", out,
     )  # fmt: skip
     assert status == 0, err
@@ -397,5 +397,6 @@ def test_time_budget_stops_generation_and_skips_the_rest(
     statuses = "".join(c["status"][0] for c in chunks)  # complete, time_budget, skipped
     assert re.fullmatch(r"c*t?s+", statuses), statuses
     assert all(c["reason"] == "time_budget" for c in chunks if c["status"] == "skipped")
-    assert summary["totals"]["cases"] < 40
+    # Far fewer than the plan's 800 cases on any machine (an H200 runs about 50 a second).
+    assert summary["totals"]["cases"] < 800
     assert "time budget 1 s" in err
