@@ -352,6 +352,19 @@ class WebGPUGraph:
             tensor.cur_dims = dims
             self._dirty.add(tensor.name)
 
+    def resize_input(self, name: str, dims: Sequence[int]) -> None:
+        """Set a graph input's live dims (propagated at the next `propagate_resize`).
+
+        Raises:
+            InputError: `name` is not a tensor input of the graph.
+            ResizeError: rank change, a dim < 1, or a dim above the max.
+        """
+        if name not in self.graph.inputs or name not in self.tensors:
+            raise InputError(
+                name, "unknown", f"webgpu: {name!r} is not a tensor input of this graph"
+            )
+        self.set_cur_dims(self.tensors[name], dims)
+
     def set_symint(self, name: str, value: int) -> None:
         """Set a SymInt; marks it dirty only if it changes."""
         if self.symints[name] != value:
@@ -474,7 +487,7 @@ class WebGPUGraph:
         snap = self._snapshot()
         try:
             for tensor, data in tensor_inputs:
-                self.set_cur_dims(tensor, data.shape)
+                self.resize_input(tensor.name, data.shape)
             for name, value in symint_inputs.items():
                 self.set_symint(name, value)
             self.propagate_resize()
