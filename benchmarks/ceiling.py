@@ -7,6 +7,11 @@ API and timestamps, is what the GEMV's bandwidth is compared with. It can rotate
 buffers (`copies`) so that a read of a buffer that fits in L2 still comes from memory, and a
 read of a tiny buffer measures the fixed cost of one timed dispatch.
 
+`*_read_times(..., batch=B)` time the read the back-to-back way (`benchmarks.timing`):
+B reads recorded back to back (one WebGPU compute pass, no Vulkan barriers between them),
+each with its own sink (so that wgpu sees no shared written buffer), rotating over the copies;
+the time of a read is the batch's GPU time over B.
+
 The burn kernel (`shaders/burn.{wgsl,comp}`) is a long chain of fused multiply-adds on every
 SM. NVIDIA GPUs drop to idle clocks (345 MHz seen on an H200, 1980 MHz at full speed)
 between the benchmark's submits, while the host loads the next graphs, and take a while to
@@ -100,28 +105,32 @@ def _webgpu_params(dev: WebGPUDevice, value: int) -> Any:
 
 
 class WebGPURead:
-    """The read kernel over `copies` buffers of `nbytes` each; `encoders[i]` reads copy i."""
+    """The read kernel over `copies` buffers of `nbytes` each.
 
-    def __init__(self, dev: WebGPUDevice, nbytes: int, copies: int = 1) -> None:
+    `encoders[i]` (i < `slots`, at least `copies`) reads copy i % copies into sink i.
+    """
+
+    def __init__(self, dev: WebGPUDevice, nbytes: int, copies: int = 1, slots: int = 0) -> None:
         n_vec4 = max(1, nbytes // 16)
+        slots = max(slots, copies)
         storage = wgpu.BufferUsage.STORAGE
         self.buffers = [
             dev.device.create_buffer(size=n_vec4 * 16, usage=storage | wgpu.BufferUsage.COPY_DST)
             for _ in range(copies)
         ]
-        self.sink = dev.device.create_buffer(size=16, usage=storage)
+        self.sinks = [dev.device.create_buffer(size=16, usage=storage) for _ in range(slots)]
         self.params = _webgpu_params(dev, n_vec4)
         kernel = WebGPUKernel(
             dev,
             "read_bandwidth",
-            [(self.sink, data, self.params) for data in self.buffers],
+            [(self.sinks[i], self.buffers[i % copies], self.params) for i in range(slots)],
             _workgroups(n_vec4),
         )
-        self.encoders = [kernel.encoder(i) for i in range(copies)]
+        self.encoders = [kernel.encoder(i) for i in range(slots)]
 
     def close(self) -> None:
         """Free the buffers."""
-        for buffer in (*self.buffers, self.sink, self.params):
+        for buffer in (*self.buffers, *self.sinks, self.params):
             buffer.destroy()
 
 
@@ -144,6 +153,12 @@ class WebGPUBurn:
         self.params.destroy()
 
 
+def _read_rounds(encoders: Sequence[Encoder], count: int, batch: int) -> list[list[Encoder]]:
+    """`count` rounds of max(batch, 1) reads each, rotating over the encoders."""
+    per = max(batch, 1)
+    return [[encoders[(r * per + i) % len(encoders)] for i in range(per)] for r in range(count)]
+
+
 def webgpu_read_times(
     dev: WebGPUDevice,
     nbytes: int,
@@ -152,15 +167,21 @@ def webgpu_read_times(
     warmup: int,
     copies: int = 1,
     burn_passes: int = 0,
+    batch: int = 0,
 ) -> list[float]:
-    """GPU times (ns) of `repeats` reads of `nbytes` through WebGPU, rotating over copies."""
-    read = WebGPURead(dev, nbytes, copies)
+    """GPU times (ns) of `repeats` reads of `nbytes` through WebGPU, rotating over copies.
+
+    With `batch` > 0: per timed batch of `batch` back-to-back reads, its time over `batch`.
+    """
+    read = WebGPURead(dev, nbytes, copies, batch)
     burn = WebGPUBurn(dev) if burn_passes else None
     try:
         rounds = burn.rounds(burn_passes) if burn else []
-        rounds += [[read.encoders[r % copies]] for r in range(warmup + repeats)]
-        timed = wg_profiling.time_rounds(dev, rounds, timed_from=len(rounds) - repeats)
-        return [r[0] for r in timed]
+        rounds += _read_rounds(read.encoders, warmup + repeats, batch)
+        timed = wg_profiling.time_rounds(
+            dev, rounds, timed_from=len(rounds) - repeats, back_to_back=batch > 0
+        )
+        return [r[0] / max(batch, 1) for r in timed]
     finally:
         read.close()
         if burn:
@@ -325,27 +346,31 @@ class VulkanKernel:
 
 
 class VulkanRead:
-    """The read kernel over `copies` buffers of `nbytes` each; `encoders[i]` reads copy i."""
+    """The read kernel over `copies` buffers of `nbytes` each.
 
-    def __init__(self, ctx: VulkanContext, nbytes: int, copies: int = 1) -> None:
+    `encoders[i]` (i < `slots`, at least `copies`) reads copy i % copies into sink i.
+    """
+
+    def __init__(self, ctx: VulkanContext, nbytes: int, copies: int = 1, slots: int = 0) -> None:
         n_vec4 = max(1, nbytes // 16)
+        slots = max(slots, copies)
         self.buffers = [
             Buffer.create(ctx, n_vec4 * 16, STORAGE_USAGE, False) for _ in range(copies)
         ]
-        self.sink = Buffer.create(ctx, 16, STORAGE_USAGE, False)
+        self.sinks = [Buffer.create(ctx, 16, STORAGE_USAGE, False) for _ in range(slots)]
         self.kernel = VulkanKernel(
             ctx,
             "read_bandwidth",
-            [(self.sink, data) for data in self.buffers],
+            [(self.sinks[i], self.buffers[i % copies]) for i in range(slots)],
             n_vec4,
             _workgroups(n_vec4),
         )
-        self.encoders = [self.kernel.recorder(i) for i in range(copies)]
+        self.encoders = [self.kernel.recorder(i) for i in range(slots)]
 
     def close(self) -> None:
         """Free the pipeline and the buffers."""
         self.kernel.close()
-        for buffer in (*self.buffers, self.sink):
+        for buffer in (*self.buffers, *self.sinks):
             buffer.destroy()
 
 
@@ -375,15 +400,21 @@ def vulkan_read_times(
     warmup: int,
     copies: int = 1,
     burn_passes: int = 0,
+    batch: int = 0,
 ) -> list[float]:
-    """GPU times (ns) of `repeats` reads of `nbytes` through Vulkan, rotating over copies."""
-    read = VulkanRead(ctx, nbytes, copies)
+    """GPU times (ns) of `repeats` reads of `nbytes` through Vulkan, rotating over copies.
+
+    With `batch` > 0: per timed batch of `batch` back-to-back reads, its time over `batch`.
+    """
+    read = VulkanRead(ctx, nbytes, copies, batch)
     burn = VulkanBurn(ctx) if burn_passes else None
     try:
         rounds = burn.rounds(burn_passes) if burn else []
-        rounds += [[read.encoders[r % copies]] for r in range(warmup + repeats)]
-        timed = vk_profiling.time_rounds(ctx, rounds, timed_from=len(rounds) - repeats)
-        return [r[0] for r in timed]
+        rounds += _read_rounds(read.encoders, warmup + repeats, batch)
+        timed = vk_profiling.time_rounds(
+            ctx, rounds, timed_from=len(rounds) - repeats, back_to_back=batch > 0
+        )
+        return [r[0] / max(batch, 1) for r in timed]
     finally:
         read.close()
         if burn:

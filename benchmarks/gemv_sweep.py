@@ -21,6 +21,12 @@ measured first, outputs checked against the float64 reference and between the ba
 Per shape it also times the read kernel over the same bytes (as many cold copies) and, once,
 over 64 KiB: the fixed cost of one timed dispatch. This is a tuning tool: the shipped
 configuration is what `benchmarks.linear_q4gsw` measures.
+
+`--back-to-back` also times every variant, the ceiling, the read of the same bytes and the
+64 KiB read back to back (`benchmarks.timing`: a batch of calls over independent weight
+copies, at least `--min-copies`, between two timestamps; per call, batch time / batch).
+The 64 KiB read then gives the cost per dispatch in a stream rather than the fixed cost of a
+timed one.
 """
 
 from __future__ import annotations
@@ -50,7 +56,9 @@ from harness.numerics import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANT_DIR = Path(__file__).resolve().parent / "shaders" / "gemv"
-DEFAULT_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096)]
+DEFAULT_SHAPES = [(4096, 4096), (4096, 14336), (14336, 4096), (8192, 28672)]
+CEILING_BATCH = 4  # back to back: reads of the one ceiling buffer per batch (own sinks)
+FLOOR_BATCH = 16  # back to back: 64 KiB reads per batch
 
 # (WGSL pattern, GLSL pattern, replacement format for WGSL, for GLSL)
 CONSTANTS = {
@@ -178,8 +186,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     floor_us: dict[str, float] = {}
     burn = args.burn_passes
     burners: dict[str, Any] = {}
+    b2b = args.back_to_back
+    ceiling_b2b: dict[str, float] = {}
+    floor_b2b_us: dict[str, float] = {}
 
-    def read_times(name: str, nbytes: int, copies: int) -> list[float]:
+    def read_times(name: str, nbytes: int, copies: int, batch: int = 0) -> list[float]:
         fn: Any = webgpu_read_times if name == "webgpu" else vulkan_read_times
         handle = dev if name == "webgpu" else ctx
         return fn(
@@ -189,6 +200,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             warmup=args.warmup,
             copies=copies,
             burn_passes=burn,
+            batch=batch,
         )
 
     for name in backends:
@@ -206,6 +218,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"{floor_us[name]:.2f} us",
             flush=True,
         )
+        if b2b:
+            ceiling_b2b[name] = nbytes / float(
+                np.median(read_times(name, nbytes, 1, CEILING_BATCH))
+            )
+            floor_b2b_us[name] = (
+                float(np.median(read_times(name, 1 << 16, FLOOR_BATCH, FLOOR_BATCH))) / 1e3
+            )
+            print(
+                f"sweep: {name} back to back: read ceiling {ceiling_b2b[name]:.1f} GB/s, "
+                f"64 KiB read {floor_b2b_us[name]:.2f} us per dispatch",
+                flush=True,
+            )
     variants = [parse_variant(v) for v in args.variants.split(";") if v]
     tmp = Path(tempfile.mkdtemp(prefix="gemv-sweep-"))
     folders = {v["name"]: shader_folders(v, tmp / f"v{i}") for i, v in enumerate(variants)}
@@ -214,13 +238,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for k, n in args.shapes:
         graph, stream_bytes = linear_graph(rng, k, n, 1, args.group_size)
         copies = max(1, min(MAX_COPIES, math.ceil(args.cold_mib * 2**20 / stream_bytes)))
+        if b2b:
+            copies = max(copies, args.min_copies)
+        batch = copies if b2b else 0
         x = rng.standard_normal((1, k)).astype(np.float32)
         ref, budget = reference_rows(graph, x)
-        read_row: dict[str, Any] = {"variant": "read", "k": k, "n": n, "copies": copies}
+        read_row: dict[str, Any] = {
+            "variant": "read",
+            "k": k,
+            "n": n,
+            "copies": copies,
+            "stream_bytes": stream_bytes,
+        }
         for name in backends:
             same = stream_bytes / float(np.median(read_times(name, stream_bytes, copies)))
             read_row[name] = same
-            print(f"sweep: read of the same bytes K={k} N={n} {name}: {same:.0f} GB/s", flush=True)
+            msg = f"sweep: read of the same bytes K={k} N={n} {name}: {same:.0f} GB/s"
+            if b2b:
+                same_b = stream_bytes / float(
+                    np.median(read_times(name, stream_bytes, copies, batch))
+                )
+                read_row[f"{name}_b2b"] = same_b
+                msg += f", back to back {same_b:.0f} GB/s"
+            print(msg, flush=True)
         rows.append(read_row)
         for v in variants:
             set_knobs(v.get("lanes", shipped_lanes), v.get("cap", shipped_cap))
@@ -247,6 +287,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         burn_passes=burn,
                     )
                     assert timing.kernel == "q4gsw_gemv", timing.kernel
+                    timing_b2b = None
+                    if b2b and not v.get("warm"):
+                        (timing_b2b,) = time_graph(
+                            loaded,
+                            {"x": x},
+                            repeats=args.repeats,
+                            warmup=args.warmup,
+                            burn=burners[name],
+                            burn_passes=burn,
+                            batch=batch,
+                        )
                     out = loaded[0].execute({"x": x}).outputs["linear.out"]
                 finally:
                     for lg in loaded:
@@ -263,10 +314,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "err_budget": compare(out[:CHECK_ROWS], ref, budget).utilization,
                     "wall": time.time(),
                 }
+                b2b_text = ""
+                if timing_b2b is not None:
+                    ns_b = timing_b2b.median_ns
+                    row[name] |= {
+                        "b2b_us": ns_b / 1e3,
+                        "b2b_gbps": stream_bytes / ns_b,
+                        "b2b_of_ceiling": stream_bytes / ns_b / ceiling_b2b[name],
+                        "batch": batch,
+                    }
+                    b2b_text = (
+                        f"; back to back {ns_b / 1e3:.2f} us "
+                        f"{row[name]['b2b_of_ceiling'] * 100:.1f} %"
+                    )
                 print(
                     f"sweep: {v['name']} K={k} N={n} {name}: {ns / 1e3:.2f} us "
                     f"{row[name]['of_ceiling'] * 100:.1f} % of ceiling "
-                    f"err/budget {row[name]['err_budget']:.2g} "
+                    f"err/budget {row[name]['err_budget']:.2g}{b2b_text} "
                     f"({time.perf_counter() - start:.1f} s)",
                     flush=True,
                 )
@@ -284,6 +348,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "adapters": adapters,
         "ceiling_gbps": ceiling,
         "floor_us": floor_us,
+        "ceiling_b2b_gbps": ceiling_b2b,
+        "floor_b2b_us": floor_b2b_us,
         "config": {
             "repeats": args.repeats,
             "warmup": args.warmup,
@@ -291,6 +357,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "ceiling_mib": args.ceiling_mib,
             "group_size": args.group_size,
             "burn_passes": burn,
+            "back_to_back": b2b,
+            "min_copies": args.min_copies,
         },
         "backends": backends,
         "rows": rows,
@@ -300,23 +368,41 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     """One line per variant and shape: µs and % of the ceiling per backend."""
     names = result["backends"]
+    b2b = bool(result.get("ceiling_b2b_gbps"))
     lines = [
         "ceiling: " + ", ".join(f"{n} {result['ceiling_gbps'][n]:.0f} GB/s" for n in names),
         "timed-dispatch floor: " + ", ".join(f"{n} {result['floor_us'][n]:.2f} us" for n in names),
+    ]
+    if b2b:
+        lines += [
+            "back to back: ceiling "
+            + ", ".join(f"{n} {result['ceiling_b2b_gbps'][n]:.0f} GB/s" for n in names)
+            + "; 64 KiB read per dispatch "
+            + ", ".join(f"{n} {result['floor_b2b_us'][n]:.2f} us" for n in names),
+        ]
+    per = [f"{n} µs | {n} %" + (f" | {n} b2b µs | {n} b2b %" if b2b else "") for n in names]
+    lines += [
         "",
-        "| variant | K×N | "
-        + " | ".join(f"{n} µs | {n} %" for n in names)
-        + " | err/budget | backend diff |",
-        "|---|---|" + "---|---|" * len(names) + "---|---|",
+        "| variant | K×N | " + " | ".join(per) + " | err/budget | backend diff |",
+        "|---|---|" + ("---|---|" * (2 if b2b else 1)) * len(names) + "---|---|",
     ]
     for row in result["rows"]:
         if row["variant"] == "read":
             same = ", ".join(f"{n} {row[n]:.0f} GB/s" for n in names)
+            if b2b:
+                same += "; back to back " + ", ".join(
+                    f"{n} {row[n + '_b2b']:.0f} GB/s" for n in names
+                )
             lines.append(f"| read of the same bytes | {row['k']}×{row['n']} | {same} |")
             continue
         cells = [row["variant"], f"{row['k']}×{row['n']}"]
         for n in names:
             cells += [f"{row[n]['us']:.2f}", f"{row[n]['of_ceiling'] * 100:.1f}"]
+            if b2b:
+                if "b2b_us" in row[n]:
+                    cells += [f"{row[n]['b2b_us']:.2f}", f"{row[n]['b2b_of_ceiling'] * 100:.1f}"]
+                else:
+                    cells += ["", ""]
         cells.append(f"{max(row[n]['err_budget'] for n in names):.2g}")
         diff = row.get("backend_diff")
         cells.append("" if diff is None else f"{diff:.1e}")
@@ -346,6 +432,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cold-mib", type=int, default=128)
     parser.add_argument("--ceiling-mib", type=int, default=1024)
     parser.add_argument("--burn-passes", type=int, default=100, help="clock warm-up passes")
+    parser.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="also time every variant and read back to back (batches over the weight copies)",
+    )
+    parser.add_argument(
+        "--min-copies",
+        type=int,
+        default=4,
+        help="back to back: at least this many weight copies, i.e. calls per batch",
+    )
     parser.add_argument("--json", default=None)
     parser.add_argument("--markdown", default=None)
     args = parser.parse_args(argv)

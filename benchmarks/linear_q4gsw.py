@@ -18,13 +18,22 @@ host loads graphs, and timings taken before it comes back are several times too 
 GEMV row also gives the read kernel's rate over the same bytes (as many cold copies), the
 bound a single timed dispatch of that size can approach.
 
+`--back-to-back` also times each GEMV the back-to-back way (`benchmarks.timing`):
+a batch of calls over independent weight copies recorded back to back (WebGPU: one compute
+pass with timestamps at its start and end; Vulkan: no barrier between them, one timestamp pair
+around the batch), GPU time over the batch size per call; the read ceiling and the read of
+the same bytes are then measured the same way, so the fractions compare like with like. This
+is the rate of a stream of independent calls without the fixed cost of one timed dispatch.
+The GEMM (0.6–100 ms per call on a GPU) is timed one dispatch at a time only.
+
 Weights are read cold: each graph is built `copies` times with its own weight buffers
 (enough to cover `--cold-mib`, 256 MiB by default on a GPU, several times an H100's 50 MB
 L2) and consecutive calls rotate over the copies, as a decoder reads each layer's weights
 once per token. `--cold-mib 0` times one copy (warm cache).
 
-Presets: `gpu` (K×N 4096×4096, 4096×14336, 14336×4096; M 1, 128, 512, 2048; a 1 GiB
-ceiling) and `cpu` (a reduced set for lavapipe, a CPU far too slow for the LLM shapes).
+Presets: `gpu` (K×N 4096×4096, 4096×14336, 14336×4096; M 1, 128, 512, 2048; and the GEMV
+alone, M = 1, at 8192×28672 (117 MB of packed weights, Llama-3-70B's gate/up projection); a 1
+GiB ceiling) and `cpu` (a reduced set for lavapipe, a CPU far too slow for the LLM shapes).
 `auto` picks `cpu` when an adapter is a CPU. The GEMV's lanes per workgroup and grid cap can
 be overridden to tune them on a GPU (both backends alike), and so can its words per lane per
 step (WORDS_PER_STEP in wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp) and its source
@@ -57,6 +66,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gpu": {
         "shapes": [(4096, 4096), (4096, 14336), (14336, 4096)],
         "m": [1, 128, 512, 2048],
+        "gemv_shapes": [(8192, 28672)],  # M = 1 only
         "ceiling_mib": 1024,
         "cold_mib": 256,
         "repeats": 20,
@@ -66,6 +76,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {
         "shapes": [(512, 512), (512, 1792), (1792, 512)],
         "m": [1, 16, 64],
+        "gemv_shapes": [],
         "ceiling_mib": 64,
         "cold_mib": 0,
         "repeats": 5,
@@ -74,6 +85,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 MAX_COPIES = 16
+# Back-to-back mode: at least this many weight copies (so a batch holds at least this many
+# independent calls), and the batch of the ceiling's reads (one 1 GiB buffer, own sinks).
+MIN_B2B_COPIES = 4
+CEILING_BATCH = 4
 CHECK_ROWS = 8  # output rows checked against the float64 reference (rows are independent)
 
 
@@ -91,6 +106,15 @@ class Row:
     # GEMV only: a plain read of the same bytes (as many cold copies), GB/s: what the read
     # kernel reaches at this size, with the same fixed cost of a timed dispatch
     read_same: dict[str, float] = field(default_factory=dict)
+    # GEMV only, back-to-back mode: per call (batch time / batch), rate, fraction of the
+    # back-to-back ceiling, and the back-to-back read of the same bytes (GB/s)
+    b2b_us: dict[str, float] = field(default_factory=dict)
+    b2b_rate: dict[str, float] = field(default_factory=dict)
+    b2b_of_ceiling: dict[str, float] = field(default_factory=dict)
+    b2b_read_same: dict[str, float] = field(default_factory=dict)
+    stream_bytes: int = 0
+    copies: int = 0
+    batch: int = 0  # calls per back-to-back batch (0: single mode only)
     backend_diff: float | None = None  # max |webgpu - vulkan| / max |out|
     # max error / derived budget (harness model) over the first CHECK_ROWS rows, per backend
     utilization: dict[str, float] = field(default_factory=dict)
@@ -104,8 +128,9 @@ class Backend:
     runtime: Any
     info: dict[str, Any]
     is_cpu: bool
-    time_graph: Callable[..., Any]  # (graphs, inputs, *, repeats, warmup, burn, burn_passes)
-    read_times: Callable[..., list[float]]  # (nbytes, repeats, warmup, copies, burn_passes)
+    # (graphs, inputs, *, repeats, warmup, burn, burn_passes, batch)
+    time_graph: Callable[..., Any]
+    read_times: Callable[..., list[float]]  # (nbytes, repeats, warmup, copies, burn, batch)
     make_burn: Callable[[], Any]  # the clock warm-up kernel of this backend
 
 
@@ -129,8 +154,8 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
                         rt.info(),
                         rt.info().get("adapter_type") == "CPU",
                         webgpu_time_graph,
-                        lambda nbytes, r, w, c, b, dev=dev: webgpu_read_times(
-                            dev, nbytes, repeats=r, warmup=w, copies=c, burn_passes=b
+                        lambda nbytes, r, w, c, b, batch=0, dev=dev: webgpu_read_times(
+                            dev, nbytes, repeats=r, warmup=w, copies=c, burn_passes=b, batch=batch
                         ),
                         lambda dev=dev: WebGPUBurn(dev),
                     )
@@ -152,8 +177,8 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
                         info,
                         info.get("adapter_type") == "CPU",
                         vulkan_time_graph,
-                        lambda nbytes, r, w, c, b, ctx=ctx: vulkan_read_times(
-                            ctx, nbytes, repeats=r, warmup=w, copies=c, burn_passes=b
+                        lambda nbytes, r, w, c, b, batch=0, ctx=ctx: vulkan_read_times(
+                            ctx, nbytes, repeats=r, warmup=w, copies=c, burn_passes=b, batch=batch
                         ),
                         lambda ctx=ctx: VulkanBurn(ctx),
                     )
@@ -279,15 +304,21 @@ def reference_rows(graph: Graph, x_rows: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def measure_ceiling(
-    backends: Sequence[Backend], mib: int, repeats: int, warmup: int, burn_passes: int = 0
+    backends: Sequence[Backend],
+    mib: int,
+    repeats: int,
+    warmup: int,
+    burn_passes: int = 0,
+    batch: int = 0,
 ) -> dict[str, float]:
-    """Read bandwidth (GB/s) of each backend over `mib` MiB."""
+    """Read bandwidth (GB/s) of each backend over `mib` MiB (`batch` > 0: back to back)."""
     nbytes = mib * 2**20
     ceiling = {}
     for be in backends:
-        times = be.read_times(nbytes, repeats, warmup, 1, burn_passes)
+        times = be.read_times(nbytes, repeats, warmup, 1, burn_passes, batch)
         ceiling[be.name] = nbytes / float(np.median(times))  # bytes/ns = GB/s
-        print(f"bench: {be.name} read ceiling {ceiling[be.name]:.1f} GB/s over {mib} MiB")
+        how = f"back to back ({batch} per batch)" if batch else "single dispatch"
+        print(f"bench: {be.name} read ceiling {ceiling[be.name]:.1f} GB/s over {mib} MiB, {how}")
     return ceiling
 
 
@@ -300,34 +331,74 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if preset == "auto":
         preset = "cpu" if any(be.is_cpu for be in backends) else "gpu"
     cfg = dict(PRESETS[preset])
-    for key in ("shapes", "m", "ceiling_mib", "cold_mib", "repeats", "warmup", "burn_passes"):
+    keys = ("shapes", "gemv_shapes", "m", "ceiling_mib", "cold_mib", "repeats", "warmup")
+    for key in (*keys, "burn_passes"):
         value = getattr(args, key)
         if value is not None:
             cfg[key] = value
+    if args.shapes is not None and args.gemv_shapes is None:
+        cfg["gemv_shapes"] = []  # the shapes asked for, not the preset's GEMV-only extras
     tune_gemv(args.gemv_lanes, args.gemv_max_workgroups)
     if args.gemv_words is not None or args.gemv_variant is not None:
         set_gemv_source(args.gemv_variant, args.gemv_words)
     print(f"bench: preset {preset}: {cfg}")
     burn = cfg["burn_passes"]
+    b2b = args.back_to_back
     ceiling = measure_ceiling(backends, cfg["ceiling_mib"], cfg["repeats"], cfg["warmup"], burn)
+    ceiling_b2b: dict[str, float] = {}
+    if b2b:
+        ceiling_b2b = measure_ceiling(
+            backends, cfg["ceiling_mib"], cfg["repeats"], cfg["warmup"], burn, CEILING_BATCH
+        )
     rng = np.random.default_rng(0)
     rows: list[Row] = []
-    max_m = max(cfg["m"])
-    for k, n in cfg["shapes"]:
+    plan = [(k, n, list(cfg["m"])) for k, n in cfg["shapes"]]
+    plan += [(k, n, [1]) for k, n in cfg["gemv_shapes"]]
+    for k, n, m_list in plan:
+        max_m = max(m_list)
         graph, stream_bytes = linear_graph(rng, k, n, max_m, args.group_size)
         copies = max(1, min(MAX_COPIES, math.ceil(cfg["cold_mib"] * 2**20 / stream_bytes)))
+        if b2b:
+            copies = max(copies, MIN_B2B_COPIES, args.batch or 0)
+        batch = (args.batch or copies) if b2b else 0
         x_full = rng.standard_normal((max_m, k)).astype(np.float32)
-        shape_rows = {m: Row(k, n, m) for m in cfg["m"]}
-        outputs: dict[int, dict[str, np.ndarray]] = {m: {} for m in cfg["m"]}
+        shape_rows = {m: Row(k, n, m) for m in m_list}
+        outputs: dict[int, dict[str, np.ndarray]] = {m: {} for m in m_list}
         ref, budget = reference_rows(graph, x_full[:CHECK_ROWS])
         for be in backends:
             loaded = [be.runtime.load(graph) for _ in range(copies)]
             burner = be.make_burn() if burn else None
             try:
-                for m in cfg["m"]:
+                for m in m_list:
                     row = shape_rows[m]
+                    row.stream_bytes, row.copies = stream_bytes, copies
                     inputs = {"x": np.ascontiguousarray(x_full[:m])}
                     start = time.perf_counter()
+                    if b2b and m == 1:
+                        (timing,) = be.time_graph(
+                            loaded,
+                            inputs,
+                            repeats=cfg["repeats"],
+                            warmup=cfg["warmup"],
+                            burn=burner,
+                            burn_passes=burn,
+                            batch=batch,
+                        )
+                        if timing.kernel == "q4gsw_gemv":
+                            row.batch = batch
+                            ns = timing.median_ns
+                            row.b2b_us[be.name] = ns / 1e3
+                            row.b2b_rate[be.name] = stream_bytes / ns
+                            row.b2b_of_ceiling[be.name] = stream_bytes / ns / ceiling_b2b[be.name]
+                            same = be.read_times(
+                                stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn, batch
+                            )
+                            row.b2b_read_same[be.name] = stream_bytes / float(np.median(same))
+                            print(
+                                f"bench: {be.name} K={k} N={n} M=1 {timing.kernel} back to back: "
+                                f"{ns / 1e3:.1f} us per call ({batch} per batch); read of the "
+                                f"same bytes {row.b2b_read_same[be.name]:.0f} GB/s"
+                            )
                     timings = be.time_graph(
                         loaded,
                         inputs,
@@ -347,6 +418,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                             stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn
                         )
                         row.read_same[be.name] = stream_bytes / float(np.median(same))
+                        print(
+                            f"bench: {be.name} K={k} N={n} read of the same bytes "
+                            f"{row.read_same[be.name]:.0f} GB/s"
+                        )
                     else:
                         row.rate[be.name] = 2.0 * m * n * k / median_ns  # GFLOP/s
                     out = loaded[0].execute(inputs).outputs["linear.out"]
@@ -376,6 +451,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "config": {
             **cfg,
             "group_size": args.group_size,
+            "back_to_back": b2b,
+            "ceiling_batch": CEILING_BATCH if b2b else 0,
             "gemv_tuning": {
                 key: getattr(args, f"gemv_{key}")
                 for key in ("variant", "words", "lanes", "max_workgroups")
@@ -384,6 +461,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "adapters": {be.name: be.info for be in backends},
         "ceiling_gbps": ceiling,
+        "ceiling_b2b_gbps": ceiling_b2b,
         "rows": [asdict(r) for r in rows],
         "backends": [be.name for be in backends],
     }
@@ -432,7 +510,73 @@ def markdown(result: dict[str, Any]) -> str:
         same = row.get("read_same") or {}
         cells.append(" / ".join(f"{same[n]:.3g} GB/s" for n in names if n in same))
         lines.append("| " + " | ".join(cells) + " |")
+    lines += gemv_modes(result)
     return "\n".join(lines) + "\n"
+
+
+def gemv_modes(result: dict[str, Any]) -> list[str]:
+    """The GEMV rows timed both ways, single dispatch and back to back, as fractions.
+
+    Empty unless the run timed back to back. Per backend (WebGPU / Vulkan): µs per call, the
+    GEMV's fraction of the read ceiling of the same mode, the read of the same bytes' fraction
+    of that ceiling, and the GEMV's fraction of the read of the same bytes.
+    """
+    names = result["backends"]
+    rows = [r for r in result["rows"] if r.get("batch") and r["kernel"] == "q4gsw_gemv"]
+    if not rows:
+        return []
+    label = {"webgpu": "WebGPU", "vulkan": "Vulkan"}
+
+    def rate_text(v: float) -> str:
+        return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
+
+    ceil_1, ceil_b = result["ceiling_gbps"], result["ceiling_b2b_gbps"]
+    order = " / ".join(label[n] for n in names)
+    lines = [
+        "",
+        f"GEMV (M = 1), single dispatch vs back to back ({order}); read ceiling single "
+        + " / ".join(rate_text(ceil_1[n]) for n in names)
+        + " GB/s, back to back ("
+        + str(result["config"].get("ceiling_batch"))
+        + " per batch) "
+        + " / ".join(rate_text(ceil_b[n]) for n in names)
+        + " GB/s",
+        "",
+        "| K×N | MB | mode | µs per call | GEMV GB/s | GEMV / ceiling "
+        "| read of same bytes / ceiling | GEMV / read of same bytes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def joined(values: dict[str, float], fmt: str) -> str:
+        return " / ".join(fmt.format(values[n]) for n in names if n in values)
+
+    for row in rows:
+        mb = f"{row['stream_bytes'] / 1e6:.1f}"
+        for mode, us, rate, ceiling, same in (
+            ("single", row["median_us"], row["rate"], ceil_1, row["read_same"]),
+            (
+                f"b2b ×{row['batch']}",
+                row["b2b_us"],
+                row["b2b_rate"],
+                ceil_b,
+                row["b2b_read_same"],
+            ),
+        ):
+            frac = {n: rate[n] / ceiling[n] for n in rate}
+            same_frac = {n: same[n] / ceiling[n] for n in same}
+            of_same = {n: rate[n] / same[n] for n in rate if n in same}
+            cells = [
+                f"{row['k']}×{row['n']}",
+                mb,
+                mode,
+                joined(us, "{:.1f}"),
+                " / ".join(rate_text(rate[n]) for n in names if n in rate),
+                joined({n: 100 * v for n, v in frac.items()}, "{:.1f} %"),
+                joined({n: 100 * v for n, v in same_frac.items()}, "{:.1f} %"),
+                joined({n: 100 * v for n, v in of_same.items()}, "{:.0f} %"),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _shapes(text: str) -> list[tuple[int, int]]:
@@ -462,6 +606,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=_shapes,
         default=None,
         help="override the K×N list, e.g. 4096x4096,14336x4096",
+    )
+    parser.add_argument(
+        "--gemv-shapes",
+        type=lambda t: _shapes(t) if t else [],
+        default=None,
+        help="override the K×N list timed at M = 1 only ('' for none; none when --shapes "
+        "is given), e.g. 8192x28672",
     )
     parser.add_argument(
         "--m",
@@ -504,6 +655,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--gemv-variant",
         default=None,
         help="tuning: build the GEMV from benchmarks/shaders/gemv/<NAME>.{wgsl,comp}",
+    )
+    parser.add_argument(
+        "--back-to-back",
+        action="store_true",
+        help="also time each GEMV back to back (a batch of calls over independent weight "
+        "copies between two timestamps), and the ceiling and the read of the same bytes alike",
+    )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        help=f"calls per back-to-back batch (default: the weight copies, at least "
+        f"{MIN_B2B_COPIES})",
     )
     parser.add_argument(
         "--validation",

@@ -6,6 +6,10 @@ a bottom-of-pipe timestamp is written once every earlier command has finished, s
 covers exactly the dispatch (after the one before it has drained). Ticks are converted with
 the device's `timestampPeriod` and masked to the queue's `timestampValidBits`.
 
+With `back_to_back=True`, `time_rounds` instead records each round as
+`barrier; timestamp; dispatch; dispatch; ...; timestamp`: no barrier between the round's
+dispatches, so dispatches over independent buffers may overlap, and one span per round.
+
 Two levels, as in `webgpu_backend.profiling`:
 - `time_rounds` times arbitrary recorded dispatches (a benchmark's own kernels);
 - `time_graph` times the dispatches a loaded `ComputeGraph` runs for given inputs, rotating
@@ -101,18 +105,28 @@ def _submit_and_wait(ctx: VulkanContext, record: Recorder) -> None:
 
 
 def time_rounds(
-    ctx: VulkanContext, rounds: Sequence[Sequence[Recorder]], *, timed_from: int = 0
+    ctx: VulkanContext,
+    rounds: Sequence[Sequence[Recorder]],
+    *,
+    timed_from: int = 0,
+    back_to_back: bool = False,
 ) -> list[list[float]]:
     """Record every round's dispatches in order into one command buffer and submit it once.
 
-    Rounds before `timed_from` are warm-up and carry no timestamps.
+    Rounds before `timed_from` are warm-up and carry no timestamps. With `back_to_back`,
+    a round's dispatches follow each other without barriers (one barrier before the round)
+    and one timestamp pair brackets the whole round.
 
     Returns:
-        per timed round, the GPU time of each of its dispatches in nanoseconds.
+        per timed round, the GPU time of each of its dispatches in nanoseconds, or with
+        `back_to_back` a one-element list: the GPU time of the whole round.
     """
     mask = _valid_mask(ctx)
     timed = rounds[timed_from:]
-    queries = 2 * sum(len(r) for r in timed)
+    if back_to_back:
+        queries = 2 * len(timed)
+    else:
+        queries = 2 * sum(len(r) for r in timed)
     pool = vk.vkCreateQueryPool(
         ctx.device,
         vk.VkQueryPoolCreateInfo(queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=max(queries, 2)),
@@ -124,6 +138,17 @@ def time_rounds(
             vk.vkCmdResetQueryPool(cb, pool, 0, max(queries, 2))
             index = 0
             for r, recorders in enumerate(rounds):
+                if back_to_back:
+                    _barrier(cb)
+                    stage = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
+                    if r >= timed_from:
+                        vk.vkCmdWriteTimestamp(cb, stage, pool, index)
+                    for rec in recorders:
+                        rec(cb)
+                    if r >= timed_from:
+                        vk.vkCmdWriteTimestamp(cb, stage, pool, index + 1)
+                        index += 2
+                    continue
                 for rec in recorders:
                     _barrier(cb)
                     if r >= timed_from:
@@ -153,6 +178,8 @@ def time_rounds(
         vk.vkDestroyQueryPool(ctx.device, pool, None)
     period = timestamp_period_ns(ctx)
     spans = [((stamps[i + 1] - stamps[i]) & mask) * period for i in range(0, queries, 2)]
+    if back_to_back:
+        return [[span] for span in spans]
     out, start = [], 0
     for recorders in timed:
         out.append(spans[start : start + len(recorders)])

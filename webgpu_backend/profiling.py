@@ -6,7 +6,9 @@ wgpu-native passes the Vulkan driver's ticks through, so the numbers are nanosec
 the driver's `timestampPeriod` is 1.0 (NVIDIA and lavapipe; `benchmarks/` prints the period).
 
 Two levels:
-- `time_rounds` times arbitrary passes (a benchmark's own kernels);
+- `time_rounds` times arbitrary passes (a benchmark's own kernels), each in its own compute
+  pass, or (`back_to_back=True`) each round's passes recorded back to back in one compute
+  pass with timestamps only at its start and end;
 - `time_graph` times the dispatches a loaded `WebGPUGraph` runs for given inputs, rotating
   over several identical graphs with their own weights so that repeated calls read their
   weights from memory rather than from a warm cache.
@@ -46,18 +48,29 @@ class KernelTiming:
 
 
 def time_rounds(
-    dev: WebGPUDevice, rounds: Sequence[Sequence[PassEncoder]], *, timed_from: int = 0
+    dev: WebGPUDevice,
+    rounds: Sequence[Sequence[PassEncoder]],
+    *,
+    timed_from: int = 0,
+    back_to_back: bool = False,
 ) -> list[list[float]]:
     """Run every round's passes in order in one submit; time the passes of later rounds.
 
     Each pass runs in its own compute pass (so passes never overlap); rounds before
-    `timed_from` are warm-up and carry no timestamps.
+    `timed_from` are warm-up and carry no timestamps. With `back_to_back`, each round is
+    instead one compute pass holding all its dispatches, timed as a whole: wgpu inserts a
+    barrier between two dispatches of a pass only where one writes what the other uses, so
+    dispatches over independent buffers may overlap, as in a stream of independent work.
 
     Returns:
-        per timed round, the GPU time of each of its passes in nanoseconds.
+        per timed round, the GPU time of each of its passes in nanoseconds, or with
+        `back_to_back` a one-element list: the GPU time of the whole round.
     """
     timed = rounds[timed_from:]
-    queries = 2 * sum(len(r) for r in timed)
+    if back_to_back:
+        queries = 2 * len(timed)
+    else:
+        queries = 2 * sum(len(r) for r in timed)
     if queries > MAX_QUERIES:
         raise ValueError(f"{queries} timestamps asked for; one query set holds {MAX_QUERIES}")
     device = dev.device
@@ -73,6 +86,20 @@ def time_rounds(
         encoder = device.create_command_encoder()
         index = 0
         for r, passes in enumerate(rounds):
+            if back_to_back:
+                writes = None
+                if r >= timed_from:
+                    writes = {
+                        "query_set": query_set,
+                        "beginning_of_pass_write_index": index,
+                        "end_of_pass_write_index": index + 1,
+                    }
+                    index += 2
+                cpass = encoder.begin_compute_pass(timestamp_writes=writes)
+                for encode in passes:
+                    encode(cpass)
+                cpass.end()
+                continue
             for encode in passes:
                 writes = None
                 if r >= timed_from:
@@ -96,6 +123,8 @@ def time_rounds(
         for obj in (readback, resolve, query_set):
             obj.destroy()
     spans = (stamps[1::2] - stamps[0::2]).astype(float).tolist()
+    if back_to_back:
+        return [[span] for span in spans]
     out, start = [], 0
     for passes in timed:
         out.append(spans[start : start + len(passes)])

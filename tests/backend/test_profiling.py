@@ -78,8 +78,10 @@ def test_benchmark_runs_end_to_end(tmp_path: Path, runtimes: list[Runtime]) -> N
     from benchmarks.linear_q4gsw import main
 
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
-    args = ["--shapes", "64x24", "--m", "1,5", "--repeats", "2", "--warmup", "1"]
-    args += ["--ceiling-mib", "1", "--cold-mib", "0", "--group-size", "32"]
+    # the gpu preset on every device: --shapes alone must also drop its GEMV-only extra shape
+    args = ["--preset", "gpu", "--shapes", "64x24", "--m", "1,5", "--repeats", "2"]
+    args += ["--warmup", "1", "--ceiling-mib", "1", "--cold-mib", "0", "--burn-passes", "0"]
+    args += ["--group-size", "32"]
     assert main([*args, "--json", str(out_json), "--markdown", str(out_md)]) == 0
     result = json.loads(out_json.read_text())
     assert [(r["m"], r["kernel"]) for r in result["rows"]] == [(1, "q4gsw_gemv"), (5, "q4gsw_gemm")]
@@ -88,3 +90,65 @@ def test_benchmark_runs_end_to_end(tmp_path: Path, runtimes: list[Runtime]) -> N
         assert row["backend_diff"] is not None and row["backend_diff"] < 1e-5
         assert 0 <= max(row["utilization"].values()) < 1  # within the derived budget
     assert "| 64×24 | 1 | q4gsw_gemv |" in out_md.read_text()
+
+
+def test_back_to_back_timing_is_valid(vulkan: Runtime) -> None:
+    """Back-to-back batches: one positive span per call on both APIs, no validation message."""
+    from benchmarks.timing import vulkan_time_graph, webgpu_time_graph
+    from webgpu_backend import WebGPURuntime
+    from webgpu_backend.device import get_timing_device
+
+    ctx = vulkan.context  # type: ignore[attr-defined]
+    rt = WebGPURuntime(get_timing_device())
+    x = np.ones((1, 64), np.float32)
+    for time_graph, runtime in ((webgpu_time_graph, rt), (vulkan_time_graph, vulkan)):
+        graphs = [runtime.load(_graph()) for _ in range(3)]
+        try:
+            ctx.drain_messages()
+            (timing,) = time_graph(graphs, {"x": x}, repeats=3, warmup=1, batch=3)
+            assert (timing.op, timing.kernel) == ("lin", "q4gsw_gemv")
+            assert len(timing.times_ns) == 3 and min(timing.times_ns) > 0
+            assert ctx.drain_messages() == []
+        finally:
+            for g in graphs:
+                g.close()
+
+
+def test_benchmark_back_to_back_table(tmp_path: Path, runtimes: list[Runtime]) -> None:
+    from benchmarks.linear_q4gsw import main
+
+    out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
+    args = ["--shapes", "64x24", "--m", "1", "--gemv-shapes", "128x64", "--repeats", "2"]
+    args += ["--warmup", "1", "--ceiling-mib", "1", "--cold-mib", "0", "--group-size", "32"]
+    args += ["--back-to-back", "--batch", "3"]
+    assert main([*args, "--json", str(out_json), "--markdown", str(out_md)]) == 0
+    result = json.loads(out_json.read_text())
+    assert [(r["k"], r["n"], r["m"]) for r in result["rows"]] == [(64, 24, 1), (128, 64, 1)]
+    for row in result["rows"]:
+        assert row["batch"] == 3
+        for name in ("webgpu", "vulkan"):
+            assert row["b2b_us"][name] > 0 and row["b2b_read_same"][name] > 0
+    assert set(result["ceiling_b2b_gbps"]) == {"webgpu", "vulkan"}
+    assert "| 128×64 | 0.0 | b2b ×3 |" in out_md.read_text()
+
+
+def test_every_kept_gemv_variant_is_correct(tmp_path: Path, runtimes: list[Runtime]) -> None:
+    """The sweep builds each variant in benchmarks/shaders/gemv on both APIs, times it both
+    ways, and its outputs pass the reference check: docs/benchmarks.md's tables stay
+    reproducible, and a variant that stopped compiling or went wrong fails here."""
+    from benchmarks.gemv_sweep import VARIANT_DIR, main
+
+    stems = sorted({p.stem for p in VARIANT_DIR.glob("*.wgsl")})
+    assert stems == sorted({p.stem for p in VARIANT_DIR.glob("*.comp")})  # both APIs each
+    out_json = tmp_path / "sweep.json"
+    args = ["--variants", ";".join(stems), "--shapes", "256x64", "--repeats", "1"]
+    args += ["--warmup", "0", "--cold-mib", "0", "--ceiling-mib", "1", "--burn-passes", "0"]
+    args += ["--back-to-back", "--min-copies", "2", "--json", str(out_json)]
+    assert main(args) == 0
+    rows = [r for r in json.loads(out_json.read_text())["rows"] if r["variant"] != "read"]
+    assert [r["variant"] for r in rows] == stems
+    for row in rows:
+        for name in ("webgpu", "vulkan"):
+            assert 0 <= row[name]["err_budget"] < 1, (row["variant"], name)
+            assert row[name]["b2b_us"] > 0
+        assert row["backend_diff"] is not None and row["backend_diff"] < 1e-5
