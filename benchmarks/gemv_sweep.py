@@ -1,13 +1,13 @@
 """Tuning sweep of the q4gsw GEMV (M = 1): many kernel variants in one process, both backends.
 
-    python -m benchmarks.gemv_sweep --variants "shipped;v2:words=8,fan=2;shipped:lanes=128" \\
+    python -m benchmarks.gemv_sweep --variants "shipped;v10:words=8;shipped:lanes=128" \\
         --json sweep.json --markdown sweep.md
 
 A variant is `SOURCE[:key=value,...]`. SOURCE is `shipped` (the repo's wgsl/ and glsl/
 q4gsw_gemv) or the stem of a pair `benchmarks/shaders/gemv/<stem>.{wgsl,comp}`. Keys:
-`lanes` (lanes per workgroup), `cap` (grid cap), `words` (WORDS_PER_STEP), `prefetch` (0/1),
-`fan` (reduction fan-in), `nox` (1: diagnostic, x loads replaced by a constant, so the
-result is wrong and only the time means something), `nodecode` (1: diagnostic, the words
+`lanes` (lanes per workgroup), `cap` (grid cap), `words` (WORDS_PER_STEP), `nox` (1:
+diagnostic, x loads replaced by a constant, so the result is wrong and only the time means
+something), `nodecode` (1: diagnostic, the words
 are reinterpreted as floats instead of decoded, which removes the 16 integer-or and subtract
 instructions per word and row; wrong result), `warm` (1: diagnostic, one weight copy, so the
 weights come from L2 after the first call). Each variant is built from its own
@@ -68,18 +68,6 @@ CONSTANTS = {
         "const WORDS_PER_STEP: u32 = {}u;",
         "const uint WORDS_PER_STEP = {};",
     ),
-    "prefetch": (
-        r"const PREFETCH: bool = \w+;",
-        r"const bool PREFETCH = \w+;",
-        "const PREFETCH: bool = {};",
-        "const bool PREFETCH = {};",
-    ),
-    "fan": (
-        r"const FAN: u32 = \d+u;",
-        r"const uint FAN = \d+;",
-        "const FAN: u32 = {}u;",
-        "const uint FAN = {};",
-    ),
 }
 NOX = (
     (r"x\[2u \* word\]", "vec4<f32>(0.5)"),
@@ -106,7 +94,7 @@ def parse_variant(spec: str) -> dict[str, Any]:
     variant: dict[str, Any] = {"name": spec, "source": source}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
-        if key not in ("lanes", "cap", "words", "prefetch", "fan", "nox", "nodecode", "warm"):
+        if key not in ("lanes", "cap", "words", "nox", "nodecode", "warm"):
             raise SystemExit(f"sweep: unknown variant key {key!r} in {spec!r}")
         variant[key] = int(value)
     return variant
@@ -133,11 +121,8 @@ def shader_folders(variant: dict[str, Any], root: Path) -> tuple[Path, Path]:
         glsl = (VARIANT_DIR / f"{variant['source']}.comp").read_text()
     for key, (wpat, gpat, wnew, gnew) in CONSTANTS.items():
         if key in variant:
-            value = variant[key]
-            if key == "prefetch":
-                value = "true" if value else "false"
-            wgsl = _substitute(wgsl, wpat, wnew.format(value), variant["name"])
-            glsl = _substitute(glsl, gpat, gnew.format(value), variant["name"])
+            wgsl = _substitute(wgsl, wpat, wnew.format(variant[key]), variant["name"])
+            glsl = _substitute(glsl, gpat, gnew.format(variant[key]), variant["name"])
     if variant.get("nox"):
         for pattern, new in NOX:
             target = glsl if pattern.startswith("t_") else wgsl

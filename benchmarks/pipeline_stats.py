@@ -1,6 +1,6 @@
 """The driver's statistics of the GEMV variants' Vulkan pipelines (registers, spills, ...).
 
-    python -m benchmarks.pipeline_stats --variants "shipped;v4:words=8" [--lanes 64]
+    python -m benchmarks.pipeline_stats --variants "shipped;v10:words=8" [--lanes 64]
 
 Builds each variant's `q4gsw_gemv.comp` (see `benchmarks.gemv_sweep` for the variant syntax)
 into a compute pipeline on a device of its own created with

@@ -34,8 +34,8 @@ var<workgroup> partial: array<vec2<f32>, wg_size>;
 
 // Nibble j of a half-word sits at bits 4j. OR-ing it into the mantissa of 2^23 gives
 // 2^23 + q * 16^j; one fused multiply-add by 16^-j (exact: a power of two) minus
-// (2^23 * 16^-j + 8) gives q - 8 exactly, unscaled: the decode costs what v1's does (one
-// LOP3 and one FADD per nibble) but the 8 products then chain into one sum without v1's
+// (2^23 * 16^-j + 8) gives q - 8 exactly, unscaled: the decode costs what the shipped kernel's does (one
+// LOP3 and one FADD per nibble) but the 8 products then chain into one sum without its
 // vec4 multiply and 16^-j fold (25 instead of 28 operations per word and row).
 // (Vector constants are function-scope: naga 0.32 fails to apply pipeline overrides to a
 // module that has a module-scope vector const and an override-sized array.)

@@ -1,6 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // op: linear_q4gsw, kernel q4gsw_gemv — contract: harness/ops/linear_q4gsw.py
+// Sweep variant v7 = the shipped kernel with unchecked full steps and a constant scale-index step.
 // Cooperative GEMV for M == 1 (K % 8 == 0, group_size % 8 == 0). A workgroup computes the two
 // adjacent columns 2p and 2p+1 and grid-strides over column pairs. Lane l takes weight words
 // l, l + local size, ... of both rows, WORDS_PER_STEP words per step with every load of a

@@ -1,4 +1,5 @@
 // op: linear_q4gsw, kernel q4gsw_gemv — contract: harness/ops/linear_q4gsw.py
+// Sweep variant v7 = the shipped kernel with unchecked full steps and a constant scale-index step.
 // Cooperative GEMV for M == 1 (K % 8 == 0, group_size % 8 == 0). A workgroup computes the two
 // adjacent columns 2p and 2p+1 and grid-strides over column pairs. Lane l takes weight words
 // l, l + wg_size, ... of both rows, WORDS_PER_STEP words per step with every load of a step

@@ -1,7 +1,7 @@
 #version 450
 #extension GL_GOOGLE_include_directive : require
 // op: linear_q4gsw, kernel q4gsw_gemv — contract: harness/ops/linear_q4gsw.py
-// Sweep variant v8 = v1 with the decode of word_dot changed (see nibbles).
+// Sweep variant v8 = the shipped kernel with the decode of word_dot changed (see nibbles).
 // Cooperative GEMV for M == 1 (K % 8 == 0, group_size % 8 == 0). A workgroup computes the two
 // adjacent columns 2p and 2p+1 and grid-strides over column pairs. Lane l takes weight words
 // l, l + local size, ... of both rows, WORDS_PER_STEP words per step with every load of a
@@ -29,8 +29,8 @@ shared vec2 partial[gl_WorkGroupSize.x];
 
 // Nibble j of a half-word sits at bits 4j. OR-ing it into the mantissa of 2^23 gives
 // 2^23 + q * 16^j; one fused multiply-add by 16^-j (exact: a power of two) minus
-// (2^23 * 16^-j + 8) gives q - 8 exactly, unscaled: the decode costs what v1's does (one
-// LOP3 and one FADD per nibble) but the 8 products then chain into one sum without v1's
+// (2^23 * 16^-j + 8) gives q - 8 exactly, unscaled: the decode costs what the shipped kernel's does (one
+// LOP3 and one FADD per nibble) but the 8 products then chain into one sum without its
 // vec4 multiply and 16^-j fold (25 instead of 28 operations per word and row).
 const uvec4 MAGIC = uvec4(0x4B000000u);
 const uvec4 NIBBLE_MASKS = uvec4(0xFu, 0xF0u, 0xF00u, 0xF000u);
