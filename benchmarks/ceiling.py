@@ -153,10 +153,38 @@ class WebGPUBurn:
         self.params.destroy()
 
 
-def _read_rounds(encoders: Sequence[Encoder], count: int, batch: int) -> list[list[Encoder]]:
-    """`count` rounds of max(batch, 1) reads each, rotating over the encoders."""
+def _timed_reads(
+    time_rounds: Callable[..., list[list[float]]],
+    handle: Any,
+    read: Any,
+    burn: Any,
+    *,
+    repeats: int,
+    warmup: int,
+    burn_passes: int,
+    batch: int,
+) -> list[float]:
+    """Time `read`'s encoders through one API's `time_rounds`, then free `read` and `burn`.
+
+    `warmup + repeats` rounds of max(batch, 1) reads each, rotating over the encoders, after
+    `burn_passes` clock warm-up rounds; a round's time over its number of reads.
+    """
     per = max(batch, 1)
-    return [[encoders[(r * per + i) % len(encoders)] for i in range(per)] for r in range(count)]
+    encoders = read.encoders
+    try:
+        rounds = burn.rounds(burn_passes) if burn else []
+        rounds += [
+            [encoders[(r * per + i) % len(encoders)] for i in range(per)]
+            for r in range(warmup + repeats)
+        ]
+        timed = time_rounds(
+            handle, rounds, timed_from=len(rounds) - repeats, back_to_back=batch > 0
+        )
+        return [r[0] / per for r in timed]
+    finally:
+        read.close()
+        if burn:
+            burn.close()
 
 
 def webgpu_read_times(
@@ -173,19 +201,16 @@ def webgpu_read_times(
 
     With `batch` > 0: per timed batch of `batch` back-to-back reads, its time over `batch`.
     """
-    read = WebGPURead(dev, nbytes, copies, batch)
-    burn = WebGPUBurn(dev) if burn_passes else None
-    try:
-        rounds = burn.rounds(burn_passes) if burn else []
-        rounds += _read_rounds(read.encoders, warmup + repeats, batch)
-        timed = wg_profiling.time_rounds(
-            dev, rounds, timed_from=len(rounds) - repeats, back_to_back=batch > 0
-        )
-        return [r[0] / max(batch, 1) for r in timed]
-    finally:
-        read.close()
-        if burn:
-            burn.close()
+    return _timed_reads(
+        wg_profiling.time_rounds,
+        dev,
+        WebGPURead(dev, nbytes, copies, batch),
+        WebGPUBurn(dev) if burn_passes else None,
+        repeats=repeats,
+        warmup=warmup,
+        burn_passes=burn_passes,
+        batch=batch,
+    )
 
 
 # ---------------------------------------------------------------------------------- Vulkan
@@ -406,16 +431,13 @@ def vulkan_read_times(
 
     With `batch` > 0: per timed batch of `batch` back-to-back reads, its time over `batch`.
     """
-    read = VulkanRead(ctx, nbytes, copies, batch)
-    burn = VulkanBurn(ctx) if burn_passes else None
-    try:
-        rounds = burn.rounds(burn_passes) if burn else []
-        rounds += _read_rounds(read.encoders, warmup + repeats, batch)
-        timed = vk_profiling.time_rounds(
-            ctx, rounds, timed_from=len(rounds) - repeats, back_to_back=batch > 0
-        )
-        return [r[0] / max(batch, 1) for r in timed]
-    finally:
-        read.close()
-        if burn:
-            burn.close()
+    return _timed_reads(
+        vk_profiling.time_rounds,
+        ctx,
+        VulkanRead(ctx, nbytes, copies, batch),
+        VulkanBurn(ctx) if burn_passes else None,
+        repeats=repeats,
+        warmup=warmup,
+        burn_passes=burn_passes,
+        batch=batch,
+    )
