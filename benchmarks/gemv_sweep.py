@@ -7,13 +7,15 @@ A variant is `SOURCE[:key=value,...]`. SOURCE is `shipped` (the repo's wgsl/ and
 q4gsw_gemv) or the stem of a pair `benchmarks/shaders/gemv/<stem>.{wgsl,comp}`. Keys:
 `lanes` (lanes per workgroup), `cap` (grid cap), `words` (WORDS_PER_STEP), `nox` (1:
 diagnostic, x loads replaced by a constant, so the result is wrong and only the time means
-something), `nodecode` (1: diagnostic, the words
-are reinterpreted as floats instead of decoded, which removes the 16 integer-or and subtract
-instructions per word and row; wrong result), `warm` (1: diagnostic, one weight copy, so the
-weights come from L2 after the first call). Each variant is built from its own
-shader folder (a temporary copy of wgsl/ or glsl/ with the GEMV replaced), so pipelines of
-different variants never mix; lanes and cap are patched into both backends' op modules for
-the variant's graphs only.
+something), `nodecode` (1: diagnostic, `nibbles` reinterprets the half-word as floats
+instead of decoding it, which removes the decode's 16 or and add/fma instructions per word
+and row; wrong result), `warm` (1: diagnostic, one weight copy, so the
+weights come from L2 after the first call), `constgroup` (1: the WGSL reads the group size as
+a compile-time constant, the sweep's `--group-size`, instead of from the params uniform, as
+the GLSL does through a specialization constant; results stay right). Each variant is built
+from its own shader folder (a temporary copy of wgsl/ or glsl/ with the GEMV replaced), so
+pipelines of different variants never mix; lanes and cap are patched into both backends' op
+modules for the variant's graphs only.
 
 Everything else is as in `benchmarks.linear_q4gsw` (same graphs, cold weights rotated over
 copies, GPU timestamps after a clock warm-up in the same submit, the read ceiling of each API
@@ -76,15 +78,13 @@ NOX = (
     (r"t_x\[2 \* word \+ 1\]", "vec4(0.25)"),
 )
 
+# nibbles(h) returns the half-word reinterpreted as floats instead of decoded
 NODECODE = (
     (
-        "fma(nibbles(w >> 16u), hi, nibbles(w) * lo)",
-        "fma(bitcast<vec4<f32>>(vec4<u32>(w >> 16u)), hi, bitcast<vec4<f32>>(vec4<u32>(w)) * lo)",
+        r"(fn nibbles\(h: u32\) -> vec4<f32> \{.*?)return [^;]*;",
+        r"\1return bitcast<vec4<f32>>(vec4<u32>(h));",
     ),
-    (
-        "fma(nibbles(w >> 16), hi, nibbles(w) * lo)",
-        "fma(uintBitsToFloat(uvec4(w >> 16)), hi, uintBitsToFloat(uvec4(w)) * lo)",
-    ),
+    (r"(vec4 nibbles\(uint h\) \{.*?)return [^;]*;", r"\1return uintBitsToFloat(uvec4(h));"),
 )
 
 
@@ -94,20 +94,20 @@ def parse_variant(spec: str) -> dict[str, Any]:
     variant: dict[str, Any] = {"name": spec, "source": source}
     for item in filter(None, rest.split(",")):
         key, _, value = item.partition("=")
-        if key not in ("lanes", "cap", "words", "nox", "nodecode", "warm"):
+        if key not in ("lanes", "cap", "words", "nox", "nodecode", "warm", "constgroup"):
             raise SystemExit(f"sweep: unknown variant key {key!r} in {spec!r}")
         variant[key] = int(value)
     return variant
 
 
 def _substitute(text: str, pattern: str, new: str, what: str) -> str:
-    text, count = re.subn(pattern, new, text)
+    text, count = re.subn(pattern, new, text, flags=re.S)
     if count == 0:
         raise SystemExit(f"sweep: {what}: pattern {pattern!r} not found")
     return text
 
 
-def shader_folders(variant: dict[str, Any], root: Path) -> tuple[Path, Path]:
+def shader_folders(variant: dict[str, Any], root: Path, group_size: int) -> tuple[Path, Path]:
     """(wgsl folder, glsl folder) holding the variant's q4gsw_gemv and the repo's q4gsw_gemm."""
     wgsl_dir, glsl_dir = root / "wgsl", root / "glsl"
     wgsl_dir.mkdir(parents=True)
@@ -131,9 +131,11 @@ def shader_folders(variant: dict[str, Any], root: Path) -> tuple[Path, Path]:
                 glsl = target
             else:
                 wgsl = target
+    if variant.get("constgroup"):
+        wgsl = _substitute(wgsl, r"params\.group_size", f"{group_size}u", variant["name"])
     if variant.get("nodecode"):
-        wgsl = _substitute(wgsl, re.escape(NODECODE[0][0]), NODECODE[0][1], variant["name"])
-        glsl = _substitute(glsl, re.escape(NODECODE[1][0]), NODECODE[1][1], variant["name"])
+        wgsl = _substitute(wgsl, *NODECODE[0], variant["name"])
+        glsl = _substitute(glsl, *NODECODE[1], variant["name"])
     (wgsl_dir / "q4gsw_gemv.wgsl").write_text(wgsl)
     (glsl_dir / "q4gsw_gemv.comp").write_text(glsl)
     return wgsl_dir, glsl_dir
@@ -217,7 +219,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
     variants = [parse_variant(v) for v in args.variants.split(";") if v]
     tmp = Path(tempfile.mkdtemp(prefix="gemv-sweep-"))
-    folders = {v["name"]: shader_folders(v, tmp / f"v{i}") for i, v in enumerate(variants)}
+    folders = {
+        v["name"]: shader_folders(v, tmp / f"v{i}", args.group_size) for i, v in enumerate(variants)
+    }
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
     for k, n in args.shapes:

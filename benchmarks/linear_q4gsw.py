@@ -35,10 +35,10 @@ Presets: `gpu` (K×N 4096×4096, 4096×14336, 14336×4096; M 1, 128, 512, 2048; 
 alone, M = 1, at 8192×28672 (117 MB of packed weights, Llama-3-70B's gate/up projection); a 1
 GiB ceiling) and `cpu` (a reduced set for lavapipe, a CPU far too slow for the LLM shapes).
 `auto` picks `cpu` when an adapter is a CPU. The GEMV's lanes per workgroup and grid cap can
-be overridden to tune them on a GPU (both backends alike), and so can its words per lane per
-step (WORDS_PER_STEP in wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp) and its source
-(`--gemv-variant`, a pair in benchmarks/shaders/gemv/); `benchmarks.gemv_sweep` times many
-such variants in one process.
+be overridden to tune them on a GPU (both backends alike), and so can its source
+(`--gemv-variant`, a pair in benchmarks/shaders/gemv/) and that variant's words per lane per
+step (WORDS_PER_STEP; the shipped kernel's step is written out for 4 words, and asking it for
+another count is an error); `benchmarks.gemv_sweep` times many such variants in one process.
 
 Needs: numpy, wgpu, vulkan, a Vulkan driver, and glslc on PATH (the Vulkan runtime compiles
 its GLSL; see docs/benchmarks.md for running it on a machine without a package index).
@@ -85,6 +85,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
 }
 MAX_COPIES = 16
+# --backends names: vulkan_robust is the Vulkan runtime on a device with the robust buffer
+# access features wgpu enables on every WebGPU device (vulkan_ref.instance.get_context)
+BACKEND_LABELS = {"webgpu": "WebGPU", "vulkan": "Vulkan", "vulkan_robust": "Vulkan robust"}
 # Back-to-back mode: at least this many weight copies (so a batch holds at least this many
 # independent calls), and the batch of the ceiling's reads (one 1 GiB buffer, own sinks).
 MIN_B2B_COPIES = 4
@@ -115,7 +118,7 @@ class Row:
     stream_bytes: int = 0
     copies: int = 0
     batch: int = 0  # calls per back-to-back batch (0: single mode only)
-    backend_diff: float | None = None  # max |webgpu - vulkan| / max |out|
+    backend_diff: float | None = None  # max over backends of max |b - first| / max |first|
     # max error / derived budget (harness model) over the first CHECK_ROWS rows, per backend
     utilization: dict[str, float] = field(default_factory=dict)
 
@@ -160,14 +163,14 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
                         lambda dev=dev: WebGPUBurn(dev),
                     )
                 )
-            elif name == "vulkan":
+            elif name in ("vulkan", "vulkan_robust"):
                 from benchmarks.ceiling import VulkanBurn, vulkan_read_times
                 from benchmarks.timing import vulkan_time_graph
                 from vulkan_ref import VulkanRuntime
                 from vulkan_ref.instance import get_context
                 from vulkan_ref.profiling import timestamp_period_ns
 
-                ctx = get_context(validation)
+                ctx = get_context(validation, robust=name == "vulkan_robust")
                 rt = VulkanRuntime(ctx)
                 info = rt.info() | {"timestamp_period_ns": timestamp_period_ns(ctx)}
                 out.append(
@@ -184,7 +187,9 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
                     )
                 )
             else:
-                raise ValueError(f"unknown backend {name!r}; choose webgpu, vulkan")
+                raise ValueError(
+                    f"unknown backend {name!r}; choose from {', '.join(BACKEND_LABELS)}"
+                )
         except BackendUnavailable as err:
             print(f"bench: {name} unavailable, skipped: {err}", file=sys.stderr)
     return out
@@ -245,7 +250,10 @@ def set_gemv_source(variant: str | None, words: int | None) -> None:
     if words is not None:
         patched, count = re.subn(WGSL_WORDS, f"const WORDS_PER_STEP: u32 = {words}u;", source)
         if count != 1:
-            raise SystemExit(f"bench: {WGSL_WORDS!r} not found once in the GEMV's WGSL")
+            raise SystemExit(
+                f"bench: {WGSL_WORDS!r} not found once in the GEMV's WGSL; --gemv-words "
+                "needs a --gemv-variant that has it (the shipped kernel is written for 4)"
+            )
         text, count = re.subn(GLSL_WORDS, f"const uint WORDS_PER_STEP = {words};", text)
         if count != 1:
             raise SystemExit(f"bench: {GLSL_WORDS!r} not found once in the GEMV's GLSL")
@@ -441,10 +449,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if burner is not None:
                     burner.close()
         for m, row in shape_rows.items():
-            if len(outputs[m]) == 2:
-                a, b = outputs[m].values()
-                scale = float(np.abs(a).max()) or 1.0
-                row.backend_diff = float(np.abs(a.astype(np.float64) - b).max()) / scale
+            if len(outputs[m]) >= 2:
+                first, *others = outputs[m].values()
+                scale = float(np.abs(first).max()) or 1.0
+                row.backend_diff = max(
+                    float(np.abs(first.astype(np.float64) - b).max()) / scale for b in others
+                )
             rows.append(row)
     return {
         "preset": preset,
@@ -470,7 +480,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     """The results as a Markdown table (one row per K×N and M)."""
     names = result["backends"]
-    label = {"webgpu": "WebGPU", "vulkan": "Vulkan"}
+    label = BACKEND_LABELS
     lines = []
     cfg = result["config"]
     for name in names:
@@ -493,7 +503,7 @@ def markdown(result: dict[str, Any]) -> str:
     head = ["K×N", "M", "kernel"]
     for name in names:
         head += [f"{label[name]} µs", f"{label[name]} rate"]
-    head += ["GEMV / ceiling", "err / budget", "WebGPU−Vulkan", "read of same bytes"]
+    head += ["GEMV / ceiling", "err / budget", "backend diff", "read of same bytes"]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for row in result["rows"]:
@@ -525,7 +535,7 @@ def gemv_modes(result: dict[str, Any]) -> list[str]:
     rows = [r for r in result["rows"] if r.get("batch") and r["kernel"] == "q4gsw_gemv"]
     if not rows:
         return []
-    label = {"webgpu": "WebGPU", "vulkan": "Vulkan"}
+    label = BACKEND_LABELS
 
     def rate_text(v: float) -> str:
         return f"{v:.0f}" if v >= 100 else f"{v:.3g}"
@@ -600,7 +610,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         help="shape set: 'cpu' is reduced for lavapipe (auto: by adapter type)",
     )
-    parser.add_argument("--backends", default="webgpu,vulkan", help="comma-separated backends")
+    parser.add_argument(
+        "--backends",
+        default="webgpu,vulkan",
+        help="comma-separated, from webgpu, vulkan, vulkan_robust (Vulkan with the robust "
+        "buffer access wgpu enables)",
+    )
     parser.add_argument(
         "--shapes",
         type=_shapes,
@@ -646,7 +661,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--gemv-words",
         type=int,
         default=None,
-        help="tuning: GEMV weight words per lane per step (WORDS_PER_STEP)",
+        help="tuning: weight words per lane per step (WORDS_PER_STEP) of a --gemv-variant",
     )
     parser.add_argument(
         "--gemv-max-workgroups", type=int, default=None, help="tuning: GEMV grid cap"

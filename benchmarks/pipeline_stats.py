@@ -113,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gemv-stats-"))
     for i, spec in enumerate(v for v in args.variants.split(";") if v):
         variant = parse_variant(spec)
-        _, glsl_dir = shader_folders(variant, tmp / f"v{i}")
+        _, glsl_dir = shader_folders(variant, tmp / f"v{i}", args.group_size)
         code = compile_glsl("q4gsw_gemv", {}, glsl_dir)
         module = vk.vkCreateShaderModule(
             device, vk.VkShaderModuleCreateInfo(codeSize=len(code), pCode=code), None

@@ -39,6 +39,8 @@ class VulkanContext:
     properties: Any
     memory_properties: Any
     validation: bool
+    # robust buffer access features enabled on the device (opt-in, `get_context(robust=True)`)
+    robustness: tuple[str, ...] = ()
     messages: list[str] = field(default_factory=list)
     _keepalive: list[Any] = field(default_factory=list)
 
@@ -66,6 +68,7 @@ class VulkanContext:
             "adapter_type": _DEVICE_TYPES.get(p.deviceType, str(p.deviceType)),
             "max_workgroups_per_dim": self.max_workgroup_count[0],
             "validation": self.validation,
+            "robustness": "+".join(self.robustness) or "off",
             **self.driver_properties(),
         }
 
@@ -111,11 +114,15 @@ _PREFERENCE = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 
 
 @functools.cache
-def get_context(validation: bool | None = None) -> VulkanContext:
-    """The process-wide Vulkan context (created on first use).
+def get_context(validation: bool | None = None, robust: bool = False) -> VulkanContext:
+    """The process-wide Vulkan context (created on first use), one per pair of settings.
 
     Args:
         validation: enable VK_LAYER_KHRONOS_validation; None reads VULKAN_PARITY_VALIDATION.
+        robust: enable the robust buffer access features the device offers
+            (`robustBufferAccess`, and VK_EXT_robustness2's `robustBufferAccess2`), as
+            wgpu does for every WebGPU device; for benchmarks that compare like with like.
+            Parity runs keep the default (off), as a native Vulkan backend would.
 
     Raises:
         BackendUnavailable: no loader, no device, or validation asked for but not installed.
@@ -165,7 +172,17 @@ def get_context(validation: bool | None = None) -> VulkanContext:
     queue_info = vk.VkDeviceQueueCreateInfo(
         queueFamilyIndex=family, queueCount=1, pQueuePriorities=priorities
     )
-    device_info = vk.VkDeviceCreateInfo(queueCreateInfoCount=1, pQueueCreateInfos=[queue_info])
+    features, robustness, device_exts = None, (), []
+    if robust:
+        features, robustness, device_exts, chain = _robustness(physical)
+        keepalive.append(chain)  # must outlive vkCreateDevice: cffi frees unreferenced structs
+    device_info = vk.VkDeviceCreateInfo(
+        pNext=features,
+        queueCreateInfoCount=1,
+        pQueueCreateInfos=[queue_info],
+        enabledExtensionCount=len(device_exts),
+        ppEnabledExtensionNames=device_exts,
+    )
     device = vk.vkCreateDevice(physical, device_info, None)
     queue = vk.vkGetDeviceQueue(device, family, 0)
     pool_info = vk.VkCommandPoolCreateInfo(
@@ -182,9 +199,36 @@ def get_context(validation: bool | None = None) -> VulkanContext:
         properties=vk.vkGetPhysicalDeviceProperties(physical),
         memory_properties=vk.vkGetPhysicalDeviceMemoryProperties(physical),
         validation=validation,
+        robustness=robustness,
         messages=messages,
         _keepalive=keepalive,
     )
+
+
+def _robustness(physical: Any) -> tuple[Any, tuple[str, ...], list[str], list[Any]]:
+    """(VkPhysicalDeviceFeatures2 to enable, names enabled, device extensions needed, the
+    structs it points to, which the caller keeps alive).
+
+    Only what the device supports is asked for: robustBufferAccess (core), then
+    robustBufferAccess2 where VK_EXT_robustness2 is offered and supports it.
+    """
+    supported = vk.vkGetPhysicalDeviceFeatures(physical)
+    exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(physical, None)}
+    names: list[str] = []
+    device_exts: list[str] = []
+    chain = None
+    if "VK_EXT_robustness2" in exts:
+        query = vk.VkPhysicalDeviceRobustness2FeaturesEXT()
+        vk.vkGetPhysicalDeviceFeatures2(physical, vk.VkPhysicalDeviceFeatures2(pNext=query))
+        if query.robustBufferAccess2:
+            chain = vk.VkPhysicalDeviceRobustness2FeaturesEXT(robustBufferAccess2=vk.VK_TRUE)
+            device_exts.append("VK_EXT_robustness2")
+            names.append("robustBufferAccess2")
+    core = vk.VkPhysicalDeviceFeatures(robustBufferAccess=supported.robustBufferAccess)
+    if supported.robustBufferAccess:
+        names.insert(0, "robustBufferAccess")
+    features = vk.VkPhysicalDeviceFeatures2(pNext=chain, features=core)
+    return features, tuple(names), device_exts, [chain, core]
 
 
 def _pick_physical_device(instance: Any) -> Any:

@@ -120,33 +120,47 @@ def test_benchmark_back_to_back_table(tmp_path: Path, runtimes: list[Runtime]) -
     out_json, out_md = tmp_path / "bench.json", tmp_path / "bench.md"
     args = ["--shapes", "64x24", "--m", "1", "--gemv-shapes", "128x64", "--repeats", "2"]
     args += ["--warmup", "1", "--ceiling-mib", "1", "--cold-mib", "0", "--group-size", "32"]
-    args += ["--back-to-back", "--batch", "3"]
+    args += ["--back-to-back", "--batch", "3", "--validation"]
+    args += ["--backends", "webgpu,vulkan,vulkan_robust"]
     assert main([*args, "--json", str(out_json), "--markdown", str(out_md)]) == 0
     result = json.loads(out_json.read_text())
     assert [(r["k"], r["n"], r["m"]) for r in result["rows"]] == [(64, 24, 1), (128, 64, 1)]
+    names = {"webgpu", "vulkan", "vulkan_robust"}
     for row in result["rows"]:
         assert row["batch"] == 3
-        for name in ("webgpu", "vulkan"):
+        for name in names:
             assert row["b2b_us"][name] > 0 and row["b2b_read_same"][name] > 0
-    assert set(result["ceiling_b2b_gbps"]) == {"webgpu", "vulkan"}
+        assert row["backend_diff"] is not None and row["backend_diff"] < 1e-5
+    assert set(result["ceiling_b2b_gbps"]) == names
+    # the robust device really has robust buffer access (lavapipe and NVIDIA offer both)
+    assert result["adapters"]["vulkan"]["robustness"] == "off"
+    assert "robustBufferAccess" in result["adapters"]["vulkan_robust"]["robustness"]
     assert "| 128×64 | 0.0 | b2b ×3 |" in out_md.read_text()
 
 
-def test_every_kept_gemv_variant_is_correct(tmp_path: Path, runtimes: list[Runtime]) -> None:
+@pytest.mark.parametrize("group_size", [128, 192])
+def test_every_kept_gemv_variant_is_correct(
+    tmp_path: Path, runtimes: list[Runtime], group_size: int
+) -> None:
     """The sweep builds each variant in benchmarks/shaders/gemv on both APIs, times it both
     ways, and its outputs pass the reference check: docs/benchmarks.md's tables stay
-    reproducible, and a variant that stopped compiling or went wrong fails here."""
+    reproducible, and a variant that stopped compiling or went wrong fails here.
+
+    K = 4992 (624 words) runs unchecked full steps and a partial last step of up to two
+    words at 64 lanes; K = 384 only a partial one; group size 192 (24 words) does not divide
+    the lanes, so the scale index advances the unaligned way; N = 5 leaves an odd column."""
     from benchmarks.gemv_sweep import VARIANT_DIR, main
 
     stems = sorted({p.stem for p in VARIANT_DIR.glob("*.wgsl")})
     assert stems == sorted({p.stem for p in VARIANT_DIR.glob("*.comp")})  # both APIs each
     out_json = tmp_path / "sweep.json"
-    args = ["--variants", ";".join(stems), "--shapes", "256x64", "--repeats", "1"]
+    args = ["--variants", ";".join(stems), "--shapes", "384x64,4992x5", "--repeats", "1"]
+    args += ["--group-size", str(group_size)]
     args += ["--warmup", "0", "--cold-mib", "0", "--ceiling-mib", "1", "--burn-passes", "0"]
     args += ["--back-to-back", "--min-copies", "2", "--json", str(out_json)]
     assert main(args) == 0
     rows = [r for r in json.loads(out_json.read_text())["rows"] if r["variant"] != "read"]
-    assert [r["variant"] for r in rows] == stems
+    assert [r["variant"] for r in rows] == stems * 2
     for row in rows:
         for name in ("webgpu", "vulkan"):
             assert 0 <= row[name]["err_budget"] < 1, (row["variant"], name)
