@@ -28,6 +28,10 @@ struct Params {
 @group(0) @binding(5) var<uniform> params: Params;
 
 override wg_size: u32 = 64u;  // a power of two: the tree reduction halves it
+// The graph's group size (the host passes it, as the GLSL gets it through a specialization
+// constant): the scale-index arithmetic below then folds at pipeline creation (2-5 % on an
+// H200 back to back, docs/benchmarks.md); params.group_size serves the GEMM.
+override group_size: u32 = 128u;
 const STEP_WORDS: u32 = 4u;  // words per lane and row in flight; the full step is written for 4
 
 var<workgroup> partial: array<vec2<f32>, wg_size>;
@@ -102,7 +106,7 @@ fn main(
     // once per lane instead of once per word), as an index into scales. When wg_size is a
     // multiple of the group's words (`aligned`), every word of a lane advances the index by
     // index_step; otherwise r tracks the word's place in its group.
-    let group_words = params.group_size / 8u;
+    let group_words = group_size / 8u;
     let aligned = wg_size % group_words == 0u;
     let g_first = lane / group_words;
     let r_first = lane % group_words;

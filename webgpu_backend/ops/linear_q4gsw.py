@@ -109,7 +109,13 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     bindings = {"writes": [out], "reads": [x, weight, scales, bias_buffer], "params": params}
     gemm = graph.add_dispatch(node, "q4gsw_gemm", workgroup_size=GEMM_WORKGROUP, **bindings)
     gemv = (
-        graph.add_dispatch(node, "q4gsw_gemv", workgroup_size=GEMV_LANES, **bindings)
+        graph.add_dispatch(
+            node,
+            "q4gsw_gemv",
+            workgroup_size=GEMV_LANES,
+            constants={"group_size": group_size},  # a pipeline per group size, as on Vulkan
+            **bindings,
+        )
         if gemv_supported(k, group_size)
         else None
     )

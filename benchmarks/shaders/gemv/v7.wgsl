@@ -28,6 +28,7 @@ struct Params {
 @group(0) @binding(5) var<uniform> params: Params;
 
 override wg_size: u32 = 64u;  // a power of two: the tree reduction halves it
+override group_size: u32 = 128u;  // passed by the host; this variant reads params.group_size
 const WORDS_PER_STEP: u32 = 4u;  // independent weight words in flight per lane and row
 
 var<workgroup> partial: array<vec2<f32>, wg_size>;
