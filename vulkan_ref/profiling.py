@@ -122,11 +122,10 @@ def time_rounds(
         `back_to_back` a one-element list: the GPU time of the whole round.
     """
     mask = _valid_mask(ctx)
-    timed = rounds[timed_from:]
-    if back_to_back:
-        queries = 2 * len(timed)
-    else:
-        queries = 2 * sum(len(r) for r in timed)
+    # A group follows one barrier and is bracketed by one timestamp pair: one dispatch each,
+    # or a whole round back to back.
+    groups = [[list(r)] if back_to_back else [[rec] for rec in r] for r in rounds]
+    queries = 2 * sum(len(g) for g in groups[timed_from:])
     pool = vk.vkCreateQueryPool(
         ctx.device,
         vk.VkQueryPoolCreateInfo(queryType=vk.VK_QUERY_TYPE_TIMESTAMP, queryCount=max(queries, 2)),
@@ -136,29 +135,18 @@ def time_rounds(
 
         def record(cb: Any) -> None:
             vk.vkCmdResetQueryPool(cb, pool, 0, max(queries, 2))
+            stage = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
             index = 0
-            for r, recorders in enumerate(rounds):
-                if back_to_back:
+            for r, round_groups in enumerate(groups):
+                for group in round_groups:
                     _barrier(cb)
-                    stage = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
                     if r >= timed_from:
                         vk.vkCmdWriteTimestamp(cb, stage, pool, index)
-                    for rec in recorders:
+                    for rec in group:
                         rec(cb)
                     if r >= timed_from:
                         vk.vkCmdWriteTimestamp(cb, stage, pool, index + 1)
                         index += 2
-                    continue
-                for rec in recorders:
-                    _barrier(cb)
-                    if r >= timed_from:
-                        stage = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
-                        vk.vkCmdWriteTimestamp(cb, stage, pool, index)
-                        rec(cb)
-                        vk.vkCmdWriteTimestamp(cb, stage, pool, index + 1)
-                        index += 2
-                    else:
-                        rec(cb)
 
         _submit_and_wait(ctx, record)
         data = vk.ffi.new("uint64_t[]", max(queries, 2))
@@ -178,12 +166,10 @@ def time_rounds(
         vk.vkDestroyQueryPool(ctx.device, pool, None)
     period = timestamp_period_ns(ctx)
     spans = [((stamps[i + 1] - stamps[i]) & mask) * period for i in range(0, queries, 2)]
-    if back_to_back:
-        return [[span] for span in spans]
     out, start = [], 0
-    for recorders in timed:
-        out.append(spans[start : start + len(recorders)])
-        start += len(recorders)
+    for round_groups in groups[timed_from:]:
+        out.append(spans[start : start + len(round_groups)])
+        start += len(round_groups)
     return out
 
 

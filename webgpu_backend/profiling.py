@@ -66,11 +66,10 @@ def time_rounds(
         per timed round, the GPU time of each of its passes in nanoseconds, or with
         `back_to_back` a one-element list: the GPU time of the whole round.
     """
-    timed = rounds[timed_from:]
-    if back_to_back:
-        queries = 2 * len(timed)
-    else:
-        queries = 2 * sum(len(r) for r in timed)
+    # A group is what one compute pass holds and one timestamp pair brackets: one pass each,
+    # or a whole round back to back.
+    groups = [[list(r)] if back_to_back else [[p] for p in r] for r in rounds]
+    queries = 2 * sum(len(g) for g in groups[timed_from:])
     if queries > MAX_QUERIES:
         raise ValueError(f"{queries} timestamps asked for; one query set holds {MAX_QUERIES}")
     device = dev.device
@@ -85,8 +84,8 @@ def time_rounds(
     try:
         encoder = device.create_command_encoder()
         index = 0
-        for r, passes in enumerate(rounds):
-            if back_to_back:
+        for r, round_groups in enumerate(groups):
+            for group in round_groups:
                 writes = None
                 if r >= timed_from:
                     writes = {
@@ -96,21 +95,8 @@ def time_rounds(
                     }
                     index += 2
                 cpass = encoder.begin_compute_pass(timestamp_writes=writes)
-                for encode in passes:
+                for encode in group:
                     encode(cpass)
-                cpass.end()
-                continue
-            for encode in passes:
-                writes = None
-                if r >= timed_from:
-                    writes = {
-                        "query_set": query_set,
-                        "beginning_of_pass_write_index": index,
-                        "end_of_pass_write_index": index + 1,
-                    }
-                    index += 2
-                cpass = encoder.begin_compute_pass(timestamp_writes=writes)
-                encode(cpass)
                 cpass.end()
         if queries:
             encoder.resolve_query_set(query_set, 0, queries, resolve, 0)
@@ -123,12 +109,10 @@ def time_rounds(
         for obj in (readback, resolve, query_set):
             obj.destroy()
     spans = (stamps[1::2] - stamps[0::2]).astype(float).tolist()
-    if back_to_back:
-        return [[span] for span in spans]
     out, start = [], 0
-    for passes in timed:
-        out.append(spans[start : start + len(passes)])
-        start += len(passes)
+    for round_groups in groups[timed_from:]:
+        out.append(spans[start : start + len(round_groups)])
+        start += len(round_groups)
     return out
 
 
