@@ -18,7 +18,7 @@ buffers (own weight copies, own outputs), or wgpu puts barriers between them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,22 +27,38 @@ from benchmarks.ceiling import VulkanBurn, WebGPUBurn
 from webgpu_backend.profiling import KernelTiming
 
 
-def _batched(per_graph: Sequence[Sequence[Any]], batch: int, count: int) -> list[list[Any]]:
-    """`count` rounds of `batch` consecutive graph calls each, rotating over the graphs."""
+def _time_calls(
+    time_rounds: Callable[..., list[list[float]]],
+    handle: Any,
+    per_graph: Sequence[Sequence[tuple[str, str, Any]]],
+    burn: WebGPUBurn | VulkanBurn | None,
+    *,
+    repeats: int,
+    warmup: int,
+    burn_passes: int,
+    batch: int,
+) -> list[KernelTiming]:
+    """Time recorded graph calls through one API's `time_rounds` (see the module docstring).
+
+    `per_graph[g]` holds (op, kernel, encoder) per running dispatch of graph g. Each round
+    holds max(batch, 1) consecutive graph calls, rotating over the graphs.
+    """
+    per = max(batch, 1)
     n = len(per_graph)
-    return [
-        [e for i in range(batch) for _, _, e in per_graph[(r * batch + i) % n]]
-        for r in range(count)
+    rounds = burn.rounds(burn_passes) if burn is not None and burn_passes else []
+    rounds += [
+        [e for i in range(per) for _, _, e in per_graph[(r * per + i) % n]]
+        for r in range(warmup + repeats)
     ]
-
-
-def _per_call(
-    slots: Sequence[tuple[str, str]], times: Sequence[Sequence[float]], batch: int
-) -> KernelTiming:
-    """One timing per graph call: each back-to-back round's GPU time over `batch`."""
-    op = "+".join(dict.fromkeys(op for op, _ in slots))
-    kernel = "+".join(kernel for _, kernel in slots)
-    return KernelTiming(op, kernel, tuple(t[0] / batch for t in times))
+    times = time_rounds(handle, rounds, timed_from=len(rounds) - repeats, back_to_back=batch > 0)
+    slots = [(op, kernel) for op, kernel, _ in per_graph[0]]
+    if batch > 0:  # one timing per graph call, its dispatches joined by '+'
+        op = "+".join(dict.fromkeys(op for op, _ in slots))
+        kernel = "+".join(kernel for _, kernel in slots)
+        return [KernelTiming(op, kernel, tuple(t[0] / batch for t in times))]
+    return [
+        KernelTiming(op, kernel, tuple(t[i] for t in times)) for i, (op, kernel) in enumerate(slots)
+    ]
 
 
 def webgpu_time_graph(
@@ -61,25 +77,16 @@ def webgpu_time_graph(
     """
     from webgpu_backend import profiling
 
-    dev = graphs[0].dev
-    per_graph = []
-    for graph in graphs:
-        graph.execute(inputs)
-        running = [d for d in graph.dispatches if d.count > 0]
-        per_graph.append([(d.op, d.kernel, profiling.dispatch_encoder(dev, d)) for d in running])
-    slots = [(op, kernel) for op, kernel, _ in per_graph[0]]
-    rounds = burn.rounds(burn_passes) if burn is not None and burn_passes else []
-    if batch > 0:
-        rounds += _batched(per_graph, batch, warmup + repeats)
-        times = profiling.time_rounds(
-            dev, rounds, timed_from=len(rounds) - repeats, back_to_back=True
-        )
-        return [_per_call(slots, times, batch)]
-    rounds += [[e for _, _, e in per_graph[r % len(graphs)]] for r in range(warmup + repeats)]
-    times = profiling.time_rounds(dev, rounds, timed_from=len(rounds) - repeats)
-    return [
-        KernelTiming(op, kernel, tuple(t[i] for t in times)) for i, (op, kernel) in enumerate(slots)
-    ]
+    return _time_calls(
+        profiling.time_rounds,
+        graphs[0].dev,
+        profiling.graph_encoders(graphs, inputs),
+        burn,
+        repeats=repeats,
+        warmup=warmup,
+        burn_passes=burn_passes,
+        batch=batch,
+    )
 
 
 def vulkan_time_graph(
@@ -97,25 +104,14 @@ def vulkan_time_graph(
     With `batch` > 0, one KernelTiming per call of the graph (its dispatches joined by '+').
     """
     from vulkan_ref import profiling
-    from vulkan_ref.graph import DispatchNode
 
-    per_graph = []
-    for graph in graphs:
-        graph.execute(inputs)
-        running = [
-            n for n in graph.nodes if isinstance(n, DispatchNode) and n.logical_count != (0, 0, 0)
-        ]
-        per_graph.append([(n.op, n.kernel, profiling.node_recorder(graph, n)) for n in running])
-    slots = [(op, kernel) for op, kernel, _ in per_graph[0]]
-    rounds = burn.rounds(burn_passes) if burn is not None and burn_passes else []
-    if batch > 0:
-        rounds += _batched(per_graph, batch, warmup + repeats)
-        times = profiling.time_rounds(
-            graphs[0].ctx, rounds, timed_from=len(rounds) - repeats, back_to_back=True
-        )
-        return [_per_call(slots, times, batch)]
-    rounds += [[e for _, _, e in per_graph[r % len(graphs)]] for r in range(warmup + repeats)]
-    times = profiling.time_rounds(graphs[0].ctx, rounds, timed_from=len(rounds) - repeats)
-    return [
-        KernelTiming(op, kernel, tuple(t[i] for t in times)) for i, (op, kernel) in enumerate(slots)
-    ]
+    return _time_calls(
+        profiling.time_rounds,
+        graphs[0].ctx,
+        profiling.graph_recorders(graphs, inputs),
+        burn,
+        repeats=repeats,
+        warmup=warmup,
+        burn_passes=burn_passes,
+        batch=batch,
+    )

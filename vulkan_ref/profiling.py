@@ -13,7 +13,8 @@ dispatches, so dispatches over independent buffers may overlap, and one span per
 Two levels, as in `webgpu_backend.profiling`:
 - `time_rounds` times arbitrary recorded dispatches (a benchmark's own kernels);
 - `time_graph` times the dispatches a loaded `ComputeGraph` runs for given inputs, rotating
-  over several identical graphs with their own weights.
+  over several identical graphs with their own weights; `graph_recorders` gives its
+  recorded dispatches to callers that build their own rounds (`benchmarks.timing`).
 """
 
 from __future__ import annotations
@@ -206,6 +207,23 @@ def node_recorder(graph: ComputeGraph, node: DispatchNode) -> Recorder:
     return record
 
 
+def graph_recorders(
+    graphs: Sequence[ComputeGraph], inputs: Mapping[str, np.ndarray | int]
+) -> list[list[tuple[str, str, Recorder]]]:
+    """Execute each graph once with `inputs`; per graph, (op, kernel, recorder) of every
+    dispatch node that runs at these sizes, in graph order."""
+    if not graphs:
+        raise ValueError("timing needs at least one loaded graph, got none")
+    per_graph = []
+    for graph in graphs:
+        graph.execute(inputs)
+        running = [
+            n for n in graph.nodes if isinstance(n, DispatchNode) and n.logical_count != (0, 0, 0)
+        ]
+        per_graph.append([(n.op, n.kernel, node_recorder(graph, n)) for n in running])
+    return per_graph
+
+
 def time_graph(
     graphs: Sequence[ComputeGraph],
     inputs: Mapping[str, np.ndarray | int],
@@ -219,15 +237,7 @@ def time_graph(
     r replays the running dispatch nodes of `graphs[r % len(graphs)]`, `warmup` untimed
     rounds followed by `repeats` timed ones, all in one submit.
     """
-    if not graphs:
-        raise ValueError("time_graph needs at least one graph")
-    per_graph = []
-    for graph in graphs:
-        graph.execute(inputs)
-        running = [
-            n for n in graph.nodes if isinstance(n, DispatchNode) and n.logical_count != (0, 0, 0)
-        ]
-        per_graph.append([(n.op, n.kernel, node_recorder(graph, n)) for n in running])
+    per_graph = graph_recorders(graphs, inputs)
     slots = [(op, kernel) for op, kernel, _ in per_graph[0]]
     rounds = [[rec for _, _, rec in per_graph[r % len(graphs)]] for r in range(warmup + repeats)]
     times = time_rounds(graphs[0].ctx, rounds, timed_from=warmup)

@@ -11,7 +11,8 @@ Two levels:
   pass with timestamps only at its start and end;
 - `time_graph` times the dispatches a loaded `WebGPUGraph` runs for given inputs, rotating
   over several identical graphs with their own weights so that repeated calls read their
-  weights from memory rather than from a warm cache.
+  weights from memory rather than from a warm cache; `graph_encoders` gives its recorded
+  dispatches to callers that build their own rounds (`benchmarks.timing`).
 """
 
 from __future__ import annotations
@@ -130,6 +131,22 @@ def dispatch_encoder(dev: WebGPUDevice, dispatch: Dispatch) -> PassEncoder:
     return encode
 
 
+def graph_encoders(
+    graphs: Sequence[WebGPUGraph], inputs: Mapping[str, np.ndarray | int]
+) -> list[list[tuple[str, str, PassEncoder]]]:
+    """Execute each graph once with `inputs`; per graph, (op, kernel, encoder) of every
+    dispatch that runs at these sizes, in graph order."""
+    if not graphs:
+        raise ValueError("timing needs at least one loaded graph, got none")
+    dev = graphs[0].dev
+    per_graph = []
+    for graph in graphs:
+        graph.execute(inputs)
+        running = [d for d in graph.dispatches if d.count > 0]
+        per_graph.append([(d.op, d.kernel, dispatch_encoder(dev, d)) for d in running])
+    return per_graph
+
+
 def time_graph(
     graphs: Sequence[WebGPUGraph],
     inputs: Mapping[str, np.ndarray | int],
@@ -147,17 +164,10 @@ def time_graph(
         graphs: one graph, or several identical graphs (same ops, own constants) loaded on
             the same timing device.
     """
-    if not graphs:
-        raise ValueError("time_graph needs at least one graph")
-    dev = graphs[0].dev
-    per_graph = []
-    for graph in graphs:
-        graph.execute(inputs)
-        running = [d for d in graph.dispatches if d.count > 0]
-        per_graph.append([(d.op, d.kernel, dispatch_encoder(dev, d)) for d in running])
+    per_graph = graph_encoders(graphs, inputs)
     slots = [(op, kernel) for op, kernel, _ in per_graph[0]]
     rounds = [[enc for _, _, enc in per_graph[r % len(graphs)]] for r in range(warmup + repeats)]
-    times = time_rounds(dev, rounds, timed_from=warmup)
+    times = time_rounds(graphs[0].dev, rounds, timed_from=warmup)
     return [
         KernelTiming(op, kernel, tuple(t[i] for t in times)) for i, (op, kernel) in enumerate(slots)
     ]
