@@ -387,8 +387,19 @@ def load_bundle(path: str | Path) -> Bundle:
         )
     try:
         case = Case.load(path / "case")
-    except (GraphFormatError, OSError, KeyError, ValueError) as err:
-        raise BundleError(f"{path / 'case'}: the case cannot be read: {err}") from None
+    except GraphFormatError as err:  # its message names the file
+        raise BundleError(str(err)) from None
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        raise BundleError(f"{path / 'case' / 'case.json'}: not a case description: {err}") from None
+    shaders = doc.get("shaders", {})
+    if not isinstance(shaders, dict):
+        raise BundleError(f"{path / 'bundle.json'}: 'shaders' must map files to sha256s")
+    for rel in sorted(shaders):
+        if not (path / "shaders" / rel).is_file():
+            raise BundleError(
+                f"{path / 'shaders' / rel}: missing: bundle.json lists it among the shaders "
+                "the run used (the bundle is incomplete; copy it whole)"
+            )
     return Bundle(path, doc, case)
 
 

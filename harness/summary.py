@@ -4,10 +4,13 @@
 JSONL records, so a report can be rebuilt from a killed run, re-rendered later, or merged
 from shards. summary.json (format `parity-summary/1`) holds:
 
-- `status`, `complete`, `exit_status` (0: no unexpected divergence and every required
-  coverage cell filled, 1: otherwise);
+- `status`, `complete`, `exit_status` (the exit status of the command that wrote the
+  summary: for `parity run` its own, from its tallies (0, 1, 3, 130); for `report` and
+  `merge` the records' verdict: 0 no unexpected divergence and every required coverage cell
+  filled, 1 otherwise);
 - `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
-  duration), `adapters` (per backend: adapter, driver, API), `versions`, `duration_s`;
+  the run's exit status, duration), `adapters` (per backend: adapter, driver, API),
+  `versions`, `duration_s`;
 - `totals`: distinct cases, steps, divergent / unexpected / known cases, findings;
 - `per_family` and `per_op`: cases, steps, divergent cases, divergences by class;
 - `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
@@ -190,6 +193,7 @@ def summarize(
                 "shard": _shard_text(r),
                 "device": device_label(r.get("adapters", {})),
                 "status": r.get("status", "running"),
+                "exit_status": r.get("exit_status"),  # the run process's own, once finalized
                 "stop_reason": r.get("stop_reason"),
                 "errors": r.get("errors", []),
                 "duration_s": r.get("duration_s"),
