@@ -241,8 +241,9 @@ def write_bundle(
     runtimes: Sequence[Runtime] | None = None,
     shader_dirs: Mapping[str, Path] | None = None,
     shrunk: bool = True,
+    provisional: bool = False,
 ) -> Path:
-    """Write the bundle of one failing case.
+    """Write the bundle of one failing case (bundle.json last: it marks the bundle whole).
 
     Args:
         record: the case's JSONL record (harness.records.case_record).
@@ -250,6 +251,8 @@ def write_bundle(
         runtimes: when given, the case is re-run to capture evidence arrays.
         shader_dirs: the shader folders the run used (default: the repo's).
         shrunk: whether Hypothesis finished shrinking it (False for an interrupted run).
+        provisional: the first divergent case of a bug, written as soon as it was seen; the
+            chunk's finding replaces it when the chunk ends (a killed run keeps it).
     """
     folder.mkdir(parents=True, exist_ok=True)
     case.save(folder / "case")
@@ -266,6 +269,7 @@ def write_bundle(
         "family": record.get("family"),
         "chunk": record.get("chunk"),
         "shrunk": shrunk,
+        "provisional": provisional,
         "signatures": sorted({d["signature"] for d in record.get("divergences", [])}),
         "divergences": record.get("divergences", []),
         "max_utilization": record.get("max_utilization"),
@@ -327,7 +331,11 @@ def _readme(doc: Mapping[str, Any]) -> str:
         f"# Repro bundle {doc['id']}",
         "",
         f"Family `{doc['family']}`, chunk `{doc['chunk']}`, case `{doc['case_id']}`"
-        + ("" if doc["shrunk"] else " (not fully shrunk: the run was interrupted)")
+        + (
+            " (provisional: the first divergent case seen; the run ended before its chunk did)"
+            if doc.get("provisional")
+            else ("" if doc["shrunk"] else " (not fully shrunk: the run was interrupted)")
+        )
         + ".",
         "",
         "Signatures (op type | class | blamed backend | regime):",

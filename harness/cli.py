@@ -654,6 +654,8 @@ def _write_merge(out: Path, shards: list[Any], runs: list[dict[str, Any]]) -> in
                 for f in record.get("findings", []) if record["record"] == "chunk" else []:
                     if f.get("bundle") in renames:
                         f["bundle"] = renames[f["bundle"]]
+                if record.get("provisional_bundle") in renames:
+                    record["provisional_bundle"] = renames[record["provisional_bundle"]]
                 writer.write(record)
     finally:
         writer.close()

@@ -330,6 +330,13 @@ def record_problem(record: Mapping[str, Any]) -> str | None:
         problem = _name_problem("chunk", record["chunk"], _CHUNK_ID)
     if problem is None and record["record"] == "case":
         problem = _name_problem("case_id", record["case_id"], _PLAIN_NAME)
+        bundle = record.get("provisional_bundle")
+        if problem is None and bundle is not None:
+            problem = (
+                _name_problem("provisional_bundle", bundle, _BUNDLE_PATH)
+                if isinstance(bundle, str)
+                else f"field 'provisional_bundle' must be a string, got {_json_type(bundle)}"
+            )
     return problem
 
 

@@ -132,8 +132,15 @@ class _ChunkState:
     chunk: Chunk
     seq: int = 0
     unexpected_found: bool = False
-    # Smallest divergent case per signature set: the findings of an interrupted chunk.
+    # Smallest divergent case per bug: the findings of an interrupted chunk.
     best: dict[tuple[str, ...], tuple[Case, dict[str, Any]]] = field(default_factory=dict)
+    # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`).
+    provisional: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+
+def _bug_key(record: Mapping[str, Any]) -> tuple[str, ...]:
+    """One key per bug (op, class, blame), whatever regime it showed in."""
+    return tuple(sorted({d["signature"].rsplit("|", 1)[0] for d in record["divergences"]}))
 
 
 def _size(case: Case) -> tuple[int, int]:
@@ -403,6 +410,7 @@ class RunSession:
         duration = time.monotonic() - started
         record = self._chunk_record(chunk, status, state.seq, findings, duration, reason)
         self.writer.write(record)
+        self._drop_provisional(state, findings)
         self._progress(force=True, current=chunk)
 
     def _check(self, state: _ChunkState, case: Case) -> None:
@@ -430,8 +438,19 @@ class RunSession:
         nondeterministic = repeat is not None and not repeat.deterministic
         record["unexpected"] = len(unexpected)
         record["shard"] = str(self.config.shard)
+        # The first divergent case of each bug gets a provisional bundle at once, so that a
+        # run killed while Hypothesis shrinks still leaves a replayable finding; its record
+        # names it (written first: a kill mid-bundle leaves no bundle.json, and no claim).
+        key = _bug_key(record)
+        provisional = None
+        if (unexpected or nondeterministic) and key not in state.provisional:
+            provisional = self._bundle_id(chunk, record)
+            state.provisional[key] = f"bundles/{provisional}"
+            record["provisional_bundle"] = state.provisional[key]
         state.seq += 1
         self.writer.write(record)
+        if provisional is not None:
+            self._write_bundle(chunk, provisional, case, record, shrunk=False, provisional=True)
         self.coverage.merge(record.get("coverage") or {})
         self.ops_run.update(record["ops"])
         t = self.totals
@@ -450,8 +469,6 @@ class RunSession:
                 target(min(value, 1e6), label=f"{op_type} error/budget")
         if unexpected or nondeterministic:
             state.unexpected_found = True
-            # One candidate per bug (op, class, blame), whatever regime it showed in.
-            key = tuple(sorted({r["signature"].rsplit("|", 1)[0] for r in record["divergences"]}))
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
@@ -484,22 +501,9 @@ class RunSession:
             if self.config.repeats:
                 repeat = classify(case, self.runtimes, self.config.repeats)
                 record["repeatability"] = repeat.to_json()
-            bundle_id = f"{chunk.family}-{chunk.index}-{record['case_id']}"
-            folder = self.config.out / "bundles" / bundle_id
-            try:
-                write_bundle(
-                    folder,
-                    case,
-                    record,
-                    run=self.meta,
-                    runtimes=self.runtimes,
-                    shader_dirs=self.config.shader_dirs,
-                    shrunk=shrunk,
-                )
-                bundle: str | None = f"bundles/{bundle_id}"
-            except Exception as err:  # the finding stays in the records even without it
-                self.errors.append(f"{chunk.id}: bundle {bundle_id}: {_describe(err)}")
-                bundle = None
+            bundle = self._write_bundle(
+                chunk, self._bundle_id(chunk, record), case, record, shrunk=shrunk
+            )
             out.append(
                 {
                     "case_id": record["case_id"],
@@ -512,6 +516,45 @@ class RunSession:
                 }
             )
         return out
+
+    @staticmethod
+    def _bundle_id(chunk: Chunk, record: Mapping[str, Any]) -> str:
+        return f"{chunk.family}-{chunk.index}-{record['case_id']}"
+
+    def _write_bundle(
+        self,
+        chunk: Chunk,
+        bundle_id: str,
+        case: Case,
+        record: Mapping[str, Any],
+        *,
+        shrunk: bool,
+        provisional: bool = False,
+    ) -> str | None:
+        """Write one bundle; its path in the run folder, or None if it could not be written
+        (the finding stays in the records, and the run's errors say why)."""
+        try:
+            write_bundle(
+                self.config.out / "bundles" / bundle_id,
+                case,
+                record,
+                run=self.meta,
+                runtimes=self.runtimes,
+                shader_dirs=self.config.shader_dirs,
+                shrunk=shrunk,
+                provisional=provisional,
+            )
+        except Exception as err:
+            self.errors.append(f"{chunk.id}: bundle {bundle_id}: {_describe(err)}")
+            return None
+        return f"bundles/{bundle_id}"
+
+    def _drop_provisional(self, state: _ChunkState, findings: list[dict[str, Any]]) -> None:
+        """Remove the chunk's provisional bundles that its findings replaced."""
+        kept = {f["bundle"] for f in findings}
+        for path in state.provisional.values():
+            if path not in kept:
+                shutil.rmtree(self.config.out / path, ignore_errors=True)
 
     # ------------------------------------------------------------------ progress
 

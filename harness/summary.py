@@ -315,10 +315,11 @@ def _findings(
     for (source, chunk, _), r in cases.items():
         if (source, chunk) in finished or not r.get("unexpected"):
             continue
-        # One provisional finding per bug (op, class, blame), whatever regime it showed in.
+        # One provisional finding per bug (op, class, blame), whatever regime it showed in:
+        # the case with a provisional bundle (replayable), else the smallest seen.
         bug = sorted({d["signature"].rsplit("|", 1)[0] for d in r["divergences"]})
         key = (source, chunk, tuple(bug))
-        if key not in best or _case_size(r) < _case_size(best[key]):
+        if key not in best or _provisional_rank(r) < _provisional_rank(best[key]):
             best[key] = r
     for (source, chunk, _), r in sorted(best.items(), key=lambda kv: kv[0]):
         add(
@@ -330,9 +331,14 @@ def _findings(
                 "unexpected": r["unexpected"],
                 "provisional": True,
                 "shrunk": False,
+                "bundle": r.get("provisional_bundle"),
             },
         )
     return out
+
+
+def _provisional_rank(record: Mapping[str, Any]) -> tuple[int, tuple[int, int]]:
+    return (0 if record.get("provisional_bundle") else 1, _case_size(record))
 
 
 def _overall_status(statuses: Sequence[str], complete: bool) -> str:

@@ -134,6 +134,9 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> dict[s
     summary["merged"] = data.merged
     if exit_status is not None:
         summary["exit_status"] = int(exit_status)
+    for f in summary["findings"]:
+        if f.get("bundle") and not (data.path / f["bundle"] / "bundle.json").is_file():
+            f["bundle"] = None  # a provisional bundle that a kill cut short
     out = data.path
     write_json(out / "summary.json", summary)
     (out / "junit.xml").write_text(junit_xml(summary, data.records), encoding="utf-8")
