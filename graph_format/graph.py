@@ -215,7 +215,8 @@ class Graph:
         if isinstance(doc, dict) and doc.get("constants_file"):
             npz_path = json_path.parent / str(doc["constants_file"])
             try:
-                with np.load(npz_path, allow_pickle=False) as archive:
+                # Our own handle: np.load leaks its own when the archive is damaged.
+                with npz_path.open("rb") as handle, np.load(handle, allow_pickle=False) as archive:
                     constants = {k: archive[k] for k in archive.files}
             except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
                 raise GraphFormatError(

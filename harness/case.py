@@ -80,7 +80,8 @@ class Case:
         steps: list[StepInputs] = [dict(s.get("ints", {})) for s in doc["steps"]]
         steps_path = folder / doc.get("steps_file", "steps.npz")
         try:
-            with np.load(steps_path, allow_pickle=False) as npz:
+            # Our own handle: np.load leaks its own when the archive is damaged.
+            with steps_path.open("rb") as handle, np.load(handle, allow_pickle=False) as npz:
                 for key in npz.files:
                     index, name = key.split("/", 1)
                     steps[int(index)][name] = npz[key]

@@ -217,7 +217,8 @@ def _evidence(path: Path) -> dict[str, np.ndarray]:
         RecordError: the archive is truncated or damaged.
     """
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        # Our own handle: np.load leaks its own when the archive is damaged.
+        with path.open("rb") as handle, np.load(handle, allow_pickle=False) as npz:
             return {k: npz[k] for k in npz.files}
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise RecordError(
