@@ -293,6 +293,7 @@ def test_a_killed_run_leaves_no_stale_lock(
     live_run: tuple[subprocess.Popen[bytes], Path],
 ) -> None:
     proc, out = live_run
+    assert f'"pid": {proc.pid},' in (out / ".parity.lock.json").read_text()  # it held the lock
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     report = parity("report", out)
