@@ -55,7 +55,7 @@ from harness.records import (
     write_json,
 )
 from harness.report import MERGE_FORMAT, load_run, merged_meta, render_report
-from harness.runlock import LOCK_FILES, RunFolderBusy, RunFolderLock, command_line
+from harness.runlock import LOCK_FILES, LockUnavailable, RunFolderLock, command_line
 from harness.session import RunConfig, RunFolderError, RunSession
 from harness.strategies import FAMILIES, family_for_op
 
@@ -72,7 +72,7 @@ INPUT_ERRORS = (
     BundleError,
     ExpectationsError,
     RunFolderError,
-    RunFolderBusy,
+    LockUnavailable,
     BackendUnavailable,
 )
 

@@ -296,7 +296,6 @@ _DIVERGENCE_FIELDS: dict[str, type | tuple[type, ...]] = {
 _CHUNK_FIELDS: dict[str, type | tuple[type, ...]] = {
     "chunk": str,
     "status": str,
-    "cases": int,
     "findings": list,
 }
 _FINDING_FIELDS: dict[str, type | tuple[type, ...]] = {

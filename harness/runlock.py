@@ -27,7 +27,11 @@ HOLDER_FILE = ".parity.lock.json"
 LOCK_FILES = frozenset({LOCK_FILE, HOLDER_FILE})
 
 
-class RunFolderBusy(RuntimeError):
+class LockUnavailable(RuntimeError):
+    """A folder's lock cannot be taken; the message names the folder and why."""
+
+
+class RunFolderBusy(LockUnavailable):
     """Another live parity process holds the folder; the message names it."""
 
 
@@ -44,7 +48,7 @@ class RunFolderLock:
 
         Raises:
             RunFolderBusy: another process holds it.
-            OSError: the folder cannot hold the lock file (missing, unwritable).
+            LockUnavailable: the folder cannot hold the lock file (missing, unwritable).
         """
         try:
             self._lock.acquire(blocking=False)
@@ -53,6 +57,10 @@ class RunFolderLock:
             raise RunFolderBusy(
                 f"{self.folder}: in use by another parity process ({holder}); wait for it to "
                 "finish or pick another folder"
+            ) from None
+        except OSError as err:  # after Timeout, which is one
+            raise LockUnavailable(
+                f"{self.folder / LOCK_FILE}: cannot take the folder's lock: {err.strerror or err}"
             ) from None
         holder = {
             "pid": os.getpid(),
@@ -103,6 +111,7 @@ __all__ = [
     "HOLDER_FILE",
     "LOCK_FILE",
     "LOCK_FILES",
+    "LockUnavailable",
     "RunFolderBusy",
     "RunFolderLock",
     "command_line",
