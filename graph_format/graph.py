@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -214,11 +215,13 @@ class Graph:
         if isinstance(doc, dict) and doc.get("constants_file"):
             npz_path = json_path.parent / str(doc["constants_file"])
             try:
-                with np.load(npz_path, allow_pickle=False) as archive:
+                # Our own handle: np.load leaks its own when the archive is damaged.
+                with npz_path.open("rb") as handle, np.load(handle, allow_pickle=False) as archive:
                     constants = {k: archive[k] for k in archive.files}
-            except (OSError, ValueError) as err:
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
                 raise GraphFormatError(
-                    f"{json_path}: constants_file {npz_path.name!r} cannot be read: {err}"
+                    f"{npz_path}: constants_file of {json_path.name} cannot be read (truncated "
+                    f"or damaged?): {type(err).__name__}: {err}"
                 ) from None
         return cls.from_json(doc, constants, source=str(json_path))
 

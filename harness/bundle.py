@@ -241,8 +241,9 @@ def write_bundle(
     runtimes: Sequence[Runtime] | None = None,
     shader_dirs: Mapping[str, Path] | None = None,
     shrunk: bool = True,
+    provisional: bool = False,
 ) -> Path:
-    """Write the bundle of one failing case.
+    """Write the bundle of one failing case (bundle.json last: it marks the bundle whole).
 
     Args:
         record: the case's JSONL record (harness.records.case_record).
@@ -250,6 +251,8 @@ def write_bundle(
         runtimes: when given, the case is re-run to capture evidence arrays.
         shader_dirs: the shader folders the run used (default: the repo's).
         shrunk: whether Hypothesis finished shrinking it (False for an interrupted run).
+        provisional: the first divergent case of a bug, written as soon as it was seen; the
+            chunk's finding replaces it when the chunk ends (a killed run keeps it).
     """
     folder.mkdir(parents=True, exist_ok=True)
     case.save(folder / "case")
@@ -266,6 +269,7 @@ def write_bundle(
         "family": record.get("family"),
         "chunk": record.get("chunk"),
         "shrunk": shrunk,
+        "provisional": provisional,
         "signatures": sorted({d["signature"] for d in record.get("divergences", [])}),
         "divergences": record.get("divergences", []),
         "max_utilization": record.get("max_utilization"),
@@ -327,7 +331,11 @@ def _readme(doc: Mapping[str, Any]) -> str:
         f"# Repro bundle {doc['id']}",
         "",
         f"Family `{doc['family']}`, chunk `{doc['chunk']}`, case `{doc['case_id']}`"
-        + ("" if doc["shrunk"] else " (not fully shrunk: the run was interrupted)")
+        + (
+            " (provisional: the first divergent case seen; the run ended before its chunk did)"
+            if doc.get("provisional")
+            else ("" if doc["shrunk"] else " (not fully shrunk: the run was interrupted)")
+        )
         + ".",
         "",
         "Signatures (op type | class | blamed backend | regime):",
@@ -387,8 +395,19 @@ def load_bundle(path: str | Path) -> Bundle:
         )
     try:
         case = Case.load(path / "case")
-    except (GraphFormatError, OSError, KeyError, ValueError) as err:
-        raise BundleError(f"{path / 'case'}: the case cannot be read: {err}") from None
+    except GraphFormatError as err:  # its message names the file
+        raise BundleError(str(err)) from None
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        raise BundleError(f"{path / 'case' / 'case.json'}: not a case description: {err}") from None
+    shaders = doc.get("shaders", {})
+    if not isinstance(shaders, dict):
+        raise BundleError(f"{path / 'bundle.json'}: 'shaders' must map files to sha256s")
+    for rel in sorted(shaders):
+        if not (path / "shaders" / rel).is_file():
+            raise BundleError(
+                f"{path / 'shaders' / rel}: missing: bundle.json lists it among the shaders "
+                "the run used (the bundle is incomplete; copy it whole)"
+            )
     return Bundle(path, doc, case)
 
 

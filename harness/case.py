@@ -7,6 +7,7 @@ its constants, every step's inputs, and a `case.json` that names them.
 from __future__ import annotations
 
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,10 +78,18 @@ class Case:
             raise GraphFormatError(f"{folder}: not a case folder ({err})") from None
         graph = Graph.load(folder / doc.get("graph", "graph.json"))
         steps: list[StepInputs] = [dict(s.get("ints", {})) for s in doc["steps"]]
-        with np.load(folder / doc.get("steps_file", "steps.npz"), allow_pickle=False) as npz:
-            for key in npz.files:
-                index, name = key.split("/", 1)
-                steps[int(index)][name] = npz[key]
+        steps_path = folder / doc.get("steps_file", "steps.npz")
+        try:
+            # Our own handle: np.load leaks its own when the archive is damaged.
+            with steps_path.open("rb") as handle, np.load(handle, allow_pickle=False) as npz:
+                for key in npz.files:
+                    index, name = key.split("/", 1)
+                    steps[int(index)][name] = npz[key]
+        except (OSError, ValueError, EOFError, IndexError, zipfile.BadZipFile) as err:
+            raise GraphFormatError(
+                f"{steps_path}: not a readable .npz of step inputs (truncated or damaged?): "
+                f"{type(err).__name__}: {err}"
+            ) from None
         # Keep each step's inputs in graph order, as they were recorded.
         ordered = [{n: s[n] for n in graph.inputs if n in s} | s for s in steps]
         return cls(graph, ordered, doc.get("name", folder.name), doc.get("meta", {}))

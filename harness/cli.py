@@ -3,15 +3,15 @@
     parity run      [--families F,..|--ops OP,..] [--profile quick|pr|nightly] [--seed N]
                     [--max-examples N] [--time-budget S] [--shard I/N] [--out DIR] ...
     parity report   RUN_DIR              re-render summary, JUnit XML and HTML from records
-    parity merge    OUT SHARD_DIR...     merge shards of one plan into one report
+    parity merge    --out OUT SHARD_DIR...  merge shards of one plan into one report
     parity replay   BUNDLE               rerun a repro bundle without Hypothesis
     parity regress  BUNDLE               keep a bundle as a permanent regression test
     parity list                          families, ops, kernel variants, adapters
 
-Exit status: 0 when no unexpected divergence was found (known ones allowed; for `replay`:
-the bug is fixed), 1 when one was (`replay`: it still diverges), 2 for a usage or set-up
-error (bad arguments or input files, no Vulkan driver: the message names the package to
-install). A run stopped by SIGINT/SIGTERM still writes its report and exits 130/143.
+Exit statuses: `harness.exitcodes` (the table in `parity --help`). Every failure goes
+through `main`: bad input is one line `parity CMD: <file>[:line]: <what is wrong>` (status
+2), anything unexpected prints its traceback (status 3). Output to a closed pipe (`parity
+list | head`) is dropped quietly and the command finishes.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import sys
+import tempfile
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from harness.bundle import (
     load_bundle,
     replay,
 )
+from harness.exitcodes import ExitStatus, exit_table
 from harness.expectations import (
     DEFAULT_FILE,
     Expectations,
@@ -52,24 +54,37 @@ from harness.records import (
     read_records,
     write_json,
 )
-from harness.report import load_run, merged_meta, render_report
+from harness.report import MERGE_FORMAT, load_run, merged_meta, render_report
+from harness.runlock import LOCK_FILES, LockUnavailable, RunFolderLock, command_line
 from harness.session import RunConfig, RunFolderError, RunSession
-from harness.strategies import FAMILIES
+from harness.strategies import FAMILIES, family_for_op
 
 REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
 
 
 class UsageError(Exception):
-    """Bad arguments or input: reported in one line, exit status 2."""
+    """Bad arguments: reported after the command's usage line, exit status 2."""
 
 
-def _parser() -> argparse.ArgumentParser:
+# Errors that mean bad input or set-up: one line, exit status 2 (each names its file).
+INPUT_ERRORS = (
+    RecordError,
+    BundleError,
+    ExpectationsError,
+    RunFolderError,
+    LockUnavailable,
+    BackendUnavailable,
+)
+
+
+def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The command's parser and each subcommand's (for their own usage lines)."""
     parser = argparse.ArgumentParser(
         prog="parity",
         description="Vulkan-parity differential testing of the WebGPU backend: generated "
         "dynamic-shape cases run in lockstep on WebGPU and Vulkan.",
-        epilog="Exit status: 0 no unexpected divergence, 1 divergences found, 2 usage or "
-        "set-up error.",
+        epilog="exit status:\n" + exit_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -88,8 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--ops",
         default=None,
-        help="comma-separated op types; runs the case family of each (default: none; "
-        "combined with --families when both are given)",
+        help="comma-separated op types (any `parity list` shows); runs the op's own case "
+        "family, or the most focused family that exercises it (view_copy: view) (default: "
+        "none; combined with --families when both are given)",
     )
     run.add_argument(
         "--profile",
@@ -130,7 +146,10 @@ def _parser() -> argparse.ArgumentParser:
         help="run only shard I of N (1-based) of the plan's chunks (default: 1/1)",
     )
     run.add_argument(
-        "--out", default="reports/latest", help="output folder (default: reports/latest)"
+        "--out",
+        default="reports/latest",
+        help="output folder (default: reports/latest); an earlier run there is replaced (and "
+        "named on stderr); a folder holding anything else is refused",
     )
     db = run.add_mutually_exclusive_group()
     db.add_argument(
@@ -173,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--repeats",
-        type=int,
+        type=_non_negative_int,
         default=3,
         metavar="N",
         help="re-runs per backend of every divergent case, to classify it as deterministic "
@@ -199,15 +218,27 @@ def _parser() -> argparse.ArgumentParser:
         "merge",
         help="merge the shards of one run plan into one report",
         description="Combine shard folders of the same plan (same seed, families, profile "
-        "and budgets) into OUT: records, bundles, summary and HTML. Exits 1 when any shard "
-        "found an unexpected divergence.",
+        "and budgets) into --out OUT: records, bundles, summary and HTML. Exits 1 when any "
+        "shard found an unexpected divergence.",
     )
-    merge.add_argument("out", metavar="OUT", help="folder for the merged report (created)")
+    merge.add_argument(
+        "--out",
+        metavar="OUT",
+        default=None,
+        help="folder for the merged report (required): new, empty, or an earlier merge's "
+        "output (replaced); anything else only with --force",
+    )
     merge.add_argument("shards", metavar="SHARD_DIR", nargs="+", help="shard run folders")
     merge.add_argument(
         "--allow-missing",
         action="store_true",
         help="merge even if some shards of the plan are absent (default: refuse)",
+    )
+    merge.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a non-empty OUT that is not an earlier merge (its report files are "
+        "replaced; never a shard folder)",
     )
 
     rep = sub.add_parser(
@@ -257,7 +288,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Show what a run can cover and what this machine can run it on.",
     )
     lst.add_argument("--json", action="store_true", help="print as JSON on stdout")
-    return parser
+    return parser, dict(sub.choices)
 
 
 def _positive_int(text: str) -> int:
@@ -267,6 +298,16 @@ def _positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
     return value
 
 
@@ -280,10 +321,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+COMMANDS = ("run", "report", "merge", "replay", "regress", "list")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the `parity` command; returns the exit status."""
-    args = _parser().parse_args(argv)
-    commands = {
+    """Entry point of the `parity` command; returns the exit status (`harness.exitcodes`)."""
+    ensure_runtime_dir()
+    parser, subparsers = _parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # reported by the command's own parser, with its own usage line
+        subparsers[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+    handlers = {
         "run": _run,
         "report": _report,
         "merge": _merge,
@@ -291,22 +339,84 @@ def main(argv: Sequence[str] | None = None) -> int:
         "regress": _regress,
         "list": _list,
     }
+    where = f"parity {args.command}"
     try:
-        return commands[args.command](args)
-    except (
-        UsageError,
-        RecordError,
-        BundleError,
-        ExpectationsError,
-        RunFolderError,
-        BackendUnavailable,
-    ) as err:
-        print(f"parity {args.command}: {err}", file=sys.stderr)
-        return 2
+        return int(handlers[args.command](args))
+    except UsageError as err:
+        _err(subparsers[args.command].format_usage().rstrip())
+        _err(f"{where}: {err}")
+        return ExitStatus.BAD_INPUT
+    except INPUT_ERRORS as err:
+        _err(f"{where}: {err}")
+        return ExitStatus.BAD_INPUT
+    except KeyboardInterrupt:
+        _err(f"{where}: interrupted")
+        return ExitStatus.INTERRUPTED
+    except Exception:
+        _err(traceback.format_exc().rstrip())
+        _err(f"{where}: internal error (a bug in the harness; the traceback above says where)")
+        return ExitStatus.INTERNAL_ERROR
+
+
+# ---------------------------------------------------------------------------- output
+
+# Streams found closed (a reader such as `head` that stopped reading): output is dropped.
+_closed_streams: set[str] = set()
+
+
+def _write(stream_name: str, text: str) -> None:
+    """Write a line to stdout or stderr; a closed pipe silences that stream for good."""
+    if stream_name in _closed_streams:
+        return
+    stream = getattr(sys, stream_name)
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        _closed_streams.add(stream_name)
+        # Point the descriptor at /dev/null, so that neither the interpreter's final flush
+        # nor a native library writes to the dead pipe again.
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            try:
+                os.dup2(devnull, stream.fileno())
+            finally:
+                os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+
+def _out(text: str) -> None:
+    _write("stdout", text)
 
 
 def _err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    _write("stderr", message)
+
+
+def ensure_runtime_dir() -> None:
+    """Give the process a private XDG_RUNTIME_DIR when it has no usable one.
+
+    Vulkan's window-system code (loaded with every driver) prints `XDG_RUNTIME_DIR is
+    invalid or not set` on each start without one; a 0700 folder of our own under the
+    temp dir keeps those lines, which look like failures, away.
+    """
+    current = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(current) and os.path.isdir(current) and os.access(current, os.W_OK):
+        return
+    path = os.path.join(tempfile.gettempdir(), f"parity-runtime-{os.getuid()}")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return
+    info = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path) or info.st_uid != os.getuid():
+        path = tempfile.mkdtemp(prefix="parity-runtime-")  # someone else's: one of our own
+    elif info.st_mode & 0o777 != 0o700:
+        os.chmod(path, 0o700)
+    os.environ["XDG_RUNTIME_DIR"] = path
 
 
 # ---------------------------------------------------------------------------- run
@@ -324,16 +434,14 @@ def _families(args: argparse.Namespace) -> list[str]:
                 f"--families: unknown families {unknown}; expected some of {sorted(FAMILIES)}"
             )
     if args.ops is not None:
-        ops = [o.strip() for o in args.ops.split(",") if o.strip()]
-        for op in ops:
+        for op in (o.strip() for o in args.ops.split(",") if o.strip()):
             if op not in MODELS:
                 raise UsageError(f"--ops: unknown op {op!r}; expected some of {sorted(MODELS)}")
-            if op not in FAMILIES:
-                raise UsageError(
-                    f"--ops: op {op!r} has no case family of its own; pick families that "
-                    f"cover it with --families (known: {sorted(FAMILIES)})"
-                )
-        chosen += [o for o in ops if o not in chosen]
+            family = family_for_op(op)
+            if family is None:
+                raise UsageError(f"--ops: no case family exercises {op!r}")
+            if family not in chosen:
+                chosen.append(family)
     if args.families is None and args.ops is None:
         chosen = list(FAMILIES)
     if not chosen:
@@ -392,45 +500,104 @@ def _run(args: argparse.Namespace) -> int:
         shader_dirs=shader_dirs,
         expectations=expectations,
         progress_every_s=args.progress_every,
-        repeats=max(0, args.repeats),
-        command=" ".join(["parity", *sys.argv[1:]]) if sys.argv else "parity run",
+        repeats=args.repeats,
+        command=command_line(),
     )
     session = RunSession(config, log=_err)
-    session.start()
-    _err(
-        f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
-        f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
-        f"out {config.out}"
-    )
-    status = session.run()
-    summary = render_report(config.out)
-    _err(f"parity: report: {config.out / 'index.html'}")
-    if status == "interrupted":
-        reason = session.stop_reason or "SIGINT"
-        return 128 + (signal.SIGTERM if reason == "SIGTERM" else signal.SIGINT)
-    if summary["exit_status"]:
-        return 1
-    return 2 if status == "error" else 0
+    try:
+        session.start()
+        _err(
+            f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
+            f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
+            f"out {config.out}"
+        )
+        session.run()
+        # The status comes from the run's own tallies; summary.json records it as is.
+        render_report(config.out, exit_status=session.exit_status)
+        _err(f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})")
+    finally:
+        session.close()
+    return session.exit_status
 
 
 # ---------------------------------------------------------------------------- report, merge
 
 
 def _report(args: argparse.Namespace) -> int:
-    summary = render_report(args.run_dir)
+    run_dir = Path(args.run_dir)
+    _require_records(run_dir)
+    with RunFolderLock(run_dir, command_line()):
+        summary = render_report(run_dir)
     t = summary["totals"]
-    print(
+    _err(
         f"parity report: {summary['status']}: {t['cases']} cases, {t['divergent_cases']} "
         f"divergent ({t['unexpected_cases']} unexpected), {t['findings']} findings; "
-        f"{Path(args.run_dir) / 'index.html'}",
-        file=sys.stderr,
+        f"{run_dir / 'index.html'}"
     )
     return int(summary["exit_status"])
 
 
+def _require_records(run_dir: Path) -> None:
+    """Refuse a run folder with nothing to report: its pages stay as they are.
+
+    Raises:
+        RecordError: no such folder, or a run whose cases.jsonl is missing or holds no
+            record although the run planned chunks for itself.
+    """
+    data = load_run(run_dir)  # names a missing folder or run.json
+    cases = run_dir / CASES_FILE
+    planned = sum(len(run.get("chunks", [])) for run in data.runs)
+    if not cases.exists():
+        raise RecordError(f"{cases}: missing: no records to report (the run wrote none)")
+    if planned and not any(data.records):
+        raise RecordError(
+            f"{cases}: holds no record, but the run planned {planned} chunks: nothing to "
+            "report (the run stopped before its first case?)"
+        )
+
+
 def _merge(args: argparse.Namespace) -> int:
+    if args.out is None:
+        raise UsageError(
+            "--out OUT is required: `parity merge --out OUT SHARD_DIR...` (the merged folder "
+            "is no longer the first positional argument)"
+        )
     out = Path(args.out)
-    shards = [load_run(d) for d in args.shards]
+    shard_dirs = [Path(d) for d in args.shards]
+    if any(d.resolve() == out.resolve() for d in shard_dirs):
+        raise UsageError(f"--out {out}: is one of the shards; merge into another folder")
+    _check_merge_out(out, args.force)
+    locks = [RunFolderLock(d, command_line()) for d in shard_dirs if d.is_dir()]
+    try:
+        for lock in locks:
+            lock.acquire()
+        return _merge_into(out, shard_dirs, args.allow_missing)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _check_merge_out(out: Path, force: bool) -> None:
+    """Refuse an OUT that holds anything but an earlier merge, unless forced."""
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: exists and is not a folder")
+    if not out.is_dir() or all(p.name in LOCK_FILES for p in out.iterdir()):
+        return
+    try:
+        fmt = json.loads((out / RUN_FILE).read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        fmt = None
+    if fmt == MERGE_FORMAT or force:
+        return
+    what = "a run folder" if fmt else "not empty"
+    raise UsageError(
+        f"--out {out}: {what} and not an earlier merge's output; refusing to write into it "
+        "(pick a new folder, or pass --force to replace its report files)"
+    )
+
+
+def _merge_into(out: Path, shard_dirs: list[Path], allow_missing: bool) -> int:
+    shards = [load_run(d) for d in shard_dirs]
     runs = []
     for data in shards:
         if data.merged:
@@ -458,16 +625,22 @@ def _merge(args: argparse.Namespace) -> int:
         seen[key] = data.path
     for device in sorted({d for d, _ in seen}):
         missing = sorted(set(range(1, count + 1)) - {i for d, i in seen if d == device})
-        if missing and not args.allow_missing:
+        if missing and not allow_missing:
             raise UsageError(
                 f"shards {missing} of {count} on {device} are missing; pass them, or "
                 "--allow-missing to merge what is there"
             )
         if missing:
             _err(f"parity merge: warning: shards {missing} of {count} on {device} are missing")
-    if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists():
-        raise UsageError(f"{out}: not empty and not a report folder; refusing to write into it")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunFolderError(f"--out {out}: cannot create it: {err.strerror or err}") from None
+    with RunFolderLock(out, command_line()):
+        return _write_merge(out, shards, runs)
+
+
+def _write_merge(out: Path, shards: list[Any], runs: list[dict[str, Any]]) -> int:
     for name in ("bundles", "failures", "cases"):
         if (out / name).is_dir():
             shutil.rmtree(out / name)
@@ -481,6 +654,8 @@ def _merge(args: argparse.Namespace) -> int:
                 for f in record.get("findings", []) if record["record"] == "chunk" else []:
                     if f.get("bundle") in renames:
                         f["bundle"] = renames[f["bundle"]]
+                if record.get("provisional_bundle") in renames:
+                    record["provisional_bundle"] = renames[record["provisional_bundle"]]
                 writer.write(record)
     finally:
         writer.close()
@@ -516,7 +691,7 @@ def _replay(args: argparse.Namespace) -> int:
     started = time.monotonic()
     outcome = replay(bundle, shaders=args.shaders)
     if args.json:
-        print(
+        _out(
             json.dumps(
                 {
                     "status": outcome.status,
@@ -626,11 +801,15 @@ def _list(args: argparse.Namespace) -> int:
         except BackendUnavailable as err:
             adapters[backend] = {"available": False, "reason": str(err)}
     doc = {
-        "families": {name: {"own_op": name if name in MODELS else None} for name in FAMILIES},
+        "families": {
+            name: {"own_op": name if name in MODELS else None, "ops": sorted(family.ops)}
+            for name, family in FAMILIES.items()
+        },
         "ops": {
             op: {k: {**v, "missing": [str(p) for p in v["missing"]]} for k, v in kernels.items()}
             for op, kernels in ops.items()
         },
+        "op_families": {op: family_for_op(op) for op in ops},
         "profiles": {
             p.name: {
                 "max_examples": p.max_examples,
@@ -645,29 +824,29 @@ def _list(args: argparse.Namespace) -> int:
         "validation": os.environ.get("VULKAN_PARITY_VALIDATION", "1"),
     }
     if args.json:
-        print(json.dumps(doc, indent=1, default=str))
+        _out(json.dumps(doc, indent=1, default=str))
         return 0
-    print("Case families (parity run --families):")
+    _out("Case families (parity run --families):")
     for name in FAMILIES:
-        print(f"  {name}")
-    print("Ops and kernel variants (parity run --ops):")
+        _out(f"  {name}")
+    _out("Ops and kernel variants (parity run --ops):")
     for op, kernels in doc["ops"].items():
-        print(f"  {op}")
+        _out(f"  {op}  (runs family {doc['op_families'][op]})")
         for name, k in kernels.items():
             missing = f"  MISSING {', '.join(k['missing'])}" if k["missing"] else ""
-            print(f"    {name:<22} {k['wgsl']:<28} {k['glsl']}{missing}")
-    print("Profiles (parity run --profile):")
+            _out(f"    {name:<22} {k['wgsl']:<28} {k['glsl']}{missing}")
+    _out("Profiles (parity run --profile):")
     for name, p in doc["profiles"].items():
-        print(
+        _out(
             f"  {name:<8} {p['max_examples']} examples/family in chunks of {p['chunk_examples']}"
             + (", example database" if p["database"] else "")
             + (", target() on utilization" if p["steer"] else "")
         )
-    print("Adapters:")
+    _out("Adapters:")
     for backend, info in adapters.items():
         if info["available"]:
             driver = info.get("driver_info") or info.get("driver")
-            print(
+            _out(
                 f"  {backend:<7} {info.get('adapter')} | driver {driver} | {info.get('api')}"
                 + (
                     f" | validation {'on' if info.get('validation') else 'off'}"
@@ -676,7 +855,7 @@ def _list(args: argparse.Namespace) -> int:
                 )
             )
         else:
-            print(f"  {backend:<7} UNAVAILABLE: {info['reason']}")
+            _out(f"  {backend:<7} UNAVAILABLE: {info['reason']}")
     return 0
 
 

@@ -24,6 +24,8 @@ from graph_format import (
 )
 from harness.ops import ExpectedDispatch, LiveState, check_dims, model_for
 
+INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
+
 
 @dataclass(frozen=True)
 class ModelStep:
@@ -106,6 +108,11 @@ class ContractModel:
             model = model_for(node.op)
             model.resize(node, live)
             dispatches += model.dispatches(node, live)
+        # Kernels read SymInts as int32: one that passed every op's checks but does not fit
+        # is refused last (so an op's own key, such as sdpa's cache_overflow, comes first).
+        for name, value in live.symints.items():
+            if not INT32_MIN <= value <= INT32_MAX:
+                raise InputError(name, "int_range", f"SymInt {name!r} = {value} does not fit int32")
         live.host = {}  # this step's data is not state
         self.state = live
         return ModelStep(dict(live.dims), dict(live.symints), dispatches)

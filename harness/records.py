@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import platform
+import re
 from collections.abc import Iterator, Mapping
 from enum import Enum
 from pathlib import Path
@@ -266,7 +267,117 @@ def read_records(path: Path) -> Iterator[dict[str, Any]]:
                 f'{path}:{number}: expected a JSON object with "record": "case" or '
                 f'"chunk", got {type(record).__name__} {str(record)[:60]!r}'
             )
+        problem = record_problem(record)
+        if problem is not None:
+            raise RecordError(f"{path}:{number}: {record['record']} record: {problem}")
         yield record
+
+
+# The fields reports read from each record type, with their JSON types (a record may hold
+# more); names that become file names must be plain.
+_CASE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "chunk": str,
+    "family": str,
+    "seq": int,
+    "case_id": str,
+    "ops": list,
+    "step_shapes": list,
+    "steps": int,
+    "unexpected": int,
+    "divergences": list,
+}
+_DIVERGENCE_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "kind": str,
+    "blame": str,
+    "step": int,
+    "signature": str,
+    "expected": (str, type(None)),
+}
+_CHUNK_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "chunk": str,
+    "status": str,
+    "findings": list,
+}
+_FINDING_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "case_id": str,
+    "signatures": list,
+    "unexpected": int,
+    "bundle": (str, type(None)),
+}
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_CHUNK_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*/[0-9]+")
+_BUNDLE_PATH = re.compile(r"bundles/[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def record_problem(record: Mapping[str, Any]) -> str | None:
+    """What is wrong with a case or chunk record (a missing or mistyped field, a name that
+    would leave the run folder as a path), or None when it is well formed."""
+    if record["record"] == "case":
+        problem = _fields_problem(record, _CASE_FIELDS, "")
+        for i, d in enumerate(record.get("divergences", [])):
+            problem = problem or _fields_problem(d, _DIVERGENCE_FIELDS, f"divergences[{i}].")
+    else:
+        problem = _fields_problem(record, _CHUNK_FIELDS, "")
+        for i, f in enumerate(record.get("findings", [])):
+            where = f"findings[{i}]."
+            problem = problem or _fields_problem(f, _FINDING_FIELDS, where)
+            if problem is None and f["bundle"] is not None:
+                problem = _name_problem(f"{where}bundle", f["bundle"], _BUNDLE_PATH)
+            if problem is None:
+                problem = _name_problem(f"{where}case_id", f["case_id"], _PLAIN_NAME)
+    if problem is None:
+        problem = _name_problem("chunk", record["chunk"], _CHUNK_ID)
+    if problem is None and record["record"] == "case":
+        problem = _name_problem("case_id", record["case_id"], _PLAIN_NAME)
+        bundle = record.get("provisional_bundle")
+        if problem is None and bundle is not None:
+            problem = (
+                _name_problem("provisional_bundle", bundle, _BUNDLE_PATH)
+                if isinstance(bundle, str)
+                else f"field 'provisional_bundle' must be a string, got {_json_type(bundle)}"
+            )
+    return problem
+
+
+def _fields_problem(
+    data: Any, fields: Mapping[str, type | tuple[type, ...]], where: str
+) -> str | None:
+    if not isinstance(data, dict):
+        return f"{where.rstrip('.') or 'record'} must be a JSON object, got {type(data).__name__}"
+    for name, kind in fields.items():
+        if name not in data:
+            return f"field {where}{name!r} is missing"
+        value = data[name]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            wanted = " or ".join("null" if k is type(None) else _JSON_NAMES[k] for k in kinds)
+            return (
+                f"field {where}{name!r} must be {wanted}, got {_json_type(value)} "
+                f"{json.dumps(value)[:40]}"
+            )
+    return None
+
+
+def _name_problem(field_name: str, value: str, pattern: re.Pattern[str]) -> str | None:
+    if pattern.fullmatch(value) and ".." not in value:
+        return None
+    return (
+        f"field {field_name!r} = {value!r} is not a plain name (letters, digits, '_', '-', "
+        "'.'; no path separators): it names files in the run folder"
+    )
+
+
+_JSON_NAMES = {str: "a string", int: "an integer", list: "a list", dict: "an object"}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a number"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
 
 
 def versions() -> dict[str, str]:

@@ -1,8 +1,9 @@
 """One `parity run`: the chunks of a work plan searched with Hypothesis, recorded as they go.
 
 Lifecycle of a `RunSession`:
-1. `start()` opens both runtimes (BackendUnavailable if a driver is missing), prepares the
-   output folder and writes `run.json` (seed, profile, plan, adapters, versions).
+1. `start()` opens both runtimes (BackendUnavailable if a driver is missing), locks and
+   prepares the output folder (`harness.runlock`: one parity process per folder; `close()`
+   releases it) and writes `run.json` (seed, profile, plan, adapters, versions).
 2. `run()` searches each chunk of this shard's plan. Every executed case is appended to
    `cases.jsonl` at once; when a chunk ends, each minimal failing case gets a repro bundle
    and the chunk a record naming them. Progress lines go to stderr.
@@ -17,6 +18,7 @@ renders it.
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import signal
 import sys
@@ -35,7 +37,9 @@ from graph_format import Runtime
 from harness.backends import BACKENDS, open_runtimes
 from harness.bundle import REPO_SHADER_DIRS, copy_shaders, write_bundle
 from harness.case import Case
+from harness.coverage import Coverage, missing_cells
 from harness.divergence import primary
+from harness.exitcodes import ExitStatus
 from harness.expectations import Expectations
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.plan import Chunk, Shard, make_plan, plan_digest, shard_of
@@ -49,6 +53,7 @@ from harness.records import (
     write_json,
 )
 from harness.repeatability import classify
+from harness.runlock import LOCK_FILES, RunFolderLock
 from harness.strategies import FAMILIES
 from harness.verdict import CaseChecker, DivergenceFound, exception_for, utilization_by_op_type
 
@@ -127,8 +132,15 @@ class _ChunkState:
     chunk: Chunk
     seq: int = 0
     unexpected_found: bool = False
-    # Smallest divergent case per signature set: the findings of an interrupted chunk.
+    # Smallest divergent case per bug: the findings of an interrupted chunk.
     best: dict[tuple[str, ...], tuple[Case, dict[str, Any]]] = field(default_factory=dict)
+    # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`).
+    provisional: dict[tuple[str, ...], str] = field(default_factory=dict)
+
+
+def _bug_key(record: Mapping[str, Any]) -> tuple[str, ...]:
+    """One key per bug (op, class, blame), whatever regime it showed in."""
+    return tuple(sorted({d["signature"].rsplit("|", 1)[0] for d in record["divergences"]}))
 
 
 def _size(case: Case) -> tuple[int, int]:
@@ -158,6 +170,10 @@ class RunSession:
         self.writer: RecordWriter | None = None
         self.database: ExampleDatabase | None = None
         self.meta: dict[str, Any] = {}
+        self.lock: RunFolderLock | None = None
+        self.coverage = Coverage()
+        self.ops_run: set[str] = set()
+        self.exit_status = ExitStatus.CLEAN
         self.errors: list[str] = []
         self._last_progress = 0.0
         self._chunk_no = 0
@@ -165,11 +181,15 @@ class RunSession:
     # ------------------------------------------------------------------ set-up
 
     def start(self) -> None:
-        """Open the runtimes and the output folder; write run.json.
+        """Open the runtimes, lock and prepare the output folder; write run.json.
+
+        The folder stays locked until `close()`, so call it once the report is written.
 
         Raises:
             BackendUnavailable: a driver is missing (the message names the package).
-            RunFolderError: the output folder holds something that is not a parity run.
+            RunFolderError: the output folder holds something that is not a parity run, or
+                cannot be written.
+            RunFolderBusy: another parity process is using the output folder.
         """
         self.runtimes = open_runtimes(BACKENDS, self.config.shader_dirs)
         self.runner = LockstepRunner(self.runtimes)
@@ -178,7 +198,10 @@ class RunSession:
         # a failure that does not replay reaches us as Hypothesis's FlakyFailure group.
         self.checker = CaseChecker(self.runner, repeats=0)
         out = self.config.out
-        prepare_run_folder(out)
+        self.lock = RunFolderLock(out, self.config.command)
+        replaced = prepare_run_folder(out, self.lock)
+        if replaced is not None:
+            self.log(f"parity: replacing {replaced}")
         if self.config.database is not None:
             self.database = DirectoryBasedExampleDatabase(str(self.config.database))
         dirs = {b: Path(self.config.shader_dirs.get(b, REPO_SHADER_DIRS[b])) for b in BACKENDS}
@@ -249,7 +272,9 @@ class RunSession:
             status = "time_budget" if self.stop_reason == "time_budget" else "interrupted"
         elif self.errors:
             status = "error"
+        self.exit_status = self._exit_status(status)
         self.meta["status"] = status
+        self.meta["exit_status"] = int(self.exit_status)
         self.meta["stop_reason"] = self.stop_reason
         self.meta["errors"] = self.errors
         self.meta["duration_s"] = round(time.monotonic() - self.started, 2)
@@ -262,6 +287,31 @@ class RunSession:
             f"{self.meta['duration_s']} s"
         )
         return status
+
+    def _exit_status(self, status: str) -> ExitStatus:
+        """The process's exit status, from this run's own tallies (never from the files,
+        which only this process writes while it holds the folder's lock)."""
+        if status == "interrupted":
+            return ExitStatus.INTERRUPTED
+        if status == "error":
+            return ExitStatus.INTERNAL_ERROR
+        if self.totals.unexpected:
+            return ExitStatus.DIVERGENT
+        # Required coverage cells are judged, as in the summary, on a complete unsharded run
+        # and for the op types it exercised.
+        profile = PROFILES[self.config.profile]
+        required = {
+            op: cells for op, cells in profile.required_coverage.items() if op in self.ops_run
+        }
+        checked = status == "complete" and self.config.shard.count == 1
+        if checked and missing_cells(self.coverage, required, BACKENDS):
+            return ExitStatus.DIVERGENT
+        return ExitStatus.CLEAN
+
+    def close(self) -> None:
+        """Release the output folder's lock (idempotent)."""
+        if self.lock is not None:
+            self.lock.release()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -360,6 +410,7 @@ class RunSession:
         duration = time.monotonic() - started
         record = self._chunk_record(chunk, status, state.seq, findings, duration, reason)
         self.writer.write(record)
+        self._drop_provisional(state, findings)
         self._progress(force=True, current=chunk)
 
     def _check(self, state: _ChunkState, case: Case) -> None:
@@ -387,8 +438,21 @@ class RunSession:
         nondeterministic = repeat is not None and not repeat.deterministic
         record["unexpected"] = len(unexpected)
         record["shard"] = str(self.config.shard)
+        # The first divergent case of each bug gets a provisional bundle at once, so that a
+        # run killed while Hypothesis shrinks still leaves a replayable finding; its record
+        # names it (written first: a kill mid-bundle leaves no bundle.json, and no claim).
+        key = _bug_key(record)
+        provisional = None
+        if (unexpected or nondeterministic) and key not in state.provisional:
+            provisional = self._bundle_id(chunk, record)
+            state.provisional[key] = f"bundles/{provisional}"
+            record["provisional_bundle"] = state.provisional[key]
         state.seq += 1
         self.writer.write(record)
+        if provisional is not None:
+            self._write_bundle(chunk, provisional, case, record, shrunk=False, provisional=True)
+        self.coverage.merge(record.get("coverage") or {})
+        self.ops_run.update(record["ops"])
         t = self.totals
         t.cases += 1
         t.steps += len(case.steps)
@@ -405,8 +469,6 @@ class RunSession:
                 target(min(value, 1e6), label=f"{op_type} error/budget")
         if unexpected or nondeterministic:
             state.unexpected_found = True
-            # One candidate per bug (op, class, blame), whatever regime it showed in.
-            key = tuple(sorted({r["signature"].rsplit("|", 1)[0] for r in record["divergences"]}))
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
@@ -439,22 +501,9 @@ class RunSession:
             if self.config.repeats:
                 repeat = classify(case, self.runtimes, self.config.repeats)
                 record["repeatability"] = repeat.to_json()
-            bundle_id = f"{chunk.family}-{chunk.index}-{record['case_id']}"
-            folder = self.config.out / "bundles" / bundle_id
-            try:
-                write_bundle(
-                    folder,
-                    case,
-                    record,
-                    run=self.meta,
-                    runtimes=self.runtimes,
-                    shader_dirs=self.config.shader_dirs,
-                    shrunk=shrunk,
-                )
-                bundle: str | None = f"bundles/{bundle_id}"
-            except Exception as err:  # the finding stays in the records even without it
-                self.errors.append(f"{chunk.id}: bundle {bundle_id}: {_describe(err)}")
-                bundle = None
+            bundle = self._write_bundle(
+                chunk, self._bundle_id(chunk, record), case, record, shrunk=shrunk
+            )
             out.append(
                 {
                     "case_id": record["case_id"],
@@ -467,6 +516,45 @@ class RunSession:
                 }
             )
         return out
+
+    @staticmethod
+    def _bundle_id(chunk: Chunk, record: Mapping[str, Any]) -> str:
+        return f"{chunk.family}-{chunk.index}-{record['case_id']}"
+
+    def _write_bundle(
+        self,
+        chunk: Chunk,
+        bundle_id: str,
+        case: Case,
+        record: Mapping[str, Any],
+        *,
+        shrunk: bool,
+        provisional: bool = False,
+    ) -> str | None:
+        """Write one bundle; its path in the run folder, or None if it could not be written
+        (the finding stays in the records, and the run's errors say why)."""
+        try:
+            write_bundle(
+                self.config.out / "bundles" / bundle_id,
+                case,
+                record,
+                run=self.meta,
+                runtimes=self.runtimes,
+                shader_dirs=self.config.shader_dirs,
+                shrunk=shrunk,
+                provisional=provisional,
+            )
+        except Exception as err:
+            self.errors.append(f"{chunk.id}: bundle {bundle_id}: {_describe(err)}")
+            return None
+        return f"bundles/{bundle_id}"
+
+    def _drop_provisional(self, state: _ChunkState, findings: list[dict[str, Any]]) -> None:
+        """Remove the chunk's provisional bundles that its findings replaced."""
+        kept = {f["bundle"] for f in findings}
+        for path in state.provisional.values():
+            if path not in kept:
+                shutil.rmtree(self.config.out / path, ignore_errors=True)
 
     # ------------------------------------------------------------------ progress
 
@@ -519,25 +607,72 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0] if text else ''}"
 
 
-def prepare_run_folder(out: Path) -> None:
-    """Create `out`, or clear a previous run's outputs from it.
+def prepare_run_folder(out: Path, lock: RunFolderLock | None = None) -> str | None:
+    """Create `out`, or clear a previous run's outputs from it; returns what it replaced.
+
+    Args:
+        lock: taken once the folder exists and before anything in it is cleared.
 
     Raises:
-        RunFolderError: `out` is a file, or a non-empty folder that is not a run folder.
+        RunFolderError: `out` is a file, a non-empty folder that is not a run folder, a
+            merged report, or cannot be written.
+        RunFolderBusy: another parity process holds `lock`.
     """
+    _check_run_folder(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if lock is not None:
+            lock.acquire()
+            _check_run_folder(out)  # again, now that no other parity process can change it
+        replaced = _previous_run(out)
+        for name in RUN_OUTPUTS:
+            (out / name).unlink(missing_ok=True)
+        for name in RUN_OUTPUT_DIRS:
+            if (out / name).is_dir():
+                shutil.rmtree(out / name)
+    except OSError as err:
+        where = err.filename or out
+        raise RunFolderError(f"--out {out}: cannot write {where}: {err.strerror or err}") from None
+    return replaced
+
+
+def _check_run_folder(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"--out {out}: exists and is not a folder")
-    if out.exists() and any(out.iterdir()) and not (out / RUN_FILE).exists():
+    if not out.is_dir():
+        return
+    if any(p.name not in LOCK_FILES for p in out.iterdir()) and not (out / RUN_FILE).exists():
         raise RunFolderError(
             f"--out {out}: the folder is not empty and holds no {RUN_FILE}; refusing to write "
             "a run into it (pick an empty or new folder, or a previous run's folder)"
         )
-    out.mkdir(parents=True, exist_ok=True)
-    for name in RUN_OUTPUTS:
-        (out / name).unlink(missing_ok=True)
-    for name in RUN_OUTPUT_DIRS:
-        if (out / name).is_dir():
-            shutil.rmtree(out / name)
+    if (out / RUN_FILE).exists():
+        try:
+            fmt = json.loads((out / RUN_FILE).read_text(encoding="utf-8")).get("format")
+        except (OSError, ValueError, AttributeError):
+            fmt = None  # a damaged run.json of an earlier run: replaced like any other
+        if fmt is not None and fmt != RUN_FORMAT:
+            raise RunFolderError(
+                f"--out {out}: holds a {fmt} report (from parity merge), not a run; refusing "
+                "to replace it (pick another folder)"
+            )
+
+
+def _previous_run(out: Path) -> str | None:
+    """A one-line description of the run a folder holds, if any."""
+    if not (out / RUN_FILE).exists():
+        return None
+    try:
+        meta = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
+        command, started, status = meta["command"], meta["started"], meta["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"the earlier run in {out} (its {RUN_FILE} is unreadable)"
+    bundles = out / "bundles"
+    count = sum(1 for _ in bundles.iterdir()) if bundles.is_dir() else 0
+    return (
+        f"the earlier run in {out} (`{command}`, started {started}, status {status}, "
+        f"{count} bundles)"
+    )
 
 
 def git_commit() -> str | None:

@@ -721,24 +721,79 @@ def attention_cases(draw: st.DrawFn) -> Case:
     return Case(graph, steps, name="attention", meta={"seed": seed, "family": "attention"})
 
 
-FAMILIES: dict[str, Callable[[], st.SearchStrategy[Case]]] = {
-    "rms_norm": rms_norm_cases,
-    "add": lambda: binary_cases("add"),
-    "mul": lambda: binary_cases("mul"),
-    "dag": dag_cases,
-    "random": random_graphs,
-    "decoder": decoders,
-    "sigmoid": lambda: unary_cases("sigmoid"),
-    "silu": lambda: unary_cases("silu"),
-    "silu_mul": silu_mul_cases,
-    "embedding": embedding_cases,
-    "rope": rope_cases,
-    "rope_hf": rope_hf_cases,
-    "view": view_cases,
-    "sdpa": sdpa_cases,
-    "attention": attention_cases,
-    "linear_q4gsw": linear_q4gsw_cases,
+@dataclass(frozen=True)
+class Family:
+    """A case family: how to make its strategy, and every op type its cases may contain.
+
+    `ops` is what `parity run --ops` resolves an op to a family with (`family_for_op`);
+    tests/unit/test_strategies.py draws cases of each family and checks it holds.
+    """
+
+    make: Callable[[], st.SearchStrategy[Case]]
+    ops: frozenset[str]
+
+    def __call__(self) -> st.SearchStrategy[Case]:
+        return self.make()
+
+
+def _family(make: Callable[[], st.SearchStrategy[Case]], *ops: str) -> Family:
+    return Family(make, frozenset(ops))
+
+
+_LLAMA_OPS = (
+    "embedding_q4gsw",
+    "rms_norm",
+    "linear_q4gsw",
+    "apply_rotary_emb",
+    "sdpa_with_kv_cache",
+    "view_copy",
+    "sym_size",
+    "add",
+    "silu_mul",
+)
+_ATTENTION_OPS = ("rms_norm", "apply_rotary_emb", "sdpa_with_kv_cache", "view_copy", "sym_size")
+_RANDOM_GRAPH_OPS = (
+    "add",
+    "mul",
+    "rms_norm",
+    "sigmoid",
+    "silu",
+    "silu_mul",
+    "linear_q4gsw",
+    "view_copy",
+    "sym_size",
+)
+
+FAMILIES: dict[str, Family] = {
+    "rms_norm": _family(rms_norm_cases, "rms_norm"),
+    "add": _family(lambda: binary_cases("add"), "add"),
+    "mul": _family(lambda: binary_cases("mul"), "mul"),
+    "dag": _family(dag_cases, "add", "mul", "rms_norm"),
+    "random": _family(random_graphs, *_RANDOM_GRAPH_OPS),
+    "decoder": _family(decoders, *_LLAMA_OPS),
+    "sigmoid": _family(lambda: unary_cases("sigmoid"), "sigmoid"),
+    "silu": _family(lambda: unary_cases("silu"), "silu"),
+    "silu_mul": _family(silu_mul_cases, "silu_mul"),
+    "embedding": _family(embedding_cases, "embedding_q4gsw"),
+    "rope": _family(rope_cases, "apply_rotary_emb"),
+    "rope_hf": _family(rope_hf_cases, "apply_rotary_emb_hf"),
+    "view": _family(view_cases, "view_copy", "sym_size", "rms_norm"),
+    "sdpa": _family(sdpa_cases, "sdpa_with_kv_cache"),
+    "attention": _family(attention_cases, *_ATTENTION_OPS),
+    "linear_q4gsw": _family(linear_q4gsw_cases, "linear_q4gsw"),
 }
+
+
+def family_for_op(op: str) -> str | None:
+    """The family `--ops OP` runs: the op's own, else the most focused one that exercises it.
+
+    Most focused: the fewest op types among the families whose cases contain `op` (so
+    view_copy runs `view`, not `decoder`); None when no family exercises it.
+    """
+    if op in FAMILIES:
+        return op
+    holders = sorted((len(f.ops), name) for name, f in FAMILIES.items() if op in f.ops)
+    return holders[0][1] if holders else None
 
 
 def cases(families: Sequence[str] | None = None) -> st.SearchStrategy[Case]:

@@ -4,10 +4,13 @@
 JSONL records, so a report can be rebuilt from a killed run, re-rendered later, or merged
 from shards. summary.json (format `parity-summary/1`) holds:
 
-- `status`, `complete`, `exit_status` (0: no unexpected divergence and every required
-  coverage cell filled, 1: otherwise);
+- `status`, `complete`, `exit_status` (the exit status of the command that wrote the
+  summary: for `parity run` its own, from its tallies (0, 1, 3, 130); for `report` and
+  `merge` the records' verdict: 0 no unexpected divergence and every required coverage cell
+  filled, 1 otherwise);
 - `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
-  duration), `adapters` (per backend: adapter, driver, API), `versions`, `duration_s`;
+  the run's exit status, duration), `adapters` (per backend: adapter, driver, API),
+  `versions`, `duration_s`;
 - `totals`: distinct cases, steps, divergent / unexpected / known cases, findings;
 - `per_family` and `per_op`: cases, steps, divergent cases, divergences by class;
 - `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
@@ -190,6 +193,7 @@ def summarize(
                 "shard": _shard_text(r),
                 "device": device_label(r.get("adapters", {})),
                 "status": r.get("status", "running"),
+                "exit_status": r.get("exit_status"),  # the run process's own, once finalized
                 "stop_reason": r.get("stop_reason"),
                 "errors": r.get("errors", []),
                 "duration_s": r.get("duration_s"),
@@ -311,10 +315,11 @@ def _findings(
     for (source, chunk, _), r in cases.items():
         if (source, chunk) in finished or not r.get("unexpected"):
             continue
-        # One provisional finding per bug (op, class, blame), whatever regime it showed in.
+        # One provisional finding per bug (op, class, blame), whatever regime it showed in:
+        # the case with a provisional bundle (replayable), else the smallest seen.
         bug = sorted({d["signature"].rsplit("|", 1)[0] for d in r["divergences"]})
         key = (source, chunk, tuple(bug))
-        if key not in best or _case_size(r) < _case_size(best[key]):
+        if key not in best or _provisional_rank(r) < _provisional_rank(best[key]):
             best[key] = r
     for (source, chunk, _), r in sorted(best.items(), key=lambda kv: kv[0]):
         add(
@@ -326,9 +331,14 @@ def _findings(
                 "unexpected": r["unexpected"],
                 "provisional": True,
                 "shrunk": False,
+                "bundle": r.get("provisional_bundle"),
             },
         )
     return out
+
+
+def _provisional_rank(record: Mapping[str, Any]) -> tuple[int, tuple[int, int]]:
+    return (0 if record.get("provisional_bundle") else 1, _case_size(record))
 
 
 def _overall_status(statuses: Sequence[str], complete: bool) -> str:

@@ -100,7 +100,7 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
         assert proc.returncode == 1, proc.stderr
         shards.append(out)
     merged = tmp_path / "merged"
-    proc = parity("merge", merged, *shards)
+    proc = parity("merge", "--out", merged, *shards)
     assert proc.returncode == 1, proc.stderr
     whole, combined = _summary(planted_run), _summary(merged)
     assert _findings(combined) == _findings(whole)
@@ -122,7 +122,7 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
         "--no-expectations", "--out", other,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    proc = parity("merge", tmp_path / "bad-merge", shards[0], other)
+    proc = parity("merge", "--out", tmp_path / "bad-merge", shards[0], other)
     assert proc.returncode == 2
     assert "another plan" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -213,10 +213,14 @@ def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path)
     assert summary["status"] == "killed" and not summary["complete"]
     assert summary["totals"]["unexpected_cases"] >= 5
     provisional = [f for f in summary["findings"] if f["provisional"]]
-    assert provisional and all(f["bundle"] is None for f in provisional)
+    assert provisional
     for f in provisional:
         page = (out / "failures" / f"{f['id']}.html").read_text()
         assert "provisional" in page and "rms_norm" in page and "Step 0" in page
+        # Bundled as soon as it was seen, while Hypothesis went on shrinking: replayable.
+        doc = json.loads((out / f["bundle"] / "bundle.json").read_text())
+        assert doc["provisional"] and not doc["shrunk"] and doc["case_id"] == f["case_id"]
+        assert (out / f["bundle"] / "case" / "steps.npz").is_file()
     index = (out / "index.html").read_text()
     assert "did not finish" in index and "killed" in index
     junit = (out / "junit.xml").read_text()
@@ -239,9 +243,10 @@ def test_sigterm_stops_after_the_current_case_and_reports(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == 130  # interrupted, by SIGINT or SIGTERM alike
     summary = _summary(out)
     assert summary["status"] == "interrupted"
+    assert summary["exit_status"] == summary["runs"][0]["exit_status"] == 130
     assert summary["findings"], "the smallest failing case so far is kept"
     finding = summary["findings"][0]
     assert not finding["shrunk"] and finding["bundle"]
@@ -338,7 +343,7 @@ def test_usage_errors_exit_2_with_a_message(
         (("run", "--expectations", tmp_path / "none.toml"), "no such expectations file"),
         (("replay", tmp_path / "no-bundle"), "no such bundle folder"),
         (("report", tmp_path / "no-run"), "no such run folder"),
-        (("merge", tmp_path / "m", tmp_path / "no-run"), "no such run folder"),
+        (("merge", "--out", tmp_path / "m", tmp_path / "no-run"), "no such run folder"),
         (("run", "--max-examples", "0"), "positive integer"),
         (("run", "--profile", "weekly"), "invalid choice: 'weekly'"),
     ]

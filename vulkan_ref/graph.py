@@ -9,7 +9,9 @@ Resize model (reference §2, ExecuTorch's `ComputeGraph`):
   A global size with a zero component means the dispatch is skipped (how routes switch).
 - The command buffer is recorded anew for every execute, with a memory barrier after each
   dispatch; the whole step is one submit and one fence wait.
-- Any error while resizing restores every size and SymInt to the state before the step.
+- Any error while resizing restores every size and SymInt to the state before the step;
+  SymInt UBOs are written only once the step's resize succeeded, and a SymInt the int32 UBO
+  cannot hold is refused (`InputError`, key "int_range") after every op's own checks.
 """
 
 from __future__ import annotations
@@ -51,22 +53,36 @@ def pipeline_cache(ctx: VulkanContext) -> PipelineCache:
     return _PIPELINE_CACHES.setdefault(id(ctx), PipelineCache(ctx))
 
 
+INT32_RANGE = range(-(1 << 31), 1 << 31)
+
+
 class SymInt:
-    """A SymInt value with an int UBO that shaders may bind (as upstream's ParamsBuffer)."""
+    """A SymInt value with an int UBO that shaders may bind (as upstream's ParamsBuffer).
+
+    `set` changes the value only; `flush` writes it to the UBO. The graph flushes after a
+    step's resize succeeded, so a rejected step (an op's check, or a value the int32 UBO
+    cannot hold) leaves the UBO as it was.
+    """
 
     def __init__(self, ctx: VulkanContext, name: str) -> None:
         self.name = name
         self.value = 0  # serialized SymInts start at 0
+        self._written = 0
         self.ubo = Buffer.create(ctx, 16, UNIFORM_USAGE, True)
         self.ubo.write(0, bytes(16))
 
     def set(self, value: int) -> bool:
-        """Set the value and its UBO; returns whether it changed."""
+        """Set the value (not yet its UBO); returns whether it changed."""
         if value == self.value:
             return False
         self.value = value
-        self.ubo.write(0, int(value).to_bytes(4, "little", signed=True))
         return True
+
+    def flush(self) -> None:
+        """Write the value to the UBO if it changed since the last flush (it must fit int32)."""
+        if self.value != self._written:
+            self.ubo.write(0, int(self.value).to_bytes(4, "little", signed=True))
+            self._written = self.value
 
 
 @dataclass
@@ -461,6 +477,17 @@ class ComputeGraph:
         # Back to what was pending before the step (everything, before the first execute).
         self.updated = set(snap.updated)
 
+    def _check_symint_range(self) -> None:
+        """Refuse a SymInt the int32 UBO cannot hold, once every op's own checks passed."""
+        for name, symint in self.symints.items():
+            if symint.value not in INT32_RANGE:
+                raise InputError(
+                    name,
+                    "int_range",
+                    f"vulkan: SymInt {name!r} = {symint.value} does not fit the int32 that "
+                    "kernels read",
+                )
+
     # ------------------------------------------------------------------ LoadedGraph
 
     def cur_dims(self) -> dict[str, Sizes]:
@@ -547,9 +574,12 @@ class ComputeGraph:
             for name, value in symint_inputs.items():
                 self.set_symint(name, value)
             self.propagate_resize()
+            self._check_symint_range()
         except ParityError:
             self._restore(snap)
             raise
+        for symint in self.symints.values():
+            symint.flush()
         self.updated.clear()
 
         # Staging layout: uploads first, then every read-back region.

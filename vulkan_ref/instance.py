@@ -157,7 +157,14 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
         enabledExtensionCount=len(ext_names),
         ppEnabledExtensionNames=ext_names,
     )
-    instance = vk.vkCreateInstance(instance_info, None)
+    try:
+        instance = vk.vkCreateInstance(instance_info, None)
+    except vk.VkError as err:
+        raise BackendUnavailable(
+            f"vulkan: the Vulkan loader found no usable driver (vkCreateInstance: "
+            f"{type(err).__name__}){_driver_env()}; install 'mesa-vulkan-drivers' for "
+            "lavapipe, or your GPU's Vulkan driver"
+        ) from None
     if validation:
         keepalive.append(_install_messenger(instance, messages))
 
@@ -203,6 +210,13 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
         messages=messages,
         _keepalive=keepalive,
     )
+
+
+def _driver_env() -> str:
+    """The loader's driver-selection variables when set (they can hide every driver)."""
+    names = ("VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES")
+    set_ = [f"{n}={os.environ[n]}" for n in names if os.environ.get(n)]
+    return f" with {', '.join(set_)}" if set_ else ""
 
 
 def _robustness(physical: Any) -> tuple[Any, tuple[str, ...], list[str], list[Any]]:

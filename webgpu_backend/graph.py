@@ -13,7 +13,8 @@ Resize model (reference §1, with its known divergences fixed):
   dropped if the hook later succeeds and raised only if it is still pending once the
   fixpoint converges. Any error restores the graph to its state before the step.
 - Params uniforms are written only after propagation succeeds, with the inputs and all
-  dispatches in one submit.
+  dispatches in one submit. A SymInt outside int32 (what kernels read) is then refused
+  (`InputError`, key "int_range"), after every op's own checks.
 """
 
 from __future__ import annotations
@@ -469,6 +470,16 @@ class WebGPUGraph:
             check.fn(host[check.tensor])
         return tensors, symints
 
+    def _check_symint_range(self) -> None:
+        """Refuse a SymInt outside int32 (what kernels read), after every op's own checks."""
+        for name, value in self.symints.items():
+            if not -(1 << 31) <= value < 1 << 31:
+                raise InputError(
+                    name,
+                    "int_range",
+                    f"webgpu: SymInt {name!r} = {value} does not fit the int32 kernels read",
+                )
+
     def execute(
         self,
         inputs: Mapping[str, np.ndarray | int],
@@ -491,6 +502,7 @@ class WebGPUGraph:
             for name, value in symint_inputs.items():
                 self.set_symint(name, value)
             self.propagate_resize()
+            self._check_symint_range()
         except ParityError:
             self._restore(snap)
             raise

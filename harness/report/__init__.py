@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,8 +118,13 @@ def load_run(run_dir: str | Path) -> RunData:
     return RunData(path, [meta], [records])
 
 
-def render_report(run_dir: str | Path) -> dict[str, Any]:
+def render_report(run_dir: str | Path, exit_status: int | None = None) -> dict[str, Any]:
     """Rebuild summary.json, junit.xml and the HTML site of a run folder; returns the summary.
+
+    Args:
+        exit_status: the exit status of the process writing the report, when it knows it
+            better than the records (`parity run`: from its own tallies, 130 when
+            interrupted, 3 on an internal error); default: the records' verdict (0 or 1).
 
     Raises:
         RecordError: see `load_run`.
@@ -126,6 +132,11 @@ def render_report(run_dir: str | Path) -> dict[str, Any]:
     data = load_run(run_dir)
     summary = summarize(data.runs, data.records)
     summary["merged"] = data.merged
+    if exit_status is not None:
+        summary["exit_status"] = int(exit_status)
+    for f in summary["findings"]:
+        if f.get("bundle") and not (data.path / f["bundle"] / "bundle.json").is_file():
+            f["bundle"] = None  # a provisional bundle that a kill cut short
     out = data.path
     write_json(out / "summary.json", summary)
     (out / "junit.xml").write_text(junit_xml(summary, data.records), encoding="utf-8")
@@ -136,10 +147,16 @@ def render_report(run_dir: str | Path) -> dict[str, Any]:
 def write_site(data: RunData, summary: Mapping[str, Any]) -> None:
     """Render index, failure and case pages into the run folder."""
     out = data.path
-    for name in ("failures", "cases"):
-        if (out / name).is_dir():
-            shutil.rmtree(out / name)
-        (out / name).mkdir()
+    if (out / "cases").is_dir():
+        shutil.rmtree(out / "cases")
+    (out / "cases").mkdir()
+    failures = out / "failures"
+    if failures.is_dir():
+        for page in failures.iterdir():
+            # A page whose bundle exists stays, even if these records no longer name it.
+            if not (out / "bundles" / page.stem).is_dir():
+                page.unlink()
+    failures.mkdir(exist_ok=True)
     cases = _distinct_cases(data)
     by_key = {(c["_source"], c["chunk"], c["case_id"]): c for c in cases}
     finding_of = {(f["source"], f["chunk"], f["case_id"]): f["id"] for f in summary["findings"]}
@@ -193,6 +210,23 @@ def _run_commands(data: RunData, summary: Mapping[str, Any]) -> list[str]:
 # ---------------------------------------------------------------------------- failure page
 
 
+def _evidence(path: Path) -> dict[str, np.ndarray]:
+    """A bundle's evidence arrays.
+
+    Raises:
+        RecordError: the archive is truncated or damaged.
+    """
+    try:
+        # Our own handle: np.load leaks its own when the archive is damaged.
+        with path.open("rb") as handle, np.load(handle, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise RecordError(
+            f"{path}: not a readable .npz of evidence arrays (truncated or damaged?): "
+            f"{type(err).__name__}: {err}"
+        ) from None
+
+
 def _failure_page(
     data: RunData,
     summary: Mapping[str, Any],
@@ -208,8 +242,7 @@ def _failure_page(
         except RecordError:
             bundle_doc = {}
         if (bundle_dir / "arrays.npz").exists():
-            with np.load(bundle_dir / "arrays.npz", allow_pickle=False) as npz:
-                arrays = {k: npz[k] for k in npz.files}
+            arrays = _evidence(bundle_dir / "arrays.npz")
     record = record or {}
     divergences = list(record.get("divergences", []))
     timeline = [_step_view(s) for s in record.get("timeline", [])]

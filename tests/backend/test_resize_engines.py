@@ -78,3 +78,44 @@ def test_vulkan_resize_runs_nodes_in_order(vulkan: Runtime) -> None:
         assert [d.logical_count for d in result.dispatches] == [(5, 1, 1), (2, 1, 1)]
     finally:
         graph.close()
+
+
+def _sdpa_graph():  # q [1, 4, 2, 8] over a 16-row cache, input_pos a SymInt input
+    b = GraphBuilder()
+    q = b.input("q", "float32", [1, 4, 2, 8])
+    k, v = b.input("k", "float32", [1, 4, 2, 8]), b.input("v", "float32", [1, 4, 2, 8])
+    caches = {n: b.state(n, "float32", [1, 16, 2, 8]) for n in ("k_cache", "v_cache")}
+    pos = b.symint_input("input_pos")
+    b.output(b.op("sdpa_with_kv_cache", name="attn", q=q, k=k, v=v, input_pos=pos, **caches))
+    return b.build()
+
+
+def _symint_value(graph: object, name: str) -> int:
+    value = graph.symints[name]  # type: ignore[attr-defined]
+    return int(getattr(value, "value", value))  # vulkan_ref keeps SymInt objects
+
+
+@pytest.mark.parametrize("backend", ["webgpu", "vulkan"])
+def test_symint_past_int32_is_refused_and_changes_nothing(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """input_pos = 2**31 is the op's cache_overflow (as the contract says), never a raw
+    OverflowError from packing the uniform, and the graph keeps its state for the next step."""
+    runtime: Runtime = request.getfixturevalue(backend)
+    rng = np.random.default_rng(3)
+    step = {n: rng.standard_normal((1, 2, 2, 8)).astype(np.float32) for n in ("q", "k", "v")}
+    graph = runtime.load(_sdpa_graph())
+    try:
+        first = graph.execute({**step, "input_pos": 5})
+        with pytest.raises(InputError) as refused:
+            graph.execute({**step, "input_pos": 2**31})
+        assert (refused.value.subject, refused.value.reason) == ("attn", "cache_overflow")
+        assert _symint_value(graph, "input_pos") == 5
+        if backend == "vulkan":  # the uniform the kernels read still holds 5
+            ubo = graph.symints["input_pos"].ubo  # type: ignore[attr-defined]
+            assert int.from_bytes(ubo.read(0, 4), "little", signed=True) == 5
+        again = graph.execute({**step, "input_pos": 5})
+        assert again.cur_dims == first.cur_dims
+        np.testing.assert_array_equal(again.outputs["attn.out"], first.outputs["attn.out"])
+    finally:
+        graph.close()

@@ -367,10 +367,35 @@ def _silu_mul() -> Graph:
     return b.build()
 
 
+def _unused_symint() -> Graph:
+    """A graph with a SymInt input no op reads: only the int32 rule applies to it."""
+    b = GraphBuilder()
+    b.symint_input("unused")
+    b.output(b.op("silu", x=b.input("x", "float32", [4, 16])))
+    return b.build()
+
+
+INT32_PAST = 2**31  # the first value an int32 SymInt uniform cannot hold
+
 # name -> (graph, a valid step, the step to refuse, the expected reason)
 BAD_STEPS: dict[str, tuple[Callable[[], Graph], dict[str, Any], dict[str, Any], str]] = {
     "sdpa_cache_overflow": (_sdpa, _sdpa_step(6, 0), _sdpa_step(6, 27), "cache_overflow"),
     "sdpa_negative_pos": (_sdpa, _sdpa_step(1, 3), _sdpa_step(1, -1), "input_pos"),
+    # The op's own check comes first, on the harness and both backends alike.
+    "sdpa_pos_past_int32": (_sdpa, _sdpa_step(6, 0), _sdpa_step(6, INT32_PAST), "cache_overflow"),
+    "sdpa_pos_below_int32": (_sdpa, _sdpa_step(1, 3), _sdpa_step(1, -INT32_PAST - 1), "input_pos"),
+    "rope_hf_start_past_int32": (
+        _rope_hf,
+        _rope_hf_step(6, 0),
+        _rope_hf_step(6, INT32_PAST),
+        "start_pos",
+    ),
+    "unused_symint_past_int32": (
+        _unused_symint,
+        {"x": _f32(2, 16), "unused": 1},
+        {"x": _f32(3, 16), "unused": INT32_PAST},
+        "int_range",
+    ),
     "sdpa_k_seq": (_sdpa, _sdpa_step(4, 0), _sdpa_step(4, 4, k_seq=3), "shape"),
     "rope_k_seq": (_rope, _rope_step(6), _rope_step(6, k_seq=5), "qk_shape"),
     "rope_freqs_rows": (_rope, _rope_step(4), _rope_step(4, freqs=5), "freqs_shape"),

@@ -1,0 +1,36 @@
+"""The exit statuses of the `parity` command, in one place (the `--help` table is made here)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    """What a `parity` process returns."""
+
+    CLEAN = 0
+    DIVERGENT = 1
+    BAD_INPUT = 2
+    INTERNAL_ERROR = 3
+    INTERRUPTED = 130
+
+
+MEANINGS: dict[ExitStatus, str] = {
+    ExitStatus.CLEAN: "no unexpected divergence (known ones allowed); replay: fixed",
+    ExitStatus.DIVERGENT: "unexpected divergences found, or a required coverage cell left "
+    "empty; replay: still (or differently) failing",
+    ExitStatus.BAD_INPUT: "usage, set-up or input error: bad arguments, a missing or corrupt "
+    "file, no Vulkan driver, a folder in use by another parity process (one line naming "
+    "the file)",
+    ExitStatus.INTERNAL_ERROR: "internal error: a bug in the harness (traceback printed), or "
+    "a run whose chunk failed for a reason other than a divergence",
+    ExitStatus.INTERRUPTED: "stopped by SIGINT or SIGTERM (a run still writes its report)",
+}
+
+
+def exit_table(indent: str = "  ") -> str:
+    """The statuses as a plain-text table, for `--help`."""
+    return "\n".join(f"{indent}{int(s):>3}  {MEANINGS[s]}" for s in ExitStatus)
+
+
+__all__ = ["MEANINGS", "ExitStatus", "exit_table"]
