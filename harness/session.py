@@ -5,7 +5,8 @@ Lifecycle of a `RunSession`:
    output folder and writes `run.json` (seed, profile, plan, adapters, versions).
 2. `run()` searches each chunk of this shard's plan. Every executed case is appended to
    `cases.jsonl` at once; when a chunk ends, each minimal failing case gets a repro bundle
-   and the chunk a record naming them. Progress lines go to stderr.
+   (one per finding: a chunk that shrinks to a finding already bundled reuses it) and the
+   chunk a record naming them. Progress lines go to stderr.
 3. SIGINT/SIGTERM stop after the current case (a second signal stops at once); the time
    budget stops generation (a chunk that found a failure may finish shrinking, within a
    grace period). Either way the run is finalized: summary, JUnit XML and HTML report.
@@ -33,10 +34,25 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from graph_format import Runtime
 from harness.backends import BACKENDS, open_runtimes
-from harness.bundle import REPO_SHADER_DIRS, copy_shaders, write_bundle
+from harness.bundle import (
+    REPO_SHADER_DIRS,
+    copy_shaders,
+    existing_bundle,
+    source_digests,
+    write_bundle,
+)
 from harness.case import Case
 from harness.divergence import primary
 from harness.expectations import Expectations
+from harness.findings import (
+    CLEAN,
+    KNOWN,
+    UNEXPECTED,
+    finding_id,
+    record_signatures,
+    severity,
+    totals_text,
+)
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.plan import Chunk, Shard, make_plan, plan_digest, shard_of
 from harness.profiles import PROFILES, hypothesis_settings
@@ -113,13 +129,31 @@ class _KeyedDatabase(ExampleDatabase):
 
 @dataclass
 class _Totals:
-    cases: int = 0
+    """The run's own tallies, counted as summary.json counts them (harness.findings)."""
+
+    severity: dict[str, int] = field(default_factory=dict)  # case id -> CLEAN/KNOWN/UNEXPECTED
     steps: int = 0
-    divergent: int = 0
-    unexpected: int = 0
-    known: int = 0
-    findings: int = 0
+    findings: set[str] = field(default_factory=set)  # finding ids
     examples_done: int = 0  # planned examples of finished chunks
+
+    def add_case(self, record: Mapping[str, Any]) -> None:
+        """Count an executed case once, however often Hypothesis runs it."""
+        case = str(record["case_id"])
+        if case not in self.severity:
+            self.steps += int(record["steps"])
+        self.severity[case] = max(self.severity.get(case, CLEAN), severity(record))
+
+    def counts(self) -> dict[str, int]:
+        """The totals `totals_text` prints."""
+        levels = list(self.severity.values())
+        return {
+            "cases": len(levels),
+            "steps": self.steps,
+            "divergent_cases": sum(1 for v in levels if v != CLEAN),
+            "unexpected_cases": levels.count(UNEXPECTED),
+            "known_cases": levels.count(KNOWN),
+            "findings": len(self.findings),
+        }
 
 
 @dataclass
@@ -203,6 +237,8 @@ class RunSession:
             "adapters": self.runner.adapters,
             "versions": versions(),
             "git": git_commit(),
+            # "+dirty" covers tracked files only: hashes of the code itself, for replay.
+            "sources": source_digests(dirs),
             "shader_dirs": {b: str(p) for b, p in dirs.items()},
             "shader_overrides": {b: str(p) for b, p in self.config.shader_dirs.items()},
             "expectations": self.config.expectations.to_json(),
@@ -256,10 +292,7 @@ class RunSession:
         self.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         write_json(self.config.out / RUN_FILE, self.meta)
         self.log(
-            f"parity: {status}: {self.totals.cases} cases, {self.totals.steps} steps, "
-            f"{self.totals.divergent} divergent ({self.totals.unexpected} unexpected, "
-            f"{self.totals.known} known), {self.totals.findings} findings, "
-            f"{self.meta['duration_s']} s"
+            f"parity: {status}: {totals_text(self.totals.counts())}, {self.meta['duration_s']} s"
         )
         return status
 
@@ -355,7 +388,6 @@ class RunSession:
             self.errors.append(f"{chunk.id}: {reason}")
             self.log(f"parity: chunk {chunk.id} failed: {reason}")
         findings = self._findings(chunk, state, finals, shrunk=status == "complete")
-        self.totals.findings += len(findings)
         self.totals.examples_done += chunk.max_examples
         duration = time.monotonic() - started
         record = self._chunk_record(chunk, status, state.seq, findings, duration, reason)
@@ -389,15 +421,7 @@ class RunSession:
         record["shard"] = str(self.config.shard)
         state.seq += 1
         self.writer.write(record)
-        t = self.totals
-        t.cases += 1
-        t.steps += len(case.steps)
-        if result.divergences:
-            t.divergent += 1
-            if unexpected:
-                t.unexpected += 1
-            else:
-                t.known += 1
+        self.totals.add_case(record)
         self._progress(current=chunk)
         if self.steer:
             # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
@@ -436,32 +460,40 @@ class RunSession:
             shrunk = False
         out = []
         for case, record in picked:
-            if self.config.repeats:
-                repeat = classify(case, self.runtimes, self.config.repeats)
-                record["repeatability"] = repeat.to_json()
-            bundle_id = f"{chunk.family}-{chunk.index}-{record['case_id']}"
+            signatures = record_signatures(record)
+            bundle_id = finding_id(record["case_id"], signatures)
             folder = self.config.out / "bundles" / bundle_id
-            try:
-                write_bundle(
-                    folder,
-                    case,
-                    record,
-                    run=self.meta,
-                    runtimes=self.runtimes,
-                    shader_dirs=self.config.shader_dirs,
-                    shrunk=shrunk,
-                )
-                bundle: str | None = f"bundles/{bundle_id}"
-            except Exception as err:  # the finding stays in the records even without it
-                self.errors.append(f"{chunk.id}: bundle {bundle_id}: {_describe(err)}")
-                bundle = None
+            bundle: str | None = f"bundles/{bundle_id}"
+            known = existing_bundle(folder)
+            if known is not None:
+                # Another chunk already shrank to this case with this bug: one finding, one
+                # bundle; the summary lists every chunk that found it.
+                record["repeatability"] = known.get("repeatability")
+            else:
+                if self.config.repeats:
+                    repeat = classify(case, self.runtimes, self.config.repeats)
+                    record["repeatability"] = repeat.to_json()
+                try:
+                    write_bundle(
+                        folder,
+                        case,
+                        record,
+                        run=self.meta,
+                        runtimes=self.runtimes,
+                        shader_dirs=self.config.shader_dirs,
+                        shrunk=shrunk,
+                    )
+                except Exception as err:  # the finding stays in the records even without it
+                    self.errors.append(f"{chunk.id}: bundle {bundle_id}: {_describe(err)}")
+                    bundle = None
+            self.totals.findings.add(bundle_id)
             out.append(
                 {
                     "case_id": record["case_id"],
                     "seq": record["seq"],
                     "bundle": bundle,
                     "shrunk": shrunk,
-                    "signatures": sorted({d["signature"] for d in record["divergences"]}),
+                    "signatures": signatures,
                     "unexpected": record["unexpected"],
                     "repeatability": (record.get("repeatability") or {}).get("class"),
                 }
@@ -475,13 +507,11 @@ class RunSession:
         if not force and now - self._last_progress < self.config.progress_every_s:
             return
         self._last_progress = now
-        t = self.totals
         elapsed = now - self.started
         self.log(
             f"parity: [{self._chunk_no}/{len(self.mine)} chunks"
             + (f", {current.id}" if current else "")
-            + f"] {t.cases} cases, {t.steps} steps, {t.divergent} divergent "
-            f"({t.unexpected} unexpected), {t.findings} findings | "
+            + f"] {totals_text(self.totals.counts())} | "
             f"{elapsed:.0f} s elapsed, {self._time_left(elapsed)}"
         )
 
