@@ -1,9 +1,15 @@
 """Repro bundles: a self-contained folder per finding, and replaying one without Hypothesis.
 
-Layout of `bundles/<id>/` (format `parity-bundle/1`):
+One bundle per finding: `bundles/<finding id>/`, named from the minimal case and its bug
+(harness.findings.finding_id), written atomically, so every chunk (or process) that
+shrinks to the same finding lands on the same folder. Layout (format `parity-bundle/1`):
 
     bundle.json        what it is: signatures, divergences, seed and chunk, profile and
-                       budgets, adapters, versions, shader hashes, replay commands
+                       budgets, adapters, versions, `sources` (hashes of the Python and
+                       shader sources the run ran), shader hashes, `repeatability`,
+                       `evidence` (the worst element of each diverging tensor: inputs
+                       around it, each backend's output, reference and budget there),
+                       replay commands (relative to the run folder)
     case/              the case (`Case.save`): graph.json, graph.npz (constants),
                        steps.npz (every step's inputs), case.json (live shapes per step)
     shaders/wgsl/      the WGSL of every kernel the graph's ops use, as the run saw them
@@ -15,19 +21,22 @@ Layout of `bundles/<id>/` (format `parity-bundle/1`):
                        (`s<step>/<tensor>/<backend>/{actual,reference,budget}`), and slack
                        canary maps (`canary/s<step>/<tensor>/<backend>`: 0 live, 1 slack
                        intact, 2 slack written)
-    README.md          how to replay it
+    README.md          how to replay it, from the run folder
 
 `parity replay BUNDLE` reruns the case through `LockstepRunner` with the bundle's own shader
 copies (so a shader bug reproduces on a fresh clone) or, with `--shaders worktree`, with the
 working tree's; it says whether the same divergence signature (class, op, blamed backend)
-still shows.
+still shows, and which Python files differ from the ones the bundle was found with.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from graph_format import Graph, GraphFormatError, Runtime, StepResult, TensorValue
+from graph_format import Graph, GraphFormatError, OpNode, Runtime, StepResult, TensorValue
 from harness.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
 from harness.case import Case
 from harness.contract import ContractModel, ModelStep, expected_build_error
@@ -50,6 +59,7 @@ from harness.records import (
     write_json,
 )
 from harness.reference import ReferenceEvaluator, op_args
+from harness.report.images import utilization
 
 BUNDLE_FORMAT = "parity-bundle/1"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -112,14 +122,25 @@ def copy_shaders(
 # ---------------------------------------------------------------------------- evidence
 
 
+@dataclass
+class Evidence:
+    """What a bundle keeps of a re-run: arrays for `arrays.npz`, worst elements for
+    bundle.json's `evidence` (see `_worst_element`)."""
+
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    elements: list[dict[str, Any]] = field(default_factory=list)
+
+
 def capture_evidence(
     runtimes: Sequence[Runtime], case: Case, divergences: Sequence[Mapping[str, Any]]
-) -> dict[str, np.ndarray]:
-    """Re-run a case and keep the arrays behind its divergences (see the module docstring).
+) -> Evidence:
+    """Re-run a case and keep the data behind its divergences (see the module docstring).
 
     Numeric and NaN/Inf divergences of an op get that op's reference evaluated on each
     backend's own inputs to it (as the per-op oracle does); graph-output divergences get the
-    end-to-end reference. Canary divergences get a map of the tensor's allocation.
+    end-to-end reference. Each such tensor also gets its worst element: the values there
+    (each backend's output, reference and budget) and the op's inputs around it. Canary
+    divergences get a map of the tensor's allocation.
     """
     graph = case.graph
     wanted: dict[int, set[str]] = {}
@@ -132,9 +153,10 @@ def capture_evidence(
             wanted.setdefault(step, set()).add(str(tensor))
         if d.get("kind") in ("canary_write", "stale_read"):
             canary.setdefault(step, set()).add(str(tensor))
-    arrays: dict[str, np.ndarray] = {}
+    evidence = Evidence()
+    arrays = evidence.arrays
     if (not wanted and not canary) or expected_build_error(graph) is not None:
-        return arrays
+        return evidence
     loaded = {}
     try:
         for rt in runtimes:
@@ -167,7 +189,7 @@ def capture_evidence(
                 continue
             values, errors, _ = reference.step(inputs)
             for tensor in sorted(wanted.get(index, ())):
-                _numeric_evidence(arrays, graph, index, tensor, inputs, results, values, errors)
+                _numeric_evidence(evidence, graph, index, tensor, inputs, results, values, errors)
             for tensor in sorted(canary.get(index, ())):
                 for name, res in results.items():
                     raw = res.raw.get(tensor)
@@ -181,11 +203,11 @@ def capture_evidence(
     finally:
         for lg in loaded.values():
             lg.close()
-    return arrays
+    return evidence
 
 
 def _numeric_evidence(
-    arrays: dict[str, np.ndarray],
+    evidence: Evidence,
     graph: Graph,
     index: int,
     tensor: str,
@@ -195,14 +217,17 @@ def _numeric_evidence(
     errors: Mapping[str, Any],
 ) -> None:
     node = graph.producer(tensor)
+    judged: dict[str, _Judged] = {}
     for name, res in results.items():
         observed = {**res.tensors, **res.outputs}
         actual = observed.get(tensor)
-        if actual is None or actual.size > MAX_EVIDENCE_ELEMENTS:
+        if actual is None:
             continue
-        ref, budget = values.get(tensor), errors.get(tensor)
-        if node is not None and not any(t.state for _, t in node.tensor_args(graph)):
-            # The op's reference on this backend's own inputs, as the per-op oracle judges it.
+        ref, budget, scope = values.get(tensor), errors.get(tensor), "graph"
+        args: Mapping[str, Any] | None = None
+        if node is not None:
+            # The op's arguments as this backend computed them: graph inputs, constants and
+            # the intermediates it produced.
             local: dict[str, np.ndarray] = {
                 n: np.asarray(v, np.float64) for n, v in inputs.items() if isinstance(v, np.ndarray)
             }
@@ -211,22 +236,168 @@ def _numeric_evidence(
                     local[t.name] = graph.constants[t.constant].astype(np.float64)
             local.update({n: v.astype(np.float64) for n, v in observed.items()})
             try:
-                model = model_for(node.op)
                 args = op_args(graph, node, local, res.symints)
+            except Exception:
+                args = None  # e.g. a state tensor it does not read back
+        if (
+            node is not None
+            and args is not None
+            and not any(t.state for _, t in node.tensor_args(graph))
+        ):
+            # The op's reference on this backend's own inputs, as the per-op oracle judges it.
+            try:
+                model = model_for(node.op)
                 outs = model.reference(node, args)
                 budgets = model.budget(node, args, outs)
                 slot = next(s for s, out in node.outputs.items() if out == tensor)
-                ref, budget = outs[slot], budgets[slot]
+                ref, budget, scope = outs[slot], budgets[slot], "op"
             except Exception:
                 pass  # fall back to the end-to-end reference
         if ref is None or np.shape(ref) != actual.shape:
             continue
-        key = f"s{index}/{tensor}/{name}"
-        arrays[f"{key}/actual"] = np.asarray(actual, np.float32)
-        arrays[f"{key}/reference"] = np.asarray(ref, np.float64)
-        arrays[f"{key}/budget"] = np.broadcast_to(
+        budget_array = np.broadcast_to(
             np.asarray(budget if budget is not None else 0.0, np.float64), actual.shape
-        ).copy()
+        )
+        judged[name] = _Judged(
+            np.asarray(actual), np.asarray(ref, np.float64), budget_array, scope, args
+        )
+        if actual.size <= MAX_EVIDENCE_ELEMENTS:
+            key = f"s{index}/{tensor}/{name}"
+            evidence.arrays[f"{key}/actual"] = np.asarray(actual, np.float32)
+            evidence.arrays[f"{key}/reference"] = np.asarray(ref, np.float64)
+            evidence.arrays[f"{key}/budget"] = budget_array.copy()
+    element = _worst_element(graph, node, index, tensor, judged)
+    if element is not None:
+        evidence.elements.append(element)
+
+
+@dataclass
+class _Judged:
+    """One backend's output of a tensor with the reference and budget it is judged by."""
+
+    actual: np.ndarray
+    reference: np.ndarray
+    budget: np.ndarray
+    scope: str  # "op": the op's reference on this backend's inputs; "graph": end to end
+    args: Mapping[str, Any] | None  # the op's arguments on this backend
+
+
+# Values of an input's row the failure page shows around the worst element.
+INPUT_WINDOW = 16
+
+
+def _worst_element(
+    graph: Graph,
+    node: OpNode | None,
+    index: int,
+    tensor: str,
+    judged: Mapping[str, _Judged],
+) -> dict[str, Any] | None:
+    """The element of `tensor` furthest over its budget on any backend, and the values there.
+
+    Returns plain data for bundle.json's `evidence`: `step`, `tensor`, `op`, `op_type`,
+    `shape`, `index`, `worst_on` (the backend where it is worst) and per backend `actual`,
+    `reference`, `budget`, `error`, `utilization`, `reference_scope` and `inputs` (see
+    `_input_view`), all at that one index.
+    """
+    utils = {
+        name: utilization(j.actual, j.reference, j.budget)
+        for name, j in judged.items()
+        if j.actual.size
+    }
+    if not utils:
+        return None
+    ranked = {n: np.where(np.isnan(u), np.inf, u) for n, u in utils.items()}
+    worst_on = max(ranked, key=lambda n: float(np.max(ranked[n])))
+    at = tuple(
+        int(i) for i in np.unravel_index(int(np.argmax(ranked[worst_on])), ranked[worst_on].shape)
+    )
+    backends = {}
+    for name, util in utils.items():
+        j = judged[name]
+        actual, ref = float(j.actual[at]), float(j.reference[at])
+        inputs = []
+        for slot, value in (j.args or {}).items():
+            arg = node.args.get(slot) if node is not None else None
+            if value is None:
+                continue
+            label = ", ".join(arg) if isinstance(arg, tuple) else str(arg)
+            inputs.append({"slot": slot, "name": label, **_input_view(value, j.actual.shape, at)})
+        backends[name] = {
+            "actual": actual,
+            "reference": ref,
+            "budget": float(j.budget[at]),
+            "error": abs(actual - ref),
+            "utilization": float(util[at]),
+            "reference_scope": j.scope,
+            "inputs": inputs,
+        }
+    return plain(
+        {
+            "step": index,
+            "tensor": tensor,
+            "op": node.name if node is not None else None,
+            "op_type": node.op if node is not None else None,
+            "shape": list(judged[worst_on].actual.shape),
+            "index": list(at),
+            "worst_on": worst_on,
+            "backends": backends,
+        }
+    )
+
+
+def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
+    return len(shape) <= len(to) and all(
+        a in (1, b) for a, b in zip(reversed(shape), reversed(to), strict=False)
+    )
+
+
+def _input_view(value: Any, out_shape: tuple[int, ...], at: tuple[int, ...]) -> dict[str, Any]:
+    """The values of one op argument around output element `at`, for the failure page.
+
+    Which input elements feed an output element depends on the op, so this shows a row
+    chosen by shape, and says how (`where`): an input of the output's shape, or one that
+    broadcasts to it, shows its last-dim row at the same position with that element marked
+    (`highlight`, an index into `values`); one whose leading dims match the output's shows
+    the row at the same leading position (a matmul's activations); one whose first dim is
+    the output's last shows its row at the output's column (a matmul's weight rows);
+    anything else its first values. At most INPUT_WINDOW values, around the marked one.
+    Scalars and SymInts are shown as they are.
+    """
+    if isinstance(value, tuple):
+        return {"where": "value", "selection": "", "values": list(value), "highlight": None,
+                "start": 0, "length": len(value)}  # fmt: skip
+    a = np.asarray(value)
+    if a.ndim == 0:
+        return {"where": "value", "selection": "", "values": [a.item()], "highlight": None,
+                "start": 0, "length": 1}  # fmt: skip
+    n = len(out_shape)
+    column: int | None = None
+    if _broadcasts(a.shape, out_shape):
+        offset = n - a.ndim
+        position = tuple(0 if a.shape[k] == 1 else at[offset + k] for k in range(a.ndim))
+        lead, column = position[:-1], position[-1]
+        where = "same position" if a.shape == out_shape else "same position, broadcast"
+    elif a.ndim == n and a.shape[:-1] == out_shape[:-1]:
+        lead, where = at[:-1], "same row"
+    elif n and a.shape[0] == out_shape[-1]:
+        lead, where = at[-1:], "row of the output's column"
+    else:
+        lead, where = (), "first values"
+    row = a[lead].ravel()
+    start = 0
+    if column is not None:
+        start = max(0, min(column - INPUT_WINDOW // 2, row.size - INPUT_WINDOW))
+    stop = min(row.size, start + INPUT_WINDOW)
+    flat = " flattened" if a.ndim - len(lead) > 1 else ""
+    return {
+        "where": where + flat,
+        "selection": "[" + "".join(f"{i}, " for i in lead) + f"{start}:{stop}]",
+        "values": row[start:stop].tolist(),
+        "highlight": None if column is None else column - start,
+        "start": start,
+        "length": int(row.size),
+    }
 
 
 # ---------------------------------------------------------------------------- writing
@@ -243,28 +414,62 @@ def write_bundle(
     shrunk: bool = True,
     provisional: bool = False,
 ) -> Path:
-    """Write the bundle of one failing case (bundle.json last: it marks the bundle whole).
+    """Write the bundle of one failing case, atomically.
+
+    The bundle is written into a temporary folder beside `folder` and renamed into place,
+    so a reader (or another process writing the same finding into the same run folder)
+    never sees half a bundle; when `folder` already holds a bundle, that one is kept.
 
     Args:
+        folder: `bundles/<finding id>` (harness.findings.finding_id) of the run folder.
         record: the case's JSONL record (harness.records.case_record).
-        run: the run's metadata (run.json): seed, profile, budgets, adapters, versions.
-        runtimes: when given, the case is re-run to capture evidence arrays.
+        run: the run's metadata (run.json): seed, profile, budgets, adapters, versions,
+            source hashes.
+        runtimes: when given, the case is re-run to capture evidence.
         shader_dirs: the shader folders the run used (default: the repo's).
         shrunk: whether Hypothesis finished shrinking it (False for an interrupted run).
         provisional: the first divergent case of a bug, written as soon as it was seen; the
             chunk's finding replaces it when the chunk ends (a killed run keeps it).
     """
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    try:
+        _write_bundle_files(
+            tmp, folder.name, case, record, run, runtimes, shader_dirs, shrunk, provisional
+        )
+        try:
+            os.rename(tmp, folder)
+        except OSError:
+            if existing_bundle(folder) is None:
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # written meanwhile by another process
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return folder
+
+
+def _write_bundle_files(
+    folder: Path,
+    bundle_id: str,
+    case: Case,
+    record: Mapping[str, Any],
+    run: Mapping[str, Any],
+    runtimes: Sequence[Runtime] | None,
+    shader_dirs: Mapping[str, Path] | None,
+    shrunk: bool,
+    provisional: bool,
+) -> None:
     case.save(folder / "case")
     hashes = copy_shaders(case.graph, folder / "shaders", shader_dirs)
     write_json(folder / "timeline.json", {"steps": record.get("timeline", [])})
+    evidence = Evidence()
     if runtimes:
-        arrays = capture_evidence(runtimes, case, record.get("divergences", []))
-        np.savez_compressed(folder / "arrays.npz", **arrays)
-    rel = folder.name
+        evidence = capture_evidence(runtimes, case, record.get("divergences", []))
+        np.savez_compressed(folder / "arrays.npz", **evidence.arrays)
     doc = {
         "format": BUNDLE_FORMAT,
-        "id": folder.name,
+        "id": bundle_id,
         "case_id": record.get("case_id"),
         "family": record.get("family"),
         "chunk": record.get("chunk"),
@@ -277,6 +482,7 @@ def write_bundle(
             str(s.get("index")): {b: v.get("utilization", {}) for b, v in s["backends"].items()}
             for s in record.get("timeline", [])
         },
+        "evidence": evidence.elements,
         "step_shapes": record.get("step_shapes"),
         "repeatability": record.get("repeatability"),
         "first_divergent": record.get("first_divergent"),
@@ -294,13 +500,22 @@ def write_bundle(
                 "shader_dirs",
             )
         },
+        "sources": run.get("sources") or source_digests(shader_dirs),
         "chunk_seed": _chunk_seed(run, record.get("chunk")),
         "shaders": hashes,
-        "commands": replay_commands(f"bundles/{rel}", run, record),
+        "commands_cwd": "the run folder (the folder that holds bundles/ and index.html)",
+        "commands": replay_commands(f"bundles/{bundle_id}", run, record),
     }
     write_json(folder / "bundle.json", doc)
     (folder / "README.md").write_text(_readme(doc))
-    return folder
+
+
+def existing_bundle(folder: Path) -> dict[str, Any] | None:
+    """The bundle.json of a complete bundle at `folder`, or None when there is none."""
+    try:
+        return read_json(folder / "bundle.json", "bundle description")
+    except RecordError:
+        return None
 
 
 def _chunk_seed(run: Mapping[str, Any], chunk: Any) -> int | None:
@@ -311,12 +526,14 @@ def _chunk_seed(run: Mapping[str, Any], chunk: Any) -> int | None:
 
 
 def replay_commands(path: str, run: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
-    """Commands that replay a finding: the bundle, with either shaders, and its chunk."""
+    """Commands that replay a finding, run from the run folder: the bundle (`path`, relative
+    to the run folder), with either shaders, kept as a regression, and its family's search
+    again (into `rerun/`)."""
     budgets = run.get("budgets", {})
     chunk_run = (
         f"parity run --families {record.get('family')} --profile {run.get('profile')} "
         f"--seed {run.get('seed')} --max-examples {budgets.get('max_examples')} "
-        f"--chunk-examples {budgets.get('chunk_examples')} --no-database"
+        f"--chunk-examples {budgets.get('chunk_examples')} --no-database --out rerun"
     )
     return [
         f"parity replay {path}",
@@ -330,26 +547,90 @@ def _readme(doc: Mapping[str, Any]) -> str:
     lines = [
         f"# Repro bundle {doc['id']}",
         "",
-        f"Family `{doc['family']}`, chunk `{doc['chunk']}`, case `{doc['case_id']}`"
+        f"Family `{doc['family']}`, first found by chunk `{doc['chunk']}`, case "
+        f"`{doc['case_id']}`"
         + (
             " (provisional: the first divergent case seen; the run ended before its chunk did)"
             if doc.get("provisional")
             else ("" if doc["shrunk"] else " (not fully shrunk: the run was interrupted)")
         )
-        + ".",
+        + ". Other chunks that shrank to the same case and bug share this bundle; the run's "
+        "report lists them.",
         "",
         "Signatures (op type | class | blamed backend | regime):",
         "",
         *[f"- `{s}`" for s in doc["signatures"]],
         "",
-        "Replay (from the repository root; the bundle's own shaders by default):",
+        "Replay from the run folder (the folder that holds `bundles/` and `index.html`; the "
+        "paths below are relative to it). The bundle's own shaders are used by default:",
         "",
         "```sh",
+        "cd <run folder>",
         *doc["commands"],
         "```",
         "",
+        "Or from inside this folder: `parity replay .`",
+        "",
+        f"Found with commit `{(doc.get('run') or {}).get('git')}`; `sources` in bundle.json "
+        "hashes the Python and shader sources, and `parity replay` warns when the Python "
+        "code it runs differs.",
+        "",
     ]
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- sources
+
+# The Python packages whose code decides what a case does and how it is judged.
+PYTHON_SOURCES = ("graph_format", "harness", "webgpu_backend", "vulkan_ref")
+
+
+def _short_sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def python_digests(root: Path = REPO_ROOT) -> dict[str, str]:
+    """Per Python file of PYTHON_SOURCES under `root` (relative path), a 16-hex sha256."""
+    out = {}
+    for package in PYTHON_SOURCES:
+        for path in sorted((root / package).rglob("*.py")):
+            out[path.relative_to(root).as_posix()] = _short_sha(path.read_bytes())
+    return out
+
+
+def _tree_digest(root: Path) -> str | None:
+    if not root.is_dir():
+        return None
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(f"{path.relative_to(root).as_posix()}\0".encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def source_digests(shader_dirs: Mapping[str, Path] | None = None) -> dict[str, Any]:
+    """Hashes of the code a run runs (git's "+dirty" misses untracked and ignored files).
+
+    `python`: per file of PYTHON_SOURCES; `python_digest`: of them all; `shaders`: per
+    language, the whole shader folder the run builds kernels from.
+    """
+    python = python_digests()
+    dirs = {**REPO_SHADER_DIRS, **{k: Path(v) for k, v in (shader_dirs or {}).items()}}
+    return {
+        "python": python,
+        "python_digest": _short_sha(json.dumps(python, sort_keys=True).encode()),
+        "shaders": {SHADER_LANGUAGES[b]: _tree_digest(Path(d)) for b, d in sorted(dirs.items())},
+    }
+
+
+def python_differences(bundle: Bundle) -> list[str] | None:
+    """Python files of the running code that differ from the ones the bundle was found with
+    (changed, added or removed), or None when the bundle records no hashes."""
+    recorded = (bundle.doc.get("sources") or {}).get("python")
+    if not isinstance(recorded, dict) or not recorded:
+        return None
+    now = python_digests()
+    return sorted(p for p in set(recorded) | set(now) if recorded.get(p) != now.get(p))
 
 
 # ---------------------------------------------------------------------------- replay
@@ -420,6 +701,8 @@ class ReplayOutcome:
     found: set[tuple[str, str, str]]
     divergences: list[dict[str, Any]] = field(default_factory=list)
     shader_mismatch: list[str] = field(default_factory=list)
+    # Python files that differ from the bundle's run; None: the bundle records no hashes.
+    python_mismatch: list[str] | None = None
 
     @property
     def exit_status(self) -> int:
@@ -455,7 +738,9 @@ def replay(
         status = "still_failing"
     else:
         status = "changed"
-    return ReplayOutcome(status, expected, found, plain(found_records), mismatch)
+    return ReplayOutcome(
+        status, expected, found, plain(found_records), mismatch, python_differences(bundle)
+    )
 
 
 def shader_differences(bundle: Bundle) -> list[str]:

@@ -34,6 +34,7 @@ from harness.bundle import (
     REPO_ROOT,
     REPO_SHADER_DIRS,
     BundleError,
+    existing_bundle,
     load_bundle,
     replay,
 )
@@ -44,6 +45,7 @@ from harness.expectations import (
     ExpectationsError,
     load_expectations,
 )
+from harness.findings import totals_text
 from harness.plan import Shard
 from harness.profiles import DEFAULT_DATABASE_DIR, PROFILES
 from harness.records import (
@@ -529,11 +531,7 @@ def _report(args: argparse.Namespace) -> int:
     with RunFolderLock(run_dir, command_line()):
         summary = render_report(run_dir)
     t = summary["totals"]
-    _err(
-        f"parity report: {summary['status']}: {t['cases']} cases, {t['divergent_cases']} "
-        f"divergent ({t['unexpected_cases']} unexpected), {t['findings']} findings; "
-        f"{run_dir / 'index.html'}"
-    )
+    _err(f"parity report: {summary['status']}: {totals_text(t)}; {run_dir / 'index.html'}")
     return int(summary["exit_status"])
 
 
@@ -676,11 +674,25 @@ def _copy_bundles(src: Path, out: Path, source: int) -> dict[str, str]:
         return renames
     for bundle in sorted((src / "bundles").iterdir()):
         name = bundle.name
-        if (out / "bundles" / name).exists():  # the same chunk on another device
-            renames[f"bundles/{name}"] = f"bundles/{name}-s{source}"
+        if name.startswith("."):
+            continue  # a bundle still being written when its shard was killed
+        if (out / "bundles" / name).exists():
+            if _same_device(bundle, out / "bundles" / name):
+                continue  # the same finding (bundles are named by case and bug) from a shard
+            renames[f"bundles/{name}"] = f"bundles/{name}-s{source}"  # on another device
             name = f"{name}-s{source}"
         shutil.copytree(bundle, out / "bundles" / name)
     return renames
+
+
+def _same_device(bundle: Path, other: Path) -> bool:
+    from harness.summary import device_label
+
+    def device(folder: Path) -> str | None:
+        doc = existing_bundle(folder)
+        return device_label(doc.get("run", {}).get("adapters") or {}) if doc else None
+
+    return device(bundle) == device(other) is not None
 
 
 # ---------------------------------------------------------------------------- replay, regress
@@ -700,6 +712,7 @@ def _replay(args: argparse.Namespace) -> int:
                     "divergences": outcome.divergences,
                     "shaders": args.shaders,
                     "shader_mismatch": outcome.shader_mismatch,
+                    "python_mismatch": outcome.python_mismatch,
                 },
                 indent=1,
             )
@@ -722,6 +735,16 @@ def _replay(args: argparse.Namespace) -> int:
             "parity replay: the working tree's shaders differ from the bundle's: "
             + ", ".join(outcome.shader_mismatch)
         )
+    if outcome.python_mismatch:
+        changed = outcome.python_mismatch
+        _err(
+            f"parity replay: warning: the Python code differs from the code the bundle was "
+            f"found with (commit {bundle.doc.get('run', {}).get('git')}) in {len(changed)} "
+            f"file(s): {', '.join(changed[:8])}{', ...' if len(changed) > 8 else ''}; the "
+            "verdict below may come from that change, not from the shaders"
+        )
+    elif outcome.python_mismatch is None:
+        _err("parity replay: note: the bundle records no source hashes (an older harness)")
     sig = "; ".join("/".join(s) for s in sorted(outcome.expected))
     took = f"{time.monotonic() - started:.1f} s"
     if outcome.status == "fixed":

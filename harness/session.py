@@ -6,7 +6,8 @@ Lifecycle of a `RunSession`:
    releases it) and writes `run.json` (seed, profile, plan, adapters, versions).
 2. `run()` searches each chunk of this shard's plan. Every executed case is appended to
    `cases.jsonl` at once; when a chunk ends, each minimal failing case gets a repro bundle
-   and the chunk a record naming them. Progress lines go to stderr.
+   (one per finding: a chunk that shrinks to a finding already bundled reuses it) and the
+   chunk a record naming them. Progress lines go to stderr.
 3. SIGINT/SIGTERM stop after the current case (a second signal stops at once); the time
    budget stops generation (a chunk that found a failure may finish shrinking, within a
    grace period). Either way the run is finalized: summary, JUnit XML and HTML report.
@@ -35,12 +36,27 @@ from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from graph_format import Runtime
 from harness.backends import BACKENDS, open_runtimes
-from harness.bundle import REPO_SHADER_DIRS, copy_shaders, write_bundle
+from harness.bundle import (
+    REPO_SHADER_DIRS,
+    copy_shaders,
+    existing_bundle,
+    source_digests,
+    write_bundle,
+)
 from harness.case import Case
 from harness.coverage import Coverage, missing_cells
 from harness.divergence import primary
 from harness.exitcodes import ExitStatus
 from harness.expectations import Expectations
+from harness.findings import (
+    CLEAN,
+    KNOWN,
+    UNEXPECTED,
+    finding_id,
+    record_signatures,
+    severity,
+    totals_text,
+)
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.plan import Chunk, Shard, make_plan, plan_digest, shard_of
 from harness.profiles import PROFILES, hypothesis_settings
@@ -118,13 +134,31 @@ class _KeyedDatabase(ExampleDatabase):
 
 @dataclass
 class _Totals:
-    cases: int = 0
+    """The run's own tallies, counted as summary.json counts them (harness.findings)."""
+
+    severity: dict[str, int] = field(default_factory=dict)  # case id -> CLEAN/KNOWN/UNEXPECTED
     steps: int = 0
-    divergent: int = 0
-    unexpected: int = 0
-    known: int = 0
-    findings: int = 0
+    findings: set[str] = field(default_factory=set)  # finding ids
     examples_done: int = 0  # planned examples of finished chunks
+
+    def add_case(self, record: Mapping[str, Any]) -> None:
+        """Count an executed case once, however often Hypothesis runs it."""
+        case = str(record["case_id"])
+        if case not in self.severity:
+            self.steps += int(record["steps"])
+        self.severity[case] = max(self.severity.get(case, CLEAN), severity(record))
+
+    def counts(self) -> dict[str, int]:
+        """The totals `totals_text` prints."""
+        levels = list(self.severity.values())
+        return {
+            "cases": len(levels),
+            "steps": self.steps,
+            "divergent_cases": sum(1 for v in levels if v != CLEAN),
+            "unexpected_cases": levels.count(UNEXPECTED),
+            "known_cases": levels.count(KNOWN),
+            "findings": len(self.findings),
+        }
 
 
 @dataclass
@@ -226,6 +260,8 @@ class RunSession:
             "adapters": self.runner.adapters,
             "versions": versions(),
             "git": git_commit(),
+            # "+dirty" covers tracked files only: hashes of the code itself, for replay.
+            "sources": source_digests(dirs),
             "shader_dirs": {b: str(p) for b, p in dirs.items()},
             "shader_overrides": {b: str(p) for b, p in self.config.shader_dirs.items()},
             "expectations": self.config.expectations.to_json(),
@@ -281,10 +317,7 @@ class RunSession:
         self.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         write_json(self.config.out / RUN_FILE, self.meta)
         self.log(
-            f"parity: {status}: {self.totals.cases} cases, {self.totals.steps} steps, "
-            f"{self.totals.divergent} divergent ({self.totals.unexpected} unexpected, "
-            f"{self.totals.known} known), {self.totals.findings} findings, "
-            f"{self.meta['duration_s']} s"
+            f"parity: {status}: {totals_text(self.totals.counts())}, {self.meta['duration_s']} s"
         )
         return status
 
@@ -295,7 +328,7 @@ class RunSession:
             return ExitStatus.INTERRUPTED
         if status == "error":
             return ExitStatus.INTERNAL_ERROR
-        if self.totals.unexpected:
+        if self.totals.counts()["unexpected_cases"]:
             return ExitStatus.DIVERGENT
         # Required coverage cells are judged, as in the summary, on a complete unsharded run
         # and for the op types it exercised.
@@ -405,7 +438,6 @@ class RunSession:
             self.errors.append(f"{chunk.id}: {reason}")
             self.log(f"parity: chunk {chunk.id} failed: {reason}")
         findings = self._findings(chunk, state, finals, shrunk=status == "complete")
-        self.totals.findings += len(findings)
         self.totals.examples_done += chunk.max_examples
         duration = time.monotonic() - started
         record = self._chunk_record(chunk, status, state.seq, findings, duration, reason)
@@ -444,7 +476,7 @@ class RunSession:
         key = _bug_key(record)
         provisional = None
         if (unexpected or nondeterministic) and key not in state.provisional:
-            provisional = self._bundle_id(chunk, record)
+            provisional = self._provisional_id(chunk, record)
             state.provisional[key] = f"bundles/{provisional}"
             record["provisional_bundle"] = state.provisional[key]
         state.seq += 1
@@ -453,15 +485,7 @@ class RunSession:
             self._write_bundle(chunk, provisional, case, record, shrunk=False, provisional=True)
         self.coverage.merge(record.get("coverage") or {})
         self.ops_run.update(record["ops"])
-        t = self.totals
-        t.cases += 1
-        t.steps += len(case.steps)
-        if result.divergences:
-            t.divergent += 1
-            if unexpected:
-                t.unexpected += 1
-            else:
-                t.known += 1
+        self.totals.add_case(record)
         self._progress(current=chunk)
         if self.steer:
             # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
@@ -498,19 +522,28 @@ class RunSession:
             shrunk = False
         out = []
         for case, record in picked:
-            if self.config.repeats:
-                repeat = classify(case, self.runtimes, self.config.repeats)
-                record["repeatability"] = repeat.to_json()
-            bundle = self._write_bundle(
-                chunk, self._bundle_id(chunk, record), case, record, shrunk=shrunk
-            )
+            signatures = record_signatures(record)
+            bundle_id = finding_id(record["case_id"], signatures)
+            known = existing_bundle(self.config.out / "bundles" / bundle_id)
+            bundle: str | None
+            if known is not None:
+                # Another chunk already shrank to this case with this bug: one finding, one
+                # bundle; the summary lists every chunk that found it.
+                record["repeatability"] = known.get("repeatability")
+                bundle = f"bundles/{bundle_id}"
+            else:
+                if self.config.repeats:
+                    repeat = classify(case, self.runtimes, self.config.repeats)
+                    record["repeatability"] = repeat.to_json()
+                bundle = self._write_bundle(chunk, bundle_id, case, record, shrunk=shrunk)
+            self.totals.findings.add(bundle_id)
             out.append(
                 {
                     "case_id": record["case_id"],
                     "seq": record["seq"],
                     "bundle": bundle,
                     "shrunk": shrunk,
-                    "signatures": sorted({d["signature"] for d in record["divergences"]}),
+                    "signatures": signatures,
                     "unexpected": record["unexpected"],
                     "repeatability": (record.get("repeatability") or {}).get("class"),
                 }
@@ -518,8 +551,10 @@ class RunSession:
         return out
 
     @staticmethod
-    def _bundle_id(chunk: Chunk, record: Mapping[str, Any]) -> str:
-        return f"{chunk.family}-{chunk.index}-{record['case_id']}"
+    def _provisional_id(chunk: Chunk, record: Mapping[str, Any]) -> str:
+        """Provisional bundles live apart from findings' (content-addressed) bundles, so
+        that dropping one never removes a finding another chunk reuses."""
+        return f"provisional-{chunk.family}-{chunk.index}-{record['case_id']}"
 
     def _write_bundle(
         self,
@@ -563,13 +598,11 @@ class RunSession:
         if not force and now - self._last_progress < self.config.progress_every_s:
             return
         self._last_progress = now
-        t = self.totals
         elapsed = now - self.started
         self.log(
             f"parity: [{self._chunk_no}/{len(self.mine)} chunks"
             + (f", {current.id}" if current else "")
-            + f"] {t.cases} cases, {t.steps} steps, {t.divergent} divergent "
-            f"({t.unexpected} unexpected), {t.findings} findings | "
+            + f"] {totals_text(self.totals.counts())} | "
             f"{elapsed:.0f} s elapsed, {self._time_left(elapsed)}"
         )
 

@@ -11,14 +11,18 @@ from shards. summary.json (format `parity-summary/1`) holds:
 - `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
   the run's exit status, duration), `adapters` (per backend: adapter, driver, API),
   `versions`, `duration_s`;
-- `totals`: distinct cases, steps, divergent / unexpected / known cases, findings;
+- `totals`: cases, steps, divergent / unexpected / known cases, divergences, findings
+  (a case is a distinct case id per device and a finding a distinct case and bug: see
+  harness.findings; the CLI's lines print the same numbers);
 - `per_family` and `per_op`: cases, steps, divergent cases, divergences by class;
 - `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
   `coverage_required` (the profile's cells for the op types run), `coverage_checked` (a
   complete run of every shard) and `coverage_missing` ((op, backend, cell) left empty);
-- `signatures`: failures grouped by (op type, class, blamed backend, regime), with counts;
-- `findings`: the minimal failing cases (with their bundle), provisional ones for a chunk
-  that never finished (a killed run);
+- `signatures`: failures grouped by (op type, class, blamed backend, regime), with the
+  cases, divergences and findings of each;
+- `findings`: the minimal failing cases, one per distinct case and bug, with their bundle
+  and every chunk that found them; provisional ones for a chunk that never finished (a
+  killed run);
 - `expectations`: each known-divergence entry with its status (matched, stale,
   not_applicable, not_exercised) and match count.
 """
@@ -32,6 +36,13 @@ from xml.etree import ElementTree as ET
 
 from harness.coverage import missing_cells
 from harness.expectations import entry_status
+from harness.findings import (
+    CLEAN,
+    UNEXPECTED,
+    finding_id,
+    record_signatures,
+    severity,
+)
 from harness.profiles import PROFILES
 from harness.records import as_float
 
@@ -67,13 +78,11 @@ def summarize(
         records: each shard's records (same order as `runs`).
     """
     first = runs[0]
-    cases: dict[tuple[int, str, str], Mapping[str, Any]] = {}
+    cases = distinct_cases(runs, records)
     chunk_records: dict[tuple[int, str], Mapping[str, Any]] = {}
     for source, recs in enumerate(records):
         for r in recs:
-            if r.get("record") == "case":
-                cases.setdefault((source, str(r["chunk"]), str(r["case_id"])), r)
-            elif r.get("record") == "chunk":
+            if r.get("record") == "chunk":
                 chunk_records[(source, str(r["chunk"]))] = r
 
     totals = _stats()
@@ -87,11 +96,10 @@ def summarize(
 
     for family in first.get("families", []):
         per_family[family] = _stats()
-    for (_, _, _), r in cases.items():
-        family = str(r.get("family"))
-        families_run.add(family)
-        fam = per_family.setdefault(family, _stats())
-        _count(fam, r)
+    for r in cases:
+        for family in r["families"]:
+            families_run.add(family)
+            _count(per_family.setdefault(family, _stats()), r)
         _count(totals, r)
         for op in r.get("ops", []):
             ops_run.add(op)
@@ -103,12 +111,14 @@ def summarize(
                 )
                 target["regimes"].update(cell.get("regimes", []))
                 target["variants"].update(cell.get("variants", []))
+        groups_hit: set[str] = set()
         for d in r.get("divergences", []):
             if d.get("expected"):
                 matches[str(d["expected"])] += 1
             # Known and unexpected occurrences of one signature are separate groups.
+            key = f"{d['signature']}#{d.get('expected') or ''}"
             sig = by_signature.setdefault(
-                f"{d['signature']}#{d.get('expected') or ''}",
+                key,
                 {
                     "signature": d["signature"],
                     "op": d.get("op_type"),
@@ -117,14 +127,18 @@ def summarize(
                     "regime": d.get("regime"),
                     "expected": d.get("expected"),
                     "cases": 0,
+                    "divergences": 0,
                     "findings": 0,
                     "example": d.get("message"),
                     "failures": [],
                 },
             )
-            sig["cases"] += 1
+            sig["divergences"] += 1
+            if key not in groups_hit:  # a case counts once per group, however many steps hit
+                groups_hit.add(key)
+                sig["cases"] += 1
 
-    findings = _findings(runs, cases, chunk_records)
+    findings = _findings(runs, records, cases, chunk_records)
     for f in findings:
         for sig in f["signatures"]:
             keys = [f"{sig}#{k}" for k in ([""] if f["unexpected"] else f["known"])]
@@ -213,6 +227,7 @@ def summarize(
             "divergent_cases": int(totals["divergent_cases"]),
             "unexpected_cases": unexpected,
             "known_cases": int(totals["known_cases"]),
+            "divergences": sum(totals["divergences"].values()),
             "findings": len(findings),
             "unexpected_findings": sum(1 for f in findings if f["unexpected"]),
             "signatures": len(by_signature),
@@ -265,76 +280,139 @@ def _count(stats: dict[str, Any], r: Mapping[str, Any], only_op: str | None = No
     for d in divergences:
         kinds = stats["divergences"]
         kinds[d["kind"]] = kinds.get(d["kind"], 0) + 1
-    if divergences:
+    level = severity({"divergences": divergences})
+    if level != CLEAN:
         stats["divergent_cases"] += 1
-        if any(d.get("expected") is None for d in divergences):
-            stats["unexpected_cases"] += 1
-        else:
-            stats["known_cases"] += 1
+        stats["unexpected_cases" if level == UNEXPECTED else "known_cases"] += 1
+
+
+def distinct_cases(
+    runs: Sequence[Mapping[str, Any]], records: Sequence[Sequence[Mapping[str, Any]]]
+) -> list[dict[str, Any]]:
+    """One record per distinct case (see harness.findings), in the order first seen.
+
+    A case is its `case_id` on one device: Hypothesis runs a case several times (shrinking,
+    the final replay) and several chunks may reach the same one. The record kept is the
+    most severe run of it (unexpected, then known, then clean; the first among equals), with
+    `chunks` (every chunk that ran it), `families`, `source` (the shard of the kept record)
+    and `device` added.
+    """
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for source, recs in enumerate(records):
+        device = device_label(runs[source].get("adapters", {}))
+        for r in recs:
+            if r.get("record") != "case":
+                continue
+            key = (device, str(r["case_id"]))
+            kept = out.get(key)
+            if kept is None:
+                out[key] = {**r, "source": source, "device": device, "chunks": [], "families": []}
+                kept = out[key]
+            elif severity(r) > severity(kept):
+                extra = {k: kept[k] for k in ("chunks", "families")}
+                kept = out[key] = {**r, "source": source, "device": device, **extra}
+            if str(r["chunk"]) not in kept["chunks"]:
+                kept["chunks"].append(str(r["chunk"]))
+            if str(r.get("family")) not in kept["families"]:
+                kept["families"].append(str(r.get("family")))
+    return list(out.values())
+
+
+def _chunk_order(chunk: str) -> tuple[str, int]:
+    family, _, index = chunk.rpartition("/")
+    return (family, int(index) if index.isdigit() else -1)
 
 
 def _findings(
     runs: Sequence[Mapping[str, Any]],
-    cases: Mapping[tuple[int, str, str], Mapping[str, Any]],
+    records: Sequence[Sequence[Mapping[str, Any]]],
+    cases: Sequence[Mapping[str, Any]],
     chunk_records: Mapping[tuple[int, str], Mapping[str, Any]],
 ) -> list[dict[str, Any]]:
-    """Findings from chunk records, plus provisional ones for chunks that never finished."""
-    out: list[dict[str, Any]] = []
+    """Findings from chunk records, plus provisional ones for chunks that never finished.
+
+    Chunk findings of the same case and bug on one device are one finding
+    (harness.findings.finding_id) listing every chunk that found it.
+    """
+    by_case = {(c["device"], str(c["case_id"])): c for c in cases}
+    by_key: dict[tuple[str, str], dict[str, Any]] = {}
     ids: set[str] = set()
 
     def add(source: int, chunk: str, case_id: str, extra: Mapping[str, Any]) -> None:
-        record = cases.get((source, chunk, case_id))
-        base = f"{chunk.replace('/', '-')}-{case_id}"
-        fid = base if base not in ids else f"{base}-{source}"
+        device = device_label(runs[source].get("adapters", {}))
+        signatures = sorted(set(extra.get("signatures", [])))
+        base = finding_id(case_id, signatures)
+        found = by_key.get((device, base))
+        if found is not None:
+            if chunk not in found["chunks"]:
+                found["chunks"].append(chunk)
+            if source not in found["sources"]:
+                found["sources"].append(source)
+            found["bundle"] = found["bundle"] or extra.get("bundle")
+            found["shrunk"] = found["shrunk"] or bool(extra.get("shrunk"))
+            found["provisional"] = found["provisional"] and bool(extra.get("provisional"))
+            found["repeatability"] = found["repeatability"] or extra.get("repeatability")
+            return
+        # The same finding on another device (a merge of several devices' shards) gets its
+        # own page, named like the bundle `parity merge` copies for it.
+        fid = base if base not in ids else f"{base}-s{source}"
         ids.add(fid)
-        divergences = record.get("divergences", []) if record else []
-        out.append(
-            {
-                "id": fid,
-                "source": source,
-                "chunk": chunk,
-                "family": chunk.rsplit("/", 1)[0],
-                "case_id": case_id,
-                "device": device_label(runs[source].get("adapters", {})),
-                "bundle": extra.get("bundle"),
-                "shrunk": bool(extra.get("shrunk")),
-                "provisional": bool(extra.get("provisional")),
-                "signatures": list(extra.get("signatures", [])),
-                "unexpected": int(extra.get("unexpected", 0)),
-                "known": sorted({str(d["expected"]) for d in divergences if d.get("expected")}),
-                "steps": record.get("steps") if record else None,
-                "step_shapes": record.get("step_shapes") if record else None,
-            }
-        )
+        record = by_case.get((device, case_id)) or {}
+        divergences = record.get("divergences", [])
+        by_key[(device, base)] = {
+            "id": fid,
+            "source": source,
+            "chunk": chunk,
+            "chunks": [chunk],
+            "sources": [source],
+            "family": chunk.rsplit("/", 1)[0],
+            "case_id": case_id,
+            "device": device,
+            "bundle": extra.get("bundle"),
+            "shrunk": bool(extra.get("shrunk")),
+            "provisional": bool(extra.get("provisional")),
+            "repeatability": extra.get("repeatability"),
+            "signatures": signatures,
+            "unexpected": int(extra.get("unexpected", 0)),
+            "known": sorted({str(d["expected"]) for d in divergences if d.get("expected")}),
+            "steps": record.get("steps"),
+            "step_shapes": record.get("step_shapes"),
+        }
 
-    for (source, chunk), rec in sorted(chunk_records.items()):
+    ordered = sorted(chunk_records.items(), key=lambda kv: (kv[0][0], _chunk_order(kv[0][1])))
+    for (source, chunk), rec in ordered:
         for f in rec.get("findings", []):
             add(source, chunk, str(f["case_id"]), f)
+    # A chunk that never ended (a killed run): its smallest divergent case per bug.
     finished = set(chunk_records)
     best: dict[tuple[int, str, tuple[str, ...]], Mapping[str, Any]] = {}
-    for (source, chunk, _), r in cases.items():
-        if (source, chunk) in finished or not r.get("unexpected"):
-            continue
-        # One provisional finding per bug (op, class, blame), whatever regime it showed in:
-        # the case with a provisional bundle (replayable), else the smallest seen.
-        bug = sorted({d["signature"].rsplit("|", 1)[0] for d in r["divergences"]})
-        key = (source, chunk, tuple(bug))
-        if key not in best or _provisional_rank(r) < _provisional_rank(best[key]):
-            best[key] = r
+    for source, recs in enumerate(records):
+        for r in recs:
+            chunk = str(r.get("chunk"))
+            if r.get("record") != "case" or (source, chunk) in finished:
+                continue
+            if not r.get("unexpected"):
+                continue
+            # One provisional finding per bug (op, class, blame), whatever regime it showed
+            # in: the case with a provisional bundle (replayable), else the smallest seen.
+            bug = sorted({d["signature"].rsplit("|", 1)[0] for d in r["divergences"]})
+            key = (source, chunk, tuple(bug))
+            if key not in best or _provisional_rank(r) < _provisional_rank(best[key]):
+                best[key] = r
     for (source, chunk, _), r in sorted(best.items(), key=lambda kv: kv[0]):
         add(
             source,
             chunk,
             str(r["case_id"]),
             {
-                "signatures": sorted({d["signature"] for d in r["divergences"]}),
+                "signatures": record_signatures(r),
                 "unexpected": r["unexpected"],
                 "provisional": True,
                 "shrunk": False,
                 "bundle": r.get("provisional_bundle"),
             },
         )
-    return out
+    return list(by_key.values())
 
 
 def _provisional_rank(record: Mapping[str, Any]) -> tuple[int, tuple[int, int]]:
@@ -376,7 +454,10 @@ def junit_xml(summary: Mapping[str, Any], records: Sequence[Sequence[Mapping[str
     runs = summary.get("runs", [])
     findings = defaultdict(list)
     for f in summary.get("findings", []):
-        findings[(f["source"], f["chunk"])].append(f)
+        # A finding fails every chunk that found it (a chunk id is unique on a device).
+        for source in f.get("sources", [f["source"]]):
+            for chunk in f.get("chunks", [f["chunk"]]):
+                findings[(source, chunk)].append(f)
     chunk_ids: dict[int, list[str]] = {}
     for source, recs in enumerate(records):
         chunk_ids[source] = []

@@ -6,9 +6,13 @@
 - `index.html`: totals, adapters and versions, families and ops, the coverage matrix,
   failures grouped by signature, findings, known-divergence expectations (stale ones
   flagged). It holds aggregates only, so it stays small with thousands of cases.
-- `failures/<id>.html`: one page per finding: divergences, first divergent op,
-  nondeterminism class, the step timeline (WebGPU, Vulkan and the contract model side by
-  side, mismatches highlighted), error heatmaps, the slack canary map, replay commands.
+- `failures/<id>.html`: one page per finding (harness.findings: a minimal case and its
+  bug, with every chunk that found it): divergences, first divergent op, nondeterminism
+  class (the bundle's re-runs), the values at the worst element of each diverging tensor
+  (the op's inputs around it, each backend's output, the float64 reference, the budget),
+  the step timeline (WebGPU, Vulkan and the contract model side by side, mismatches
+  highlighted), error heatmaps, the slack canary map, replay commands (run from the run
+  folder, so they stay right wherever the folder is published).
 - `cases/page-<n>.html`: every case, `CASES_PER_PAGE` per page.
 
 Pages are opened on demand, one file each; CSS and the small filter script are inline, so a
@@ -17,7 +21,6 @@ page survives being copied out of CI on its own. Every name and message is escap
 
 from __future__ import annotations
 
-import os
 import shutil
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -38,7 +41,7 @@ from harness.records import (
     write_json,
 )
 from harness.report import images
-from harness.summary import junit_xml, summarize
+from harness.summary import distinct_cases, junit_xml, summarize
 
 CASES_PER_PAGE = 200
 MERGE_FORMAT = "parity-merge/1"
@@ -74,6 +77,8 @@ def _dims(value: Any) -> str:
 
 
 _ENV.filters["fmt"] = _fmt
+_ENV.filters["value"] = lambda v: _fmt(v, 7)
+_ENV.filters["over_budget"] = lambda v: not as_float(v) <= 1.0  # NaN is over
 _ENV.filters["dims"] = _dims
 _ENV.filters["slug"] = lambda s: "".join(c if c.isalnum() else "-" for c in str(s))
 
@@ -157,54 +162,47 @@ def write_site(data: RunData, summary: Mapping[str, Any]) -> None:
             if not (out / "bundles" / page.stem).is_dir():
                 page.unlink()
     failures.mkdir(exist_ok=True)
-    cases = _distinct_cases(data)
-    by_key = {(c["_source"], c["chunk"], c["case_id"]): c for c in cases}
-    finding_of = {(f["source"], f["chunk"], f["case_id"]): f["id"] for f in summary["findings"]}
+    cases = distinct_cases(data.runs, data.records)
+    by_chunk = {
+        (source, str(r["chunk"]), str(r["case_id"])): r
+        for source, recs in enumerate(data.records)
+        for r in recs
+        if r.get("record") == "case"
+    }
+    finding_of: dict[tuple[str, str], list[str]] = {}
+    for f in summary["findings"]:
+        finding_of.setdefault((f["device"], f["case_id"]), []).append(f["id"])
     pages = max(1, -(-len(cases) // CASES_PER_PAGE))
     index = _ENV.get_template("index.html.j2").render(
-        s=summary, case_pages=pages, run_dir=str(out), commands=_run_commands(data, summary)
+        s=summary, case_pages=pages, commands=_run_commands(summary)
     )
     (out / "index.html").write_text(index, encoding="utf-8")
     for f in summary["findings"]:
-        record = by_key.get((f["source"], f["chunk"], f["case_id"]))
+        record = by_chunk.get((f["source"], f["chunk"], f["case_id"]))
         page = _failure_page(data, summary, f, record)
         (out / "failures" / f"{f['id']}.html").write_text(page, encoding="utf-8")
     for page in range(pages):
         rows = cases[page * CASES_PER_PAGE : (page + 1) * CASES_PER_PAGE]
         html = _ENV.get_template("cases.html.j2").render(
-            s=summary,
-            rows=rows,
-            page=page + 1,
-            pages=pages,
-            finding_of={k: v for k, v in finding_of.items()},
+            s=summary, rows=rows, page=page + 1, pages=pages, finding_of=finding_of
         )
         (out / "cases" / f"page-{page + 1}.html").write_text(html, encoding="utf-8")
 
 
-def _distinct_cases(data: RunData) -> list[dict[str, Any]]:
-    seen: set[tuple[int, str, str]] = set()
-    out = []
-    for source, recs in enumerate(data.records):
-        for r in recs:
-            if r.get("record") != "case":
-                continue
-            key = (source, str(r["chunk"]), str(r["case_id"]))
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append({**r, "_source": source})
-    return out
+# Where the commands on the pages and in bundle READMEs run: their paths are relative to it,
+# so they stay right wherever CI publishes the folder.
+COMMANDS_CWD = "the run folder (the folder that holds this report's index.html and bundles/)"
 
 
-def _run_commands(data: RunData, summary: Mapping[str, Any]) -> list[str]:
+def _run_commands(summary: Mapping[str, Any]) -> list[str]:
     budgets = summary.get("budgets", {})
     base = (
         f"parity run --families {','.join(summary.get('families', []))} "
         f"--profile {summary.get('profile')} --seed {summary.get('seed')} "
         f"--max-examples {budgets.get('max_examples')} "
-        f"--chunk-examples {budgets.get('chunk_examples')}"
+        f"--chunk-examples {budgets.get('chunk_examples')} --out rerun"
     )
-    return [base, f"parity report {data.path}"]
+    return ["cd <run folder>", base, "parity report ."]
 
 
 # ---------------------------------------------------------------------------- failure page
@@ -258,35 +256,58 @@ def _failure_page(
         ):
             if (bundle_dir / name).exists():
                 bundle_files.append(name)
-    # Commands name the bundle as reachable from where the report was rendered (usually the
-    # repo root); a path that would climb out of it is given in full.
-    rel = os.path.relpath(data.path.resolve(), Path.cwd())
-    run_path = str(data.path.resolve()) if rel.startswith("..") else rel
     commands = []
     if finding.get("bundle"):
-        b = f"{run_path}/{finding['bundle']}"
+        # Relative to the run folder, never to where the report was rendered.
+        b = finding["bundle"]
         commands = [
             f"parity replay {b}",
             f"parity replay {b} --shaders worktree",
             f"parity regress {b}",
         ]
     commands += [c for c in bundle_doc.get("commands", []) if c.startswith("parity run")]
+    # The bundle re-ran the case to classify it; the case record predates that.
+    repeatability = bundle_doc.get("repeatability") or record.get("repeatability")
+    repeat_source = "the bundle's re-runs" if bundle_doc.get("repeatability") else "the run"
+    if not repeatability and finding.get("repeatability"):
+        repeatability = {"class": finding["repeatability"]}
     return _ENV.get_template("failure.html.j2").render(
         s=summary,
         f=finding,
         r=record,
         divergences=divergences,
         first=_first_divergent(record, divergences),
-        repeatability=record.get("repeatability"),
+        repeatability=repeatability,
+        repeat_source=repeat_source,
         timeline=timeline,
+        elements=[_element_view(e) for e in bundle_doc.get("evidence", [])],
         heatmaps=_heatmaps(arrays),
         canaries=_canaries(arrays, divergences),
         bundle=bundle_doc,
         bundle_rel=bundle_rel,
         bundle_files=bundle_files,
         commands=commands,
+        commands_cwd=COMMANDS_CWD,
         adapters=data.runs[finding["source"]].get("adapters", {}),
     )
+
+
+def _element_view(element: Mapping[str, Any]) -> dict[str, Any]:
+    """A worst element of bundle.json's `evidence` for the page: backends in report order,
+    and one row per input, or one per backend where the backends' inputs differ."""
+    order = {b: i for i, b in enumerate(("webgpu", "vulkan"))}
+    backends = sorted(element.get("backends", {}).items(), key=lambda kv: order.get(kv[0], 9))
+    inputs: list[dict[str, Any]] = []
+    slots = [i["slot"] for _, b in backends for i in b.get("inputs", [])]
+    for slot in dict.fromkeys(slots):
+        views = [
+            (name, i) for name, b in backends for i in b.get("inputs", []) if i["slot"] == slot
+        ]
+        if len(views) == len(backends) and all(v == views[0][1] for _, v in views):
+            inputs.append({"backend": "all", **views[0][1]})
+        else:
+            inputs += [{"backend": name, **view} for name, view in views]
+    return {**element, "backends": backends, "inputs": inputs}
 
 
 def _first_divergent(

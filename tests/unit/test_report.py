@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from harness.expectations import ExpectationsError, entry_status, load_expectations
+from harness.findings import finding_id, totals_text
 from harness.plan import Shard, make_plan, plan_digest, shard_of
 from harness.records import RecordError, RecordWriter, plain, read_records, write_json
 from harness.report import images, render_report
@@ -283,6 +284,91 @@ def test_summary_counts_groups_and_finds_provisional_failures() -> None:
     suite = xml.find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "1")
+
+
+def _chunk(chunk: str, *findings: tuple[str, list[str]]) -> dict[str, Any]:
+    return {"record": "chunk", "chunk": chunk, "status": "complete", "duration_s": 1,
+            "findings": [{"case_id": c, "bundle": f"bundles/{finding_id(c, sigs)}",
+                          "shrunk": True, "unexpected": 1, "signatures": sigs}
+                         for c, sigs in findings]}  # fmt: skip
+
+
+def test_chunks_that_shrink_to_the_same_case_and_bug_make_one_finding() -> None:
+    sig = _divergence()["signature"]
+    other = _divergence(kind="dispatch")
+    records = [
+        _case("rms_norm/0", "m", [_divergence()]),
+        _chunk("rms_norm/0", ("m", [sig])),
+        _case("rms_norm/1", "m", [_divergence()]),
+        _chunk("rms_norm/1", ("m", [sig])),
+        _case("rms_norm/2", "m", [_divergence()]),
+        _case("rms_norm/2", "n", [other]),
+        # The same case with another bug is another finding.
+        _chunk("rms_norm/2", ("m", [sig]), ("n", [other["signature"]])),
+    ]
+    s = summarize([_run_meta(["rms_norm/0", "rms_norm/1", "rms_norm/2"])], [records])
+    assert [(f["case_id"], f["chunks"]) for f in s["findings"]] == [
+        ("m", ["rms_norm/0", "rms_norm/1", "rms_norm/2"]),
+        ("n", ["rms_norm/2"]),
+    ]
+    assert [f["id"] for f in s["findings"]] == [
+        finding_id("m", [sig]),
+        finding_id("n", [other["signature"]]),
+    ]
+    assert s["totals"]["findings"] == 2
+    group = next(g for g in s["signatures"] if g["signature"] == sig)
+    assert (group["findings"], group["failures"]) == (1, [finding_id("m", [sig])])
+    # Every chunk that found it fails in JUnit.
+    suite = ET.fromstring(junit_xml(s, [records])).find("testsuite")
+    assert suite is not None and suite.get("failures") == "3"
+
+
+def test_finding_ids_are_content_addressed() -> None:
+    a = finding_id("0123456789ab", ["rms_norm|numeric|webgpu|rows=1"])
+    assert a == finding_id("0123456789ab", ["rms_norm|numeric|webgpu|rows=1"] * 2)
+    assert a.startswith("rms_norm-0123456789ab-")
+    assert a != finding_id("0123456789ab", ["rms_norm|numeric|vulkan|rows=1"])
+    assert finding_id("x", ["a|b|c|d", "e|f|g|h"]) == finding_id("x", ["e|f|g|h", "a|b|c|d"])
+    assert finding_id("x", []).startswith("case-x-")
+
+
+def test_counts_are_of_cases_and_agree_everywhere(tmp_path: Path) -> None:
+    # One case failing the same check on three steps, run twice by the search (a shrink
+    # attempt and the final replay), and reached again by a second chunk.
+    steps = [_divergence(step=i) for i in range(3)]
+    records = [
+        _case("rms_norm/0", "m", steps, steps=3),
+        _case("rms_norm/0", "m", steps, steps=3),
+        _case("rms_norm/0", "ok", [], steps=2),
+        _chunk("rms_norm/0", ("m", [steps[0]["signature"]])),
+        _case("rms_norm/1", "m", steps, steps=3),
+        _case("rms_norm/1", "k", [_divergence(expected="known-1")], steps=1),
+        _chunk("rms_norm/1", ("m", [steps[0]["signature"]])),
+    ]
+    meta = _run_meta(["rms_norm/0", "rms_norm/1"])
+    meta["expectations"] = [
+        {"id": "known-1", "device": "*", "driver": "*", "reason": "r", "link": "l"}
+    ]
+    run = _write_run(tmp_path / "run", meta, records)
+    s = render_report(run)
+    t = s["totals"]
+    assert (t["cases"], t["steps"], t["divergent_cases"], t["unexpected_cases"]) == (3, 6, 2, 1)
+    assert (t["known_cases"], t["divergences"], t["findings"]) == (1, 4, 1)
+    group = next(g for g in s["signatures"] if g["expected"] is None)
+    assert (group["cases"], group["divergences"], group["findings"]) == (1, 3, 1)
+    assert s["per_family"]["rms_norm"]["divergent_cases"] == 2
+    assert s["per_op"]["rms_norm"]["cases"] == 3
+    index = (run / "index.html").read_text()
+    for key in ("cases", "steps", "divergent_cases", "unexpected_cases", "known_cases",
+                "divergences", "findings"):  # fmt: skip
+        assert f'data-total="{key}">{t[key]}<' in index, key
+    assert totals_text(t) == (
+        "3 cases, 6 steps, 2 divergent cases (1 unexpected, 1 known), 1 findings"
+    )
+    # The case pages list each case once, with the chunks that ran it.
+    page = (run / "cases/page-1.html").read_text()
+    assert page.count('<td><a href="../failures/') == 1
+    assert "<code>rms_norm/0</code> <code>rms_norm/1</code>" in page
 
 
 def test_report_escapes_names_and_messages_and_highlights_mismatches(tmp_path: Path) -> None:
