@@ -53,7 +53,7 @@ from harness.records import (
     write_json,
 )
 from harness.report import load_run, merged_meta, render_report
-from harness.session import RunConfig, RunFolderError, RunSession
+from harness.session import RunConfig, RunFolderError, RunSession, RunSetupError
 from harness.strategies import FAMILIES
 
 REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
@@ -180,6 +180,21 @@ def _parser() -> argparse.ArgumentParser:
         "or not (default: 3; 0 turns it off)",
     )
     run.add_argument(
+        "--max-workgroups-per-dim",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="run every chunk as if the devices allowed only N workgroups per grid "
+        "dimension: counts above N fold into 2-D grids, counts above N*N are refused alike "
+        "(default: the devices' own limit, but "
+        + "; ".join(
+            f"{p.name} runs every chunk {p.fold_every}k-1 of each family under {p.fold_limit}"
+            for p in PROFILES.values()
+            if p.fold_limit
+        )
+        + ")",
+    )
+    run.add_argument(
         "--progress-every",
         type=_positive_float,
         default=10.0,
@@ -299,6 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         BundleError,
         ExpectationsError,
         RunFolderError,
+        RunSetupError,
         BackendUnavailable,
     ) as err:
         print(f"parity {args.command}: {err}", file=sys.stderr)
@@ -394,6 +410,7 @@ def _run(args: argparse.Namespace) -> int:
         progress_every_s=args.progress_every,
         repeats=max(0, args.repeats),
         command=" ".join(["parity", *sys.argv[1:]]) if sys.argv else "parity run",
+        max_workgroups_per_dim=args.max_workgroups_per_dim,
     )
     session = RunSession(config, log=_err)
     session.start()
@@ -525,6 +542,7 @@ def _replay(args: argparse.Namespace) -> int:
                     "divergences": outcome.divergences,
                     "shaders": args.shaders,
                     "shader_mismatch": outcome.shader_mismatch,
+                    "max_workgroups_per_dim": bundle.max_workgroups_per_dim,
                 },
                 indent=1,
             )
@@ -542,6 +560,11 @@ def _replay(args: argparse.Namespace) -> int:
                 f"({was.get('driver')}), replaying on {now[b].get('adapter')} "
                 f"({now[b].get('driver')})"
             )
+    if bundle.max_workgroups_per_dim is not None:
+        _err(
+            f"parity replay: under a limit of {bundle.max_workgroups_per_dim} workgroups per "
+            "grid dimension, as recorded in the bundle"
+        )
     if outcome.shader_mismatch:
         _err(
             "parity replay: the working tree's shaders differ from the bundle's: "

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from graph_format import BackendUnavailable
+from graph_format import BackendUnavailable, KernelBuildError
 
 GLSL_DIR = Path(__file__).resolve().parents[1] / "glsl"
 INCLUDE_DIR = GLSL_DIR / "include"
@@ -29,11 +29,13 @@ FLAGS = (*BASE_FLAGS, "-I", str(INCLUDE_DIR))
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
-class ShaderCompileError(RuntimeError):
+class ShaderCompileError(KernelBuildError):
     """glslc rejected a shader; the message carries the file, line and compiler text."""
 
     def __init__(self, path: Path, returncode: int, stderr: str) -> None:
-        super().__init__(f"glslc failed on {path} (exit {returncode}):\n{stderr.strip()}")
+        super().__init__(
+            "vulkan", path.stem, str(path), f"glslc exited {returncode}:\n{stderr.strip()}"
+        )
         self.path = path
         self.returncode = returncode
         self.stderr = stderr
