@@ -188,7 +188,7 @@ def _parser() -> argparse.ArgumentParser:
         "dimension: counts above N fold into 2-D grids, counts above N*N are refused alike "
         "(default: the devices' own limit, but "
         + "; ".join(
-            f"{p.name} runs every chunk {p.fold_every}k-1 of each family under {p.fold_limit}"
+            f"{p.name} runs one chunk in {p.fold_every} of each family under {p.fold_limit}"
             for p in PROFILES.values()
             if p.fold_limit
         )
@@ -661,6 +661,8 @@ def _list(args: argparse.Namespace) -> int:
                 "database": p.keep_database,
                 "steer": p.steer,
                 "derandomize": p.derandomize,
+                "fold_every": p.fold_every,
+                "fold_limit": p.fold_limit,
             }
             for p in PROFILES.values()
         },
@@ -685,6 +687,11 @@ def _list(args: argparse.Namespace) -> int:
             f"  {name:<8} {p['max_examples']} examples/family in chunks of {p['chunk_examples']}"
             + (", example database" if p["database"] else "")
             + (", target() on utilization" if p["steer"] else "")
+            + (
+                f", one chunk in {p['fold_every']} under {p['fold_limit']} workgroups/dim"
+                if p["fold_limit"]
+                else ""
+            )
         )
     print("Adapters:")
     for backend, info in adapters.items():

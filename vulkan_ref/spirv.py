@@ -41,6 +41,11 @@ class ShaderCompileError(KernelBuildError):
         self.stderr = stderr
 
 
+# Sources glslc refused in this process, by cache key: a broken kernel is refused again at
+# once (a search that shrinks a case with it loads the graph hundreds of times).
+_REFUSED: dict[str, tuple[Path, int, str]] = {}
+
+
 def cache_dir() -> Path:
     """Where compiled SPIR-V is kept: $VULKAN_PARITY_CACHE or .cache/spirv in the checkout."""
     env = os.environ.get("VULKAN_PARITY_CACHE")
@@ -101,6 +106,8 @@ def compile_glsl(
     cached = cache_dir() / f"{kernel}-{key}.spv"
     if cached.exists():
         return cached.read_bytes()
+    if key in _REFUSED:
+        raise ShaderCompileError(*_REFUSED[key])
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.spv"
@@ -111,6 +118,7 @@ def compile_glsl(
             check=False,
         )
         if proc.returncode != 0:
+            _REFUSED[key] = (path, proc.returncode, proc.stderr)
             raise ShaderCompileError(path, proc.returncode, proc.stderr)
         staged = cached.with_suffix(f".{os.getpid()}.tmp")
         shutil.copyfile(out, staged)
