@@ -119,8 +119,9 @@ class KernelBuildError(ParityError, RuntimeError):
         backend: the runtime that built it ("webgpu", "vulkan").
         kernel: the kernel (shader file stem).
         shader: the path of the shader file it was built from.
-        compiler: the compiler's whole output (naga's "Caused by" chain with line and
-            column; glslc's `file:line: error: ...` lines), never cut.
+        compiler: the compiler's or validator's whole output (naga's "Caused by" chain
+            with line and column; glslc's `file:line: error: ...` lines; the Vulkan
+            validation layer's messages about the shader module or pipeline), never cut.
         op: the op whose dispatch needed the kernel, when known.
     """
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from graph_format import (
+    BackendUnavailable,
     LoadedGraph,
     ParityError,
     Runtime,
@@ -217,6 +218,8 @@ class _CaseRun:
             try:
                 self.loaded[rt.name] = rt.load(self.graph)
                 errors[rt.name] = None
+            except BackendUnavailable:  # a set-up error (glslc missing), not a finding
+                raise
             except Exception as err:  # a refusal, a kernel that does not build, a crash
                 errors[rt.name] = err
         return oracles.check_build(expected_build_error(self.graph), errors)

@@ -96,6 +96,8 @@ def test_pr_run_finds_a_fold_that_drops_workgroups(tmp_path: Path) -> None:
             assert replay(load_bundle(bundle)).status == "still_failing"
     cases = [r for r in _records(out) if r["record"] == "case"]
     assert {r["chunk"]: r["max_workgroups_per_dim"] for r in cases}["rms_norm/1"] == 4
+    pages = [p.read_text() for p in (out / "failures").glob("*.html")]
+    assert any('id="workgroup-limit"' in page for page in pages)
 
 
 def test_max_workgroups_per_dim_applies_to_every_chunk(tmp_path: Path) -> None:

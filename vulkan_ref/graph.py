@@ -21,11 +21,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import vulkan as vk
 
+import vulkan_ref.spirv
 from graph_format import (
     DTYPES,
     DeviceError,
@@ -444,9 +446,10 @@ class ComputeGraph:
         return self._pipeline(node, node.kernel)
 
     def _pipeline(self, node: DispatchNode, variant: str) -> ComputePipeline:
-        return self.pipelines.get(
+        stem = node.shaders[variant]
+        pipeline = self.pipelines.get(
             ShaderKey(
-                kernel=node.shaders[variant],
+                kernel=stem,
                 defines=(),
                 descriptors=descriptor_kinds(node.bindings),
                 push_constant_size=node.push_constant_size,
@@ -455,6 +458,16 @@ class ComputeGraph:
                 glsl_dir=self.glsl_dir,
             )
         )
+        if pipeline.messages:  # the validation layer refused the shader or its pipeline
+            shader = Path(self.glsl_dir) if self.glsl_dir else vulkan_ref.spirv.GLSL_DIR
+            raise KernelBuildError(
+                "vulkan",
+                stem,
+                str(shader / f"{stem}.comp"),
+                "\n".join(pipeline.messages),
+                op=node.op,
+            )
+        return pipeline
 
     def virtual_resize(self, tensor: VTensor, sizes: Sequence[int]) -> None:
         """Set a tensor's live sizes; records it as updated only when they change."""

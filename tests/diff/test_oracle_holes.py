@@ -31,11 +31,12 @@ from harness.verdict import assert_parity
 from tests.diff.test_planted_bugs import add_case, assert_found, rms_norm_case
 from tests.plants import (
     glsl_substitution,
+    vulkan_node_patch,
     webgpu_after_hook,
     webgpu_toggling_hook,
     wgsl_substitution,
 )
-from vulkan_ref.graph import ComputeGraph
+from vulkan_ref.graph import ComputeGraph, DispatchNode
 from webgpu_backend import WebGPURuntime
 from webgpu_backend.graph import WebGPUGraph
 
@@ -133,6 +134,19 @@ def test_glsl_kernel_that_does_not_compile_is_a_build_error(runner: LockstepRunn
     assert (hit.kind, hit.blame, hit.step, hit.op) == (Kind.BUILD_ERROR, "vulkan", -1, "norm")
     assert re.search(r"rms_norm\.comp:\d+: error: 'undeclared'", hit.details["compiler"])
     assert "undeclared" in hit.message
+
+
+def test_vulkan_pipeline_that_does_not_validate_is_a_build_error(runner: LockstepRunner) -> None:
+    # The pipeline layout leaves out the push constant the shader reads: the validation
+    # layer refuses the pipeline when it is created (at load), not at any dispatch.
+    def no_push_constants(graph: ComputeGraph, node: DispatchNode) -> None:
+        node.push_constant_size, node.push_constants = 0, None
+
+    with vulkan_node_patch("rms_norm", no_push_constants):
+        result = runner.run(rms_norm_case())
+    (hit,) = result.divergences
+    assert (hit.kind, hit.blame, hit.step, hit.op) == (Kind.BUILD_ERROR, "vulkan", -1, "norm")
+    assert "VUID-VkComputePipelineCreateInfo-layout" in hit.details["compiler"]
 
 
 # ---------------------------------------------------------------------------- workgroup limit
