@@ -17,6 +17,7 @@ from graph_format import (
     ResizeError,
 )
 from harness.builder import GraphBuilder
+from harness.bundle import replay_commands
 from harness.contract import ContractModel, ModelStep
 from harness.oracles import compiler_headline, error_op, upstream_origin
 from harness.plan import Shard, make_plan, shard_of
@@ -193,3 +194,11 @@ def test_chunk_errors_keep_the_whole_text() -> None:
     text = _describe(err)
     assert text.startswith("KernelBuildError: webgpu: kernel 'rms_norm'")
     assert "Caused by" in text and "wgsl:26:10" in text and "lett row" in text
+
+
+def test_a_chunk_rerun_command_keeps_the_run_s_workgroup_limit() -> None:
+    run = {"profile": "quick", "seed": 2, "budgets": {"max_examples": 4, "chunk_examples": 2}}
+    record = {"family": "view"}
+    assert "--max-workgroups-per-dim" not in replay_commands("bundles/b", run, record)[-1]
+    limited = replay_commands("bundles/b", {**run, "max_workgroups_per_dim": 3}, record)[-1]
+    assert limited.endswith("--max-workgroups-per-dim 3")
