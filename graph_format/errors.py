@@ -7,9 +7,22 @@ message, so a comparison never depends on wording.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class ParityError(Exception):
-    """Base class of every error this project raises on purpose."""
+    """Base class of every error this project raises on purpose.
+
+    Attributes:
+        live: set by a runtime that refuses a step: the live dims of every tensor and the
+            value of every SymInt it held at the moment of the refusal, before restoring the
+            graph. An op's check may refuse because a value produced upstream was wrong (a
+            `sym_size` that read stale dims, consumed by a `view_copy`); comparing these
+            values with the contract's lets the harness name the op that produced it.
+            None when not recorded.
+    """
+
+    live: dict[str, tuple[int, ...] | int] | None = None
 
 
 class GraphFormatError(ParityError, ValueError):
@@ -83,7 +96,55 @@ class InputError(ParityError, ValueError):
 
 
 class PropagationError(ParityError, RuntimeError):
-    """The resize engine did not converge (a cycle or a hook that keeps changing shapes)."""
+    """The resize engine did not converge (a cycle or a hook that keeps changing shapes).
+
+    Attributes:
+        ops: the ops whose resize hooks still ran in the last pass, in graph order.
+        values: the tensors and SymInts still changing after the last pass.
+    """
+
+    def __init__(
+        self, message: str, *, ops: Sequence[str] = (), values: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message)
+        self.ops = list(ops)
+        self.values = list(values)
+
+
+class KernelBuildError(ParityError, RuntimeError):
+    """A kernel's shader did not compile or validate on a backend (never the contract's
+    doing: every shipped kernel must build).
+
+    Attributes:
+        backend: the runtime that built it ("webgpu", "vulkan").
+        kernel: the kernel (shader file stem).
+        shader: the path of the shader file it was built from.
+        compiler: the compiler's or validator's whole output (naga's "Caused by" chain
+            with line and column; glslc's `file:line: error: ...` lines; the Vulkan
+            validation layer's messages about the shader module or pipeline), never cut.
+        op: the op whose dispatch needed the kernel, when known.
+    """
+
+    def __init__(
+        self, backend: str, kernel: str, shader: str, compiler: str, *, op: str | None = None
+    ) -> None:
+        self.backend = backend
+        self.kernel = kernel
+        self.shader = shader
+        self.compiler = compiler.strip()
+        self.op = op
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        needed = f" (needed by op {self.op!r})" if self.op else ""
+        head = f"{self.backend}: kernel {self.kernel!r} from {self.shader} does not build"
+        return f"{head}{needed}:\n{self.compiler}"
+
+    def for_op(self, op: str) -> KernelBuildError:
+        """The same error naming the op whose dispatch needed the kernel."""
+        self.op = op
+        self.args = (self._text(),)
+        return self
 
 
 class DeviceError(ParityError, RuntimeError):

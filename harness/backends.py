@@ -12,38 +12,45 @@ BACKENDS = ("webgpu", "vulkan")
 SHADER_LANGUAGES = {"webgpu": "wgsl", "vulkan": "glsl"}
 
 
-def open_runtime(name: str, shader_dir: str | Path | None = None) -> Runtime:
+def open_runtime(
+    name: str, shader_dir: str | Path | None = None, max_workgroups_per_dim: int | None = None
+) -> Runtime:
     """The runtime called `name` on this machine's default adapter.
 
     Args:
         shader_dir: build graphs from the shaders in this folder (laid out like the repo's
             `wgsl/` or `glsl/`) instead of the repo's own, e.g. a repro bundle's copies.
+        max_workgroups_per_dim: a workgroups-per-dimension limit below the device's, which
+            the runtime honours as if the device had it (None: the device's).
 
     Raises:
         BackendUnavailable: no driver, loader or compiler; the message says what to install.
-        ValueError: an unknown backend name.
+        ValueError: an unknown backend name, or a limit the device cannot lower to.
     """
     if name == "webgpu":
         from webgpu_backend import WebGPURuntime
 
-        return WebGPURuntime(shader_dir=shader_dir)
+        return WebGPURuntime(shader_dir=shader_dir, max_workgroups_per_dim=max_workgroups_per_dim)
     if name == "vulkan":
         from vulkan_ref import VulkanRuntime
 
-        return VulkanRuntime(shader_dir=shader_dir)
+        return VulkanRuntime(shader_dir=shader_dir, max_workgroups_per_dim=max_workgroups_per_dim)
     raise ValueError(f"unknown backend {name!r}; choose from {BACKENDS}")
 
 
 def open_runtimes(
-    names: Sequence[str] = BACKENDS, shader_dirs: Mapping[str, str | Path] | None = None
+    names: Sequence[str] = BACKENDS,
+    shader_dirs: Mapping[str, str | Path] | None = None,
+    max_workgroups_per_dim: int | None = None,
 ) -> list[Runtime]:
     """Open several runtimes; the first unavailable one raises BackendUnavailable.
 
     Args:
         shader_dirs: backend name -> shader folder overriding the repo's (see `open_runtime`).
+        max_workgroups_per_dim: a lowered workgroups-per-dimension limit for all of them.
     """
     dirs = shader_dirs or {}
-    return [open_runtime(name, dirs.get(name)) for name in names]
+    return [open_runtime(name, dirs.get(name), max_workgroups_per_dim) for name in names]
 
 
 __all__ = ["BACKENDS", "SHADER_LANGUAGES", "BackendUnavailable", "open_runtime", "open_runtimes"]

@@ -5,7 +5,8 @@ One bundle per finding: `bundles/<finding id>/`, named from the minimal case and
 shrinks to the same finding lands on the same folder. Layout (format `parity-bundle/1`):
 
     bundle.json        what it is: signatures, divergences, seed and chunk, profile and
-                       budgets, adapters, versions, `sources` (hashes of the Python and
+                       budgets, the workgroups-per-dimension limit it ran under (null:
+                       the device's), adapters, versions, `sources` (hashes of the Python and
                        shader sources the run ran), shader hashes, `repeatability`,
                        `evidence` (the worst element of each diverging tensor: inputs
                        around it, each backend's output, reference and budget there),
@@ -25,8 +26,9 @@ shrinks to the same finding lands on the same folder. Layout (format `parity-bun
 
 `parity replay BUNDLE` reruns the case through `LockstepRunner` with the bundle's own shader
 copies (so a shader bug reproduces on a fresh clone) or, with `--shaders worktree`, with the
-working tree's; it says whether the same divergence signature (class, op, blamed backend)
-still shows, and which Python files differ from the ones the bundle was found with.
+working tree's, under the workgroup limit it was found with; it says whether the same
+divergence signature (class, op, blamed backend) still shows, and which Python files
+differ from the ones the bundle was found with.
 """
 
 from __future__ import annotations
@@ -484,6 +486,7 @@ def _write_bundle_files(
         },
         "evidence": evidence.elements,
         "step_shapes": record.get("step_shapes"),
+        "max_workgroups_per_dim": record.get("max_workgroups_per_dim"),
         "repeatability": record.get("repeatability"),
         "first_divergent": record.get("first_divergent"),
         "run": {
@@ -535,6 +538,8 @@ def replay_commands(path: str, run: Mapping[str, Any], record: Mapping[str, Any]
         f"--seed {run.get('seed')} --max-examples {budgets.get('max_examples')} "
         f"--chunk-examples {budgets.get('chunk_examples')} --no-database --out rerun"
     )
+    if run.get("max_workgroups_per_dim"):
+        chunk_run += f" --max-workgroups-per-dim {run['max_workgroups_per_dim']}"
     return [
         f"parity replay {path}",
         f"parity replay {path} --shaders worktree",
@@ -656,6 +661,12 @@ class Bundle:
         """The bundle's own shader folders, per backend."""
         return {b: self.path / "shaders" / SHADER_LANGUAGES[b] for b in BACKENDS}
 
+    @property
+    def max_workgroups_per_dim(self) -> int | None:
+        """The lowered workgroups-per-dimension limit the case ran under (None: none)."""
+        limit = self.doc.get("max_workgroups_per_dim")
+        return int(limit) if limit is not None else None
+
 
 def load_bundle(path: str | Path) -> Bundle:
     """Read a bundle folder.
@@ -673,6 +684,12 @@ def load_bundle(path: str | Path) -> Bundle:
     if doc.get("format") != BUNDLE_FORMAT:
         raise BundleError(
             f"{path / 'bundle.json'}: format must be {BUNDLE_FORMAT!r}, got {doc.get('format')!r}"
+        )
+    limit = doc.get("max_workgroups_per_dim")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise BundleError(
+            f"{path / 'bundle.json'}: max_workgroups_per_dim must be a positive integer or "
+            f"null, got {limit!r}"
         )
     try:
         case = Case.load(path / "case")
@@ -717,15 +734,24 @@ def replay(
 
     Args:
         shaders: "bundle" (its own copies) or "worktree" (the repo's wgsl/ and glsl/).
-        runtimes: runtimes to use instead of opening them (their shaders are then theirs).
+        runtimes: runtimes to use instead of opening them (their shaders are then theirs);
+            ignored for a bundle found under a lowered workgroup limit, which is replayed
+            under that limit.
 
     Raises:
         BackendUnavailable: no driver; the message says what to install.
+        BundleError: the bundle's workgroup limit is above this device's.
     """
     mismatch: list[str] = []
-    if runtimes is None:
+    limit = bundle.max_workgroups_per_dim
+    if runtimes is None or limit is not None:
         dirs = bundle.shader_dirs() if shaders == "bundle" else None
-        runtimes = open_runtimes(BACKENDS, dirs)
+        try:
+            runtimes = open_runtimes(BACKENDS, dirs, limit)
+        except ValueError as err:  # a limit this device cannot lower to
+            raise BundleError(
+                f"{bundle.path / 'bundle.json'}: max_workgroups_per_dim: {err}"
+            ) from None
     if shaders == "worktree":
         mismatch = shader_differences(bundle)
     result: CaseResult = LockstepRunner(runtimes).run(bundle.case)

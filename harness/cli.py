@@ -58,7 +58,7 @@ from harness.records import (
 )
 from harness.report import MERGE_FORMAT, load_run, merged_meta, render_report
 from harness.runlock import LOCK_FILES, LockUnavailable, RunFolderLock, command_line
-from harness.session import RunConfig, RunFolderError, RunSession
+from harness.session import RunConfig, RunFolderError, RunSession, RunSetupError
 from harness.strategies import FAMILIES, family_for_op
 
 REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
@@ -74,6 +74,7 @@ INPUT_ERRORS = (
     BundleError,
     ExpectationsError,
     RunFolderError,
+    RunSetupError,
     LockUnavailable,
     BackendUnavailable,
 )
@@ -199,6 +200,21 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="N",
         help="re-runs per backend of every divergent case, to classify it as deterministic "
         "or not (default: 3; 0 turns it off)",
+    )
+    run.add_argument(
+        "--max-workgroups-per-dim",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="run every chunk as if the devices allowed only N workgroups per grid "
+        "dimension: counts above N fold into 2-D grids, counts above N*N are refused alike "
+        "(default: the devices' own limit, but "
+        + "; ".join(
+            f"{p.name} runs one chunk in {p.fold_every} of each family under {p.fold_limit}"
+            for p in PROFILES.values()
+            if p.fold_limit
+        )
+        + ")",
     )
     run.add_argument(
         "--progress-every",
@@ -504,6 +520,7 @@ def _run(args: argparse.Namespace) -> int:
         progress_every_s=args.progress_every,
         repeats=args.repeats,
         command=command_line(),
+        max_workgroups_per_dim=args.max_workgroups_per_dim,
     )
     session = RunSession(config, log=_err)
     try:
@@ -713,6 +730,7 @@ def _replay(args: argparse.Namespace) -> int:
                     "shaders": args.shaders,
                     "shader_mismatch": outcome.shader_mismatch,
                     "python_mismatch": outcome.python_mismatch,
+                    "max_workgroups_per_dim": bundle.max_workgroups_per_dim,
                 },
                 indent=1,
             )
@@ -730,6 +748,11 @@ def _replay(args: argparse.Namespace) -> int:
                 f"({was.get('driver')}), replaying on {now[b].get('adapter')} "
                 f"({now[b].get('driver')})"
             )
+    if bundle.max_workgroups_per_dim is not None:
+        _err(
+            f"parity replay: under a limit of {bundle.max_workgroups_per_dim} workgroups per "
+            "grid dimension, as recorded in the bundle"
+        )
     if outcome.shader_mismatch:
         _err(
             "parity replay: the working tree's shaders differ from the bundle's: "
@@ -840,6 +863,8 @@ def _list(args: argparse.Namespace) -> int:
                 "database": p.keep_database,
                 "steer": p.steer,
                 "derandomize": p.derandomize,
+                "fold_every": p.fold_every,
+                "fold_limit": p.fold_limit,
             }
             for p in PROFILES.values()
         },
@@ -864,6 +889,11 @@ def _list(args: argparse.Namespace) -> int:
             f"  {name:<8} {p['max_examples']} examples/family in chunks of {p['chunk_examples']}"
             + (", example database" if p["database"] else "")
             + (", target() on utilization" if p["steer"] else "")
+            + (
+                f", one chunk in {p['fold_every']} under {p['fold_limit']} workgroups/dim"
+                if p["fold_limit"]
+                else ""
+            )
         )
     _out("Adapters:")
     for backend, info in adapters.items():

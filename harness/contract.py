@@ -64,10 +64,19 @@ def host_dims(graph: Graph, name: str, value: object) -> Dims:
 
 
 class ContractModel:
-    """Evolves the live state of a graph step by step, as both backends must."""
+    """Evolves the live state of a graph step by step, as both backends must.
 
-    def __init__(self, graph: Graph) -> None:
+    Args:
+        max_workgroups_per_dim: the workgroups per grid dimension both backends may
+            dispatch. A logical count above it folds into a 2-D grid of at most that many
+            rows (the backends' business); a count above its square fits no grid, and the
+            step is refused (`InputError(op, "grid_limit")`) once every op has resized.
+            None: no limit (a device's own, 65535 or more, is never reached).
+    """
+
+    def __init__(self, graph: Graph, max_workgroups_per_dim: int | None = None) -> None:
         self.graph = graph
+        self.max_workgroups_per_dim = max_workgroups_per_dim
         self.state = LiveState(
             graph,
             {t.name: t.dims for t in graph.tensors()},
@@ -108,6 +117,7 @@ class ContractModel:
             model = model_for(node.op)
             model.resize(node, live)
             dispatches += model.dispatches(node, live)
+        self._check_grids(dispatches)
         # Kernels read SymInts as int32: one that passed every op's checks but does not fit
         # is refused last (so an op's own key, such as sdpa's cache_overflow, comes first).
         for name, value in live.symints.items():
@@ -116,6 +126,22 @@ class ContractModel:
         live.host = {}  # this step's data is not state
         self.state = live
         return ModelStep(dict(live.dims), dict(live.symints), dispatches)
+
+    def _check_grids(self, dispatches: list[ExpectedDispatch]) -> None:
+        """Refuse a logical count that no grid within the limit holds (graph order)."""
+        limit = self.max_workgroups_per_dim
+        if limit is None:
+            return
+        for op, kernel, _, (x, y, z), ran in dispatches:
+            # A 1-D count folds into up to `limit` rows; a 2-D or 3-D one must fit as it is.
+            fits = x <= limit * limit if (y, z) == (1, 1) else max(x, y, z) <= limit
+            if ran and not fits:
+                raise InputError(
+                    op,
+                    "grid_limit",
+                    f"op {op!r}: kernel {kernel} needs {(x, y, z)} workgroups, more than a "
+                    f"{limit} x {limit} grid holds",
+                )
 
     def try_step(self, inputs: Mapping[str, object]) -> ModelStep | ParityError:
         """`step`, returning the expected rejection instead of raising it."""

@@ -11,7 +11,10 @@ Per step (DESIGN.md §4; the oracles are in harness/oracles.py):
    is named directly), and graph outputs are compared end to end with error bounds
    propagated through the graph.
 4. Validation messages and crashes are findings too; so is a case too degenerate to fail.
-Coverage (regimes and kernel variants per op and backend) is recorded as the case runs.
+   Any exception a backend raises (at load or on a step the contract accepts) is a finding
+   blamed on that backend: nothing a backend does is dropped.
+Coverage (regimes, folded grids and kernel variants per op and backend) is recorded as the
+case runs.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from graph_format import (
-    GraphBuildError,
+    BackendUnavailable,
     LoadedGraph,
     ParityError,
     Runtime,
@@ -99,7 +102,11 @@ class CaseResult:
     def first_divergence(self) -> dict[str, Any] | None:
         """The first (step, op, tensor, element) that left its budget while its inputs were
         within theirs: the earliest op-level finding in graph order (each op is judged on
-        its own inputs, so the ops before it in that step were within budget)."""
+        its own inputs, so the ops before it in that step were within budget).
+
+        An op that refused a step because an input produced upstream was wrong (a
+        `sym_size` that read stale dims, consumed by a `view_copy`) points at the op that
+        produced it, with `refused_by` naming the op that raised."""
         with_op = [d for d in self.divergences if d.op]
         if not with_op:
             return None
@@ -107,7 +114,7 @@ class CaseResult:
         element = d.details.get(
             "worst_index", d.details.get("first_element", d.details.get("first"))
         )
-        return {
+        first = {
             "step": d.step,
             "op": d.op,
             "op_type": d.op_type,
@@ -116,6 +123,15 @@ class CaseResult:
             "kind": str(d.kind),
             "blame": d.blame,
         }
+        upstream = d.details.get("upstream")
+        if upstream:
+            first |= {
+                "op": upstream["op"],
+                "op_type": upstream["op_type"],
+                "tensor": upstream["value"],
+                "refused_by": d.op,
+            }
+        return first
 
 
 class LockstepRunner:
@@ -136,6 +152,7 @@ class LockstepRunner:
         self.canaries = canaries
         self.per_op = per_op
         self.adapters = {rt.name: rt.info() for rt in self.runtimes}
+        # Workgroups per grid dimension each runtime honours (its device's, or lowered).
         self.limits = {
             name: int(info.get("max_workgroups_per_dim", 65535))
             for name, info in self.adapters.items()
@@ -201,13 +218,16 @@ class _CaseRun:
             try:
                 self.loaded[rt.name] = rt.load(self.graph)
                 errors[rt.name] = None
-            except GraphBuildError as err:
+            except BackendUnavailable:  # a set-up error (glslc missing), not a finding
+                raise
+            except Exception as err:  # a refusal, a kernel that does not build, a crash
                 errors[rt.name] = err
         return oracles.check_build(expected_build_error(self.graph), errors)
 
     def _run_steps(self) -> list[StepRecord]:
         graph = self.graph
-        model = ContractModel(graph)
+        # Both backends refuse a count no grid within the smaller of their limits holds.
+        model = ContractModel(graph, min(self.runner.limits.values(), default=None))
         reference = ReferenceEvaluator(graph)
         # Each backend's state tensors before the step, for the per-op check of ops that
         # update state in place.
@@ -246,7 +266,9 @@ class _CaseRun:
 
         div = record.divergences
         after = {name: lg.cur_dims() for name, lg in self.loaded.items()}
-        div += oracles.check_errors(index, expected, failures, list(self.loaded), before, after)
+        div += oracles.check_errors(
+            index, graph, expected, failures, list(self.loaded), before, after
+        )
         if not isinstance(expected, ModelStep) or not results:
             return record
         div += oracles.check_metadata(index, graph, expected, results)
@@ -347,5 +369,7 @@ class _CaseRun:
             )
             self.previous_sizes[node.name] = size
             for name, res in results.items():
-                variants = {d.kernel for d in res.dispatches if d.op == node.name and d.ran}
-                self.coverage.add(node.op, name, regimes, variants)
+                ran = [d for d in res.dispatches if d.op == node.name and d.ran]
+                # "fold": a count above the per-dimension limit ran as a folded grid.
+                folded = {"fold"} if any(d.physical_grid != d.logical_count for d in ran) else set()
+                self.coverage.add(node.op, name, regimes | folded, {d.kernel for d in ran})

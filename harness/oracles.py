@@ -7,6 +7,7 @@ predict, classify each difference and say which side is to blame.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,9 +19,12 @@ from graph_format import (
     Graph,
     GraphBuildError,
     InputError,
+    KernelBuildError,
     ParityError,
+    PropagationError,
     ResizeError,
     StepResult,
+    SymIntValue,
     TensorValue,
 )
 from harness.contract import ModelStep
@@ -41,29 +45,153 @@ def error_key(err: BaseException) -> tuple[Any, ...]:
     return (type(err).__name__,)
 
 
+def error_op(graph: Graph, err: BaseException) -> str | None:
+    """The op an error is about, for signatures and per-op views.
+
+    An op's own check names the op (an `InputError` subject, a build error's op); a refused
+    tensor names the op that writes it, or for a graph input the first op that reads it; a
+    resize engine that does not converge names the first op whose hook still ran.
+    """
+    if isinstance(err, GraphBuildError | KernelBuildError):
+        return err.op
+    if isinstance(err, PropagationError):
+        named = [*err.ops, *(p for v in err.values if (p := producer(graph, v)))]
+        return min(named, key=_op_order(graph).__getitem__) if named else None
+    if isinstance(err, InputError):
+        subject = err.subject
+    elif isinstance(err, ResizeError):
+        subject = err.tensor
+    else:
+        return None
+    if subject in _op_order(graph):
+        return subject
+    return producer(graph, subject) or consumer(graph, subject)
+
+
+def _op_order(graph: Graph) -> dict[str, int]:
+    return {node.name: i for i, node in enumerate(graph.ops)}
+
+
+def upstream_origin(
+    graph: Graph, expected: ModelStep, live: Mapping[str, Any], op: str
+) -> dict[str, Any] | None:
+    """Where a wrong value that made `op` refuse an accepted step was produced.
+
+    `live` holds the values the backend had when it refused (`ParityError.live`). If an
+    input of `op` differs from the contract's value, its producer made it wrong, unless
+    the producer's own inputs were wrong too: the chain is followed to the first op whose
+    inputs were right and whose output was not. None when every input of `op` was right
+    (the refusal is the op's own).
+    """
+    nodes = {node.name: node for node in graph.ops}
+    seen: set[str] = set()
+
+    def wrong_input(name: str) -> dict[str, Any] | None:
+        node = nodes[name]
+        seen.add(name)
+        for arg in node.args.values():
+            for value in arg if isinstance(arg, tuple) else (arg,):
+                kind = graph.values.get(value)
+                if isinstance(kind, TensorValue):
+                    want: Any = expected.cur_dims.get(value)
+                elif isinstance(kind, SymIntValue):
+                    want = expected.symints.get(value)
+                else:
+                    continue
+                got = live.get(value)
+                source = producer(graph, value)
+                if got is None or want is None or source is None or source in seen:
+                    continue
+                if _plain_value(got) != _plain_value(want):
+                    return wrong_input(source) or {
+                        "op": source,
+                        "op_type": nodes[source].op,
+                        "value": value,
+                        "expected": _plain_value(want),
+                        "got": _plain_value(got),
+                    }
+        return None
+
+    return wrong_input(op) if op in nodes else None
+
+
+def _plain_value(value: Any) -> Any:
+    return [int(v) for v in value] if isinstance(value, tuple | list) else int(value)
+
+
 def check_build(
     expected: GraphBuildError | None, errors: Mapping[str, BaseException | None]
 ) -> list[Divergence]:
-    """Load-time rejection (or acceptance) must match the contract on every backend."""
+    """Load-time rejection (or acceptance) must match the contract on every backend.
+
+    A kernel that does not build is a finding of its own on the backend that built it,
+    with the compiler's whole output; any other exception at load is a crash.
+    """
+    out: list[Divergence] = []
+    compared: dict[str, BaseException | None] = {}
+    for name, err in errors.items():
+        if isinstance(err, KernelBuildError):
+            out.append(kernel_build_divergence(-1, name, err))
+        elif err is not None and not isinstance(err, ParityError):
+            out.append(
+                Divergence(-1, Kind.CRASH, name, f"{name} crashed at load: {_error_text(err)}")
+            )
+        else:
+            compared[name] = err
     want = error_key(expected) if expected else None
-    wrong = {name: (error_key(err) if err else None) != want for name, err in errors.items()}
+    wrong = {name: (error_key(err) if err else None) != want for name, err in compared.items()}
     if not any(wrong.values()):
-        return []
-    got = {name: str(err) if err else "loaded" for name, err in errors.items()}
-    return [
+        return out
+    got = {name: str(err) if err else "loaded" for name, err in compared.items()}
+    refused = [e.op for e in compared.values() if isinstance(e, GraphBuildError)]
+    out.append(
         Divergence(
             -1,
             Kind.BUILD_ERROR,
             blame_from(wrong, len(set(got.values())) == 1),
             f"load: expected {expected if expected else 'success'}, got {got}",
-            op=expected.op if expected else None,
+            op=expected.op if expected else next(iter(refused), None),
             details={"expected": str(expected) if expected else None, "got": got},
         )
-    ]
+    )
+    return out
+
+
+def kernel_build_divergence(step: int, backend: str, err: KernelBuildError) -> Divergence:
+    """A kernel that did not compile or validate, blamed on the backend that built it."""
+    return Divergence(
+        step,
+        Kind.BUILD_ERROR,
+        backend,
+        f"{backend}: kernel {err.kernel!r} does not build: {compiler_headline(err.compiler)} "
+        "(the whole compiler output is in the details)",
+        op=err.op,
+        details={"kernel": err.kernel, "shader": err.shader, "compiler": err.compiler},
+    )
+
+
+def compiler_headline(text: str) -> str:
+    """The line of a compiler's output that says what is wrong, with naga's location.
+
+    naga opens with "Validation Error" and a "Caused by" chain before the message and a
+    `wgsl:LINE:COL` marker; glslc prints `file:LINE: error: ...` lines.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    head = next((line for line in lines if "error:" in line.lower()), lines[0] if lines else "")
+    where = next((m.group(0) for line in lines if (m := _WGSL_LOCATION.search(line))), None)
+    return f"{head} (at {where})" if where else head
+
+
+_WGSL_LOCATION = re.compile(r"wgsl:\d+:\d+")
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
 
 
 def check_errors(
     step: int,
+    graph: Graph,
     expected: ModelStep | ParityError,
     failures: Mapping[str, BaseException],
     backends: Sequence[str],
@@ -71,42 +199,68 @@ def check_errors(
     dims_after: Mapping[str, dict[str, Any]],
 ) -> list[Divergence]:
     """Crashes, rejections the contract does not predict (or predicted ones that did not
-    happen, or happened for another reason), and rejections that changed the graph."""
+    happen, or happened for another reason), and rejections that changed the graph.
+
+    On a step the contract accepts, any exception is a finding blamed on the backend that
+    raised it: a crash (a lost device, an exception this project does not raise on
+    purpose), a build error (a kernel that does not build), or an error asymmetry (any
+    other refusal: a bad shape, a resize engine that does not converge, a build or format
+    error at execute). Each names the op it is about, and an asymmetry caused by a wrong
+    value from upstream names where that value was produced (`upstream_origin`).
+    """
     out: list[Divergence] = []
+    accepted = isinstance(expected, ModelStep)
     for name, err in failures.items():
+        op = error_op(graph, err)
         if isinstance(err, DeviceError):
             out.append(
                 Divergence(
-                    step, Kind.CRASH, name, f"{name}: {err}", details={"messages": err.messages}
+                    step,
+                    Kind.CRASH,
+                    name,
+                    f"{name}: {err}",
+                    op=op,
+                    details={"messages": err.messages},
                 )
             )
+        elif isinstance(err, KernelBuildError):
+            out.append(kernel_build_divergence(step, name, err))
         elif not isinstance(err, ParityError):
+            out.append(Divergence(step, Kind.CRASH, name, f"{name} crashed: {_error_text(err)}"))
+        elif accepted:
+            details: dict[str, Any] = {"key": list(error_key(err)), "error": _error_text(err)}
+            message = f"{name} rejected a step the contract accepts: {_error_text(err)}"
+            origin = None
+            if isinstance(expected, ModelStep) and err.live and op:
+                origin = upstream_origin(graph, expected, err.live, op)
+            if origin is not None:
+                details["upstream"] = origin
+                message += (
+                    f" (its input {origin['value']!r} was {origin['got']} where the contract "
+                    f"has {origin['expected']}: produced by {origin['op']!r})"
+                )
             out.append(
-                Divergence(step, Kind.CRASH, name, f"{name} crashed: {type(err).__name__}: {err}")
+                Divergence(step, Kind.ERROR_ASYMMETRY, name, message, op=op, details=details)
             )
-    if isinstance(expected, ModelStep):
-        out += [
-            Divergence(
-                step,
-                Kind.ERROR_ASYMMETRY,
-                name,
-                f"{name} rejected a step the contract accepts: {err}",
-                details={"key": list(error_key(err))},
-            )
-            for name, err in failures.items()
-            if isinstance(err, ResizeError | InputError)
-        ]
+    if accepted:
         return out
     want = error_key(expected)
     got = {name: error_key(failures[name]) if name in failures else None for name in backends}
     wrong = {name: key != want for name, key in got.items()}
     if any(wrong.values()):
+        # The op of a wrong backend's own error says most about its bug; else the
+        # contract's refusal names the op that should have refused.
+        named = [
+            *(error_op(graph, failures[n]) for n, bad in wrong.items() if bad and n in failures),
+            error_op(graph, expected),
+        ]
         out.append(
             Divergence(
                 step,
                 Kind.ERROR_ASYMMETRY,
                 blame_from(wrong, len({str(v) for v in got.values()}) == 1),
                 f"expected rejection {want}, got {got}",
+                op=next((o for o in named if o), None),
                 details={
                     "expected": list(want),
                     "got": {k: list(v) if v else None for k, v in got.items()},
@@ -122,6 +276,7 @@ def check_errors(
                     Kind.STATE_AFTER_REJECT,
                     name,
                     f"{name} rejected the step but changed live dims of {changed}",
+                    op=error_op(graph, failures[name]) or error_op(graph, expected),
                     details={"tensors": changed},
                 )
             )
@@ -551,3 +706,12 @@ def producer(graph: Graph, tensor: str) -> str | None:
     """Name of the op that writes `tensor`, if any."""
     node = graph.producer(tensor)
     return node.name if node else None
+
+
+def consumer(graph: Graph, value: str) -> str | None:
+    """Name of the first op (in graph order) that reads `value`, if any."""
+    for node in graph.ops:
+        for arg in node.args.values():
+            if value == arg or (isinstance(arg, tuple) and value in arg):
+                return node.name
+    return None

@@ -7,6 +7,12 @@ outcome therefore does not depend on what ran before it in the same process, so 
 can be dealt out to shards (`--shard I/N` runs chunks I-1, I-1+N, I-1+2N, ... of the plan)
 and a merge of all N shards finds exactly what one unsharded run finds with the same seed,
 provided no example database feeds earlier failures back in (`--no-database`).
+
+A chunk may run under a lowered workgroups-per-dimension limit (`max_workgroups_per_dim`),
+so that the backends fold their counts into 2-D grids as they would only above a device's
+limit (65535 and up). The limit is part of the chunk, fixed by the plan: every k-th chunk
+of each family under a profile's `fold_limit`, or every chunk under
+`--max-workgroups-per-dim`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ class Chunk:
     index: int  # within the family
     seed: int  # Hypothesis seed of this chunk
     max_examples: int
+    max_workgroups_per_dim: int | None = None  # a lowered limit the backends honour
 
     @property
     def id(self) -> str:
@@ -66,13 +73,23 @@ def chunk_seed(seed: int, family: str, index: int) -> int:
 
 
 def make_plan(
-    families: Sequence[str], seed: int, max_examples: int, chunk_examples: int
+    families: Sequence[str],
+    seed: int,
+    max_examples: int,
+    chunk_examples: int,
+    *,
+    max_workgroups_per_dim: int | None = None,
+    fold_every: int | None = None,
+    fold_limit: int | None = None,
 ) -> list[Chunk]:
     """All chunks of a run, families in the given order.
 
     Args:
         max_examples: the example budget of each family.
         chunk_examples: the most examples one chunk gets.
+        max_workgroups_per_dim: a lowered limit for every chunk (wins over the next two).
+        fold_every, fold_limit: chunks k-1, 2k-1, ... of each family (k = `fold_every`) run
+            under the limit `fold_limit`.
     """
     if max_examples < 1 or chunk_examples < 1:
         raise ValueError(
@@ -84,7 +101,10 @@ def make_plan(
         left, index = max_examples, 0
         while left > 0:
             n = min(chunk_examples, left)
-            plan.append(Chunk(family, index, chunk_seed(seed, family, index), n))
+            limit = max_workgroups_per_dim
+            if limit is None and fold_every and (index + 1) % fold_every == 0:
+                limit = fold_limit
+            plan.append(Chunk(family, index, chunk_seed(seed, family, index), n, limit))
             left -= n
             index += 1
     return plan

@@ -6,7 +6,10 @@ and steers generation toward high error-budget utilization with `target()`.
 
 `parity run` splits each family's example budget into chunks of `chunk_examples` (see
 harness/plan.py), each its own seeded search, so that a sharded run finds what an unsharded
-one does.
+one does. In `pr`, every `fold_every`-th chunk of each family runs under a lowered
+workgroups-per-dimension limit (`fold_limit`), so the backends' 2-D grid folds, which a
+device's own limit (65535 and up) never reaches, are tested on every PR; the test suite's
+generated tests do the same (tests/diff/test_parity.py).
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ class Profile:
     chunk_examples: int = 50  # examples per chunk of `parity run`'s work plan
     steer: bool = False  # `parity run` feeds target() with the case's error/budget utilization
     required_coverage: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    fold_every: int | None = None  # every k-th chunk of a family runs under `fold_limit`
+    fold_limit: int | None = None  # workgroups per grid dimension in those chunks
 
 
 # The regimes where resize bugs live, for the ops every profile exercises.
@@ -84,9 +89,52 @@ _DECODER_CELLS = {
     "silu_mul": ("size=1", "size=max", "silu_mul"),
 }
 
+# The workgroups per grid dimension of a fold chunk. Every kernel's logical count is 1-D
+# (harness/ops): rows for rms_norm, ceil(elements / 64) for the elementwise, view and
+# rotary kernels, min(ceil(N / 2), 8192) for the GEMV, heads x rows for attention's
+# softmax. Above the limit both backends fold it into a 2-D grid; above its square no grid
+# holds it and the step is refused alike. Measured over 40 cases per family (seed 1), the
+# steps whose largest count falls in 5-16, and so folds under 4, are 20-51 % of the steps
+# of 12 of the 16 families (7-9 % for sigmoid, silu, silu_mul and linear_q4gsw, whose
+# families draw large or tiny counts). Under 2 more than half of the steps of 8 families
+# would be refused (counts above 4); under 8 fewer than 15 % of the steps of the add, rope,
+# rope_hf, random and linear_q4gsw families would fold. A full `parity run --profile pr`
+# folds every op with a kernel on both backends (harness/summary.py checks it).
+FOLD_LIMIT = 4
+
+# A fold of every op with a dispatch: all kernels' counts are 1-D and grow with the live
+# sizes, so each can fold (sym_size has no kernel). Required only of the op types a run
+# exercised under a lowered limit (harness/summary.py).
+_FOLD_CELLS = {
+    op: ("fold",)
+    for op in (
+        "rms_norm",
+        "add",
+        "mul",
+        "sigmoid",
+        "silu",
+        "silu_mul",
+        "embedding_q4gsw",
+        "apply_rotary_emb",
+        "apply_rotary_emb_hf",
+        "view_copy",
+        "sdpa_with_kv_cache",
+        "linear_q4gsw",
+    )
+}
+
 PROFILES = {
     "quick": Profile("quick", 10, derandomize=False, keep_database=True, chunk_examples=10),
-    "pr": Profile("pr", 30, derandomize=True, keep_database=False, chunk_examples=30),
+    "pr": Profile(
+        "pr",
+        30,
+        derandomize=True,
+        keep_database=False,
+        chunk_examples=15,
+        required_coverage=_FOLD_CELLS,
+        fold_every=2,
+        fold_limit=FOLD_LIMIT,
+    ),
     "nightly": Profile(
         "nightly",
         400,

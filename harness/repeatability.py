@@ -70,7 +70,11 @@ def run_hash(case: Case, runtime: Runtime) -> str:
     ]
     reads += [t.name for t in graph.tensors() if t.state]
     h = hashlib.sha256()
-    loaded = runtime.load(graph)
+    try:
+        loaded = runtime.load(graph)
+    except Exception as err:  # a refusal or a kernel that does not build is an outcome too
+        h.update(f"load: {type(err).__name__}: {err}".encode())
+        return h.hexdigest()[:16]
     try:
         for inputs in case.steps:
             try:

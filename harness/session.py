@@ -83,6 +83,10 @@ class RunFolderError(ValueError):
     """The output folder cannot be used; the message says why."""
 
 
+class RunSetupError(ValueError):
+    """The devices cannot run as asked (a workgroup limit above theirs); the message says why."""
+
+
 class _Stop(BaseException):
     """Ends a chunk's search early (a signal or the time budget); Hypothesis lets it through."""
 
@@ -109,6 +113,7 @@ class RunConfig:
     progress_every_s: float = 10.0
     repeats: int = 3  # re-runs per backend to classify a divergent case's repeatability
     command: str = ""
+    max_workgroups_per_dim: int | None = None  # a lowered limit for every chunk
 
 
 class _KeyedDatabase(ExampleDatabase):
@@ -162,8 +167,18 @@ class _Totals:
 
 
 @dataclass
+class _Engine:
+    """The runtimes of one workgroups-per-dimension limit, and a runner over them."""
+
+    runtimes: list[Runtime]
+    runner: LockstepRunner
+    checker: CaseChecker
+
+
+@dataclass
 class _ChunkState:
     chunk: Chunk
+    engine: _Engine
     seq: int = 0
     unexpected_found: bool = False
     # Smallest divergent case per bug: the findings of an interrupted chunk.
@@ -193,7 +208,13 @@ class RunSession:
         profile = PROFILES[config.profile]
         self.steer = profile.steer
         self.plan = make_plan(
-            config.families, config.seed, config.max_examples, config.chunk_examples
+            config.families,
+            config.seed,
+            config.max_examples,
+            config.chunk_examples,
+            max_workgroups_per_dim=config.max_workgroups_per_dim,
+            fold_every=profile.fold_every,
+            fold_limit=profile.fold_limit,
         )
         self.mine = shard_of(self.plan, config.shard)
         self.totals = _Totals()
@@ -201,6 +222,7 @@ class RunSession:
         self.started = time.monotonic()
         self.runtimes: list[Runtime] = []
         self.runner: LockstepRunner | None = None
+        self.engines: dict[int | None, _Engine] = {}  # by lowered limit (None: the device's)
         self.writer: RecordWriter | None = None
         self.database: ExampleDatabase | None = None
         self.meta: dict[str, Any] = {}
@@ -221,16 +243,24 @@ class RunSession:
 
         Raises:
             BackendUnavailable: a driver is missing (the message names the package).
+            RunSetupError: a chunk's workgroup limit is above a device's.
             RunFolderError: the output folder holds something that is not a parity run, or
                 cannot be written.
             RunFolderBusy: another parity process is using the output folder.
         """
-        self.runtimes = open_runtimes(BACKENDS, self.config.shader_dirs)
-        self.runner = LockstepRunner(self.runtimes)
-        # No re-runs while searching: classifying every divergent case would multiply the
-        # cost of a frequent bug. Each final finding is classified once (see `_findings`);
-        # a failure that does not replay reaches us as Hypothesis's FlakyFailure group.
-        self.checker = CaseChecker(self.runner, repeats=0)
+        for limit in dict.fromkeys([None, *(c.max_workgroups_per_dim for c in self.mine)]):
+            try:
+                runtimes = open_runtimes(BACKENDS, self.config.shader_dirs, limit)
+            except ValueError as err:  # a limit the device cannot lower to
+                raise RunSetupError(f"--max-workgroups-per-dim: {err}") from None
+            runner = LockstepRunner(runtimes)
+            # No re-runs while searching: classifying every divergent case would multiply
+            # the cost of a frequent bug. Each final finding is classified once (see
+            # `_findings`); a failure that does not replay reaches us as Hypothesis's
+            # FlakyFailure group.
+            self.engines[limit] = _Engine(runtimes, runner, CaseChecker(runner, repeats=0))
+        self.runtimes = self.engines[None].runtimes
+        self.runner = self.engines[None].runner
         out = self.config.out
         self.lock = RunFolderLock(out, self.config.command)
         replaced = prepare_run_folder(out, self.lock)
@@ -252,6 +282,7 @@ class RunSession:
                 "chunk_examples": self.config.chunk_examples,
                 "time_budget_s": self.config.time_budget_s,
             },
+            "max_workgroups_per_dim": self.config.max_workgroups_per_dim,
             "database": str(self.config.database) if self.config.database else None,
             "shard": {"index": self.config.shard.index, "count": self.config.shard.count},
             "plan": [dataclasses.asdict(c) for c in self.plan],
@@ -382,6 +413,7 @@ class RunSession:
             "index": chunk.index,
             "seed": chunk.seed,
             "max_examples": chunk.max_examples,
+            "max_workgroups_per_dim": chunk.max_workgroups_per_dim,
             "shard": str(self.config.shard),
             "status": status,
             "reason": reason,
@@ -392,11 +424,14 @@ class RunSession:
 
     def _run_chunk(self, chunk: Chunk) -> None:
         assert self.writer is not None
-        state = _ChunkState(chunk)
+        state = _ChunkState(chunk, self.engines[chunk.max_workgroups_per_dim])
         started = time.monotonic()
+        limit = chunk.max_workgroups_per_dim
         self.log(
             f"parity: chunk {self._chunk_no}/{len(self.mine)} {chunk.id} "
-            f"(seed {chunk.seed}, {chunk.max_examples} examples)"
+            f"(seed {chunk.seed}, {chunk.max_examples} examples"
+            + (f", {limit} workgroups per grid dimension" if limit else "")
+            + ")"
         )
         database = (
             _KeyedDatabase(self.database, f"parity:{chunk.id}:".encode())
@@ -452,9 +487,10 @@ class RunSession:
             raise _Stop(self.stop_reason)
         if self._out_of_time(grace=state.unexpected_found):
             raise _Stop("time_budget")
-        result, repeat = self.checker.run(case)
+        result, repeat = state.engine.checker.run(case)
         chunk = state.chunk
         record = case_record(case, result, chunk=chunk.id, family=chunk.family, seq=state.seq)
+        record["max_workgroups_per_dim"] = chunk.max_workgroups_per_dim
         if repeat is not None:
             record["repeatability"] = repeat.to_json()
         adapters = self.runner.adapters
@@ -482,7 +518,7 @@ class RunSession:
         state.seq += 1
         self.writer.write(record)
         if provisional is not None:
-            self._write_bundle(chunk, provisional, case, record, shrunk=False, provisional=True)
+            self._write_bundle(state, provisional, case, record, shrunk=False, provisional=True)
         self.coverage.merge(record.get("coverage") or {})
         self.ops_run.update(record["ops"])
         self.totals.add_case(record)
@@ -533,9 +569,9 @@ class RunSession:
                 bundle = f"bundles/{bundle_id}"
             else:
                 if self.config.repeats:
-                    repeat = classify(case, self.runtimes, self.config.repeats)
+                    repeat = classify(case, state.engine.runtimes, self.config.repeats)
                     record["repeatability"] = repeat.to_json()
-                bundle = self._write_bundle(chunk, bundle_id, case, record, shrunk=shrunk)
+                bundle = self._write_bundle(state, bundle_id, case, record, shrunk=shrunk)
             self.totals.findings.add(bundle_id)
             out.append(
                 {
@@ -558,7 +594,7 @@ class RunSession:
 
     def _write_bundle(
         self,
-        chunk: Chunk,
+        state: _ChunkState,
         bundle_id: str,
         case: Case,
         record: Mapping[str, Any],
@@ -574,13 +610,13 @@ class RunSession:
                 case,
                 record,
                 run=self.meta,
-                runtimes=self.runtimes,
+                runtimes=state.engine.runtimes,
                 shader_dirs=self.config.shader_dirs,
                 shrunk=shrunk,
                 provisional=provisional,
             )
         except Exception as err:
-            self.errors.append(f"{chunk.id}: bundle {bundle_id}: {_describe(err)}")
+            self.errors.append(f"{state.chunk.id}: bundle {bundle_id}: {_describe(err)}")
             return None
         return f"bundles/{bundle_id}"
 
@@ -634,10 +670,10 @@ def _leaves(group: BaseException) -> list[DivergenceFound]:
 
 
 def _describe(err: BaseException) -> str:
+    """The whole text of an error (a compiler's output runs over many lines: keep them)."""
     if isinstance(err, BaseExceptionGroup):
         return "; ".join(_describe(e) for e in err.exceptions)
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0] if text else ''}"
+    return f"{type(err).__name__}: {str(err).strip()}"
 
 
 def prepare_run_folder(out: Path, lock: RunFolderLock | None = None) -> str | None:
@@ -733,4 +769,11 @@ def git_commit() -> str | None:
     return head + ("+dirty" if dirty else "")
 
 
-__all__ = ["RunConfig", "RunFolderError", "RunSession", "copy_shaders", "prepare_run_folder"]
+__all__ = [
+    "RunConfig",
+    "RunFolderError",
+    "RunSession",
+    "RunSetupError",
+    "copy_shaders",
+    "prepare_run_folder",
+]

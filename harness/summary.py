@@ -92,6 +92,7 @@ def summarize(
     by_signature: dict[str, dict[str, Any]] = {}
     matches: Counter[str] = Counter()
     ops_run: set[str] = set()
+    ops_folding: set[str] = set()  # run under a lowered workgroup limit
     families_run: set[str] = set()
 
     for family in first.get("families", []):
@@ -103,6 +104,8 @@ def summarize(
         _count(totals, r)
         for op in r.get("ops", []):
             ops_run.add(op)
+            if r.get("max_workgroups_per_dim"):
+                ops_folding.add(op)
             _count(per_op.setdefault(op, _stats()), r, only_op=op)
         for op, per_backend in (r.get("coverage") or {}).items():
             for backend, cell in per_backend.items():
@@ -174,16 +177,17 @@ def summarize(
         {(int(r["shard"]["index"]), int(r["shard"]["count"])) for r in runs if r.get("shard")}
     )
     # Required coverage cells (the profile's) are judged only on a complete run of every
-    # shard, and only for the op types the run exercised.
+    # shard, and only for the op types the run exercised; a "fold" only of those it
+    # exercised under a lowered workgroup limit.
     counts = {n for _, n in shards}
     all_shards = not shards or (
         len(counts) == 1 and {i for i, _ in shards} == set(range(1, next(iter(counts)) + 1))
     )
     profile = PROFILES.get(str(first.get("profile")))
     required = {
-        op: cells
+        op: kept
         for op, cells in (profile.required_coverage if profile else {}).items()
-        if op in ops_run
+        if op in ops_run and (kept := tuple(c for c in cells if c != "fold" or op in ops_folding))
     }
     coverage_checked = complete and all_shards
     missing = (

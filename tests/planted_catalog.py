@@ -242,7 +242,7 @@ PLANTS = [
         rms_norm_with_a_bad_step,
         _skip_width_check,
         "error_asymmetry",
-        "-",
+        "rms_norm",
         "vulkan",
     ),
     Plant(
@@ -250,7 +250,7 @@ PLANTS = [
         rms_norm_with_a_bad_step,
         _no_restore,
         "state_after_reject",
-        "-",
+        "rms_norm",
         "webgpu",
     ),
     Plant(

@@ -17,6 +17,7 @@ from typing import Any
 import vulkan_ref.graph
 import vulkan_ref.spirv
 import webgpu_backend.device
+import webgpu_backend.graph
 from graph_format import OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from webgpu_backend.device import get_device
@@ -145,3 +146,49 @@ def vulkan_node_patch(
         yield
     finally:
         ComputeGraph.add_dispatch_node = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def webgpu_toggling_hook(op_type: str) -> Iterator[None]:
+    """Make every `op_type` hook toggle a dim of its output after doing its work, and run
+    again whenever that output changes: the resize engine never converges."""
+    original = WebGPUGraph.add_resize_hook
+
+    def add_resize_hook(self: WebGPUGraph, node: OpNode, triggers: Any, fn: Any) -> None:
+        if node.op != op_type:
+            return original(self, node, triggers, fn)
+        out = self.output(node, "out")
+
+        def planted() -> None:
+            fn()
+            dims = list(out.cur_dims)
+            for d, top in enumerate(out.dims):
+                if top > 1:  # a dim that can take another value
+                    dims[d] = top - 1 if dims[d] == top else top
+                    break
+            self.set_cur_dims(out, dims)
+
+        return original(self, node, {*triggers, out.name}, planted)
+
+    WebGPUGraph.add_resize_hook = add_resize_hook  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        WebGPUGraph.add_resize_hook = original  # type: ignore[method-assign]
+
+
+@contextmanager
+def webgpu_fold_with_floor() -> Iterator[None]:
+    """Make WebGPU's 2-D grid fold count its rows with floor instead of ceil division, so a
+    folded count that is not a multiple of the row length loses its last workgroups."""
+    original = webgpu_backend.graph.fold_grid
+
+    def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
+        x, _, z = original(count, max_per_dim)
+        return (x, count // x, z)  # planted: floor
+
+    webgpu_backend.graph.fold_grid = fold_grid
+    try:
+        yield
+    finally:
+        webgpu_backend.graph.fold_grid = original

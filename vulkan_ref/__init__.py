@@ -25,25 +25,50 @@ class VulkanRuntime:
         context: the context to use (default: the process-wide one).
         shader_dir: a folder laid out like `glsl/` (`<kernel>.comp`, `include/`) to build
             graphs from instead of the repo's (a repro bundle's own shader copies).
+        max_workgroups_per_dim: a per-axis workgroup count limit below the device's, which
+            every graph honours as if the device had it (counts above it fold into rows;
+            counts no grid can hold are refused), so the fold is tested on any device.
+
+    Raises:
+        ValueError: a limit below 1 or above the device's.
     """
 
     name = "vulkan"
 
     def __init__(
-        self, context: VulkanContext | None = None, shader_dir: str | Path | None = None
+        self,
+        context: VulkanContext | None = None,
+        shader_dir: str | Path | None = None,
+        max_workgroups_per_dim: int | None = None,
     ) -> None:
         self.context = context or get_context()
         self.shader_dir = str(Path(shader_dir).resolve()) if shader_dir else None
+        device = self.context.max_workgroup_count[0]
+        if max_workgroups_per_dim is not None and not 1 <= max_workgroups_per_dim <= device:
+            raise ValueError(
+                f"vulkan: a limit of {max_workgroups_per_dim} workgroups per dimension was "
+                f"asked for; {self.context.info()['adapter']} allows 1 to {device}"
+            )
+        self.max_workgroups_per_dim = max_workgroups_per_dim
 
     def info(self) -> dict[str, Any]:
-        """Adapter facts for reports."""
-        return self.context.info()
+        """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour."""
+        info = self.context.info()
+        if self.max_workgroups_per_dim is not None:
+            info["device_max_workgroups_per_dim"] = info["max_workgroups_per_dim"]
+            info["max_workgroups_per_dim"] = self.max_workgroups_per_dim
+        return info
 
     def load(self, graph: Graph) -> ComputeGraph:
-        """Build `graph`; raises GraphBuildError when an op rejects it."""
+        """Build `graph`.
+
+        Raises:
+            GraphBuildError: an op rejects the graph.
+            KernelBuildError: a kernel's shader does not compile.
+        """
         from vulkan_ref.ops import OP_IMPLS
 
         for node in graph.ops:
             if node.op not in OP_IMPLS:
                 raise GraphBuildError(node.name, f"vulkan has no implementation of {node.op!r}")
-        return ComputeGraph(self.context, graph, self.shader_dir)
+        return ComputeGraph(self.context, graph, self.shader_dir, self.max_workgroups_per_dim)

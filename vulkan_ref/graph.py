@@ -7,6 +7,10 @@ Resize model (reference §2, ExecuTorch's `ComputeGraph`):
   later nodes see final sizes: no fixpoint, nothing stale).
 - A dispatch node then re-picks its shader, global and local workgroup sizes from live sizes.
   A global size with a zero component means the dispatch is skipped (how routes switch).
+  Every shader a node may pick is built when the graph is loaded, so a kernel that does not
+  compile is refused at load (`KernelBuildError`), whatever sizes the steps take.
+- The physical grid of every dispatch (a count above the per-dimension limit folded into
+  rows) is computed with the resize, so a count no grid can hold is refused like any input.
 - The command buffer is recorded anew for every execute, with a memory barrier after each
   dispatch; the whole step is one submit and one fence wait.
 - Any error while resizing restores every size and SymInt to the state before the step;
@@ -19,11 +23,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import vulkan as vk
 
+import vulkan_ref.spirv
 from graph_format import (
     DTYPES,
     DeviceError,
@@ -31,6 +37,7 @@ from graph_format import (
     Graph,
     GraphBuildError,
     InputError,
+    KernelBuildError,
     OpNode,
     ParityError,
     StepResult,
@@ -108,7 +115,8 @@ class DispatchNode(ExecuteNode):
 
     Attributes:
         pick_shader: kernel variant for the current live sizes.
-        shaders: variant -> GLSL file stem, where they differ (glsl/<stem>.comp).
+        shaders: every variant the node may pick -> its GLSL file stem (glsl/<stem>.comp);
+            all of them are built at load.
         pick_global: global size in invocations; any zero component skips the dispatch.
         local_size: workgroup size in invocations.
         bindings: tensors (storage buffers, outputs first) then UBOs, in binding order.
@@ -177,12 +185,20 @@ class ComputeGraph:
     uses `execute`.
     """
 
-    def __init__(self, ctx: VulkanContext, graph: Graph, glsl_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        ctx: VulkanContext,
+        graph: Graph,
+        glsl_dir: str | None = None,
+        max_workgroups_per_dim: int | None = None,
+    ) -> None:
         from vulkan_ref.ops import OP_IMPLS  # the registry imports this module
 
         self.ctx = ctx
         self.graph = graph
         self.glsl_dir = glsl_dir  # another folder laid out like glsl/; None: the repo's
+        # A limit below the device's, on every axis (None: the device's own).
+        self.max_workgroups_per_dim = max_workgroups_per_dim
         self.pipelines = pipeline_cache(ctx)
         self.tensors: dict[str, VTensor] = {}
         self.symints: dict[str, SymInt] = {}
@@ -413,21 +429,43 @@ class ComputeGraph:
         return node
 
     def add_dispatch_node(self, node: DispatchNode) -> DispatchNode:
-        """Append a dispatch node after checking its workgroup size against the device."""
+        """Append a dispatch node after checking its workgroup size against the device and
+        building the pipeline of every kernel variant it may pick.
+
+        Raises:
+            GraphBuildError: the workgroup size is above the device's.
+            KernelBuildError: a variant's shader does not compile (naming the node's op).
+        """
         if math.prod(node.local_size) > self.ctx.max_invocations:
             raise GraphBuildError(
                 node.op,
                 f"local size {node.local_size} exceeds the device's "
                 f"{self.ctx.max_invocations} invocations per workgroup",
             )
+        if not node.shaders:
+            raise ValueError(f"{node.op}: a dispatch node must list its kernel variants")
+        for variant in node.shaders:
+            try:
+                self._pipeline(node, variant)
+            except KernelBuildError as err:
+                raise err.for_op(node.op) from None
         self.nodes.append(node)
         return node
 
     def pipeline_for(self, node: DispatchNode) -> ComputePipeline:
         """The pipeline of a node's current kernel."""
-        return self.pipelines.get(
+        if node.kernel not in node.shaders:
+            raise ValueError(
+                f"{node.op}: picked kernel {node.kernel!r}, not one of its variants "
+                f"{sorted(node.shaders)}"
+            )
+        return self._pipeline(node, node.kernel)
+
+    def _pipeline(self, node: DispatchNode, variant: str) -> ComputePipeline:
+        stem = node.shaders[variant]
+        pipeline = self.pipelines.get(
             ShaderKey(
-                kernel=node.shaders.get(node.kernel, node.kernel),
+                kernel=stem,
                 defines=(),
                 descriptors=descriptor_kinds(node.bindings),
                 push_constant_size=node.push_constant_size,
@@ -436,6 +474,16 @@ class ComputeGraph:
                 glsl_dir=self.glsl_dir,
             )
         )
+        if pipeline.messages:  # the validation layer refused the shader or its pipeline
+            shader = Path(self.glsl_dir) if self.glsl_dir else vulkan_ref.spirv.GLSL_DIR
+            raise KernelBuildError(
+                "vulkan",
+                stem,
+                str(shader / f"{stem}.comp"),
+                "\n".join(pipeline.messages),
+                op=node.op,
+            )
+        return pipeline
 
     def virtual_resize(self, tensor: VTensor, sizes: Sequence[int]) -> None:
         """Set a tensor's live sizes; records it as updated only when they change."""
@@ -493,6 +541,36 @@ class ComputeGraph:
     def cur_dims(self) -> dict[str, Sizes]:
         """Live sizes of every tensor value."""
         return {name: t.sizes for name, t in self.tensors.items()}
+
+    @property
+    def workgroup_limits(self) -> WG:
+        """Workgroups per axis a dispatch may have: the device's, or the lowered limit."""
+        device = self.ctx.max_workgroup_count
+        if self.max_workgroups_per_dim is None:
+            return device
+        return tuple(min(d, self.max_workgroups_per_dim) for d in device)  # type: ignore[return-value]
+
+    def _grids(self) -> list[WG | None]:
+        """The physical grid of every dispatch node (None: skipped) for the live sizes.
+
+        Raises:
+            InputError: a count no grid within the limits can hold (reason "grid_limit",
+                the op as subject).
+        """
+        limits = self.workgroup_limits
+        grids: list[WG | None] = []
+        for node in self.nodes:
+            if not isinstance(node, DispatchNode):
+                continue
+            count = node.logical_count
+            if count == (0, 0, 0):
+                grids.append(None)
+                continue
+            try:
+                grids.append(_fold(count, limits))
+            except ValueError as err:
+                raise InputError(node.op, "grid_limit", f"vulkan: {node.op}: {err}") from None
+        return grids
 
     def allocation_nbytes(self, name: str) -> int:
         """Bytes allocated for tensor `name`."""
@@ -574,8 +652,10 @@ class ComputeGraph:
             for name, value in symint_inputs.items():
                 self.set_symint(name, value)
             self.propagate_resize()
+            grids = self._grids()
             self._check_symint_range()
-        except ParityError:
+        except ParityError as err:
+            err.live = {**self.cur_dims(), **{n: s.value for n, s in self.symints.items()}}
             self._restore(snap)
             raise
         for symint in self.symints.values():
@@ -602,7 +682,7 @@ class ComputeGraph:
             staging.write(off, raw)
 
         self.ctx.drain_messages()
-        records = self._record(upload_regions, read_regions, fill or {})
+        records = self._record(upload_regions, read_regions, fill or {}, grids)
         vk.vkQueueSubmit(
             self.ctx.queue,
             1,
@@ -644,6 +724,7 @@ class ComputeGraph:
         upload_regions: list[tuple[VTensor, bytes, int]],
         read_regions: list[tuple[str, VTensor, int, int]],
         fill: Mapping[str, tuple[int, int]],
+        grids: Sequence[WG | None],
     ) -> list[DispatchRecord]:
         cb = self._cmd
         vk.vkBeginCommandBuffer(
@@ -674,17 +755,14 @@ class ComputeGraph:
             vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
         )
         records: list[DispatchRecord] = []
-        max_count = self.ctx.max_workgroup_count
-        for node in self.nodes:
-            if not isinstance(node, DispatchNode):
-                continue
+        dispatches = [node for node in self.nodes if isinstance(node, DispatchNode)]
+        for node, grid in zip(dispatches, grids, strict=True):
             count = node.logical_count
-            if count == (0, 0, 0):
+            if grid is None:
                 records.append(
                     DispatchRecord(node.op, node.kernel, node.local_size, count, count, False)
                 )
                 continue
-            grid = _fold(count, max_count)
             assert node.pipeline is not None
             vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, node.pipeline.handle)
             vk.vkCmdBindDescriptorSets(
@@ -771,15 +849,16 @@ def _fold(count: WG, limits: WG) -> WG:
 
     Kernels recover the flat workgroup index as x + y * gl_NumWorkGroups.x and return past
     the logical count.
+
+    Raises:
+        ValueError: no grid within the limits holds the count.
     """
     if all(c <= lim for c, lim in zip(count, limits, strict=True)):
         return count
     x, y, z = count
     if y != 1 or z != 1:
-        raise InputError(
-            "dispatch", "grid_limit", f"vulkan: {count} workgroups exceed the limits {limits}"
-        )
+        raise ValueError(f"{count} workgroups exceed the limits {limits}")
     rows = -(-x // limits[0])
     if rows > limits[1]:
-        raise InputError("dispatch", "grid_limit", f"vulkan: {x} workgroups exceed {limits}")
+        raise ValueError(f"{x} workgroups fit no grid of {limits[0]} x {limits[1]}")
     return (limits[0], rows, 1)

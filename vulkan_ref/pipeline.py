@@ -43,12 +43,18 @@ class ShaderKey:
 
 @dataclass
 class ComputePipeline:
-    """A pipeline with the layouts a dispatch needs to bind and push to it."""
+    """A pipeline with the layouts a dispatch needs to bind and push to it.
+
+    `messages` are what the validation layer said while its shader module and pipeline were
+    created (a layout that does not match the shader, say): a pipeline with any is not
+    fit to run, and the graph refuses it (`KernelBuildError`) every time it is asked for.
+    """
 
     key: ShaderKey
     handle: Any
     layout: Any
     set_layout: Any
+    messages: tuple[str, ...] = ()
 
 
 class PipelineCache:
@@ -97,6 +103,19 @@ class PipelineCache:
         cached = self._pipelines.get(key)
         if cached is not None:
             return cached
+        # Messages of earlier calls are handed back untouched; those of this creation are
+        # the pipeline's own.
+        held = self.ctx.drain_messages()
+        try:
+            pipeline = self._create(key)
+        finally:
+            emitted = tuple(self.ctx.drain_messages())
+            self.ctx.messages[:0] = held
+        pipeline.messages = emitted
+        self._pipelines[key] = pipeline
+        return pipeline
+
+    def _create(self, key: ShaderKey) -> ComputePipeline:
         set_layout = self.set_layout(key.descriptors)
         ranges = (
             [
@@ -140,6 +159,4 @@ class PipelineCache:
         )
         create_info = vk.VkComputePipelineCreateInfo(stage=stage, layout=layout)
         handle = vk.vkCreateComputePipelines(self.ctx.device, None, 1, [create_info], None)[0]
-        pipeline = ComputePipeline(key, handle, layout, set_layout)
-        self._pipelines[key] = pipeline
-        return pipeline
+        return ComputePipeline(key, handle, layout, set_layout)

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
-from graph_format import BackendUnavailable
+from graph_format import BackendUnavailable, KernelBuildError
 
 GLSL_DIR = Path(__file__).resolve().parents[1] / "glsl"
 INCLUDE_DIR = GLSL_DIR / "include"
@@ -29,14 +29,21 @@ FLAGS = (*BASE_FLAGS, "-I", str(INCLUDE_DIR))
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
-class ShaderCompileError(RuntimeError):
+class ShaderCompileError(KernelBuildError):
     """glslc rejected a shader; the message carries the file, line and compiler text."""
 
     def __init__(self, path: Path, returncode: int, stderr: str) -> None:
-        super().__init__(f"glslc failed on {path} (exit {returncode}):\n{stderr.strip()}")
+        super().__init__(
+            "vulkan", path.stem, str(path), f"glslc exited {returncode}:\n{stderr.strip()}"
+        )
         self.path = path
         self.returncode = returncode
         self.stderr = stderr
+
+
+# Sources glslc refused in this process, by cache key: a broken kernel is refused again at
+# once (a search that shrinks a case with it loads the graph hundreds of times).
+_REFUSED: dict[str, tuple[Path, int, str]] = {}
 
 
 def cache_dir() -> Path:
@@ -99,6 +106,8 @@ def compile_glsl(
     cached = cache_dir() / f"{kernel}-{key}.spv"
     if cached.exists():
         return cached.read_bytes()
+    if key in _REFUSED:
+        raise ShaderCompileError(*_REFUSED[key])
     cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.spv"
@@ -109,6 +118,7 @@ def compile_glsl(
             check=False,
         )
         if proc.returncode != 0:
+            _REFUSED[key] = (path, proc.returncode, proc.stderr)
             raise ShaderCompileError(path, proc.returncode, proc.stderr)
         staged = cached.with_suffix(f".{os.getpid()}.tmp")
         shutil.copyfile(out, staged)

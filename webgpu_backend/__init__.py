@@ -24,25 +24,50 @@ class WebGPURuntime:
         device: the device to use (default: the process-wide one).
         shader_dir: a folder of `<kernel>.wgsl` files to build graphs from instead of the
             repo's `wgsl/` (a repro bundle's own shader copies).
+        max_workgroups_per_dim: a per-dimension workgroup count limit below the device's,
+            which every graph honours as if the device had it (counts above it fold into a
+            2-D grid; counts no grid can hold are refused), so the fold is tested anywhere.
+
+    Raises:
+        ValueError: a limit below 1 or above the device's.
     """
 
     name = "webgpu"
 
     def __init__(
-        self, device: WebGPUDevice | None = None, shader_dir: str | Path | None = None
+        self,
+        device: WebGPUDevice | None = None,
+        shader_dir: str | Path | None = None,
+        max_workgroups_per_dim: int | None = None,
     ) -> None:
         self.device = device or get_device()
         self.shader_dir = Path(shader_dir).resolve() if shader_dir else None
+        limit = self.device.max_workgroups_per_dim
+        if max_workgroups_per_dim is not None and not 1 <= max_workgroups_per_dim <= limit:
+            raise ValueError(
+                f"webgpu: a limit of {max_workgroups_per_dim} workgroups per dimension was "
+                f"asked for; {self.device.info()['adapter']} allows 1 to {limit}"
+            )
+        self.max_workgroups_per_dim = max_workgroups_per_dim
 
     def info(self) -> dict[str, Any]:
-        """Adapter facts for reports."""
-        return self.device.info()
+        """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour."""
+        info = self.device.info()
+        if self.max_workgroups_per_dim is not None:
+            info["device_max_workgroups_per_dim"] = info["max_workgroups_per_dim"]
+            info["max_workgroups_per_dim"] = self.max_workgroups_per_dim
+        return info
 
     def load(self, graph: Graph) -> WebGPUGraph:
-        """Build `graph`; raises GraphBuildError when an op rejects it."""
+        """Build `graph`.
+
+        Raises:
+            GraphBuildError: an op rejects the graph.
+            KernelBuildError: a kernel's shader does not compile or validate.
+        """
         from webgpu_backend.ops import OP_BUILDERS
 
         for node in graph.ops:
             if node.op not in OP_BUILDERS:
                 raise GraphBuildError(node.name, f"webgpu has no implementation of {node.op!r}")
-        return WebGPUGraph(self.device, graph, self.shader_dir)
+        return WebGPUGraph(self.device, graph, self.shader_dir, self.max_workgroups_per_dim)

@@ -17,8 +17,8 @@ from typing import Any
 
 import wgpu
 
-from graph_format import BackendUnavailable
-from webgpu_backend.shaders import load_wgsl
+from graph_format import BackendUnavailable, KernelBuildError
+from webgpu_backend.shaders import WGSL_DIR, load_wgsl
 
 # How a kernel sees each of its bindings (group 0, binding = position in the list).
 BindingKind = str  # "storage_rw" | "storage_ro" | "uniform"
@@ -93,6 +93,10 @@ class WebGPUDevice:
         """The compute pipeline of `<shader_dir>/<kernel>.wgsl` with these override constants.
 
         `shader_dir` defaults to the repo's `wgsl/`.
+
+        Raises:
+            KernelBuildError: naga rejected the shader, or the pipeline did not validate;
+                with wgpu's whole message (the "Caused by" chain, line and column).
         """
         constants = constants or {}
         source = load_wgsl(kernel, shader_dir)
@@ -101,18 +105,22 @@ class WebGPUDevice:
         cached = self._pipelines.get(key)
         if cached is not None:
             return cached
-        if digest not in self._modules:
-            self._modules[digest] = self.device.create_shader_module(label=kernel, code=source)
         bgl, pl = self.bind_group_layout(kinds)
-        pipeline = self.device.create_compute_pipeline(
-            label=kernel,
-            layout=pl,
-            compute={
-                "module": self._modules[digest],
-                "entry_point": "main",
-                "constants": dict(constants),
-            },
-        )
+        try:
+            if digest not in self._modules:
+                self._modules[digest] = self.device.create_shader_module(label=kernel, code=source)
+            pipeline = self.device.create_compute_pipeline(
+                label=kernel,
+                layout=pl,
+                compute={
+                    "module": self._modules[digest],
+                    "entry_point": "main",
+                    "constants": dict(constants),
+                },
+            )
+        except wgpu.GPUError as err:
+            path = (shader_dir or WGSL_DIR) / f"{kernel}.wgsl"
+            raise KernelBuildError("webgpu", kernel, str(path), str(err)) from None
         self._pipelines[key] = Pipeline(kernel, pipeline, bgl)
         return self._pipelines[key]
 

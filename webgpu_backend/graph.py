@@ -13,8 +13,11 @@ Resize model (reference §1, with its known divergences fixed):
   dropped if the hook later succeeds and raised only if it is still pending once the
   fixpoint converges. Any error restores the graph to its state before the step.
 - Params uniforms are written only after propagation succeeds, with the inputs and all
-  dispatches in one submit. A SymInt outside int32 (what kernels read) is then refused
-  (`InputError`, key "int_range"), after every op's own checks.
+  dispatches in one submit. The physical grid of every dispatch (a count above the
+  per-dimension limit folded into 2-D) is computed before that, so a count no grid can hold
+  is refused with the graph restored, like any other input.
+  A SymInt outside int32 (what kernels read) is refused (`InputError`, key "int_range")
+  after every op's own checks and the grids.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from graph_format import (
     Graph,
     GraphBuildError,
     InputError,
+    KernelBuildError,
     OpNode,
     ParityError,
     PropagationError,
@@ -131,15 +135,16 @@ def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
 
     Kernels recover the flat workgroup index as `wid.x + wid.y * num_workgroups.x` and
     return when it reaches the logical count, so the fold's waste is harmless.
+
+    Raises:
+        ValueError: the count exceeds a `max_per_dim`² grid.
     """
     if count <= max_per_dim:
         return (count, 1, 1)
     x = min(math.isqrt(count - 1) + 1, max_per_dim)
     y = -(-count // x)
     if y > max_per_dim:
-        raise InputError(
-            "dispatch", "grid_limit", f"{count} workgroups exceed a {max_per_dim}² 2-D grid"
-        )
+        raise ValueError(f"{count} workgroups exceed a {max_per_dim}² 2-D grid")
     return (x, y, 1)
 
 
@@ -151,12 +156,19 @@ class WebGPUGraph:
     `set_cur_dims` and `set_symint`; the harness uses `execute`.
     """
 
-    def __init__(self, dev: WebGPUDevice, graph: Graph, shader_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        dev: WebGPUDevice,
+        graph: Graph,
+        shader_dir: Path | None = None,
+        max_workgroups_per_dim: int | None = None,
+    ) -> None:
         from webgpu_backend.ops import OP_BUILDERS  # the registry imports this module
 
         self.dev = dev
         self.graph = graph
         self.shader_dir = shader_dir  # None: the repo's wgsl/
+        self.max_workgroups_per_dim = max_workgroups_per_dim  # None: the device's limit
         self.tensors: dict[str, WebGPUTensor] = {}
         self.symints: dict[str, int] = {}
         self.dispatches: list[Dispatch] = []
@@ -306,10 +318,13 @@ class WebGPUGraph:
             kinds.append("uniform")
             resources.append(params.buffer)
         all_constants = {"wg_size": workgroup_size, **(constants or {})}
-        pipelines = {
-            variant: self.dev.pipeline(shader, tuple(kinds), all_constants, self.shader_dir)
-            for variant, shader in variants.items()
-        }
+        try:
+            pipelines = {
+                variant: self.dev.pipeline(shader, tuple(kinds), all_constants, self.shader_dir)
+                for variant, shader in variants.items()
+            }
+        except KernelBuildError as err:
+            raise err.for_op(node.name) from None
         first = next(iter(pipelines.values()))
         bind_group = self.dev.device.create_bind_group(
             layout=first.layout,
@@ -383,16 +398,21 @@ class WebGPUGraph:
         """
         max_passes = len(self._hooks) + 1
         passes = 0
+        ran: list[str] = []  # ops whose hooks ran in the last pass
         while self._dirty:
             if passes == max_passes:
                 raise PropagationError(
                     f"webgpu: resize hooks did not converge in {max_passes} passes; "
-                    f"still dirty: {sorted(self._dirty)}"
+                    f"still dirty: {sorted(self._dirty)}; hooks of the last pass: {ran}",
+                    ops=list(dict.fromkeys(ran)),
+                    values=sorted(self._dirty),
                 )
             processing, self._dirty = self._dirty, set()
+            ran = []
             for hook in self._hooks:
                 if hook.triggers.isdisjoint(processing):
                     continue
+                ran.append(hook.op)
                 try:
                     hook.fn()
                 except (InputError, ResizeError) as err:
@@ -430,6 +450,31 @@ class WebGPUGraph:
     def cur_dims(self) -> dict[str, Dims]:
         """Live dims of every tensor value."""
         return {name: t.cur_dims for name, t in self.tensors.items()}
+
+    @property
+    def workgroups_per_dim(self) -> int:
+        """Workgroups per grid dimension a dispatch may have: the device's, or lower."""
+        device = self.dev.max_workgroups_per_dim
+        return min(device, self.max_workgroups_per_dim or device)
+
+    def _grids(self) -> list[tuple[int, int, int] | None]:
+        """The physical grid of every dispatch (None: skipped) for the live counts.
+
+        Raises:
+            InputError: a count no 2-D grid within the limit can hold (reason "grid_limit",
+                the op as subject).
+        """
+        limit = self.workgroups_per_dim
+        grids: list[tuple[int, int, int] | None] = []
+        for d in self.dispatches:
+            if d.count == 0:
+                grids.append(None)
+                continue
+            try:
+                grids.append(fold_grid(d.count, limit))
+            except ValueError as err:
+                raise InputError(d.op, "grid_limit", f"webgpu: op {d.op!r}: {err}") from None
+        return grids
 
     def allocation_nbytes(self, name: str) -> int:
         """Bytes allocated for tensor `name`."""
@@ -502,8 +547,10 @@ class WebGPUGraph:
             for name, value in symint_inputs.items():
                 self.set_symint(name, value)
             self.propagate_resize()
+            grids = self._grids()
             self._check_symint_range()
-        except ParityError:
+        except ParityError as err:
+            err.live = {**self.cur_dims(), **self.symints}
             self._restore(snap)
             raise
 
@@ -524,13 +571,11 @@ class WebGPUGraph:
         encoder = self.dev.device.create_command_encoder()
         try:
             cpass = encoder.begin_compute_pass()
-            max_dim = self.dev.max_workgroups_per_dim
-            for d in self.dispatches:
+            for d, grid in zip(self.dispatches, grids, strict=True):
                 wg = (d.workgroup_size, 1, 1)
-                if d.count == 0:
+                if grid is None:
                     records.append(DispatchRecord(d.op, d.kernel, wg, (0, 0, 0), (0, 0, 0), False))
                     continue
-                grid = fold_grid(d.count, max_dim)
                 cpass.set_pipeline(d.pipelines[d.kernel].pipeline)
                 cpass.set_bind_group(0, d.bind_group)
                 cpass.dispatch_workgroups(*grid)

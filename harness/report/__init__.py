@@ -337,7 +337,7 @@ def _first_divergent(
         )
 
     d = min(divergences, key=key)
-    return {
+    first = {
         "source": "earliest divergence",
         "step": d.get("step"),
         "op": d.get("op"),
@@ -348,6 +348,15 @@ def _first_divergent(
         "kind": d.get("kind"),
         "blame": d.get("blame"),
     }
+    upstream = (d.get("details") or {}).get("upstream")
+    if upstream:  # an op refused a wrong value: where that value was produced
+        first |= {
+            "op": upstream.get("op"),
+            "op_type": upstream.get("op_type"),
+            "tensor": upstream.get("value"),
+            "refused_by": d.get("op"),
+        }
+    return first
 
 
 def _step_view(step: Mapping[str, Any]) -> dict[str, Any]:

@@ -80,6 +80,7 @@ def add_silu_mul_node(graph: ComputeGraph, node: OpNode) -> None:
             args=(out.name, gate.name, up.name),
             resize_fn=resize_silu_mul_node,
             pick_shader=lambda g: "silu_mul",
+            shaders={"silu_mul": "silu_mul"},
             pick_global=lambda g: (out.numel, 1, 1),
             local_size=LOCAL_SIZE,
             bindings=(out, gate, up, out.meta),

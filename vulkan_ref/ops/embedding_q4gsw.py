@@ -71,6 +71,7 @@ def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
             args=(out.name, indices.name),
             resize_fn=resize_embedding_node,
             pick_shader=lambda g: "embedding_q4gsw",
+            shaders={"embedding_q4gsw": "embedding_q4gsw"},
             pick_global=lambda g: (out.numel, 1, 1),
             local_size=LOCAL_SIZE,
             bindings=(out, indices, weight, scales, out.meta, weight.meta),

@@ -62,6 +62,7 @@ def add_rms_norm_node(graph: ComputeGraph, node: OpNode) -> None:
             args=(out.name, x.name, weight.name),
             resize_fn=resize_rms_norm_node,
             pick_shader=pick_shader,
+            shaders={"rms_norm": "rms_norm", "rms_norm_vec4": "rms_norm_vec4"},
             pick_global=pick_global,
             local_size=LOCAL_SIZE,
             bindings=(out, x, weight, out.meta, x.meta),

@@ -93,6 +93,7 @@ def add_rotary_emb_node(graph: ComputeGraph, node: OpNode) -> None:
             args=(xq_out.name, xk_out.name, xq.name, xk.name, cos.name, sin.name),
             resize_fn=resize_rotary_emb_node,
             pick_shader=lambda g: "rotary_emb",
+            shaders={"rotary_emb": "rotary_emb"},
             pick_global=lambda g: ((xq.numel + xk.numel) // 2, 1, 1),
             local_size=LOCAL_SIZE,
             bindings=(xq_out, xk_out, xq, xk, cos, sin, xq.meta, xk.meta),
@@ -131,6 +132,7 @@ def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
             args=(xq_out.name, xk_out.name, xq.name, xk.name, cos.name, sin.name, *symint_args),
             resize_fn=resize_rotary_emb_hf_node,
             pick_shader=lambda g: "rotary_emb_hf",
+            shaders={"rotary_emb_hf": "rotary_emb_hf"},
             pick_global=lambda g: ((xq.numel + xk.numel) // 2, 1, 1),
             local_size=LOCAL_SIZE,
             bindings=(

@@ -117,6 +117,7 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
                 args=args,
                 resize_fn=resize,
                 pick_shader=lambda g: kernel,
+                shaders={kernel: kernel},
                 pick_global=pick_global,
                 local_size=LOCAL_SIZE,
                 bindings=bindings,

@@ -60,6 +60,7 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
             args=(out.name, x.name, *(n for n in names if n in graph.symints)),
             resize_fn=resize_view_node,
             pick_shader=lambda g: "view_copy",
+            shaders={"view_copy": "view_copy"},
             pick_global=lambda g: (x.numel, 1, 1),
             local_size=LOCAL_SIZE,
             bindings=(out, x, out.meta),

@@ -1,0 +1,189 @@
+"""`parity run` finds planted bugs of every kind, in-process, with small budgets.
+
+Each test plants one bug (tests/plants.py, or a broken copy of a shader folder passed with
+--wgsl-dir / --glsl-dir), calls `harness.cli.main` as the `parity` command would and checks
+that the run records the finding, shrinks it, blames the right backend, bundles it, and
+that the bundle replays (under the workgroup limit it was found with).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.bundle import load_bundle, replay
+from harness.cli import main
+from tests.cli_support import REPO
+from tests.plants import webgpu_fold_with_floor, webgpu_toggling_hook
+
+pytestmark = pytest.mark.gpu
+
+# Small budgets: 2 chunks per family, so that the pr profile runs the second one under its
+# lowered workgroup limit.
+SMALL = ("--no-database", "--no-expectations", "--repeats", "1", "--time-budget", "120")
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
+
+
+def _findings(folder: Path) -> list[dict[str, Any]]:
+    return [f for r in _records(folder) if r["record"] == "chunk" for f in r["findings"]]
+
+
+def _run(out: Path, *args: str, plant: AbstractContextManager[Any] | None = None) -> int:
+    with plant or nullcontext():
+        return main(["run", *args, *SMALL, "--out", str(out)])
+
+
+def _minimal(bundle: Path) -> tuple[int, int]:
+    """(steps, ops) of a bundle's case."""
+    doc = json.loads((bundle / "bundle.json").read_text())
+    graph = json.loads((bundle / "case" / "graph.json").read_text())
+    return len(doc["step_shapes"]), len(graph["ops"])
+
+
+def test_pr_run_finds_a_propagation_that_never_converges(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", "dag,random", "--profile", "pr", "--max-examples", "4"),
+        *("--chunk-examples", "2"),
+        plant=webgpu_toggling_hook("add"),
+    )
+    assert status == 1
+    hits = [f for f in _findings(out) if "add|error_asymmetry|webgpu|" in " ".join(f["signatures"])]
+    assert hits, _findings(out)
+    for finding in hits:
+        assert finding["shrunk"] and finding["bundle"]
+        bundle = out / finding["bundle"]
+        steps, ops = _minimal(bundle)
+        assert steps == 1 and ops <= 2  # one step of the add and what feeds it
+        doc = json.loads((bundle / "bundle.json").read_text())
+        assert all("PropagationError" in d["message"] for d in doc["divergences"])
+        with webgpu_toggling_hook("add"):
+            assert replay(load_bundle(bundle)).status == "still_failing"
+        assert replay(load_bundle(bundle)).status == "fixed"
+
+
+def test_pr_run_finds_a_fold_that_drops_workgroups(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", "rms_norm,linear_q4gsw", "--profile", "pr", "--max-examples", "8"),
+        *("--chunk-examples", "4"),
+        plant=webgpu_fold_with_floor(),
+    )
+    assert status == 1
+    run = json.loads((out / "run.json").read_text())
+    assert [c["max_workgroups_per_dim"] for c in run["plan"]] == [None, 4, None, 4]
+    hits = [f for f in _findings(out) if "|physical_grid|webgpu|" in " ".join(f["signatures"])]
+    assert hits, _findings(out)
+    for finding in hits:
+        assert finding["shrunk"] and finding["bundle"]
+        bundle = out / finding["bundle"]
+        doc = json.loads((bundle / "bundle.json").read_text())
+        assert doc["max_workgroups_per_dim"] == 4
+        assert _minimal(bundle) == (1, 1)
+        # Replay applies the recorded limit: without it nothing would fold.
+        with webgpu_fold_with_floor():
+            assert replay(load_bundle(bundle)).status == "still_failing"
+    cases = [r for r in _records(out) if r["record"] == "case"]
+    assert {r["chunk"]: r["max_workgroups_per_dim"] for r in cases}["rms_norm/1"] == 4
+    pages = [p.read_text() for p in (out / "failures").glob("*.html")]
+    assert any('id="workgroup-limit"' in page for page in pages)
+
+
+def test_max_workgroups_per_dim_applies_to_every_chunk(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", "rms_norm", "--profile", "quick", "--max-examples", "6"),
+        *("--chunk-examples", "3", "--max-workgroups-per-dim", "4"),
+    )
+    assert status == 0
+    run = json.loads((out / "run.json").read_text())
+    assert run["max_workgroups_per_dim"] == 4
+    assert [c["max_workgroups_per_dim"] for c in run["plan"]] == [4, 4]
+    assert all(r["max_workgroups_per_dim"] == 4 for r in _records(out))
+    summary = json.loads((out / "summary.json").read_text())
+    assert "fold" in summary["coverage"]["rms_norm"]["webgpu"]["regimes"]
+
+
+def test_a_limit_above_the_device_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = _run(tmp_path / "run", "--families", "rms_norm", "--max-workgroups-per-dim", "1000000")
+    assert status == 2
+    assert re.search(
+        r"--max-workgroups-per-dim: \w+: a limit of 1000000 .* allows 1 to \d+",
+        capsys.readouterr().err,
+    )
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture
+def broken_wgsl(tmp_path: Path) -> Iterator[Path]:
+    """A copy of wgsl/ whose rms_norm_vec4 kernel does not parse."""
+    folder = tmp_path / "wgsl"
+    shutil.copytree(REPO / "wgsl", folder)
+    path = folder / "rms_norm_vec4.wgsl"
+    path.write_text(path.read_text().replace("let row", "lett row", 1))
+    yield folder
+
+
+@pytest.fixture
+def broken_glsl(tmp_path: Path) -> Iterator[Path]:
+    """A copy of glsl/ whose rms_norm kernel does not compile."""
+    folder = tmp_path / "glsl"
+    shutil.copytree(REPO / "glsl", folder)
+    path = folder / "rms_norm.comp"
+    path.write_text(path.read_text().replace("void main()", "void main() { nope = 1; }\nvoid m()"))
+    yield folder
+
+
+@pytest.mark.parametrize(
+    ("backend", "option", "shader", "compiler"),
+    [
+        ("webgpu", "--wgsl-dir", "broken_wgsl", r"Caused by(.|\n)*wgsl:\d+:\d+(.|\n)*lett row"),
+        ("vulkan", "--glsl-dir", "broken_glsl", r"rms_norm\.comp:\d+: error: 'nope'"),
+    ],
+)
+def test_a_kernel_that_does_not_build_is_a_replayable_finding(
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    backend: str,
+    option: str,
+    shader: str,
+    compiler: str,
+) -> None:
+    out = tmp_path / "run"
+    folder = request.getfixturevalue(shader)
+    status = _run(
+        out,
+        *("--families", "rms_norm", "--profile", "quick", "--max-examples", "2"),
+        *(option, str(folder)),
+    )
+    assert status == 1
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "complete"  # a finding, not a chunk that failed
+    (finding,) = _findings(out)
+    assert finding["signatures"] == [f"rms_norm|build_error|{backend}|load"]
+    assert finding["shrunk"] and finding["bundle"]
+    bundle = out / finding["bundle"]
+    (divergence,) = json.loads((bundle / "bundle.json").read_text())["divergences"]
+    assert re.search(compiler, divergence["details"]["compiler"])
+    # The bundle keeps the broken shader, so it replays anywhere.
+    outcome = replay(load_bundle(bundle))
+    assert outcome.status == "still_failing"
+    assert replay(load_bundle(bundle), shaders="worktree").status == "fixed"
+    # The failure page shows the whole compiler output.
+    page = (out / "failures").glob("*.html")
+    assert any("compiler-output" in p.read_text() for p in page)

@@ -1,0 +1,204 @@
+"""Without a device: the fold plan of the pr profile, the contract's grid limit, required
+fold coverage, and what error findings say (their op, an upstream origin, compiler text)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graph_format import (
+    Graph,
+    GraphBuildError,
+    InputError,
+    KernelBuildError,
+    PropagationError,
+    ResizeError,
+)
+from harness.builder import GraphBuilder
+from harness.bundle import replay_commands
+from harness.contract import ContractModel, ModelStep
+from harness.oracles import compiler_headline, error_op, upstream_origin
+from harness.plan import Shard, make_plan, shard_of
+from harness.session import RunConfig, RunSession, _describe
+from harness.summary import summarize
+from tests.unit.test_report import _case, _run_meta
+
+# ---------------------------------------------------------------------------- plan
+
+
+def test_pr_runs_every_second_chunk_of_each_family_under_its_fold_limit(tmp_path: Path) -> None:
+    session = RunSession(
+        RunConfig(
+            families=["rms_norm", "add"],
+            profile="pr",
+            seed=0,
+            max_examples=60,
+            chunk_examples=15,
+            out=tmp_path,
+        )
+    )
+    limits = [(c.id, c.max_workgroups_per_dim) for c in session.plan]
+    assert limits == [
+        ("rms_norm/0", None),
+        ("rms_norm/1", 4),
+        ("rms_norm/2", None),
+        ("rms_norm/3", 4),
+        ("add/0", None),
+        ("add/1", 4),
+        ("add/2", None),
+        ("add/3", 4),
+    ]
+    # Shards take the limits with the chunks: the plan alone decides them.
+    shards = [shard_of(session.plan, Shard(i, 3)) for i in (1, 2, 3)]
+    assert sorted((c.id, c.max_workgroups_per_dim) for s in shards for c in s) == sorted(limits)
+
+
+def test_an_explicit_limit_applies_to_every_chunk() -> None:
+    plan = make_plan(["view"], 1, 6, 2, max_workgroups_per_dim=3, fold_every=2, fold_limit=4)
+    assert [c.max_workgroups_per_dim for c in plan] == [3, 3, 3]
+    assert [c.max_workgroups_per_dim for c in make_plan(["view"], 1, 6, 2)] == [None] * 3
+
+
+# ---------------------------------------------------------------------------- contract
+
+
+def _rows_graph() -> Graph:
+    b = GraphBuilder()
+    x = b.input("x", "float32", [32, 8])
+    w = b.constant("w", np.ones(8, np.float32))
+    b.output(b.op("rms_norm", name="norm", x=x, weight=w, eps=b.float(1e-6)))
+    return b.build()
+
+
+def _rows(n: int) -> dict[str, Any]:
+    return {"x": np.ones((n, 8), np.float32)}
+
+
+def test_contract_refuses_a_count_no_grid_within_the_limit_holds() -> None:
+    model = ContractModel(_rows_graph(), max_workgroups_per_dim=4)
+    assert isinstance(model.try_step(_rows(16)), ModelStep)  # a 4 x 4 grid
+    refused = model.try_step(_rows(17))
+    assert isinstance(refused, InputError) and refused.key() == ("norm", "grid_limit")
+    assert model.state.dims["x"] == (16, 8)  # a refused step changes nothing
+    assert isinstance(ContractModel(_rows_graph()).try_step(_rows(32)), ModelStep)
+
+
+# ---------------------------------------------------------------------------- coverage
+
+
+def test_pr_requires_a_fold_of_ops_run_under_a_lowered_limit() -> None:
+    meta = _run_meta(["rms_norm/0", "rms_norm/1"])
+    chunks = [
+        {"record": "chunk", "chunk": c, "status": "complete", "duration_s": 1, "findings": []}
+        for c in ("rms_norm/0", "rms_norm/1")
+    ]
+    unfolded = {
+        "rms_norm": {b: {"regimes": ["size=1"], "variants": []} for b in ("webgpu", "vulkan")}
+    }
+    plain = [_case("rms_norm/0", "a", [], coverage=unfolded), *chunks]
+    assert summarize([meta], [plain])["coverage_missing"] == []
+    under_limit = [
+        _case("rms_norm/0", "a", [], coverage=unfolded),
+        _case("rms_norm/1", "b", [], coverage=unfolded, max_workgroups_per_dim=4),
+        *chunks,
+    ]
+    summary = summarize([meta], [under_limit])
+    missing = sorted(tuple(cell) for cell in summary["coverage_missing"])
+    assert missing == [("rms_norm", "vulkan", "fold"), ("rms_norm", "webgpu", "fold")]
+    assert summary["exit_status"] == 1
+    folded = {"rms_norm": {b: {"regimes": ["fold"], "variants": []} for b in ("webgpu", "vulkan")}}
+    under_limit[1] = _case("rms_norm/1", "b", [], coverage=folded, max_workgroups_per_dim=4)
+    assert summarize([meta], [under_limit])["exit_status"] == 0
+
+
+# ---------------------------------------------------------------------------- error findings
+
+
+def _view_graph() -> Graph:
+    """x -> rms_norm (norm) -> sym_size (rows) -> view_copy (view) of norm's output."""
+    b = GraphBuilder()
+    x = b.input("x", "float32", [4, 6])
+    h = b.op(
+        "rms_norm",
+        name="norm",
+        x=x,
+        weight=b.constant("w", np.ones(6, np.float32)),
+        eps=b.float(1e-6),
+    )
+    rows = b.op("sym_size", name="rows", x=h, dim=b.int(0, "dim"))
+    b.output(b.op("view_copy", name="view", x=h, sizes=[rows, b.int(6, "width")], out_dims=[4, 6]))
+    return b.build()
+
+
+def test_error_findings_name_the_op_the_error_is_about() -> None:
+    graph = _view_graph()
+    assert error_op(graph, InputError("view", "numel", "")) == "view"
+    assert error_op(graph, ResizeError("norm.out", 0, 9, 4, "above_max")) == "norm"
+    assert error_op(graph, ResizeError("x", 0, 9, 4, "above_max")) == "norm"  # first reader
+    assert error_op(graph, PropagationError("", ops=["view", "rows"])) == "rows"
+    assert error_op(graph, PropagationError("", values=["view.out"])) == "view"
+    assert error_op(graph, GraphBuildError("norm", "")) == "norm"
+    assert error_op(graph, KernelBuildError("webgpu", "k", "k.wgsl", "", op="view")) == "view"
+    assert error_op(graph, RuntimeError("boom")) is None
+
+
+def test_a_wrong_upstream_value_is_traced_to_the_op_that_produced_it() -> None:
+    graph = _view_graph()
+    expected = ContractModel(graph).step({"x": np.ones((2, 6), np.float32)})
+    right = {**expected.cur_dims, **expected.symints}
+    assert upstream_origin(graph, expected, right, "view") is None
+    stale_sym = {**right, "rows.out": 4}
+    assert upstream_origin(graph, expected, stale_sym, "view") == {
+        "op": "rows",
+        "op_type": "sym_size",
+        "value": "rows.out",
+        "expected": 2,
+        "got": 4,
+    }
+    # The SymInt is wrong because norm's output was: the chain ends at norm.
+    stale_norm = {**stale_sym, "norm.out": (4, 6)}
+    origin = upstream_origin(graph, expected, stale_norm, "view")
+    assert origin is not None and (origin["op"], origin["value"]) == ("norm", "norm.out")
+
+
+NAGA = """Validation Error
+
+Caused by:
+  In wgpuDeviceCreateShaderModule, label = 'rms_norm'
+
+Shader 'rms_norm' parsing error: expected assignment or increment/decrement, found "row"
+   ┌─ wgsl:26:10
+   │
+26 │     lett row = wid.x + wid.y * nwg.x;
+   │          ^^^ expected assignment or increment/decrement
+"""
+GLSLC = """glslc exited 1:
+/tmp/glsl/rms_norm.comp:19: error: 'undeclared' : undeclared identifier
+1 error generated."""
+
+
+def test_compiler_headline_quotes_the_line_that_says_what_is_wrong() -> None:
+    assert compiler_headline(NAGA) == (
+        "Shader 'rms_norm' parsing error: expected assignment or increment/decrement, "
+        'found "row" (at wgsl:26:10)'
+    )
+    assert compiler_headline(GLSLC) == (
+        "/tmp/glsl/rms_norm.comp:19: error: 'undeclared' : undeclared identifier"
+    )
+
+
+def test_chunk_errors_keep_the_whole_text() -> None:
+    err = KernelBuildError("webgpu", "rms_norm", "wgsl/rms_norm.wgsl", NAGA, op="norm")
+    text = _describe(err)
+    assert text.startswith("KernelBuildError: webgpu: kernel 'rms_norm'")
+    assert "Caused by" in text and "wgsl:26:10" in text and "lett row" in text
+
+
+def test_a_chunk_rerun_command_keeps_the_run_s_workgroup_limit() -> None:
+    run = {"profile": "quick", "seed": 2, "budgets": {"max_examples": 4, "chunk_examples": 2}}
+    record = {"family": "view"}
+    assert "--max-workgroups-per-dim" not in replay_commands("bundles/b", run, record)[-1]
+    limited = replay_commands("bundles/b", {**run, "max_workgroups_per_dim": 3}, record)[-1]
+    assert limited.endswith("--max-workgroups-per-dim 3")
