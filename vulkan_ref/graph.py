@@ -345,25 +345,20 @@ class ComputeGraph:
 
     def tensor_arg(self, node: OpNode, slot: str) -> VTensor:
         """The tensor passed as argument `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.tensors[name]
+        return self.tensors[node.arg(slot)]
 
     def optional_tensor_arg(self, node: OpNode, slot: str) -> VTensor | None:
         """The tensor passed as optional argument `slot`, or None."""
-        name = node.args.get(slot)
-        return self.tensors[name] if isinstance(name, str) else None
+        name = node.optional_arg(slot)
+        return self.tensors[name] if name is not None else None
 
     def scalar_arg(self, node: OpNode, slot: str) -> int | float:
         """The literal int or float passed as argument `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.graph.scalar(name)
+        return self.graph.scalar(node.arg(slot))
 
     def symint_arg(self, node: OpNode, slot: str) -> SymInt | int:
         """The SymInt passed as `slot`, or the literal int when an Int was passed."""
-        name = node.args[slot]
-        assert isinstance(name, str)
+        name = node.arg(slot)
         return self.symints.get(name) or int(self.graph.scalar(name))
 
     def int_ubo(self, node: OpNode, slot: str) -> Buffer:
@@ -382,10 +377,9 @@ class ComputeGraph:
 
     def extract_int_or_symint_list(self, node: OpNode, slot: str) -> tuple[int, ...]:
         """The current values of a size-list argument: int literals and live SymInts."""
-        names = node.args[slot]
-        assert isinstance(names, tuple)
         return tuple(
-            self.symints[n].value if n in self.symints else int(self.graph.scalar(n)) for n in names
+            self.symints[n].value if n in self.symints else int(self.graph.scalar(n))
+            for n in node.size_list(slot)
         )
 
     def output(self, node: OpNode, slot: str) -> VTensor:

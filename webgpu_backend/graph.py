@@ -226,32 +226,24 @@ class WebGPUGraph:
 
     def arg_tensor(self, node: OpNode, slot: str) -> WebGPUTensor:
         """The tensor passed as argument `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.tensors[name]
+        return self.tensors[node.arg(slot)]
 
     def optional_tensor(self, node: OpNode, slot: str) -> WebGPUTensor | None:
         """The tensor passed as optional argument `slot`, or None."""
-        name = node.args.get(slot)
-        return self.tensors[name] if isinstance(name, str) else None
+        name = node.optional_arg(slot)
+        return self.tensors[name] if name is not None else None
 
     def arg_scalar(self, node: OpNode, slot: str) -> int | float:
         """The literal int or float passed as argument `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.graph.scalar(name)
+        return self.graph.scalar(node.arg(slot))
 
     def int_or_symint(self, node: OpNode, slot: str) -> Callable[[], int]:
         """A reader of the current value of an int-or-SymInt argument."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self._int_reader(name)
+        return self._int_reader(node.arg(slot))
 
     def int_list(self, node: OpNode, slot: str) -> Callable[[], tuple[int, ...]]:
         """A reader of the current values of a size-list argument (ints and SymInts)."""
-        names = node.args[slot]
-        assert isinstance(names, tuple)
-        readers = [self._int_reader(name) for name in names]
+        readers = [self._int_reader(name) for name in node.size_list(slot)]
         return lambda: tuple(read() for read in readers)
 
     def _int_reader(self, name: str) -> Callable[[], int]:
