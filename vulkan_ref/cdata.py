@@ -5,8 +5,8 @@ every handle it returns (VkInstance, VkDevice, VkBuffer, VkPipeline, command buf
 every struct (VkPhysicalDeviceProperties, create-infos, mapped memory) is a cffi `CData`
 object whose C type a type checker cannot see. They are typed `Any` here, and only here
 (pyproject's `[tool.mypy]` lets the `vulkan` import go unchecked for the same reason); the
-rest of the backend annotates such objects as `CData`, so that an `Any` anywhere else is a
-mistake rather than a cffi object.
+rest of the backend annotates such objects as `CData`, never as a bare `Any`, so that what
+the type checker cannot see is named, and found, in one place.
 """
 
 from typing import Any, TypeAlias
