@@ -304,7 +304,7 @@ def reference_rows(graph: Graph, x_rows: np.ndarray) -> tuple[np.ndarray, np.nda
         "x": x_rows.astype(np.float64),
         "weight": graph.constants["weight"],
         "scales": graph.constants["scales"].astype(np.float64),
-        "group_size": int(graph.scalar(node.args["group_size"])),  # type: ignore[arg-type]
+        "group_size": int(graph.scalar(node.arg("group_size"))),
         "bias": None,
     }
     ref = MODEL.reference(node, args)["out"]

@@ -97,11 +97,73 @@ class OpNode:
     args: Mapping[str, Arg]
     outputs: Mapping[str, str]
 
+    def arg(self, slot: str) -> str:
+        """The value name passed in single-value argument `slot` (a tensor, int, float or
+        int-or-SymInt slot; for an optional one, use `optional_arg`).
+
+        Raises:
+            KeyError: the op has no argument `slot`.
+            TypeError: `slot` holds a size list, or nothing (an absent optional argument).
+        """
+        arg = self._slot(slot)
+        if not isinstance(arg, str):
+            raise TypeError(
+                f"op {self.name!r} ({self.op}): argument {slot!r} must name one value, "
+                f"it holds {_describe(arg)}"
+            )
+        return arg
+
+    def optional_arg(self, slot: str) -> str | None:
+        """The value name passed in optional argument `slot`, or None when it was left out.
+
+        Raises:
+            KeyError: the op has no argument `slot`.
+            TypeError: `slot` holds a size list.
+        """
+        arg = self._slot(slot)
+        if isinstance(arg, tuple):
+            raise TypeError(
+                f"op {self.name!r} ({self.op}): argument {slot!r} must name one value or "
+                f"nothing, it holds {_describe(arg)}"
+            )
+        return arg
+
+    def size_list(self, slot: str) -> tuple[str, ...]:
+        """The value names (ints and SymInts) passed in size-list argument `slot`.
+
+        Raises:
+            KeyError: the op has no argument `slot`.
+            TypeError: `slot` does not hold a size list.
+        """
+        arg = self._slot(slot)
+        if not isinstance(arg, tuple):
+            raise TypeError(
+                f"op {self.name!r} ({self.op}): argument {slot!r} must be a size list, "
+                f"it holds {_describe(arg)}"
+            )
+        return arg
+
+    def _slot(self, slot: str) -> Arg:
+        if slot not in self.args:
+            raise KeyError(
+                f"op {self.name!r} ({self.op}) has no argument {slot!r}; it takes {list(self.args)}"
+            )
+        return self.args[slot]
+
     def tensor_args(self, graph: Graph) -> Iterator[tuple[str, TensorValue]]:
         """(slot, tensor) for every argument that names a tensor."""
         for slot, arg in self.args.items():
             if isinstance(arg, str) and isinstance(graph.values[arg], TensorValue):
                 yield slot, graph.tensor(arg)
+
+
+def _describe(arg: Arg) -> str:
+    """How an argument reads in an error message."""
+    if arg is None:
+        return "nothing (an absent optional argument)"
+    if isinstance(arg, tuple):
+        return f"the size list {list(arg)}"
+    return f"the value {arg!r}"
 
 
 @dataclass(frozen=True)
@@ -194,7 +256,9 @@ class Graph:
         doc = self.to_json()
         if self.constants:
             npz_path = path.with_suffix(".npz")
-            np.savez(npz_path, **{k: np.asarray(a) for k, a in self.constants.items()})
+            # No pickles: `load` refuses them, so an object array fails here, not at load.
+            arrays = {k: np.asarray(a) for k, a in self.constants.items()}
+            np.savez(npz_path, allow_pickle=False, **arrays)
             doc["constants_file"] = npz_path.name
         json_path.write_text(json.dumps(doc, indent=1) + "\n")
         return json_path
@@ -322,14 +386,12 @@ class _Parser:
             return SymIntValue(name)
         if kind in ("int", "float"):
             raw = entry.get("value")
-            ok = (
-                isinstance(raw, int) and not isinstance(raw, bool)
-                if kind == "int"
-                else isinstance(raw, int | float) and not isinstance(raw, bool)
-            )
-            if not ok or (kind == "float" and not math.isfinite(raw)):
-                raise self.fail(f"{where}.value", f"must be a finite {kind}, got {raw!r}")
-            return ScalarValue(name, kind, int(raw) if kind == "int" else float(raw))
+            if not isinstance(raw, bool):  # JSON true/false are not numbers here
+                if kind == "int" and isinstance(raw, int):
+                    return ScalarValue(name, kind, int(raw))
+                if kind == "float" and isinstance(raw, int | float) and math.isfinite(raw):
+                    return ScalarValue(name, kind, float(raw))
+            raise self.fail(f"{where}.value", f"must be a finite {kind}, got {raw!r}")
         raise self.fail(f"{where}.kind", f"must be one of tensor, symint, int, float; got {kind!r}")
 
     def parse_tensor(self, where: str, name: str, entry: dict[str, Any]) -> TensorValue:
@@ -389,9 +451,9 @@ class _Parser:
         name, op = entry.get("name"), entry.get("op")
         if not isinstance(name, str) or not name:
             raise self.fail(f"{where}.name", f"must be a non-empty string, got {name!r}")
-        sig = SIGNATURES.get(op) if isinstance(op, str) else None
-        if sig is None:
+        if not isinstance(op, str) or op not in SIGNATURES:
             raise self.fail(f"{where}.op", f"unknown op {op!r}; known ops: {sorted(SIGNATURES)}")
+        sig = SIGNATURES[op]
         raw_args = entry.get("args", {})
         if not isinstance(raw_args, dict):
             raise self.fail(f"{where}.args", "must be an object")

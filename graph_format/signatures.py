@@ -9,7 +9,7 @@ dispatched is owned separately by each backend and by the harness's contract mod
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
 
 # What an argument slot accepts:
 #   tensor     the name of a tensor value
@@ -49,7 +49,7 @@ def _sig(op: str, args: list[ArgSlot], outputs: list[tuple[str, OutputKind]]) ->
     return OpSignature(op, tuple(args), tuple(outputs))
 
 
-_T = "tensor"
+_T: Final = "tensor"  # Final: typed as the literal, so it fits ArgKind and OutputKind
 
 SIGNATURES: dict[str, OpSignature] = {
     sig.op: sig

@@ -24,7 +24,6 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import vulkan as vk
@@ -44,6 +43,7 @@ from graph_format import (
     SymIntValue,
     TensorValue,
 )
+from vulkan_ref.cdata import CData
 from vulkan_ref.instance import FENCE_TIMEOUT_NS, VulkanContext
 from vulkan_ref.memory import STAGING_USAGE, UNIFORM_USAGE, Buffer
 from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
@@ -135,7 +135,7 @@ class DispatchNode(ExecuteNode):
     kernel: str = ""
     global_size: WG = (0, 0, 0)
     pipeline: ComputePipeline | None = None
-    descriptor_set: Any = None
+    descriptor_set: CData = None
 
     def trigger_resize(self, graph: ComputeGraph) -> bool:
         """Resize outputs if needed, then re-pick shader and global size."""
@@ -153,7 +153,8 @@ class DispatchNode(ExecuteNode):
         """Workgroups per axis: div_up(global, local), or zeros when skipped."""
         if 0 in self.global_size:
             return (0, 0, 0)
-        return tuple(-(-g // loc) for g, loc in zip(self.global_size, self.local_size, strict=True))  # type: ignore[return-value]
+        (gx, gy, gz), (lx, ly, lz) = self.global_size, self.local_size
+        return (-(-gx // lx), -(-gy // ly), -(-gz // lz))
 
 
 @dataclass
@@ -261,7 +262,7 @@ class ComputeGraph:
         finally:
             staging.destroy()
 
-    def _one_shot(self, record: Callable[[Any], None]) -> None:
+    def _one_shot(self, record: Callable[[CData], None]) -> None:
         info = vk.VkCommandBufferAllocateInfo(
             commandPool=self.ctx.command_pool,
             level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
@@ -345,25 +346,20 @@ class ComputeGraph:
 
     def tensor_arg(self, node: OpNode, slot: str) -> VTensor:
         """The tensor passed as argument `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.tensors[name]
+        return self.tensors[node.arg(slot)]
 
     def optional_tensor_arg(self, node: OpNode, slot: str) -> VTensor | None:
         """The tensor passed as optional argument `slot`, or None."""
-        name = node.args.get(slot)
-        return self.tensors[name] if isinstance(name, str) else None
+        name = node.optional_arg(slot)
+        return self.tensors[name] if name is not None else None
 
     def scalar_arg(self, node: OpNode, slot: str) -> int | float:
         """The literal int or float passed as argument `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.graph.scalar(name)
+        return self.graph.scalar(node.arg(slot))
 
     def symint_arg(self, node: OpNode, slot: str) -> SymInt | int:
         """The SymInt passed as `slot`, or the literal int when an Int was passed."""
-        name = node.args[slot]
-        assert isinstance(name, str)
+        name = node.arg(slot)
         return self.symints.get(name) or int(self.graph.scalar(name))
 
     def int_ubo(self, node: OpNode, slot: str) -> Buffer:
@@ -382,10 +378,9 @@ class ComputeGraph:
 
     def extract_int_or_symint_list(self, node: OpNode, slot: str) -> tuple[int, ...]:
         """The current values of a size-list argument: int literals and live SymInts."""
-        names = node.args[slot]
-        assert isinstance(names, tuple)
         return tuple(
-            self.symints[n].value if n in self.symints else int(self.graph.scalar(n)) for n in names
+            self.symints[n].value if n in self.symints else int(self.graph.scalar(n))
+            for n in node.size_list(slot)
         )
 
     def output(self, node: OpNode, slot: str) -> VTensor:
@@ -548,7 +543,8 @@ class ComputeGraph:
         device = self.ctx.max_workgroup_count
         if self.max_workgroups_per_dim is None:
             return device
-        return tuple(min(d, self.max_workgroups_per_dim) for d in device)  # type: ignore[return-value]
+        limit = self.max_workgroups_per_dim
+        return (min(device[0], limit), min(device[1], limit), min(device[2], limit))
 
     def _grids(self) -> list[WG | None]:
         """The physical grid of every dispatch node (None: skipped) for the live sizes.
@@ -610,7 +606,7 @@ class ComputeGraph:
         return tensors, symints
 
     @staticmethod
-    def _convert(tensor: VTensor, value: Any) -> np.ndarray:
+    def _convert(tensor: VTensor, value: object) -> np.ndarray:
         if not isinstance(value, np.ndarray):
             raise InputError(tensor.name, "dtype", f"vulkan: {tensor.name!r} needs a numpy array")
         want = DTYPES[tensor.dtype]
@@ -682,7 +678,7 @@ class ComputeGraph:
             staging.write(off, raw)
 
         self.ctx.drain_messages()
-        records = self._record(upload_regions, read_regions, fill or {}, grids)
+        records = self._record(staging, upload_regions, read_regions, fill or {}, grids)
         vk.vkQueueSubmit(
             self.ctx.queue,
             1,
@@ -721,6 +717,7 @@ class ComputeGraph:
 
     def _record(
         self,
+        staging: Buffer,
         upload_regions: list[tuple[VTensor, bytes, int]],
         read_regions: list[tuple[str, VTensor, int, int]],
         fill: Mapping[str, tuple[int, int]],
@@ -730,8 +727,6 @@ class ComputeGraph:
         vk.vkBeginCommandBuffer(
             cb, vk.VkCommandBufferBeginInfo(flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
         )
-        staging = self._staging
-        assert staging is not None or not (upload_regions or read_regions)
         for name, (offset, word) in fill.items():
             tensor = self.tensors[name]
             if offset < tensor.buffer.size:
@@ -820,7 +815,7 @@ class ComputeGraph:
         return records
 
     @staticmethod
-    def _barrier(cb: Any, src_stage: int, dst_stage: int, src: int, dst: int) -> None:
+    def _barrier(cb: CData, src_stage: int, dst_stage: int, src: int, dst: int) -> None:
         barrier = vk.VkMemoryBarrier(srcAccessMask=src, dstAccessMask=dst)
         vk.vkCmdPipelineBarrier(cb, src_stage, dst_stage, 0, 1, [barrier], 0, None, 0, None)
 

@@ -15,6 +15,7 @@ from typing import Any
 import vulkan as vk
 
 from graph_format import BackendUnavailable
+from vulkan_ref.cdata import CData
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 # Fence waits are bounded so a hung dispatch fails a test instead of freezing it.
@@ -30,24 +31,25 @@ def validation_requested() -> bool:
 class VulkanContext:
     """Instance, physical and logical device, a compute queue and its command pool."""
 
-    instance: Any
-    physical_device: Any
-    device: Any
-    queue: Any
+    instance: CData
+    physical_device: CData
+    device: CData
+    queue: CData
     queue_family: int
-    command_pool: Any
-    properties: Any
-    memory_properties: Any
+    command_pool: CData
+    properties: CData
+    memory_properties: CData
     validation: bool
     # robust buffer access features enabled on the device (opt-in, `get_context(robust=True)`)
     robustness: tuple[str, ...] = ()
     messages: list[str] = field(default_factory=list)
-    _keepalive: list[Any] = field(default_factory=list)
+    _keepalive: list[object] = field(default_factory=list)  # cffi objects the driver holds
 
     @property
     def max_workgroup_count(self) -> tuple[int, int, int]:
         """maxComputeWorkGroupCount (x, y, z)."""
-        return tuple(int(c) for c in self.properties.limits.maxComputeWorkGroupCount)  # type: ignore[return-value]
+        x, y, z = self.properties.limits.maxComputeWorkGroupCount
+        return (int(x), int(y), int(z))
 
     @property
     def max_invocations(self) -> int:
@@ -142,7 +144,7 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
             "'vulkan-validationlayers' or set VULKAN_PARITY_VALIDATION=0"
         )
     messages: list[str] = []
-    keepalive: list[Any] = []
+    keepalive: list[object] = []
     app = vk.VkApplicationInfo(
         pApplicationName="vulkan-parity",
         pEngineName="vulkan_ref",
@@ -179,7 +181,9 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
     queue_info = vk.VkDeviceQueueCreateInfo(
         queueFamilyIndex=family, queueCount=1, pQueuePriorities=priorities
     )
-    features, robustness, device_exts = None, (), []
+    features: CData = None
+    robustness: tuple[str, ...] = ()
+    device_exts: list[str] = []
     if robust:
         features, robustness, device_exts, chain = _robustness(physical)
         keepalive.append(chain)  # must outlive vkCreateDevice: cffi frees unreferenced structs
@@ -219,7 +223,7 @@ def _driver_env() -> str:
     return f" with {', '.join(set_)}" if set_ else ""
 
 
-def _robustness(physical: Any) -> tuple[Any, tuple[str, ...], list[str], list[Any]]:
+def _robustness(physical: CData) -> tuple[CData, tuple[str, ...], list[str], list[CData]]:
     """(VkPhysicalDeviceFeatures2 to enable, names enabled, device extensions needed, the
     structs it points to, which the caller keeps alive).
 
@@ -245,24 +249,24 @@ def _robustness(physical: Any) -> tuple[Any, tuple[str, ...], list[str], list[An
     return features, tuple(names), device_exts, [chain, core]
 
 
-def _pick_physical_device(instance: Any) -> Any:
+def _pick_physical_device(instance: CData) -> CData:
     devices = vk.vkEnumeratePhysicalDevices(instance)
     if not devices:
         raise BackendUnavailable(
             "vulkan: no Vulkan device found; install 'mesa-vulkan-drivers' for lavapipe"
         )
 
-    def rank(pd: Any) -> int:
+    def rank(pd: CData) -> int:
         kind = _DEVICE_TYPES.get(vk.vkGetPhysicalDeviceProperties(pd).deviceType, "")
         return _PREFERENCE.get(kind, 4)
 
     return min(devices, key=rank)
 
 
-def _install_messenger(instance: Any, messages: list[str]) -> Any:
+def _install_messenger(instance: CData, messages: list[str]) -> object:
     """Route validation-layer warnings and errors into `messages`; returns what must stay alive."""
 
-    def on_message(severity: int, types: int, data: Any, user: Any) -> int:
+    def on_message(severity: int, types: int, data: CData, user: CData) -> int:
         messages.append(vk.ffi.string(data.pMessage).decode(errors="replace"))
         return 0  # VK_FALSE: never abort the call
 

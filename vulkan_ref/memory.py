@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import vulkan as vk
 
+from vulkan_ref.cdata import CData
 from vulkan_ref.instance import VulkanContext
 
 STORAGE_USAGE = (
@@ -24,10 +24,10 @@ class Buffer:
     """A VkBuffer bound to its own allocation; host-visible buffers stay mapped."""
 
     ctx: VulkanContext
-    handle: Any
-    memory: Any
+    handle: CData
+    memory: CData
     size: int
-    mapped: Any = None  # cffi buffer over the whole allocation when host-visible
+    mapped: CData = None  # cffi buffer over the whole allocation when host-visible
 
     @classmethod
     def create(cls, ctx: VulkanContext, size: int, usage: int, host_visible: bool) -> Buffer:

@@ -13,10 +13,10 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import vulkan as vk
 
+from vulkan_ref.cdata import CData
 from vulkan_ref.instance import VulkanContext
 from vulkan_ref.spirv import compile_glsl
 
@@ -51,9 +51,9 @@ class ComputePipeline:
     """
 
     key: ShaderKey
-    handle: Any
-    layout: Any
-    set_layout: Any
+    handle: CData
+    layout: CData
+    set_layout: CData
     messages: tuple[str, ...] = ()
 
 
@@ -62,11 +62,11 @@ class PipelineCache:
 
     def __init__(self, ctx: VulkanContext) -> None:
         self.ctx = ctx
-        self._modules: dict[str, Any] = {}  # by sha256 of the SPIR-V
-        self._set_layouts: dict[tuple[DescriptorKind, ...], Any] = {}
+        self._modules: dict[str, CData] = {}  # by sha256 of the SPIR-V
+        self._set_layouts: dict[tuple[DescriptorKind, ...], CData] = {}
         self._pipelines: dict[ShaderKey, ComputePipeline] = {}
 
-    def set_layout(self, descriptors: tuple[DescriptorKind, ...]) -> Any:
+    def set_layout(self, descriptors: tuple[DescriptorKind, ...]) -> CData:
         """The descriptor set layout for bindings of these kinds."""
         if descriptors not in self._set_layouts:
             bindings = [
@@ -88,7 +88,7 @@ class PipelineCache:
 
     def _module(
         self, kernel: str, defines: tuple[tuple[str, int], ...], glsl_dir: str | None = None
-    ) -> Any:
+    ) -> CData:
         # Keyed by the binary, not the kernel name: graphs built from another shader folder
         # (a repro bundle's copies) share the cache without picking up each other's modules.
         code = compile_glsl(kernel, dict(defines), Path(glsl_dir) if glsl_dir else None)

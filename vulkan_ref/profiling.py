@@ -22,17 +22,17 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import vulkan as vk
 
 from graph_format import BackendUnavailable
+from vulkan_ref.cdata import CData
 from vulkan_ref.graph import ComputeGraph, DispatchNode, _fold
 from vulkan_ref.instance import VulkanContext
 
 # Records one dispatch (bind pipeline and descriptors, push constants, vkCmdDispatch).
-Recorder = Callable[[Any], None]
+Recorder = Callable[[CData], None]  # called with the command buffer
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def _valid_mask(ctx: VulkanContext) -> int:
     return (1 << bits) - 1 if bits < 64 else (1 << 64) - 1
 
 
-def _barrier(cb: Any) -> None:
+def _barrier(cb: CData) -> None:
     barrier = vk.VkMemoryBarrier(
         srcAccessMask=vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
         dstAccessMask=vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
@@ -134,7 +134,7 @@ def time_rounds(
     )
     try:
 
-        def record(cb: Any) -> None:
+        def record(cb: CData) -> None:
             vk.vkCmdResetQueryPool(cb, pool, 0, max(queries, 2))
             stage = vk.VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT
             index = 0
@@ -181,7 +181,7 @@ def node_recorder(graph: ComputeGraph, node: DispatchNode) -> Recorder:
     grid = _fold(node.logical_count, graph.ctx.max_workgroup_count)
     push = node.push_constants(graph) if node.push_constants is not None else None
 
-    def record(cb: Any) -> None:
+    def record(cb: CData) -> None:
         vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
         vk.vkCmdBindDescriptorSets(
             cb,

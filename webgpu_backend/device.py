@@ -13,15 +13,27 @@ import functools
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import wgpu
+
+# wgpu's own hints; from wgpu.classes because mypy cannot follow the star imports that put
+# them in the top-level namespace as well.
+from wgpu.classes import (
+    GPUAdapter,
+    GPUBindGroupLayout,
+    GPUComputePipeline,
+    GPUDevice,
+    GPUError,
+    GPUPipelineLayout,
+    GPUShaderModule,
+)
 
 from graph_format import BackendUnavailable, KernelBuildError
 from webgpu_backend.shaders import WGSL_DIR, load_wgsl
 
 # How a kernel sees each of its bindings (group 0, binding = position in the list).
-BindingKind = str  # "storage_rw" | "storage_ro" | "uniform"
+BindingKind = Literal["storage_rw", "storage_ro", "uniform"]
 
 _BUFFER_TYPES = {
     "storage_rw": wgpu.BufferBindingType.storage,
@@ -33,26 +45,33 @@ _BUFFER_TYPES = {
 _RAISED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size")
 
 
+# kernel, sha256 of its source, binding kinds, sorted override constants
+PipelineKey = tuple[str, str, tuple[BindingKind, ...], tuple[tuple[str, int | float], ...]]
+
+
 @dataclass
 class Pipeline:
     """A compute pipeline with the bind group layout it was built against."""
 
     kernel: str
-    pipeline: Any
-    layout: Any
+    pipeline: GPUComputePipeline
+    layout: GPUBindGroupLayout
 
 
 @dataclass
 class WebGPUDevice:
     """A device, its limits and its caches of shader modules and pipelines."""
 
-    adapter: Any
-    device: Any
+    adapter: GPUAdapter
+    device: GPUDevice
     max_workgroups_per_dim: int
     max_invocations_per_workgroup: int
-    _modules: dict[str, Any] = field(default_factory=dict)  # by sha256 of the WGSL source
-    _layouts: dict[tuple[BindingKind, ...], tuple[Any, Any]] = field(default_factory=dict)
-    _pipelines: dict[tuple[Any, ...], Pipeline] = field(default_factory=dict)
+    # by sha256 of the WGSL source
+    _modules: dict[str, GPUShaderModule] = field(default_factory=dict)
+    _layouts: dict[tuple[BindingKind, ...], tuple[GPUBindGroupLayout, GPUPipelineLayout]] = field(
+        default_factory=dict
+    )
+    _pipelines: dict[PipelineKey, Pipeline] = field(default_factory=dict)
 
     def info(self) -> dict[str, Any]:
         """Adapter facts for reports."""
@@ -67,7 +86,9 @@ class WebGPUDevice:
             "max_workgroups_per_dim": self.max_workgroups_per_dim,
         }
 
-    def bind_group_layout(self, kinds: tuple[BindingKind, ...]) -> tuple[Any, Any]:
+    def bind_group_layout(
+        self, kinds: tuple[BindingKind, ...]
+    ) -> tuple[GPUBindGroupLayout, GPUPipelineLayout]:
         """(bind group layout, pipeline layout) for bindings of these kinds, cached."""
         if kinds not in self._layouts:
             entries = [
@@ -118,7 +139,7 @@ class WebGPUDevice:
                     "constants": dict(constants),
                 },
             )
-        except wgpu.GPUError as err:
+        except GPUError as err:
             path = (shader_dir or WGSL_DIR) / f"{kernel}.wgsl"
             raise KernelBuildError("webgpu", kernel, str(path), str(err)) from None
         self._pipelines[key] = Pipeline(kernel, pipeline, bgl)

@@ -26,10 +26,10 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import wgpu
+from wgpu.classes import GPUBindGroup, GPUBuffer, GPUCommandEncoder, GPUValidationError
 
 from graph_format import (
     DTYPES,
@@ -57,7 +57,7 @@ _STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.Buf
 class ParamsBuffer:
     """An op's params uniform. `update` marks it for upload only when the bytes change."""
 
-    buffer: Any
+    buffer: GPUBuffer
     data: bytes
     dirty: bool = True
 
@@ -73,7 +73,7 @@ class ScratchBuffer:
     """A private buffer of one op (attention scores, split-K partials): not a graph value."""
 
     name: str
-    buffer: Any
+    buffer: GPUBuffer
     alloc_nbytes: int
 
 
@@ -90,7 +90,7 @@ class Dispatch:
     kernel: str
     workgroup_size: int
     pipelines: dict[str, Pipeline]
-    bind_group: Any
+    bind_group: GPUBindGroup
     count: int = 0
 
     def select(self, kernel: str) -> None:
@@ -126,7 +126,7 @@ class _Snapshot:
 
 @dataclass
 class _Staging:
-    buffer: Any = None
+    buffer: GPUBuffer | None = None
     size: int = 0
 
 
@@ -200,12 +200,11 @@ class WebGPUGraph:
             elem_size=dtype.itemsize,
             dims=value.dims,
             cur_dims=value.dims,
-            buffer=None,
+            buffer=self.dev.device.create_buffer(
+                label=value.name, size=storage_size(value.nbytes), usage=_STORAGE_USAGE
+            ),
             is_constant=value.constant is not None,
             is_state=value.state,
-        )
-        tensor.buffer = self.dev.device.create_buffer(
-            label=value.name, size=tensor.alloc_nbytes, usage=_STORAGE_USAGE
         )
         data = self.graph.initial_data(value)
         if data is not None:
@@ -226,32 +225,24 @@ class WebGPUGraph:
 
     def arg_tensor(self, node: OpNode, slot: str) -> WebGPUTensor:
         """The tensor passed as argument `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.tensors[name]
+        return self.tensors[node.arg(slot)]
 
     def optional_tensor(self, node: OpNode, slot: str) -> WebGPUTensor | None:
         """The tensor passed as optional argument `slot`, or None."""
-        name = node.args.get(slot)
-        return self.tensors[name] if isinstance(name, str) else None
+        name = node.optional_arg(slot)
+        return self.tensors[name] if name is not None else None
 
     def arg_scalar(self, node: OpNode, slot: str) -> int | float:
         """The literal int or float passed as argument `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.graph.scalar(name)
+        return self.graph.scalar(node.arg(slot))
 
     def int_or_symint(self, node: OpNode, slot: str) -> Callable[[], int]:
         """A reader of the current value of an int-or-SymInt argument."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self._int_reader(name)
+        return self._int_reader(node.arg(slot))
 
     def int_list(self, node: OpNode, slot: str) -> Callable[[], tuple[int, ...]]:
         """A reader of the current values of a size-list argument (ints and SymInts)."""
-        names = node.args[slot]
-        assert isinstance(names, tuple)
-        readers = [self._int_reader(name) for name in names]
+        readers = [self._int_reader(name) for name in node.size_list(slot)]
         return lambda: tuple(read() for read in readers)
 
     def _int_reader(self, name: str) -> Callable[[], int]:
@@ -312,7 +303,9 @@ class WebGPUGraph:
                 f"{self.dev.max_invocations_per_workgroup}",
             )
         variants = {kernels: kernels} if isinstance(kernels, str) else dict(kernels)
-        kinds: list[BindingKind] = ["storage_rw"] * len(writes) + ["storage_ro"] * len(reads)
+        kinds: list[BindingKind] = []
+        kinds += ["storage_rw"] * len(writes)
+        kinds += ["storage_ro"] * len(reads)
         resources = [t.buffer for t in [*writes, *reads]]
         if params is not None:
             kinds.append("uniform")
@@ -581,10 +574,10 @@ class WebGPUGraph:
                 cpass.dispatch_workgroups(*grid)
                 records.append(DispatchRecord(d.op, d.kernel, wg, (d.count, 1, 1), grid, True))
             cpass.end()
-            reads = self._encode_reads(encoder, read, read_raw)
+            reads, staging = self._encode_reads(encoder, read, read_raw)
             queue.submit([encoder.finish()])
-            blob = self._map_staging(reads[-1][3] + reads[-1][2] if reads else 0)
-        except wgpu.GPUValidationError as err:
+            blob = self._map_staging(staging, reads[-1][3] + reads[-1][2])
+        except GPUValidationError as err:
             raise DeviceError("webgpu", [str(err)]) from None
 
         result = StepResult(
@@ -605,9 +598,13 @@ class WebGPUGraph:
         return result
 
     def _encode_reads(
-        self, encoder: Any, read: Sequence[str], read_raw: Sequence[str]
-    ) -> list[tuple[str, str, int, int]]:
-        """Copy outputs, extra tensors and raw allocations into one staging buffer."""
+        self, encoder: GPUCommandEncoder, read: Sequence[str], read_raw: Sequence[str]
+    ) -> tuple[list[tuple[str, str, int, int]], GPUBuffer]:
+        """Copy outputs, extra tensors and raw allocations into one staging buffer.
+
+        Returns:
+            (kind, name, bytes, offset) of every region, and the staging buffer.
+        """
         wanted = [("output", n) for n in self.graph.outputs]
         wanted += [("tensor", n) for n in read]
         wanted += [("raw", n) for n in read_raw]
@@ -618,23 +615,21 @@ class WebGPUGraph:
             nbytes = tensor.alloc_nbytes if kind == "raw" else storage_size(tensor.cur_nbytes)
             layout.append((kind, name, nbytes, offset))
             offset += (nbytes + 7) // 8 * 8  # map offsets must be multiples of 8
-        if offset > self._staging.size:
-            if self._staging.buffer is not None:
-                self._staging.buffer.destroy()
-            self._staging.buffer = self.dev.device.create_buffer(
+        # Never empty: a graph has at least one output, and every region at least 4 bytes.
+        staging = self._staging.buffer
+        if staging is None or offset > self._staging.size:
+            if staging is not None:
+                staging.destroy()
+            staging = self.dev.device.create_buffer(
                 size=offset, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
             )
-            self._staging.size = offset
+            self._staging = _Staging(staging, offset)
         for _kind, name, nbytes, off in layout:
-            encoder.copy_buffer_to_buffer(
-                self.tensors[name].buffer, 0, self._staging.buffer, off, nbytes
-            )
-        return layout
+            encoder.copy_buffer_to_buffer(self.tensors[name].buffer, 0, staging, off, nbytes)
+        return layout, staging
 
-    def _map_staging(self, nbytes: int) -> bytes:
-        if nbytes == 0:
-            return b""
-        staging = self._staging.buffer
+    @staticmethod
+    def _map_staging(staging: GPUBuffer, nbytes: int) -> bytes:
         staging.map_sync(wgpu.MapMode.READ, 0, (nbytes + 7) // 8 * 8)
         try:
             return bytes(staging.read_mapped(0, (nbytes + 7) // 8 * 8))
@@ -656,7 +651,7 @@ class WebGPUGraph:
             self._staging.buffer.destroy()
 
 
-def _host_array(name: str, dtype: str, value: Any) -> np.ndarray:
+def _host_array(name: str, dtype: str, value: object) -> np.ndarray:
     """Host data for a tensor input as a C-contiguous array of the tensor's dtype.
 
     int32 tensors accept int64 host data (token ids), narrowed after a range check, as

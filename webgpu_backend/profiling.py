@@ -20,16 +20,16 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import wgpu
+from wgpu.classes import GPUComputePassEncoder
 
 from webgpu_backend.device import WebGPUDevice
 from webgpu_backend.graph import Dispatch, WebGPUGraph, fold_grid
 
 # Encodes one dispatch (pipeline, bind group, dispatch_workgroups) into a compute pass.
-PassEncoder = Callable[[Any], None]
+PassEncoder = Callable[[GPUComputePassEncoder], None]
 # wgpu-native's cap on the queries of one query set.
 MAX_QUERIES = 4096
 
@@ -123,7 +123,7 @@ def dispatch_encoder(dev: WebGPUDevice, dispatch: Dispatch) -> PassEncoder:
     bind_group = dispatch.bind_group
     grid = fold_grid(dispatch.count, dev.max_workgroups_per_dim)
 
-    def encode(cpass: Any) -> None:
+    def encode(cpass: GPUComputePassEncoder) -> None:
         cpass.set_pipeline(pipeline)
         cpass.set_bind_group(0, bind_group)
         cpass.dispatch_workgroups(*grid)

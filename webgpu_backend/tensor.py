@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+
+from wgpu.classes import GPUBuffer
 
 from graph_format import ResizeError
 
@@ -25,7 +26,7 @@ class WebGPUTensor:
     elem_size: int
     dims: Dims
     cur_dims: Dims
-    buffer: Any
+    buffer: GPUBuffer
     is_constant: bool = False
     is_state: bool = False
 

@@ -83,3 +83,56 @@ def test_unreadable_files_are_reported(tmp_path: Path) -> None:
     (tmp_path / "g.json").write_text(json.dumps(doc))
     with pytest.raises(GraphFormatError, match=r"nowhere\.npz"):
         Graph.load(tmp_path / "g.json")
+
+
+def _args_graph() -> Graph:
+    """A graph whose ops pass every kind of argument: tensors, an int, an absent optional,
+    a size list of an int literal and a SymInt."""
+    b = GraphBuilder()
+    x = b.input("x", "float32", [2, 8])
+    weight = b.constant("weight", np.zeros((4, 4), np.uint8))
+    scales = b.constant("scales", np.ones((1, 4), np.float32))
+    y = b.op(
+        "linear_q4gsw",
+        name="linear",
+        x=x,
+        weight=weight,
+        scales=scales,
+        group_size=b.int(8, "gs"),
+        out_dims=[2, 4],
+    )
+    rows = b.op("sym_size", name="rows", x=y, dim=b.int(0, "zero"))
+    b.output(b.op("view_copy", name="view", x=y, sizes=[rows, b.int(4, "four")], out_dims=[2, 4]))
+    return b.build()
+
+
+def test_arg_accessors_return_what_the_slot_holds() -> None:
+    graph = _args_graph()
+    linear, rows, view = graph.ops
+    assert linear.arg("x") == "x"
+    assert linear.arg("group_size") == "gs"
+    assert linear.optional_arg("bias") is None
+    assert linear.optional_arg("weight") == "weight"
+    assert rows.arg("dim") == "zero"
+    assert view.size_list("sizes") == (rows.outputs["out"], "four")
+
+
+@pytest.mark.parametrize(
+    ("op", "call", "error", "what"),
+    [
+        (0, lambda n: n.arg("bias"), TypeError, "'bias' must name one value, it holds nothing"),
+        (0, lambda n: n.arg("eps"), KeyError, "has no argument 'eps'"),
+        (0, lambda n: n.size_list("x"), TypeError, "'x' must be a size list, it holds the value"),
+        (2, lambda n: n.arg("sizes"), TypeError, "it holds the size list"),
+        (2, lambda n: n.optional_arg("sizes"), TypeError, "one value or nothing"),
+    ],
+)
+def test_arg_accessors_refuse_the_wrong_kind_of_slot(
+    op: int, call: Any, error: type[Exception], what: str
+) -> None:
+    node = _args_graph().ops[op]
+    with pytest.raises(error) as info:
+        call(node)
+    message = str(info.value)
+    assert f"op {node.name!r} ({node.op})" in message, message
+    assert what in message, message

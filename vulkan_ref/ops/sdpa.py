@@ -67,8 +67,8 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
     kv_heads, cache_rows = k.max_sizes[2], k_cache.max_sizes[1]
     input_pos = graph.symint_arg(node, "input_pos")
     pos_ubo = graph.int_ubo(node, "input_pos")
-    scale_arg = node.args.get("scale")
-    scale = float(graph.scalar_arg(node, "scale")) if scale_arg else 1.0 / math.sqrt(dim)
+    has_scale = node.optional_arg("scale") is not None
+    scale = float(graph.scalar_arg(node, "scale")) if has_scale else 1.0 / math.sqrt(dim)
     max_splits = -(-cache_rows // SPLIT_ROWS)
     scores = graph.create_scratch(node, "scores", "float32", (q_heads, max_seq, cache_rows))
     part_o = graph.create_scratch(node, "part_o", "float32", (q_heads, max_splits, dim))

@@ -22,8 +22,7 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the view_copy dispatch node of `node`."""
     x = graph.tensor_arg(node, "x")
     out = graph.output(node, "out")
-    names = node.args["sizes"]
-    assert isinstance(names, tuple)
+    names = node.size_list("sizes")
     if x.dtype not in VIEW_DTYPES:
         raise graph.fail(node, f"view_copy copies float32 or int32, not {x.dtype}", x.name)
     if out.dtype != x.dtype:

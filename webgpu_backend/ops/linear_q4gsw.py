@@ -106,15 +106,19 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     params = graph.create_params(PARAMS.size)
     # Without a bias, a 4-byte dummy fills binding 4 (the kernels read it only if has_bias).
     bias_buffer = bias if bias is not None else graph.create_scratch(node, "no_bias", 4)
-    bindings = {"writes": [out], "reads": [x, weight, scales, bias_buffer], "params": params}
-    gemm = graph.add_dispatch(node, "q4gsw_gemm", workgroup_size=GEMM_WORKGROUP, **bindings)
+    reads = [x, weight, scales, bias_buffer]
+    gemm = graph.add_dispatch(
+        node, "q4gsw_gemm", workgroup_size=GEMM_WORKGROUP, writes=[out], reads=reads, params=params
+    )
     gemv = (
         graph.add_dispatch(
             node,
             "q4gsw_gemv",
             workgroup_size=GEMV_LANES,
+            writes=[out],
+            reads=reads,
+            params=params,
             constants={"group_size": group_size},  # a pipeline per group size, as on Vulkan
-            **bindings,
         )
         if gemv_supported(k, group_size)
         else None

@@ -122,8 +122,8 @@ def _build(
         dispatch.count = -(-total // WORKGROUP_SIZE)
 
     triggers = [xq.name, xk.name, cos.name, sin.name]
-    pos_name = node.args.get("start_pos")
-    if isinstance(pos_name, str) and pos_name in graph.symints:
+    pos_name = node.arg("start_pos") if hf else None  # apply_rotary_emb has no start_pos
+    if pos_name is not None and pos_name in graph.symints:
         triggers.append(pos_name)
     graph.add_resize_hook(node, triggers, resize)
 

@@ -74,11 +74,9 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     input_pos = graph.int_or_symint(node, "input_pos")
     _, max_seq, q_heads, dim = q.dims
     kv_heads, cache_rows = k.dims[2], k_cache.dims[1]
-    scale_name = node.args.get("scale")
+    scale_name = node.optional_arg("scale")
     scale = (
-        float(graph.graph.scalar(scale_name))
-        if isinstance(scale_name, str)
-        else 1.0 / math.sqrt(dim)
+        float(graph.graph.scalar(scale_name)) if scale_name is not None else 1.0 / math.sqrt(dim)
     )
     max_splits = -(-cache_rows // SPLIT_ROWS)
     scores = graph.create_scratch(node, "scores", 4 * q_heads * max_seq * cache_rows)
@@ -138,7 +136,7 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         graph.set_cur_dims(out, qd)
 
     triggers = [q.name, k.name, v.name]
-    pos_name = node.args["input_pos"]
-    if isinstance(pos_name, str) and pos_name in graph.symints:
+    pos_name = node.arg("input_pos")
+    if pos_name in graph.symints:
         triggers.append(pos_name)
     graph.add_resize_hook(node, triggers, resize)

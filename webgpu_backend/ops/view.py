@@ -28,8 +28,7 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the view_copy dispatch of `node` and its hook on x and the size list's SymInts."""
     x = graph.arg_tensor(node, "x")
     out = graph.output(node, "out")
-    names = node.args["sizes"]
-    assert isinstance(names, tuple)
+    names = node.size_list("sizes")
     if x.dtype not in VIEW_DTYPES:
         raise graph.fail(node, f"x must be float32 or int32, got {x.dtype}", tensor=x.name)
     if out.dtype != x.dtype:
