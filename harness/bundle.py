@@ -46,13 +46,12 @@ from typing import Any
 
 import numpy as np
 
-from graph_format import Graph, GraphFormatError, OpNode, Runtime, StepResult, TensorValue
+from graph_format import Graph, GraphFormatError, OpNode, Runtime, StepResult
 from harness.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
 from harness.case import Case
-from harness.contract import ContractModel, ModelStep, expected_build_error
+from harness.contract import expected_build_error
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.ops import MODELS, model_for
-from harness.oracles import canary_fill
 from harness.records import (
     RecordError,
     divergence_record,
@@ -62,6 +61,7 @@ from harness.records import (
 )
 from harness.reference import ReferenceEvaluator, op_args
 from harness.report.images import utilization
+from harness.steps import StepLoop, grid_limit, intermediates
 
 BUNDLE_FORMAT = "parity-bundle/1"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -156,42 +156,20 @@ def capture_evidence(
         if d.get("kind") in ("canary_write", "stale_read"):
             canary.setdefault(step, set()).add(str(tensor))
     evidence = Evidence()
-    arrays = evidence.arrays
     if (not wanted and not canary) or expected_build_error(graph) is not None:
         return evidence
-    loaded = {}
-    try:
-        for rt in runtimes:
-            loaded[rt.name] = rt.load(graph)
-        model = ContractModel(graph)
-        reference = ReferenceEvaluator(graph)
-        written = [n for node in graph.ops for n in node.outputs.values()]
-        intermediates = [
-            n
-            for n in written
-            if isinstance(graph.values[n], TensorValue) and n not in graph.outputs
-        ]
-        canaried = [t.name for t in graph.tensors() if t.constant is None and not t.state]
-        for index, inputs in enumerate(case.steps):
-            if index > max([*wanted, *canary]):
-                break
-            expected = model.try_step(inputs)
-            fill: dict[str, tuple[int, int]] = {}
-            if isinstance(expected, ModelStep):
-                fill = canary_fill(index, graph, expected, canaried)
-            results: dict[str, StepResult] = {}
-            for name, lg in loaded.items():
-                try:
-                    results[name] = lg.execute(
-                        inputs, read=intermediates, read_raw=list(fill), fill=fill
-                    )
-                except Exception:
-                    continue  # the lockstep run already recorded the failure
-            if not isinstance(expected, ModelStep):
-                continue
-            values, errors, _ = reference.step(inputs)
+    reference = ReferenceEvaluator(graph)
+    with StepLoop(runtimes, case, reads=intermediates(graph), limit=grid_limit(runtimes)) as loop:
+        # A runtime that did not load runs no step: the lockstep run recorded why.
+        for step in loop.steps(until=max([*wanted, *canary])):
+            if not step.accepted:
+                continue  # the lockstep run already recorded the failure
+            index, results, fill = step.index, step.results, step.fill
+            values, errors, _ = reference.step(step.inputs)
             for tensor in sorted(wanted.get(index, ())):
-                _numeric_evidence(evidence, graph, index, tensor, inputs, results, values, errors)
+                _numeric_evidence(
+                    evidence, graph, index, tensor, step.inputs, results, values, errors
+                )
             for tensor in sorted(canary.get(index, ())):
                 for name, res in results.items():
                     raw = res.raw.get(tensor)
@@ -201,10 +179,7 @@ def capture_evidence(
                     words = raw[: len(raw) // 4 * 4].view(np.uint32)
                     state = np.zeros(words.shape, np.uint8)
                     state[offset // 4 :] = np.where(words[offset // 4 :] == word, 1, 2)
-                    arrays[f"canary/s{index}/{tensor}/{name}"] = state
-    finally:
-        for lg in loaded.values():
-            lg.close()
+                    evidence.arrays[f"canary/s{index}/{tensor}/{name}"] = state
     return evidence
 
 
