@@ -209,7 +209,7 @@ def _numeric_evidence(
                 n: np.asarray(v, np.float64) for n, v in inputs.items() if isinstance(v, np.ndarray)
             }
             for t in graph.tensors():
-                if t.constant is not None:
+                if t.constant is not None and not t.state:  # state: its initial data only
                     local[t.name] = graph.constants[t.constant].astype(np.float64)
             local.update({n: v.astype(np.float64) for n, v in observed.items()})
             try:
