@@ -24,7 +24,7 @@ from harness.case import Case
 from harness.contract import ContractModel, ModelStep, expected_build_error
 from harness.lockstep import LockstepRunner
 from harness.oracles import canary_fill
-from harness.records import divergence_record
+from harness.records import DivergenceRecord, divergence_record, plain
 from harness.reference import ReferenceEvaluator
 from harness.repeatability import run_hash
 from harness.steps import StepLoop, StepRun
@@ -68,9 +68,11 @@ def _old_run_hash(case: Case, runtime: Runtime) -> str:
 
 
 def _old_evidence_loop(
-    runtimes: Sequence[Runtime], case: Case, divergences: Sequence[Mapping[str, Any]]
+    runtimes: Sequence[Runtime], case: Case, records: Sequence[DivergenceRecord]
 ) -> Evidence:
-    """harness.bundle.capture_evidence before the loop was shared (verbatim)."""
+    """harness.bundle.capture_evidence before the loop was shared (verbatim, but for the
+    divergences, which were dicts then)."""
+    divergences: list[Mapping[str, Any]] = [plain(r) for r in records]
     graph = case.graph
     wanted: dict[int, set[str]] = {}
     canary: dict[int, set[str]] = {}
@@ -163,7 +165,7 @@ def test_numeric_evidence_is_what_the_old_loop_gave(runner: LockstepRunner) -> N
     with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd"):
         result = runner.run(case)
         records = [divergence_record(d, case) for d in result.divergences]
-        assert {r["kind"] for r in records} >= {"numeric"}
+        assert {r.kind for r in records} >= {"numeric"}
         new = capture_evidence(runner.runtimes, case, records)
         old = _old_evidence_loop(runner.runtimes, case, records)
     assert new.elements and any(k.endswith("/actual") for k in new.arrays)
