@@ -31,12 +31,14 @@ _EXPORTS = {
     "assert_parity": "harness.verdict",
     "DivergenceFound": "harness.verdict",
     "Divergence": "harness.divergence",
+    "BugKey": "harness.divergence",
     "ContractModel": "harness.contract",
     "ReferenceEvaluator": "harness.reference",
 }
 
 # The same names, spelled out for tools that read `__all__` (tests check the two agree).
 __all__ = [
+    "BugKey",
     "Case",
     "CaseResult",
     "ContractModel",
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
     from harness.builder import GraphBuilder
     from harness.case import Case
     from harness.contract import ContractModel
-    from harness.divergence import Divergence
+    from harness.divergence import BugKey, Divergence
     from harness.lockstep import CaseResult, LockstepRunner
     from harness.reference import ReferenceEvaluator
     from harness.verdict import DivergenceFound, assert_parity

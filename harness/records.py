@@ -210,12 +210,12 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise _Mismatch("a list", value)
         (item,) = typing.get_args(hint)
-        return [_convert(item, v, f"{where[:-1]}[{i}].") for i, v in enumerate(value)]
+        return [_item(item, v, f"{where[:-1]}[{i}]") for i, v in enumerate(value)]
     if origin is dict:
         if not isinstance(value, dict):
             raise _Mismatch("an object", value)
         _, item = typing.get_args(hint)
-        return {str(k): _convert(item, v, f"{where}{k}.") for k, v in value.items()}
+        return {str(k): _item(item, v, f"{where}{k}") for k, v in value.items()}
     if hint is BugKey:
         if not isinstance(value, str):
             raise _Mismatch(_wanted(hint), value)
@@ -241,6 +241,20 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             return value
         raise _Mismatch(_JSON_NAMES[hint], value)
     raise TypeError(f"records: no JSON reading for {hint!r}")  # a bug in a record class
+
+
+def _item(hint: Any, value: Any, where: str) -> Any:
+    """An item of a list or object, whose mismatch names the item itself."""
+    try:
+        return _convert(hint, value, f"{where}.")
+    except _Mismatch as err:
+        if err.problem is not None:
+            raise
+        raise _Mismatch(
+            err.wanted,
+            value,
+            f"field {where} must be {err.wanted}, got {_json_type(value)} {json.dumps(value)[:40]}",
+        ) from None
 
 
 def _wanted(hint: Any) -> str:
