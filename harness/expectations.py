@@ -72,7 +72,8 @@ class Expectation:
 
     def applies_to(self, adapters: Mapping[str, Mapping[str, Any]]) -> bool:
         """Whether the device and driver globs match the adapter of a backend it blames."""
-        backends = [self.blame] if self.blame in adapters else list(adapters)
+        blamed = self.blame
+        backends = [blamed] if blamed is not None and blamed in adapters else list(adapters)
         return any(self._adapter_matches(adapters[b]) for b in backends)
 
     def _adapter_matches(self, info: Mapping[str, Any]) -> bool:

@@ -292,17 +292,17 @@ class _CaseRun:
         index, inputs, expected = step.index, step.inputs, step.expected
         results, failures = step.results, step.failures
         assert expected is not None  # the loop runs with the contract model
-        ok = isinstance(expected, ModelStep)
+        model = expected if isinstance(expected, ModelStep) else None
         record = StepRecord(
             index=index,
             inputs={
                 k: list(v.shape) if isinstance(v, np.ndarray) else int(v) for k, v in inputs.items()
             },
-            expected_error=None if ok else f"{type(expected).__name__}: {expected}",
-            expected_cur_dims={k: list(v) for k, v in expected.cur_dims.items()} if ok else {},  # type: ignore[union-attr]
-            expected_dispatches=[oracles.dispatch_json(d) for d in expected.dispatches]
-            if ok
-            else [],  # type: ignore[union-attr]
+            expected_error=None if model else f"{type(expected).__name__}: {expected}",
+            expected_cur_dims={k: list(v) for k, v in model.cur_dims.items()} if model else {},
+            expected_dispatches=[oracles.dispatch_json(d) for d in model.dispatches]
+            if model
+            else [],
             backends={},
             divergences=[],
         )

@@ -28,7 +28,6 @@ them without a device.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import math
@@ -147,9 +146,14 @@ class _Mismatch(Exception):
         self.problem = problem  # a message of its own (a field deeper inside), if any
 
 
-@functools.cache
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
 def _hints(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    """A record class's field types, resolved once."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def from_json(cls: type[T], data: Any, where: str = "") -> T:
@@ -1035,8 +1039,9 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     return doc
 
 
-def write_json(path: Path, doc: Mapping[str, Any]) -> Path:
-    """Write `doc` as indented JSON, atomically (a reader never sees half a file)."""
+def write_json(path: Path, doc: Any) -> Path:
+    """Write `doc` (a record, or anything `plain` takes) as indented JSON, atomically (a
+    reader never sees half a file)."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(plain(doc), indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)

@@ -147,10 +147,10 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
     findings = _findings(runs, records, cases, chunk_records)
     for f in findings:
         for expected in [None] if f.unexpected else f.known:
-            group = by_bug.get((f.bug, expected))
-            if group is not None:
-                group.findings += 1
-                group.failures.append(f.id)
+            found = by_bug.get((f.bug, expected))
+            if found is not None:
+                found.findings += 1
+                found.failures.append(f.id)
 
     adapters_seen = [run.adapters for run in runs]
     expectations = [

@@ -183,14 +183,14 @@ def write_site(data: RunData, summary: Summary) -> None:
     (out / "index.html").write_text(index, encoding="utf-8")
     for f in summary.findings:
         record = by_chunk.get((f.source, f.chunk, f.case_id))
-        page = _failure_page(data, summary, f, record)
-        (out / "failures" / f"{f.id}.html").write_text(page, encoding="utf-8")
-    for page in range(pages):
-        rows = cases[page * CASES_PER_PAGE : (page + 1) * CASES_PER_PAGE]
+        html = _failure_page(data, summary, f, record)
+        (out / "failures" / f"{f.id}.html").write_text(html, encoding="utf-8")
+    for number in range(pages):
+        rows = cases[number * CASES_PER_PAGE : (number + 1) * CASES_PER_PAGE]
         html = _ENV.get_template("cases.html.j2").render(
-            s=summary, rows=rows, page=page + 1, pages=pages, finding_of=finding_of
+            s=summary, rows=rows, page=number + 1, pages=pages, finding_of=finding_of
         )
-        (out / "cases" / f"page-{page + 1}.html").write_text(html, encoding="utf-8")
+        (out / "cases" / f"page-{number + 1}.html").write_text(html, encoding="utf-8")
 
 
 # Where the commands on the pages and in bundle READMEs run: their paths are relative to it,
