@@ -473,8 +473,7 @@ def _write_bundle_files(
         divergences=record.divergences,
         max_utilization=record.max_utilization,
         utilization={
-            str(s.get("index")): {b: v.get("utilization", {}) for b, v in s["backends"].items()}
-            for s in record.timeline
+            str(s.index): {b: v.utilization for b, v in s.backends.items()} for s in record.timeline
         },
         evidence=evidence.elements,
         step_shapes=record.step_shapes,

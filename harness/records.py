@@ -280,7 +280,8 @@ class DivergenceRecord:
 
     Attributes:
         kind, blame, step, message, op, tensor, factor, details: as `Divergence`'s.
-        expected: the id of the expectation it matched (None: unexpected).
+        expected: the id of the expectation it matched (None: unexpected, or not matched
+            yet: a step of the timeline).
         op_type: the op's type (`-` when it is about no op).
         regime: the shape regime it showed in (the harness's own, else `regime_of`).
     """
@@ -288,7 +289,7 @@ class DivergenceRecord:
     kind: str
     blame: str
     step: int
-    expected: str | None
+    expected: str | None = None
     message: str = ""
     op: str | None = None
     op_type: str = "-"
@@ -326,6 +327,85 @@ def primary_bug(divergences: Sequence[DivergenceRecord]) -> BugKey | None:
 
 
 @dataclass
+class LoggedDispatch:
+    """One entry of a dispatch log, as the contract model predicted it or a backend ran it.
+
+    Attributes:
+        wg: workgroup size; `count`: logical workgroup count; `ran`: not skipped.
+        grid: the physical grid a backend handed the API (None for the model's).
+    """
+
+    op: str
+    kernel: str
+    wg: list[int]
+    count: list[int]
+    ran: bool
+    grid: list[int] | None = None
+
+    def logical(self) -> tuple[str, tuple[int, ...], tuple[int, ...], bool]:
+        """What must match across the backends and the model."""
+        return (self.kernel, tuple(self.wg), tuple(self.count), self.ran)
+
+
+@dataclass
+class Observed:
+    """What the contract model expected, or one backend reported, in one step.
+
+    Attributes:
+        error: the error it raised (or the model expects), `Class: message`.
+        cur_dims: every tensor's live dims after the step.
+        utilization: error/budget per compared tensor (`op:tensor`, `out:tensor`).
+    """
+
+    error: str | None = None
+    cur_dims: dict[str, list[int]] = field(default_factory=dict)
+    dispatches: list[LoggedDispatch] = field(default_factory=list)
+    utilization: dict[str, float] = field(default_factory=dict)
+    validation_messages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TimelineStep:
+    """One step of a divergent case's timeline (harness.lockstep.StepRecord as recorded).
+
+    Attributes:
+        inputs: each input's live dims (tensors) or value (SymInts).
+        model: the contract model's expectation; `backends`: what each backend reported.
+        divergences: the divergences of this step.
+    """
+
+    index: int
+    inputs: dict[str, Any] = field(default_factory=dict)
+    model: Observed = field(default_factory=Observed)
+    backends: dict[str, Observed] = field(default_factory=dict)
+    divergences: list[DivergenceRecord] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, step: StepRecord, case: Case) -> TimelineStep:
+        """The timeline entry of a step the lockstep runner recorded."""
+        return cls(
+            index=step.index,
+            inputs=dict(step.inputs),
+            model=Observed(
+                error=step.expected_error,
+                cur_dims=dict(step.expected_cur_dims),
+                dispatches=[LoggedDispatch(**d) for d in step.expected_dispatches],
+            ),
+            backends={
+                name: Observed(
+                    error=b.error,
+                    cur_dims=dict(b.cur_dims),
+                    dispatches=[LoggedDispatch(**d) for d in b.dispatches],
+                    utilization=dict(b.utilization),
+                    validation_messages=list(b.validation_messages),
+                )
+                for name, b in step.backends.items()
+            },
+            divergences=[divergence_record(d, case) for d in step.divergences],
+        )
+
+
+@dataclass
 class CaseRecord:
     """One executed case (a line `{"record": "case", ...}` of cases.jsonl).
 
@@ -339,8 +419,8 @@ class CaseRecord:
         steps: its number of steps.
         unexpected: how many of its divergences no expectation matched.
         divergences: what the oracles found.
-        timeline: for a divergent case, every step's observables (`step_json`): what a
-            failure page shows before any bundle exists.
+        timeline: for a divergent case, every step's observables: what a failure page
+            shows before any bundle exists.
         repeatability: `harness.repeatability.Repeatability.to_json()` when classified.
         provisional_bundle: `bundles/<id>` of the provisional bundle of its bug in its
             chunk, on the first divergent case of each bug.
@@ -362,7 +442,7 @@ class CaseRecord:
     duration_s: float = 0.0
     coverage: dict[str, Any] = field(default_factory=dict)
     first_divergent: dict[str, Any] | None = None
-    timeline: list[dict[str, Any]] = field(default_factory=list)
+    timeline: list[TimelineStep] = field(default_factory=list)
     repeatability: dict[str, Any] | None = None
     max_workgroups_per_dim: int | None = None
     shard: str | None = None
@@ -467,18 +547,6 @@ def divergence_record(d: Divergence, case: Case, expected: str | None = None) ->
     )
 
 
-def step_json(step: StepRecord) -> dict[str, Any]:
-    """One step of the timeline: live inputs, the model's and every backend's observables."""
-    data = plain(step)
-    data["model"] = {
-        "error": data.pop("expected_error"),
-        "cur_dims": data.pop("expected_cur_dims"),
-        "dispatches": data.pop("expected_dispatches"),
-    }
-    data["divergences"] = [plain(d.to_json()) for d in step.divergences]
-    return data  # type: ignore[no-any-return]
-
-
 def case_record(
     case: Case,
     result: CaseResult,
@@ -518,7 +586,7 @@ def case_record(
         first_divergent=plain(first) if first is not None else None,
         # The full timeline only for divergent cases: it is what a failure page shows, and a
         # killed run must be able to show it before any bundle exists.
-        timeline=[step_json(s) for s in result.steps] if divergences else [],
+        timeline=[TimelineStep.of(s, case) for s in result.steps] if divergences else [],
     )
 
 

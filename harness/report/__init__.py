@@ -38,11 +38,13 @@ from harness.records import (
     CaseRecord,
     DivergenceRecord,
     Finding,
+    LoggedDispatch,
     MergeMeta,
     Record,
     RecordError,
     RunMeta,
     Summary,
+    TimelineStep,
     as_float,
     read_bundle_doc,
     read_records,
@@ -329,8 +331,8 @@ def _first_divergent(
         return None
     order: dict[tuple[int, str], int] = {}
     for step in record.timeline:
-        for k, dispatch in enumerate(step.get("model", {}).get("dispatches", [])):
-            order.setdefault((int(step["index"]), str(dispatch.get("op"))), k)
+        for k, dispatch in enumerate(step.model.dispatches):
+            order.setdefault((step.index, dispatch.op), k)
 
     def key(d: DivergenceRecord) -> tuple[int, int, int]:
         return (
@@ -361,72 +363,62 @@ def _first_divergent(
     return first
 
 
-def _step_view(step: Mapping[str, Any]) -> dict[str, Any]:
+def _step_view(step: TimelineStep) -> dict[str, Any]:
     """A step with rows for the side-by-side tables and mismatch flags."""
-    model = step.get("model", {})
-    backends = step.get("backends", {})
+    model, backends = step.model, step.backends
     names = ["model", *backends]
-    tensors = sorted(
-        {t for src in [model, *backends.values()] for t in (src.get("cur_dims") or {})}
-    )
-    dims_rows = []
+    sides = [model, *backends.values()]
+    tensors = sorted({t for side in sides for t in side.cur_dims})
+    dims_rows: list[dict[str, Any]] = []
     for t in tensors:
-        want = (model.get("cur_dims") or {}).get(t)
-        cells = [want] + [(b.get("cur_dims") or {}).get(t) for b in backends.values()]
+        want_dims = model.cur_dims.get(t)
+        cells = [side.cur_dims.get(t) for side in sides]
         dims_rows.append(
             {
                 "tensor": t,
                 "cells": [
-                    {"text": _dims(c), "bad": i > 0 and want is not None and c != want}
+                    {"text": _dims(c), "bad": i > 0 and want_dims is not None and c != want_dims}
                     for i, c in enumerate(cells)
                 ],
             }
         )
-    logs = [model.get("dispatches") or []] + [b.get("dispatches") or [] for b in backends.values()]
-    dispatch_rows = []
+    logs = [side.dispatches for side in sides]
+    dispatch_rows: list[dict[str, Any]] = []
     for k in range(max((len(log) for log in logs), default=0)):
-        want = _logical(logs[0][k]) if k < len(logs[0]) else None
-        cells = []
+        want = logs[0][k].logical() if k < len(logs[0]) else None
+        row = []
         for i, log in enumerate(logs):
             d = log[k] if k < len(log) else None
             text = "-" if d is None else _dispatch_text(d)
-            cells.append({"text": text, "bad": i > 0 and (d is None or _logical(d) != want)})
-        op = next((log[k].get("op") for log in logs if k < len(log)), "?")
-        dispatch_rows.append({"op": op, "cells": cells})
+            row.append({"text": text, "bad": i > 0 and (d is None or d.logical() != want)})
+        op = next((log[k].op for log in logs if k < len(log)), "?")
+        dispatch_rows.append({"op": op, "cells": row})
     return {
-        "index": step.get("index"),
-        "inputs": step.get("inputs", {}),
+        "index": step.index,
+        "inputs": step.inputs,
         "names": names,
-        "errors": [model.get("error")] + [b.get("error") for b in backends.values()],
+        "errors": [side.error for side in sides],
         "dims_rows": dims_rows,
         "dispatch_rows": dispatch_rows,
-        "mismatch": any(c["bad"] for row in dims_rows + dispatch_rows for c in row["cells"]),
+        "mismatch": any(c["bad"] for r in dims_rows + dispatch_rows for c in r["cells"]),
         "utilization": {
-            name: sorted(
-                ((k, v) for k, v in (b.get("utilization") or {}).items()),
-                key=lambda kv: -_num(kv[1]),
-            )[:6]
+            name: sorted(b.utilization.items(), key=lambda kv: -_num(kv[1]))[:6]
             for name, b in backends.items()
         },
-        "validation": {n: b.get("validation_messages") or [] for n, b in backends.items()},
-        "divergences": step.get("divergences", []),
+        "validation": {n: b.validation_messages for n, b in backends.items()},
+        "divergences": step.divergences,
     }
 
 
-def _num(value: Any) -> float:
-    f = as_float(value)
-    return -1.0 if f != f else f
+def _num(value: float) -> float:
+    return -1.0 if value != value else value
 
 
-def _logical(d: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (d.get("kernel"), tuple(d.get("wg", ())), tuple(d.get("count", ())), d.get("ran"))
-
-
-def _dispatch_text(d: Mapping[str, Any]) -> str:
-    text = f"{d.get('kernel')} wg{_dims(d.get('wg'))} ×{_dims(d.get('count'))}"
-    if d.get("grid") and d.get("grid") != d.get("count"):
-        text += f" grid{_dims(d.get('grid'))}"
-    return text + ("" if d.get("ran") else " skipped")
+def _dispatch_text(d: LoggedDispatch) -> str:
+    text = f"{d.kernel} wg{_dims(d.wg)} ×{_dims(d.count)}"
+    if d.grid and d.grid != d.count:
+        text += f" grid{_dims(d.grid)}"
+    return text + ("" if d.ran else " skipped")
 
 
 def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:

@@ -98,6 +98,10 @@ def test_run_meta_and_summary_round_trip(tmp_path: Path) -> None:
         (lambda r: r.update(timeline={}), "field 'timeline' must be a list"),
         (lambda r: r.update(meta=[]), "field 'meta' must be an object"),
         (lambda r: r.update(ops=["add", 3]), "field ops[1] must be a string, got an integer 3"),
+        (
+            lambda r: r["timeline"][0]["model"]["dispatches"][0].pop("kernel"),
+            "field timeline[0].model.dispatches[0].'kernel' is missing",
+        ),
     ],
 )  # fmt: skip
 def test_malformed_case_records_name_file_line_and_field(
