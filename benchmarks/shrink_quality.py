@@ -1,7 +1,7 @@
 """Shrink quality and time on planted bugs: `python -m benchmarks.shrink_quality`.
 
 For every planted bug of tests/planted_catalog.py (one per failure class), search generated
-cases with the bug planted, then shrink: report the signature kept, the examples run, the
+cases with the bug planted, then shrink: report the bug key kept, the examples run, the
 time to find the first failure and to shrink it, and the size of the first failing case
 against the minimal one (steps, ops, elements of the inputs at max).
 """
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     print(f"Adapter: {adapter}\n")
     print(
-        "| planted bug | signature kept | examples | find s | shrink s "
+        "| planted bug | bug key kept | examples | find s | shrink s "
         "| first case: steps / ops / input elements "
         "| minimal: steps / ops / input elements (dims) |"
     )
@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
                     max_examples=args.max_examples,
                     search_seed=search_seed,
                 )
-            kept = out.signature is not None and out.signature[:3] == (
+            bug = out.bug
+            kept = bug is not None and (bug.kind, bug.op_type, bug.blame) == (
                 plant.kind,
                 plant.op_type,
                 plant.blame,
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             row = {
                 "plant": plant.name,
                 "seed": search_seed,
-                "signature": list(out.signature) if out.signature else None,
+                "bug": str(bug) if bug else None,
                 "kept": kept,
                 "examples": out.examples,
                 "find_s": round(out.find_seconds, 2),
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 "minimal": minimal.__dict__ if minimal else None,
             }
             rows.append(row)
-            sig = "|".join(s for s in (out.signature or ()) if s) or "not found"
+            sig = str(bug) if bug else "not found"
             f = f"{first.steps} / {first.ops} / {first.input_max_numel}" if first else "-"
             m = "-"
             if minimal:

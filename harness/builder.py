@@ -90,11 +90,40 @@ class GraphBuilder:
             }
         )
 
-    def state(self, name: str, dtype: str, dims: Sequence[int]) -> str:
-        """A persistent, zero-initialized tensor that ops update in place (a KV cache)."""
-        return self._add(
-            {"name": name, "kind": "tensor", "dtype": dtype, "dims": list(dims), "state": True}
-        )
+    def state(
+        self,
+        name: str,
+        dtype: str,
+        dims: Sequence[int],
+        initial: np.ndarray | None = None,
+    ) -> str:
+        """A persistent tensor that ops update in place across steps (a KV cache).
+
+        It starts as zeros, or as `initial` (an array of exactly `dtype` and `dims`, stored in
+        the constants archive under `name`: the graph format's initial data of a state
+        tensor, which both runtimes upload at load and the reference starts from).
+        """
+        entry: dict[str, Any] = {
+            "name": name,
+            "kind": "tensor",
+            "dtype": dtype,
+            "dims": list(dims),
+            "state": True,
+        }
+        if initial is not None:
+            array = np.asarray(initial)
+            if dtype not in DTYPES or array.dtype != DTYPES[dtype] or array.shape != tuple(dims):
+                raise ValueError(
+                    f"state {name!r}: initial data must be {dtype}{list(dims)}, got "
+                    f"{array.dtype}{list(array.shape)}"
+                )
+            if name in self._constants:
+                raise ValueError(f"state {name!r}: a constant of that name exists already")
+            entry["constant"] = name
+            self._add(entry)
+            self._constants[name] = np.ascontiguousarray(array)
+            return name
+        return self._add(entry)
 
     def tensor(self, name: str, dtype: str, dims: Sequence[int]) -> str:
         """An intermediate tensor (written by an op)."""

@@ -2,9 +2,10 @@
 
 One bundle per finding: `bundles/<finding id>/`, named from the minimal case and its bug
 (harness.findings.finding_id), written atomically, so every chunk (or process) that
-shrinks to the same finding lands on the same folder. Layout (format `parity-bundle/1`):
+shrinks to the same finding lands on the same folder. Layout (format `parity-bundle/2`,
+`harness.records.BundleDoc`; bundles of format /1 still load):
 
-    bundle.json        what it is: signatures, divergences, seed and chunk, profile and
+    bundle.json        what it is: its bug key, divergences, seed and chunk, profile and
                        budgets, the workgroups-per-dimension limit it ran under (null:
                        the device's), adapters, versions, `sources` (hashes of the Python and
                        shader sources the run ran), shader hashes, `repeatability`,
@@ -27,8 +28,8 @@ shrinks to the same finding lands on the same folder. Layout (format `parity-bun
 `parity replay BUNDLE` reruns the case through `LockstepRunner` with the bundle's own shader
 copies (so a shader bug reproduces on a fresh clone) or, with `--shaders worktree`, with the
 working tree's, under the workgroup limit it was found with; it says whether the same
-divergence signature (class, op, blamed backend) still shows, and which Python files
-differ from the ones the bundle was found with.
+bug (its `harness.divergence.BugKey`) still shows, and which Python files differ from the
+ones the bundle was found with.
 """
 
 from __future__ import annotations
@@ -46,24 +47,30 @@ from typing import Any
 
 import numpy as np
 
-from graph_format import Graph, GraphFormatError, OpNode, Runtime, StepResult, TensorValue
+from graph_format import Graph, GraphFormatError, OpNode, Runtime, StepResult
 from harness.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
 from harness.case import Case
-from harness.contract import ContractModel, ModelStep, expected_build_error
+from harness.contract import expected_build_error
+from harness.divergence import BugKey
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.ops import MODELS, model_for
-from harness.oracles import canary_fill
 from harness.records import (
+    BUNDLE_FORMAT,
+    BundleDoc,
+    BundleRun,
+    CaseRecord,
+    DivergenceRecord,
     RecordError,
+    RunMeta,
     divergence_record,
     plain,
-    read_json,
+    read_bundle_doc,
     write_json,
 )
 from harness.reference import ReferenceEvaluator, op_args
 from harness.report.images import utilization
+from harness.steps import StepLoop, grid_limit, intermediates
 
-BUNDLE_FORMAT = "parity-bundle/1"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 REPO_SHADER_DIRS = {"webgpu": REPO_ROOT / "wgsl", "vulkan": REPO_ROOT / "glsl"}
 _EXT = {"webgpu": ".wgsl", "vulkan": ".comp"}
@@ -134,7 +141,7 @@ class Evidence:
 
 
 def capture_evidence(
-    runtimes: Sequence[Runtime], case: Case, divergences: Sequence[Mapping[str, Any]]
+    runtimes: Sequence[Runtime], case: Case, divergences: Sequence[DivergenceRecord]
 ) -> Evidence:
     """Re-run a case and keep the data behind its divergences (see the module docstring).
 
@@ -148,50 +155,27 @@ def capture_evidence(
     wanted: dict[int, set[str]] = {}
     canary: dict[int, set[str]] = {}
     for d in divergences:
-        tensor, step = d.get("tensor"), int(d.get("step", -1))
-        if not tensor or step < 0:
+        if not d.tensor or d.step < 0:
             continue
-        if d.get("kind") in ("numeric", "nan_inf", "stale_read"):
-            wanted.setdefault(step, set()).add(str(tensor))
-        if d.get("kind") in ("canary_write", "stale_read"):
-            canary.setdefault(step, set()).add(str(tensor))
+        if d.kind in ("numeric", "nan_inf", "stale_read"):
+            wanted.setdefault(d.step, set()).add(d.tensor)
+        if d.kind in ("canary_write", "stale_read"):
+            canary.setdefault(d.step, set()).add(d.tensor)
     evidence = Evidence()
-    arrays = evidence.arrays
     if (not wanted and not canary) or expected_build_error(graph) is not None:
         return evidence
-    loaded = {}
-    try:
-        for rt in runtimes:
-            loaded[rt.name] = rt.load(graph)
-        model = ContractModel(graph)
-        reference = ReferenceEvaluator(graph)
-        written = [n for node in graph.ops for n in node.outputs.values()]
-        intermediates = [
-            n
-            for n in written
-            if isinstance(graph.values[n], TensorValue) and n not in graph.outputs
-        ]
-        canaried = [t.name for t in graph.tensors() if t.constant is None and not t.state]
-        for index, inputs in enumerate(case.steps):
-            if index > max([*wanted, *canary]):
-                break
-            expected = model.try_step(inputs)
-            fill: dict[str, tuple[int, int]] = {}
-            if isinstance(expected, ModelStep):
-                fill = canary_fill(index, graph, expected, canaried)
-            results: dict[str, StepResult] = {}
-            for name, lg in loaded.items():
-                try:
-                    results[name] = lg.execute(
-                        inputs, read=intermediates, read_raw=list(fill), fill=fill
-                    )
-                except Exception:
-                    continue  # the lockstep run already recorded the failure
-            if not isinstance(expected, ModelStep):
-                continue
-            values, errors, _ = reference.step(inputs)
+    reference = ReferenceEvaluator(graph)
+    with StepLoop(runtimes, case, reads=intermediates(graph), limit=grid_limit(runtimes)) as loop:
+        # A runtime that did not load runs no step: the lockstep run recorded why.
+        for step in loop.steps(until=max([*wanted, *canary])):
+            if not step.accepted:
+                continue  # the lockstep run already recorded the failure
+            index, results, fill = step.index, step.results, step.fill
+            values, errors, _ = reference.step(step.inputs)
             for tensor in sorted(wanted.get(index, ())):
-                _numeric_evidence(evidence, graph, index, tensor, inputs, results, values, errors)
+                _numeric_evidence(
+                    evidence, graph, index, tensor, step.inputs, results, values, errors
+                )
             for tensor in sorted(canary.get(index, ())):
                 for name, res in results.items():
                     raw = res.raw.get(tensor)
@@ -201,10 +185,7 @@ def capture_evidence(
                     words = raw[: len(raw) // 4 * 4].view(np.uint32)
                     state = np.zeros(words.shape, np.uint8)
                     state[offset // 4 :] = np.where(words[offset // 4 :] == word, 1, 2)
-                    arrays[f"canary/s{index}/{tensor}/{name}"] = state
-    finally:
-        for lg in loaded.values():
-            lg.close()
+                    evidence.arrays[f"canary/s{index}/{tensor}/{name}"] = state
     return evidence
 
 
@@ -234,7 +215,7 @@ def _numeric_evidence(
                 n: np.asarray(v, np.float64) for n, v in inputs.items() if isinstance(v, np.ndarray)
             }
             for t in graph.tensors():
-                if t.constant is not None:
+                if t.constant is not None and not t.state:  # state: its initial data only
                     local[t.name] = graph.constants[t.constant].astype(np.float64)
             local.update({n: v.astype(np.float64) for n, v in observed.items()})
             try:
@@ -408,9 +389,9 @@ def _input_view(value: Any, out_shape: tuple[int, ...], at: tuple[int, ...]) -> 
 def write_bundle(
     folder: Path,
     case: Case,
-    record: Mapping[str, Any],
+    record: CaseRecord,
     *,
-    run: Mapping[str, Any],
+    run: RunMeta,
     runtimes: Sequence[Runtime] | None = None,
     shader_dirs: Mapping[str, Path] | None = None,
     shrunk: bool = True,
@@ -424,7 +405,7 @@ def write_bundle(
 
     Args:
         folder: `bundles/<finding id>` (harness.findings.finding_id) of the run folder.
-        record: the case's JSONL record (harness.records.case_record).
+        record: the case's record (harness.records.case_record).
         run: the run's metadata (run.json): seed, profile, budgets, adapters, versions,
             source hashes.
         runtimes: when given, the case is re-run to capture evidence.
@@ -455,8 +436,8 @@ def _write_bundle_files(
     folder: Path,
     bundle_id: str,
     case: Case,
-    record: Mapping[str, Any],
-    run: Mapping[str, Any],
+    record: CaseRecord,
+    run: RunMeta,
     runtimes: Sequence[Runtime] | None,
     shader_dirs: Mapping[str, Path] | None,
     shrunk: bool,
@@ -464,82 +445,75 @@ def _write_bundle_files(
 ) -> None:
     case.save(folder / "case")
     hashes = copy_shaders(case.graph, folder / "shaders", shader_dirs)
-    write_json(folder / "timeline.json", {"steps": record.get("timeline", [])})
+    write_json(folder / "timeline.json", {"steps": record.timeline})
     evidence = Evidence()
     if runtimes:
-        evidence = capture_evidence(runtimes, case, record.get("divergences", []))
+        evidence = capture_evidence(runtimes, case, record.divergences)
         np.savez_compressed(folder / "arrays.npz", **evidence.arrays)
-    doc = {
-        "format": BUNDLE_FORMAT,
-        "id": bundle_id,
-        "case_id": record.get("case_id"),
-        "family": record.get("family"),
-        "chunk": record.get("chunk"),
-        "shrunk": shrunk,
-        "provisional": provisional,
-        "signatures": sorted({d["signature"] for d in record.get("divergences", [])}),
-        "divergences": record.get("divergences", []),
-        "max_utilization": record.get("max_utilization"),
-        "utilization": {
-            str(s.get("index")): {b: v.get("utilization", {}) for b, v in s["backends"].items()}
-            for s in record.get("timeline", [])
+    kept = BundleRun(
+        seed=run.seed,
+        profile=run.profile,
+        families=list(run.families),
+        budgets=run.budgets,
+        shard=run.shard,
+        adapters=run.adapters,
+        versions=run.versions,
+        git=run.git,
+        shader_dirs=run.shader_dirs,
+    )
+    doc = BundleDoc(
+        format=BUNDLE_FORMAT,
+        id=bundle_id,
+        case_id=record.case_id,
+        family=record.family,
+        chunk=record.chunk,
+        shrunk=shrunk,
+        provisional=provisional,
+        bug=record.bug,
+        divergences=record.divergences,
+        max_utilization=record.max_utilization,
+        utilization={
+            str(s.index): {b: v.utilization for b, v in s.backends.items()} for s in record.timeline
         },
-        "evidence": evidence.elements,
-        "step_shapes": record.get("step_shapes"),
-        "max_workgroups_per_dim": record.get("max_workgroups_per_dim"),
-        "repeatability": record.get("repeatability"),
-        "first_divergent": record.get("first_divergent"),
-        "run": {
-            k: run.get(k)
-            for k in (
-                "seed",
-                "profile",
-                "families",
-                "budgets",
-                "shard",
-                "adapters",
-                "versions",
-                "git",
-                "shader_dirs",
-            )
-        },
-        "sources": run.get("sources") or source_digests(shader_dirs),
-        "chunk_seed": _chunk_seed(run, record.get("chunk")),
-        "shaders": hashes,
-        "commands_cwd": "the run folder (the folder that holds bundles/ and index.html)",
-        "commands": replay_commands(f"bundles/{bundle_id}", run, record),
-    }
+        evidence=evidence.elements,
+        step_shapes=record.step_shapes,
+        max_workgroups_per_dim=record.max_workgroups_per_dim,
+        repeatability=record.repeatability,
+        first_divergent=record.first_divergent,
+        run=kept,
+        sources=run.sources or source_digests(shader_dirs),
+        chunk_seed=_chunk_seed(run, record.chunk),
+        shaders=hashes,
+        commands_cwd="the run folder (the folder that holds bundles/ and index.html)",
+        commands=replay_commands(f"bundles/{bundle_id}", run, record),
+    )
     write_json(folder / "bundle.json", doc)
     (folder / "README.md").write_text(_readme(doc))
 
 
-def existing_bundle(folder: Path) -> dict[str, Any] | None:
+def existing_bundle(folder: Path) -> BundleDoc | None:
     """The bundle.json of a complete bundle at `folder`, or None when there is none."""
     try:
-        return read_json(folder / "bundle.json", "bundle description")
+        return read_bundle_doc(folder / "bundle.json")
     except RecordError:
         return None
 
 
-def _chunk_seed(run: Mapping[str, Any], chunk: Any) -> int | None:
-    for c in run.get("plan", []):
-        if f"{c['family']}/{c['index']}" == chunk:
-            return int(c["seed"])
-    return None
+def _chunk_seed(run: RunMeta, chunk: str) -> int | None:
+    return next((c.seed for c in run.plan if c.id == chunk), None)
 
 
-def replay_commands(path: str, run: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
+def replay_commands(path: str, run: RunMeta, record: CaseRecord) -> list[str]:
     """Commands that replay a finding, run from the run folder: the bundle (`path`, relative
     to the run folder), with either shaders, kept as a regression, and its family's search
     again (into `rerun/`)."""
-    budgets = run.get("budgets", {})
     chunk_run = (
-        f"parity run --families {record.get('family')} --profile {run.get('profile')} "
-        f"--seed {run.get('seed')} --max-examples {budgets.get('max_examples')} "
-        f"--chunk-examples {budgets.get('chunk_examples')} --no-database --out rerun"
+        f"parity run --families {record.family} --profile {run.profile} "
+        f"--seed {run.seed} --max-examples {run.budgets.max_examples} "
+        f"--chunk-examples {run.budgets.chunk_examples} --no-database --out rerun"
     )
-    if run.get("max_workgroups_per_dim"):
-        chunk_run += f" --max-workgroups-per-dim {run['max_workgroups_per_dim']}"
+    if run.max_workgroups_per_dim:
+        chunk_run += f" --max-workgroups-per-dim {run.max_workgroups_per_dim}"
     return [
         f"parity replay {path}",
         f"parity replay {path} --shaders worktree",
@@ -548,35 +522,32 @@ def replay_commands(path: str, run: Mapping[str, Any], record: Mapping[str, Any]
     ]
 
 
-def _readme(doc: Mapping[str, Any]) -> str:
+def _readme(doc: BundleDoc) -> str:
     lines = [
-        f"# Repro bundle {doc['id']}",
+        f"# Repro bundle {doc.id}",
         "",
-        f"Family `{doc['family']}`, first found by chunk `{doc['chunk']}`, case "
-        f"`{doc['case_id']}`"
+        f"Family `{doc.family}`, first found by chunk `{doc.chunk}`, case `{doc.case_id}`"
         + (
             " (provisional: the first divergent case seen; the run ended before its chunk did)"
-            if doc.get("provisional")
-            else ("" if doc["shrunk"] else " (not fully shrunk: the run was interrupted)")
+            if doc.provisional
+            else ("" if doc.shrunk else " (not fully shrunk: the run was interrupted)")
         )
         + ". Other chunks that shrank to the same case and bug share this bundle; the run's "
         "report lists them.",
         "",
-        "Signatures (op type | class | blamed backend | regime):",
-        "",
-        *[f"- `{s}`" for s in doc["signatures"]],
+        f"Bug (op type | class | blamed backend | numeric band): `{doc.bug}`",
         "",
         "Replay from the run folder (the folder that holds `bundles/` and `index.html`; the "
         "paths below are relative to it). The bundle's own shaders are used by default:",
         "",
         "```sh",
         "cd <run folder>",
-        *doc["commands"],
+        *doc.commands,
         "```",
         "",
         "Or from inside this folder: `parity replay .`",
         "",
-        f"Found with commit `{(doc.get('run') or {}).get('git')}`; `sources` in bundle.json "
+        f"Found with commit `{doc.run.git}`; `sources` in bundle.json "
         "hashes the Python and shader sources, and `parity replay` warns when the Python "
         "code it runs differs.",
         "",
@@ -631,7 +602,7 @@ def source_digests(shader_dirs: Mapping[str, Path] | None = None) -> dict[str, A
 def python_differences(bundle: Bundle) -> list[str] | None:
     """Python files of the running code that differ from the ones the bundle was found with
     (changed, added or removed), or None when the bundle records no hashes."""
-    recorded = (bundle.doc.get("sources") or {}).get("python")
+    recorded = bundle.doc.sources.get("python")
     if not isinstance(recorded, dict) or not recorded:
         return None
     now = python_digests()
@@ -646,16 +617,13 @@ class Bundle:
     """A bundle read back from disk."""
 
     path: Path
-    doc: dict[str, Any]
+    doc: BundleDoc
     case: Case
 
     @property
-    def signatures(self) -> set[tuple[str, str, str]]:
-        """(class, op type, blamed backend) of every divergence recorded."""
-        return {
-            (str(d.get("kind")), str(d.get("op_type")), str(d.get("blame")))
-            for d in self.doc.get("divergences", [])
-        }
+    def bug(self) -> BugKey | None:
+        """The bug it was found with (None: its case did not diverge)."""
+        return self.doc.bug
 
     def shader_dirs(self) -> dict[str, Path]:
         """The bundle's own shader folders, per backend."""
@@ -664,12 +632,11 @@ class Bundle:
     @property
     def max_workgroups_per_dim(self) -> int | None:
         """The lowered workgroups-per-dimension limit the case ran under (None: none)."""
-        limit = self.doc.get("max_workgroups_per_dim")
-        return int(limit) if limit is not None else None
+        return self.doc.max_workgroups_per_dim
 
 
 def load_bundle(path: str | Path) -> Bundle:
-    """Read a bundle folder.
+    """Read a bundle folder (either bundle format).
 
     Raises:
         BundleError: the folder is missing or is not a bundle; the message says what.
@@ -678,29 +645,16 @@ def load_bundle(path: str | Path) -> Bundle:
     if not path.is_dir():
         raise BundleError(f"{path}: no such bundle folder (expected a folder with bundle.json)")
     try:
-        doc = read_json(path / "bundle.json", "bundle description")
+        doc = read_bundle_doc(path / "bundle.json")
     except RecordError as err:
         raise BundleError(str(err)) from None
-    if doc.get("format") != BUNDLE_FORMAT:
-        raise BundleError(
-            f"{path / 'bundle.json'}: format must be {BUNDLE_FORMAT!r}, got {doc.get('format')!r}"
-        )
-    limit = doc.get("max_workgroups_per_dim")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise BundleError(
-            f"{path / 'bundle.json'}: max_workgroups_per_dim must be a positive integer or "
-            f"null, got {limit!r}"
-        )
     try:
         case = Case.load(path / "case")
     except GraphFormatError as err:  # its message names the file
         raise BundleError(str(err)) from None
     except (OSError, KeyError, ValueError, TypeError) as err:
         raise BundleError(f"{path / 'case' / 'case.json'}: not a case description: {err}") from None
-    shaders = doc.get("shaders", {})
-    if not isinstance(shaders, dict):
-        raise BundleError(f"{path / 'bundle.json'}: 'shaders' must map files to sha256s")
-    for rel in sorted(shaders):
+    for rel in sorted(doc.shaders):
         if not (path / "shaders" / rel).is_file():
             raise BundleError(
                 f"{path / 'shaders' / rel}: missing: bundle.json lists it among the shaders "
@@ -711,12 +665,17 @@ def load_bundle(path: str | Path) -> Bundle:
 
 @dataclass
 class ReplayOutcome:
-    """What a replay found."""
+    """What a replay found.
 
-    status: str  # "still_failing" | "fixed" | "changed"
-    expected: set[tuple[str, str, str]]
-    found: set[tuple[str, str, str]]
-    divergences: list[dict[str, Any]] = field(default_factory=list)
+    Attributes:
+        status: still_failing (its bug shows again), fixed (no divergence) or changed.
+        expected: the bundle's bug; `found`: the bug keys the replay showed.
+    """
+
+    status: str
+    expected: BugKey | None
+    found: set[BugKey]
+    divergences: list[DivergenceRecord] = field(default_factory=list)
     shader_mismatch: list[str] = field(default_factory=list)
     # Python files that differ from the bundle's run; None: the bundle records no hashes.
     python_mismatch: list[str] | None = None
@@ -730,7 +689,7 @@ class ReplayOutcome:
 def replay(
     bundle: Bundle, *, shaders: str = "bundle", runtimes: Sequence[Runtime] | None = None
 ) -> ReplayOutcome:
-    """Re-run a bundle's case on both backends and compare signatures.
+    """Re-run a bundle's case on both backends and look for its bug.
 
     Args:
         shaders: "bundle" (its own copies) or "worktree" (the repo's wgsl/ and glsl/).
@@ -756,23 +715,22 @@ def replay(
         mismatch = shader_differences(bundle)
     result: CaseResult = LockstepRunner(runtimes).run(bundle.case)
     found_records = [divergence_record(d, bundle.case) for d in result.divergences]
-    found = {(d["kind"], d["op_type"], str(d["blame"])) for d in found_records}
-    expected = bundle.signatures
+    found = {d.bug for d in found_records}
     if not found:
         status = "fixed"
-    elif expected & found:
+    elif bundle.bug in found:
         status = "still_failing"
     else:
         status = "changed"
     return ReplayOutcome(
-        status, expected, found, plain(found_records), mismatch, python_differences(bundle)
+        status, bundle.bug, found, found_records, mismatch, python_differences(bundle)
     )
 
 
 def shader_differences(bundle: Bundle) -> list[str]:
     """Shader files whose working-tree copy differs from the bundle's (or is missing)."""
     out = []
-    for rel, digest in sorted(bundle.doc.get("shaders", {}).items()):
+    for rel, digest in sorted(bundle.doc.shaders.items()):
         lang, _, name = rel.partition("/")
         root = REPO_SHADER_DIRS["webgpu" if lang == "wgsl" else "vulkan"]
         path = root / name

@@ -51,12 +51,18 @@ from harness.profiles import DEFAULT_DATABASE_DIR, PROFILES
 from harness.records import (
     CASES_FILE,
     RUN_FILE,
+    CaseRecord,
+    ChunkRecord,
+    MergeMeta,
     RecordError,
     RecordWriter,
+    RunMeta,
+    plain,
     read_records,
+    read_run_meta,
     write_json,
 )
-from harness.report import MERGE_FORMAT, load_run, merged_meta, render_report
+from harness.report import RunData, load_run, merged_meta, render_report
 from harness.runlock import LOCK_FILES, LockUnavailable, RunFolderLock, command_line
 from harness.session import RunConfig, RunFolderError, RunSession, RunSetupError
 from harness.strategies import FAMILIES, family_for_op
@@ -262,8 +268,8 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     rep = sub.add_parser(
         "replay",
         help="rerun a repro bundle without Hypothesis: still failing or fixed?",
-        description="Rerun a bundle's case on both backends and compare divergence "
-        "signatures (class, op, blamed backend). Exits 0 when fixed, 1 when it still (or "
+        description="Rerun a bundle's case on both backends and look for its bug key (op "
+        "type|class|blamed backend|numeric band). Exits 0 when fixed, 1 when it still (or "
         "differently) diverges.",
     )
     rep.add_argument("bundle", metavar="BUNDLE", help="a bundle folder (bundles/<id>)")
@@ -290,7 +296,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "--expect",
         choices=("fixed", "failing"),
         default="fixed",
-        help="what the test asserts: no divergence (fixed, default), or the same signature "
+        help="what the test asserts: no divergence (fixed, default), or the same bug key "
         "still diverging (failing: a known bug, strict)",
     )
     reg.add_argument(
@@ -547,9 +553,10 @@ def _report(args: argparse.Namespace) -> int:
     _require_records(run_dir)
     with RunFolderLock(run_dir, command_line()):
         summary = render_report(run_dir)
-    t = summary["totals"]
-    _err(f"parity report: {summary['status']}: {totals_text(t)}; {run_dir / 'index.html'}")
-    return int(summary["exit_status"])
+    _err(
+        f"parity report: {summary.status}: {totals_text(summary.totals)}; {run_dir / 'index.html'}"
+    )
+    return summary.exit_status
 
 
 def _require_records(run_dir: Path) -> None:
@@ -561,7 +568,7 @@ def _require_records(run_dir: Path) -> None:
     """
     data = load_run(run_dir)  # names a missing folder or run.json
     cases = run_dir / CASES_FILE
-    planned = sum(len(run.get("chunks", [])) for run in data.runs)
+    planned = sum(len(run.chunks) for run in data.runs)
     if not cases.exists():
         raise RecordError(f"{cases}: missing: no records to report (the run wrote none)")
     if planned and not any(data.records):
@@ -599,12 +606,12 @@ def _check_merge_out(out: Path, force: bool) -> None:
     if not out.is_dir() or all(p.name in LOCK_FILES for p in out.iterdir()):
         return
     try:
-        fmt = json.loads((out / RUN_FILE).read_text(encoding="utf-8")).get("format")
-    except (OSError, ValueError, AttributeError):
-        fmt = None
-    if fmt == MERGE_FORMAT or force:
+        meta: RunMeta | MergeMeta | None = read_run_meta(out / RUN_FILE)
+    except RecordError:
+        meta = None
+    if isinstance(meta, MergeMeta) or force:
         return
-    what = "a run folder" if fmt else "not empty"
+    what = "a run folder" if meta is not None else "not empty"
     raise UsageError(
         f"--out {out}: {what} and not an earlier merge's output; refusing to write into it "
         "(pick a new folder, or pass --force to replace its report files)"
@@ -620,19 +627,19 @@ def _merge_into(out: Path, shard_dirs: list[Path], allow_missing: bool) -> int:
         runs.append(data.runs[0])
     first = runs[0]
     for data, run in zip(shards, runs, strict=True):
-        if run.get("plan_digest") != first.get("plan_digest"):
+        if run.plan_digest != first.plan_digest:
             raise UsageError(
-                f"{data.path}: a shard of another plan (seed {run.get('seed')}, families "
-                f"{run.get('families')}, budgets {run.get('budgets')}); expected the plan of "
-                f"{shards[0].path} (seed {first.get('seed')}, families {first.get('families')}, "
-                f"budgets {first.get('budgets')})"
+                f"{data.path}: a shard of another plan (seed {run.seed}, families "
+                f"{run.families}, budgets {_budgets(run)}); expected the plan of "
+                f"{shards[0].path} (seed {first.seed}, families {first.families}, "
+                f"budgets {_budgets(first)})"
             )
     from harness.summary import device_label
 
     seen: dict[tuple[str, int], Path] = {}
-    count = int(first["shard"]["count"])
+    count = first.shard.count
     for data, run in zip(shards, runs, strict=True):
-        key = (device_label(run.get("adapters", {})), int(run["shard"]["index"]))
+        key = (device_label(run.adapters), run.shard.index)
         if key in seen:
             raise UsageError(
                 f"{data.path}: shard {key[1]}/{count} on {key[0]} is also in {seen[key]}"
@@ -655,7 +662,12 @@ def _merge_into(out: Path, shard_dirs: list[Path], allow_missing: bool) -> int:
         return _write_merge(out, shards, runs)
 
 
-def _write_merge(out: Path, shards: list[Any], runs: list[dict[str, Any]]) -> int:
+def _budgets(run: RunMeta) -> str:
+    b = run.budgets
+    return f"{b.max_examples} examples in chunks of {b.chunk_examples}"
+
+
+def _write_merge(out: Path, shards: list[RunData], runs: list[RunMeta]) -> int:
     for name in ("bundles", "failures", "cases"):
         if (out / name).is_dir():
             shutil.rmtree(out / name)
@@ -665,23 +677,24 @@ def _write_merge(out: Path, shards: list[Any], runs: list[dict[str, Any]]) -> in
         for source, data in enumerate(shards):
             renames = _copy_bundles(data.path, out, source)
             for record in read_records(data.path / CASES_FILE):
-                record["source"] = source
-                for f in record.get("findings", []) if record["record"] == "chunk" else []:
-                    if f.get("bundle") in renames:
-                        f["bundle"] = renames[f["bundle"]]
-                if record.get("provisional_bundle") in renames:
-                    record["provisional_bundle"] = renames[record["provisional_bundle"]]
+                record.source = source
+                if isinstance(record, ChunkRecord):
+                    for f in record.findings:
+                        f.bundle = renames.get(f.bundle or "", f.bundle)
+                elif isinstance(record, CaseRecord) and record.provisional_bundle:
+                    bundle = record.provisional_bundle
+                    record.provisional_bundle = renames.get(bundle, bundle)
                 writer.write(record)
     finally:
         writer.close()
     write_json(out / RUN_FILE, merged_meta(runs, [str(d.path) for d in shards]))
     summary = render_report(out)
-    t = summary["totals"]
+    t = summary.totals
     _err(
-        f"parity merge: {len(shards)} shards, {t['cases']} cases, {t['findings']} findings "
-        f"({t['unexpected_findings']} unexpected); {out / 'index.html'}"
+        f"parity merge: {len(shards)} shards, {t.cases} cases, {t.findings} findings "
+        f"({t.unexpected_findings} unexpected); {out / 'index.html'}"
     )
-    return int(summary["exit_status"])
+    return summary.exit_status
 
 
 def _copy_bundles(src: Path, out: Path, source: int) -> dict[str, str]:
@@ -707,7 +720,7 @@ def _same_device(bundle: Path, other: Path) -> bool:
 
     def device(folder: Path) -> str | None:
         doc = existing_bundle(folder)
-        return device_label(doc.get("run", {}).get("adapters") or {}) if doc else None
+        return device_label(doc.run.adapters) if doc else None
 
     return device(bundle) == device(other) is not None
 
@@ -722,20 +735,22 @@ def _replay(args: argparse.Namespace) -> int:
     if args.json:
         _out(
             json.dumps(
-                {
-                    "status": outcome.status,
-                    "expected": sorted(list(s) for s in outcome.expected),
-                    "found": sorted(list(s) for s in outcome.found),
-                    "divergences": outcome.divergences,
-                    "shaders": args.shaders,
-                    "shader_mismatch": outcome.shader_mismatch,
-                    "python_mismatch": outcome.python_mismatch,
-                    "max_workgroups_per_dim": bundle.max_workgroups_per_dim,
-                },
+                plain(
+                    {
+                        "status": outcome.status,
+                        "expected": outcome.expected,
+                        "found": sorted(outcome.found),
+                        "divergences": outcome.divergences,
+                        "shaders": args.shaders,
+                        "shader_mismatch": outcome.shader_mismatch,
+                        "python_mismatch": outcome.python_mismatch,
+                        "max_workgroups_per_dim": bundle.max_workgroups_per_dim,
+                    }
+                ),
                 indent=1,
             )
         )
-    recorded = bundle.doc.get("run", {}).get("adapters", {})
+    recorded = bundle.doc.run.adapters
     now = {b: open_runtime(b).info() for b in BACKENDS}
     for b in BACKENDS:
         was = recorded.get(b, {})
@@ -762,22 +777,22 @@ def _replay(args: argparse.Namespace) -> int:
         changed = outcome.python_mismatch
         _err(
             f"parity replay: warning: the Python code differs from the code the bundle was "
-            f"found with (commit {bundle.doc.get('run', {}).get('git')}) in {len(changed)} "
+            f"found with (commit {bundle.doc.run.git}) in {len(changed)} "
             f"file(s): {', '.join(changed[:8])}{', ...' if len(changed) > 8 else ''}; the "
             "verdict below may come from that change, not from the shaders"
         )
     elif outcome.python_mismatch is None:
         _err("parity replay: note: the bundle records no source hashes (an older harness)")
-    sig = "; ".join("/".join(s) for s in sorted(outcome.expected))
+    sig = str(outcome.expected)
     took = f"{time.monotonic() - started:.1f} s"
     if outcome.status == "fixed":
         _err(f"parity replay: fixed: no divergence (was: {sig}) [{args.shaders} shaders, {took}]")
     elif outcome.status == "still_failing":
-        _err(f"parity replay: still failing: same signature {sig} [{args.shaders} shaders, {took}]")
+        _err(f"parity replay: still failing: same bug {sig} [{args.shaders} shaders, {took}]")
         for d in outcome.divergences[:10]:
-            _err(f"  step {d['step']}: {d['kind']} ({d['blame']}) {d['message']}")
+            _err(f"  step {d.step}: {d.kind} ({d.blame}) {d.message}")
     else:
-        now_sig = "; ".join("/".join(s) for s in sorted(outcome.found))
+        now_sig = "; ".join(str(s) for s in sorted(outcome.found))
         _err(
             f"parity replay: diverges differently: was {sig}, now {now_sig} "
             f"[{args.shaders} shaders, {took}]"
@@ -788,7 +803,7 @@ def _replay(args: argparse.Namespace) -> int:
 def _regress(args: argparse.Namespace) -> int:
     bundle = load_bundle(args.bundle)
     dest_root = Path(args.dest)
-    name = args.name or bundle.doc.get("id") or bundle.path.name
+    name = args.name or bundle.doc.id or bundle.path.name
     if not name or "/" in name or name.startswith("."):
         raise UsageError(f"--name must be a plain folder name, got {name!r}")
     dest = dest_root / name
@@ -802,7 +817,7 @@ def _regress(args: argparse.Namespace) -> int:
         dest / "regression.json",
         {
             "expect": args.expect,
-            "signatures": sorted(list(s) for s in bundle.signatures),
+            "bug": bundle.bug,
             "source": str(bundle.path),
             "created": time.strftime("%Y-%m-%d"),
         },

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -61,6 +62,75 @@ PRIORITY = {
 WEBGPU, VULKAN, BOTH, MODEL = "webgpu", "vulkan", "both", "model"
 
 
+def numeric_band(factor: float | None) -> str:
+    """The band of error / budget a numeric finding falls in (`NUMERIC_BANDS`); a factor
+    that is unknown counts as gross."""
+    value = math.inf if factor is None else factor
+    return next((name for name, low in reversed(NUMERIC_BANDS) if value >= low), "x1")
+
+
+# The kind of the verdict on a case whose results change between runs (harness.verdict).
+NONDETERMINISTIC = "nondeterministic"
+
+
+@dataclass(frozen=True, order=True)
+class BugKey:
+    """What makes two divergences "the same bug": the one definition, used by shrinking
+    (harness.verdict: one exception class per key, so Hypothesis only accepts a shrink that
+    keeps it), by grouping (findings, the summary and the report), by replay (a bundle still
+    fails when its key shows again) and by expectations (an entry covers the keys it names).
+
+    The fields, and why each is in the key:
+    - `op_type`: the op type (`rms_norm`), not the op's name, which changes as a case
+      shrinks; `-` for a divergence about no op.
+    - `kind`: the failure class (`harness.divergence.Kind`, or `nondeterministic`).
+    - `blame`: the side that is wrong (`webgpu`, `vulkan`, `both`, `model`; for a
+      non-deterministic case the backends that were, comma-separated).
+    - `band`: for numeric findings, the band of error / budget (`NUMERIC_BANDS`: x1
+      marginal, x10 clear, x1000 gross; empty otherwise), so that shrinking keeps a gross
+      error gross instead of trading it for a barely failing case, which may be another bug
+      (a missing term in a derivation) or none; bands, not decades, since one bug's factor
+      spans decades with the data.
+
+    The shape regime is not in the key: it is where a bug showed, and shrinking moves it
+    (a bug found at `rows<max` shrinks to `rows=1`); reports list the regimes of each bug.
+
+    Its text form (`str(key)`, `BugKey.parse`) is `op_type|kind|blame`, then `|band` for a
+    numeric finding: `rms_norm|numeric|webgpu|x1000`.
+    """
+
+    op_type: str
+    kind: str
+    blame: str
+    band: str = ""
+
+    @classmethod
+    def of(cls, kind: str, op_type: str | None, blame: str, factor: float | None) -> BugKey:
+        """The key of a divergence from its fields (a `Divergence` or a record of one)."""
+        band = numeric_band(factor) if kind == Kind.NUMERIC else ""
+        return cls(op_type or "-", str(kind), str(blame), band)
+
+    @classmethod
+    def nondeterministic(cls, backends: Sequence[str]) -> BugKey:
+        """The key of a case whose results changed between runs on `backends`."""
+        return cls("-", NONDETERMINISTIC, ",".join(backends) or BOTH)
+
+    @classmethod
+    def parse(cls, text: str) -> BugKey:
+        """A key from its text form.
+
+        Raises:
+            ValueError: not `op_type|kind|blame[|band]`.
+        """
+        parts = text.split("|")
+        if len(parts) not in (3, 4) or not all(parts[:3]):
+            raise ValueError(f"expected a bug key op_type|kind|blame[|band], got {text!r}")
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return "|".join([self.op_type, self.kind, self.blame] + ([self.band] if self.band else []))
+
+
 @dataclass
 class Divergence:
     """One finding of one step.
@@ -88,15 +158,9 @@ class Divergence:
     details: dict[str, Any] = field(default_factory=dict)
     op_type: str | None = None
 
-    def signature(self) -> tuple[str, str, str, str]:
-        """What identifies "the same bug": class, op type, blame, and for numeric failures
-        the band of error / budget (`NUMERIC_BANDS`), so that shrinking cannot trade a gross
-        error for a barely failing one, or the other way round."""
-        bucket = ""
-        if self.kind == Kind.NUMERIC:
-            factor = math.inf if self.factor is None else self.factor
-            bucket = next(name for name, low in reversed(NUMERIC_BANDS) if factor >= low)
-        return (str(self.kind), self.op_type or "-", self.blame, bucket)
+    def bug_key(self) -> BugKey:
+        """The bug this divergence shows (see `BugKey`)."""
+        return BugKey.of(str(self.kind), self.op_type, self.blame, self.factor)
 
     def to_json(self) -> dict[str, Any]:
         """Plain-data form for JSONL records."""

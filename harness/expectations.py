@@ -1,12 +1,14 @@
 """Known divergences: an expectations file whose entries say which findings are expected.
 
-Each entry names the divergences it covers (op type, failure class, blamed backend, and
-optionally family, regime and a message pattern), the device and driver it applies to, a
-reason and a link to the bug. A divergence that matches an applicable entry is reported as
-*known* and does not fail the run; a case whose divergences are all known does not count as
-a Hypothesis failure either, so the search keeps hunting for unexpected ones. An entry that
-applies to the run's device, whose op or family the run exercised, and that matched nothing
-is reported as *stale*: the bug is fixed or the entry is wrong, so it should go.
+Each entry names the divergences it covers by the fields of their bug key
+(`harness.divergence.BugKey`: op type, failure class, blamed backend, numeric band; each
+optional) and optionally family, regime and a message pattern, the device and driver it
+applies to, a reason and a link to the bug. A divergence that matches an applicable entry
+is reported as *known* and does not fail the run; a case whose divergences are all known
+does not count as a Hypothesis failure either, so the search keeps hunting for unexpected
+ones. An entry that applies to the run's device, whose op or family the run exercised, and
+that matched nothing is reported as *stale*: the bug is fixed or the entry is wrong, so it
+should go.
 
 The file is TOML (`expectations.toml` at the repo root):
 
@@ -15,6 +17,7 @@ The file is TOML (`expectations.toml` at the repo root):
     op = "rms_norm"                   # op type (optional)
     kind = "numeric"                  # failure class, harness.divergence.Kind (optional)
     blame = "webgpu"                  # webgpu | vulkan | both | model (optional)
+    band = "x1000"                    # numeric band of error/budget: x1, x10, x1000 (optional)
     family = "rms_norm"               # case family (optional)
     regime = "rows=1"                 # shape regime (optional)
     message = "over its error budget" # regular expression searched in the message (optional)
@@ -32,13 +35,17 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harness.divergence import Kind
+from harness.divergence import NUMERIC_BANDS, BugKey, Kind
+
+if TYPE_CHECKING:
+    from harness.records import DivergenceRecord
 
 DEFAULT_FILE = Path(__file__).resolve().parents[1] / "expectations.toml"
 _BLAMES = ("webgpu", "vulkan", "both", "model")
-_MATCH_FIELDS = ("op", "kind", "blame", "family", "regime", "message")
+_BANDS = tuple(name for name, _ in NUMERIC_BANDS)
+_MATCH_FIELDS = ("op", "kind", "blame", "band", "family", "regime", "message")
 _REQUIRED = ("id", "device", "driver", "reason", "link")
 
 
@@ -58,13 +65,15 @@ class Expectation:
     op: str | None = None
     kind: str | None = None
     blame: str | None = None
+    band: str | None = None
     family: str | None = None
     regime: str | None = None
     message: str | None = None
 
     def applies_to(self, adapters: Mapping[str, Mapping[str, Any]]) -> bool:
         """Whether the device and driver globs match the adapter of a backend it blames."""
-        backends = [self.blame] if self.blame in adapters else list(adapters)
+        blamed = self.blame
+        backends = [blamed] if blamed is not None and blamed in adapters else list(adapters)
         return any(self._adapter_matches(adapters[b]) for b in backends)
 
     def _adapter_matches(self, info: Mapping[str, Any]) -> bool:
@@ -73,28 +82,32 @@ class Expectation:
             fnmatch.fnmatchcase(d, self.driver) for d in drivers if d
         )
 
+    def covers(self, bug: BugKey) -> bool:
+        """Whether the bug key fields this entry names (op, kind, blame, band) match."""
+        wanted = {"op": bug.op_type, "kind": bug.kind, "blame": bug.blame, "band": bug.band}
+        return all(getattr(self, k) in (None, v) for k, v in wanted.items())
+
     def matches(
-        self, divergence: Mapping[str, Any], family: str, adapters: Mapping[str, Mapping[str, Any]]
+        self,
+        divergence: DivergenceRecord,
+        family: str,
+        adapters: Mapping[str, Mapping[str, Any]],
     ) -> bool:
-        """Whether a divergence record (see harness.records.divergence_record) is this one."""
-        wanted = {
-            "op": divergence.get("op_type"),
-            "kind": divergence.get("kind"),
-            "blame": divergence.get("blame"),
-            "family": family,
-            "regime": divergence.get("regime"),
-        }
-        for name, value in wanted.items():
-            pattern = getattr(self, name)
-            if pattern is not None and pattern != value:
-                return False
-        if self.message is not None and not re.search(
-            self.message, str(divergence.get("message", ""))
-        ):
+        """Whether a divergence (its bug key, family, regime, message) is this one, on a
+        device and driver the entry applies to."""
+        if not self.covers(divergence.bug):
             return False
-        blamed = str(divergence.get("blame"))
+        if self.family not in (None, family) or self.regime not in (None, divergence.regime):
+            return False
+        if self.message is not None and not re.search(self.message, divergence.message):
+            return False
+        blamed = divergence.blame
         backends = [blamed] if blamed in adapters else list(adapters)
         return any(self._adapter_matches(adapters[b]) for b in backends)
+
+    def to_json(self) -> dict[str, str]:
+        """The entry as plain data (recorded in run.json), without fields it leaves open."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
 
 
 @dataclass
@@ -105,7 +118,10 @@ class Expectations:
     source: str | None = None
 
     def match(
-        self, divergence: Mapping[str, Any], family: str, adapters: Mapping[str, Mapping[str, Any]]
+        self,
+        divergence: DivergenceRecord,
+        family: str,
+        adapters: Mapping[str, Mapping[str, Any]],
     ) -> str | None:
         """Id of the first entry matching a divergence record, or None."""
         for entry in self.entries:
@@ -113,16 +129,9 @@ class Expectations:
                 return entry.id
         return None
 
-    def to_json(self) -> list[dict[str, Any]]:
+    def to_json(self) -> list[dict[str, str]]:
         """The entries as plain data (recorded in run.json)."""
-        return [
-            {k: v for k, v in entry.__dict__.items() if v is not None} for entry in self.entries
-        ]
-
-    @classmethod
-    def from_json(cls, entries: Iterable[Mapping[str, Any]], source: str | None = None) -> Any:
-        """Entries recorded by `to_json`."""
-        return cls([Expectation(**dict(e)) for e in entries], source)
+        return [entry.to_json() for entry in self.entries]
 
 
 def load_expectations(path: str | Path) -> Expectations:
@@ -180,6 +189,11 @@ def load_expectations(path: str | Path) -> Expectations:
                 f"{where} ({entry['id']!r}): kind must be one of {sorted(k.value for k in Kind)}, "
                 f"got {entry['kind']!r}"
             )
+        if "band" in entry and entry["band"] not in _BANDS:
+            raise ExpectationsError(
+                f"{where} ({entry['id']!r}): band must be one of {list(_BANDS)}, "
+                f"got {entry['band']!r}"
+            )
         if "blame" in entry and entry["blame"] not in _BLAMES:
             raise ExpectationsError(
                 f"{where} ({entry['id']!r}): blame must be one of {list(_BLAMES)}, "
@@ -197,7 +211,7 @@ def load_expectations(path: str | Path) -> Expectations:
 
 
 def entry_status(
-    entry: Mapping[str, Any],
+    entry: Expectation,
     matches: int,
     adapters_seen: Iterable[Mapping[str, Mapping[str, Any]]],
     ops_run: set[str],
@@ -206,16 +220,14 @@ def entry_status(
     """`matched`, `stale`, `not_applicable` (other device/driver) or `not_exercised`.
 
     Args:
-        entry: an entry as recorded by `Expectations.to_json`.
         matches: how many divergences it matched.
         adapters_seen: the adapter sets the run (or each merged shard) ran on.
     """
     if matches:
         return "matched"
-    expectation = Expectation(**dict(entry))
-    if not any(expectation.applies_to(adapters) for adapters in adapters_seen):
+    if not any(entry.applies_to(adapters) for adapters in adapters_seen):
         return "not_applicable"
-    exercised = (expectation.op is None or expectation.op in ops_run) and (
-        expectation.family is None or expectation.family in families_run
+    exercised = (entry.op is None or entry.op in ops_run) and (
+        entry.family is None or entry.family in families_run
     )
     return "stale" if exercised else "not_exercised"

@@ -1,13 +1,13 @@
-"""What makes two findings the same finding: the one definition of a bug's key.
+"""What makes two findings the same finding: a case and its bug key.
 
 Hypothesis shrinks a bug to the same minimal case from many chunks (a planted rms_norm bug
 shrinks to the same 1x1 case from every chunk of its family). Those are one finding: the
-same case (`harness.records.case_id`, a content hash) failing the same way (the distinct
-signatures `op_type|kind|blame|regime` of its divergences). `finding_id` names it, and the
-name is used for its bundle folder (`bundles/<finding id>/`), its failure page
-(`failures/<finding id>.html`) and its entry in `summary.json`, so chunks that find it, in
-one process or in several writing to one run folder, all land on the same bundle and the
-summary groups their chunk records into one finding.
+same case (`harness.records.case_id`, a content hash) showing the same bug (its
+`harness.divergence.BugKey`, the key the search shrank it by: `CaseRecord.bug`).
+`finding_id` names it, and the name is used for its bundle folder (`bundles/<finding id>/`),
+its failure page (`failures/<finding id>.html`) and its entry in `summary.json`, so chunks
+that find it, in one process or in several writing to one run folder, all land on the same
+bundle and the summary groups their chunk records into one finding.
 
 Cases are counted the same way everywhere (the CLI's lines, `summary.json`, the HTML): a
 case is a distinct `case_id` (per device, when shards of several devices are merged), however
@@ -18,53 +18,39 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Sequence
+
+from harness.divergence import BugKey
+from harness.records import DivergenceRecord, Totals
 
 # A case's severity: what counting it as a case means for the totals.
 CLEAN, KNOWN, UNEXPECTED = 0, 1, 2
 
 
-def record_signatures(record: Mapping[str, Any]) -> list[str]:
-    """The sorted distinct signatures (`op_type|kind|blame|regime`) of a case record."""
-    return sorted({str(d["signature"]) for d in record.get("divergences", [])})
-
-
-def bug_key(signatures: Iterable[str]) -> str:
-    """The bug a finding shows, besides its case: its sorted distinct signatures, joined."""
-    return ",".join(sorted(set(signatures)))
-
-
-def finding_id(case_id: str, signatures: Iterable[str]) -> str:
+def finding_id(case_id: str, bug: BugKey | None) -> str:
     """The name of a finding and of its bundle folder: `<op type>-<case id>-<key hash>`.
 
-    The op type (of the first signature) is only there for people reading a folder listing;
-    the case id and a hash of `bug_key` make the name unique and the same in any process.
+    The op type is only there for people reading a folder listing; the case id and a hash
+    of the bug key's text make the name unique and the same in any process.
     """
-    key = bug_key(signatures)
-    op = key.split("|", 1)[0] if key else ""
+    key = str(bug) if bug is not None else ""
+    op = bug.op_type if bug is not None else ""
     prefix = re.sub(r"[^A-Za-z0-9_]+", "_", op).strip("_") or "case"
     digest = hashlib.sha256(key.encode()).hexdigest()[:8]
     return f"{prefix}-{case_id}-{digest}"
 
 
-def severity(record: Mapping[str, Any]) -> int:
+def severity(divergences: Sequence[DivergenceRecord]) -> int:
     """CLEAN (no divergence), KNOWN (only expected ones) or UNEXPECTED."""
-    divergences = record.get("divergences", [])
     if not divergences:
         return CLEAN
-    return UNEXPECTED if any(d.get("expected") is None for d in divergences) else KNOWN
+    return UNEXPECTED if any(d.expected is None for d in divergences) else KNOWN
 
 
-def totals_text(totals: Mapping[str, Any]) -> str:
-    """The counts every summary line prints (`parity run`'s last line, `parity report`).
-
-    Args:
-        totals: `cases`, `steps`, `divergent_cases`, `unexpected_cases`, `known_cases` and
-            `findings`, as in summary.json's `totals`.
-    """
+def totals_text(totals: Totals) -> str:
+    """The counts every summary line prints (`parity run`'s last line, `parity report`)."""
     return (
-        f"{totals['cases']} cases, {totals['steps']} steps, {totals['divergent_cases']} "
-        f"divergent cases ({totals['unexpected_cases']} unexpected, {totals['known_cases']} "
-        f"known), {totals['findings']} findings"
+        f"{totals.cases} cases, {totals.steps} steps, {totals.divergent_cases} "
+        f"divergent cases ({totals.unexpected_cases} unexpected, {totals.known_cases} "
+        f"known), {totals.findings} findings"
     )

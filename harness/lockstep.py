@@ -28,19 +28,18 @@ import numpy as np
 
 from graph_format import (
     BackendUnavailable,
-    LoadedGraph,
-    ParityError,
+    Graph,
     Runtime,
     StepResult,
-    TensorValue,
 )
 from harness import oracles
 from harness.case import Case, StepInputs
-from harness.contract import ContractModel, ModelStep, expected_build_error
+from harness.contract import ModelStep, expected_build_error
 from harness.coverage import Coverage, max_state, op_regimes
 from harness.divergence import Divergence, primary
 from harness.ops import LiveState
 from harness.reference import ReferenceEvaluator
+from harness.steps import StepLoop, StepRun, intermediates, states
 
 # Re-exported for callers that inspect rejections and poison words.
 error_key = oracles.error_key
@@ -164,7 +163,8 @@ class LockstepRunner:
 
 
 class _CaseRun:
-    """The state of one case on all runtimes while it runs."""
+    """The state of one case on all runtimes while it runs (the steps come from
+    `harness.steps.StepLoop`; this class judges them)."""
 
     def __init__(self, runner: LockstepRunner, case: Case) -> None:
         self.runner = runner
@@ -173,15 +173,8 @@ class _CaseRun:
         self.graph = graph
         self.op_types = {node.name: node.op for node in graph.ops}
         self.op_order = {node.name: i for i, node in enumerate(graph.ops)}
-        written = [n for node in graph.ops for n in node.outputs.values()]
-        self.intermediates = [
-            n
-            for n in written
-            if isinstance(graph.values[n], TensorValue) and n not in graph.outputs
-        ]
-        self.states = [t.name for t in graph.tensors() if t.state]
-        self.canaried = [t.name for t in graph.tensors() if t.constant is None and not t.state]
-        self.loaded: dict[str, LoadedGraph] = {}
+        self.intermediates = intermediates(graph)
+        self.states = states(graph)
         self.coverage = Coverage()
         self.previous_sizes: dict[str, int] = {}
         self.max_live = max_state(graph)
@@ -190,16 +183,28 @@ class _CaseRun:
         start = time.perf_counter()
         steps: list[StepRecord] = []
         divergences: list[Divergence] = []
-        try:
-            divergences += self._load()
-            built = len(self.loaded) == len(self.runner.runtimes) and not divergences
-            if built and expected_build_error(self.graph) is None:
-                steps = self._run_steps()
+        graph = self.graph
+        reads = [*(self.intermediates if self.runner.per_op else []), *self.states]
+        # Both backends refuse a count no grid within the smaller of their limits holds.
+        limit = min(self.runner.limits.values(), default=None)
+        loop = StepLoop(
+            self.runner.runtimes, self.case, reads=reads, canaries=self.runner.canaries, limit=limit
+        )
+        with loop:
+            for error in loop.load_errors.values():
+                if isinstance(error, BackendUnavailable):  # a set-up error (glslc missing)
+                    raise error
+            divergences += oracles.check_build(expected_build_error(graph), loop.load_errors)
+            if loop.all_loaded and not divergences and expected_build_error(graph) is None:
+                reference = ReferenceEvaluator(graph)
+                # Each backend's state tensors before the step, for the per-op check of ops
+                # that update state in place.
+                pre_state = {
+                    name: {s: _initial(graph, s) for s in self.states} for name in loop.loaded
+                }
+                steps = [self._judge(step, reference, pre_state) for step in loop.steps()]
             for step in steps:
                 divergences += step.divergences
-        finally:
-            for lg in self.loaded.values():
-                lg.close()
         for d in divergences:
             d.op_type = self.op_types.get(d.op or "")
         divergences.sort(key=lambda d: (d.step, self.op_order.get(d.op or "", -1)))
@@ -212,62 +217,22 @@ class _CaseRun:
             self.coverage,
         )
 
-    def _load(self) -> list[Divergence]:
-        errors: dict[str, BaseException | None] = {}
-        for rt in self.runner.runtimes:
-            try:
-                self.loaded[rt.name] = rt.load(self.graph)
-                errors[rt.name] = None
-            except BackendUnavailable:  # a set-up error (glslc missing), not a finding
-                raise
-            except Exception as err:  # a refusal, a kernel that does not build, a crash
-                errors[rt.name] = err
-        return oracles.check_build(expected_build_error(self.graph), errors)
-
-    def _run_steps(self) -> list[StepRecord]:
-        graph = self.graph
-        # Both backends refuse a count no grid within the smaller of their limits holds.
-        model = ContractModel(graph, min(self.runner.limits.values(), default=None))
-        reference = ReferenceEvaluator(graph)
-        # Each backend's state tensors before the step, for the per-op check of ops that
-        # update state in place.
-        pre_state = {
-            name: {s: graph.initial_data(graph.tensor(s)).astype(np.float64) for s in self.states}  # type: ignore[union-attr]
-            for name in self.loaded
-        }
-        return [
-            self._step(index, inputs, model, reference, pre_state)
-            for index, inputs in enumerate(self.case.steps)
-        ]
-
-    def _step(
+    def _judge(
         self,
-        index: int,
-        inputs: StepInputs,
-        model: ContractModel,
+        step: StepRun,
         reference: ReferenceEvaluator,
         pre_state: dict[str, dict[str, np.ndarray]],
     ) -> StepRecord:
+        """Apply the oracle stack to one step as every runtime ran it."""
         graph = self.graph
-        before = {name: lg.cur_dims() for name, lg in self.loaded.items()}
-        expected = model.try_step(inputs)
-        fill: dict[str, tuple[int, int]] = {}
-        if isinstance(expected, ModelStep) and self.runner.canaries:
-            fill = oracles.canary_fill(index, graph, expected, self.canaried)
-        reads = [*(self.intermediates if self.runner.per_op else []), *self.states]
-        results: dict[str, StepResult] = {}
-        failures: dict[str, BaseException] = {}
-        for name, lg in self.loaded.items():
-            try:
-                results[name] = lg.execute(inputs, read=reads, read_raw=list(fill), fill=fill)
-            except Exception as err:  # every failure is evidence, not a harness crash
-                failures[name] = err
-        record = self._record(index, inputs, expected, results, failures)
+        index, inputs, expected = step.index, step.inputs, step.expected
+        assert expected is not None  # the loop runs with the contract model
+        results, fill = step.results, step.fill
+        record = self._record(step)
 
         div = record.divergences
-        after = {name: lg.cur_dims() for name, lg in self.loaded.items()}
         div += oracles.check_errors(
-            index, graph, expected, failures, list(self.loaded), before, after
+            index, graph, expected, step.failures, list(step.before), step.before, step.after
         )
         if not isinstance(expected, ModelStep) or not results:
             return record
@@ -323,42 +288,38 @@ class _CaseRun:
         )
         return values
 
-    def _record(
-        self,
-        index: int,
-        inputs: StepInputs,
-        expected: ModelStep | ParityError,
-        results: dict[str, StepResult],
-        failures: dict[str, BaseException],
-    ) -> StepRecord:
-        ok = isinstance(expected, ModelStep)
+    def _record(self, step: StepRun) -> StepRecord:
+        index, inputs, expected = step.index, step.inputs, step.expected
+        results, failures = step.results, step.failures
+        assert expected is not None  # the loop runs with the contract model
+        model = expected if isinstance(expected, ModelStep) else None
         record = StepRecord(
             index=index,
             inputs={
                 k: list(v.shape) if isinstance(v, np.ndarray) else int(v) for k, v in inputs.items()
             },
-            expected_error=None if ok else f"{type(expected).__name__}: {expected}",
-            expected_cur_dims={k: list(v) for k, v in expected.cur_dims.items()} if ok else {},  # type: ignore[union-attr]
-            expected_dispatches=[oracles.dispatch_json(d) for d in expected.dispatches]
-            if ok
-            else [],  # type: ignore[union-attr]
+            expected_error=None if model else f"{type(expected).__name__}: {expected}",
+            expected_cur_dims={k: list(v) for k, v in model.cur_dims.items()} if model else {},
+            expected_dispatches=[oracles.dispatch_json(d) for d in model.dispatches]
+            if model
+            else [],
             backends={},
             divergences=[],
         )
-        for name in self.loaded:
-            step = BackendStep()
+        for name in step.before:  # every runtime that loaded the graph, in order
+            seen = BackendStep()
             if name in failures:
                 err = failures[name]
-                step.error = f"{type(err).__name__}: {err}"
+                seen.error = f"{type(err).__name__}: {err}"
             else:
                 res = results[name]
-                step.cur_dims = {k: list(v) for k, v in res.cur_dims.items()}
-                step.dispatches = [
+                seen.cur_dims = {k: list(v) for k, v in res.cur_dims.items()}
+                seen.dispatches = [
                     oracles.dispatch_json(d.logical()) | {"grid": list(d.physical_grid)}
                     for d in res.dispatches
                 ]
-                step.validation_messages = list(res.validation_messages)
-            record.backends[name] = step
+                seen.validation_messages = list(res.validation_messages)
+            record.backends[name] = seen
         return record
 
     def _cover(self, expected: ModelStep, results: dict[str, StepResult]) -> None:
@@ -373,3 +334,10 @@ class _CaseRun:
                 # "fold": a count above the per-dimension limit ran as a folded grid.
                 folded = {"fold"} if any(d.physical_grid != d.logical_count for d in ran) else set()
                 self.coverage.add(node.op, name, regimes | folded, {d.kernel for d in ran})
+
+
+def _initial(graph: Graph, name: str) -> np.ndarray:
+    """A state tensor's data before the first step, in float64."""
+    data = graph.initial_data(graph.tensor(name))
+    assert data is not None  # a state tensor always has initial data
+    return data.astype(np.float64)

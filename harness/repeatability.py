@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graph_format import Runtime, TensorValue
+from graph_format import Runtime
 from harness.case import Case
+from harness.steps import StepLoop, intermediates, states
 
 
 @dataclass
@@ -60,34 +61,27 @@ def digest_case(case: Case) -> str:
 
 
 def run_hash(case: Case, runtime: Runtime) -> str:
-    """Hash of everything one run of the case produces on one backend."""
+    """Hash of everything one run of the case produces on one backend: every step's outputs,
+    intermediates and state, or the error it raised (a load error ends the run)."""
     graph = case.graph
-    reads = [
-        n
-        for node in graph.ops
-        for n in node.outputs.values()
-        if isinstance(graph.values[n], TensorValue) and n not in graph.outputs
-    ]
-    reads += [t.name for t in graph.tensors() if t.state]
     h = hashlib.sha256()
-    try:
-        loaded = runtime.load(graph)
-    except Exception as err:  # a refusal or a kernel that does not build is an outcome too
-        h.update(f"load: {type(err).__name__}: {err}".encode())
-        return h.hexdigest()[:16]
-    try:
-        for inputs in case.steps:
-            try:
-                result = loaded.execute(inputs, read=reads)
-            except Exception as err:  # an error is an outcome to compare like any other
-                h.update(f"{type(err).__name__}: {err}".encode())
+    # No canaries: the hash is of what the kernels compute, on the allocations as they are.
+    reads = [*intermediates(graph), *states(graph)]
+    with StepLoop([runtime], case, reads=reads, canaries=False, contract=False) as loop:
+        error = loop.load_errors[runtime.name]
+        if error is not None:  # a refusal or a kernel that does not build is an outcome too
+            h.update(f"load: {type(error).__name__}: {error}".encode())
+            return h.hexdigest()[:16]
+        for step in loop.steps():
+            failure = step.failures.get(runtime.name)
+            if failure is not None:  # an error is an outcome to compare like any other
+                h.update(f"{type(failure).__name__}: {failure}".encode())
                 continue
-            for name in sorted({**result.outputs, **result.tensors}):
-                array = {**result.outputs, **result.tensors}[name]
+            result = step.results[runtime.name]
+            produced = {**result.outputs, **result.tensors}
+            for name in sorted(produced):
                 h.update(name.encode())
-                h.update(np.ascontiguousarray(array).tobytes())
-    finally:
-        loaded.close()
+                h.update(np.ascontiguousarray(produced[name]).tobytes())
     return h.hexdigest()[:16]
 
 

@@ -19,7 +19,6 @@ renders it.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import signal
 import sys
@@ -45,26 +44,28 @@ from harness.bundle import (
 )
 from harness.case import Case
 from harness.coverage import Coverage, missing_cells
-from harness.divergence import primary
+from harness.divergence import BugKey
 from harness.exitcodes import ExitStatus
 from harness.expectations import Expectations
-from harness.findings import (
-    CLEAN,
-    KNOWN,
-    UNEXPECTED,
-    finding_id,
-    record_signatures,
-    severity,
-    totals_text,
-)
+from harness.findings import CLEAN, KNOWN, UNEXPECTED, finding_id, severity, totals_text
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.plan import Chunk, Shard, make_plan, plan_digest, shard_of
 from harness.profiles import PROFILES, hypothesis_settings
 from harness.records import (
     CASES_FILE,
     RUN_FILE,
+    RUN_FORMAT,
+    Budgets,
+    CaseRecord,
+    ChunkFinding,
+    ChunkRecord,
+    MergeMeta,
+    RecordError,
     RecordWriter,
+    RunMeta,
+    Totals,
     case_record,
+    read_run_meta,
     versions,
     write_json,
 )
@@ -73,7 +74,6 @@ from harness.runlock import LOCK_FILES, RunFolderLock
 from harness.strategies import FAMILIES
 from harness.verdict import CaseChecker, DivergenceFound, exception_for, utilization_by_op_type
 
-RUN_FORMAT = "parity-run/1"
 # Files and folders a run writes; only these are cleared when a run folder is reused.
 RUN_OUTPUTS = (RUN_FILE, CASES_FILE, "summary.json", "junit.xml", "index.html")
 RUN_OUTPUT_DIRS = ("bundles", "failures", "cases", "assets")
@@ -146,24 +146,24 @@ class _Totals:
     findings: set[str] = field(default_factory=set)  # finding ids
     examples_done: int = 0  # planned examples of finished chunks
 
-    def add_case(self, record: Mapping[str, Any]) -> None:
+    def add_case(self, record: CaseRecord) -> None:
         """Count an executed case once, however often Hypothesis runs it."""
-        case = str(record["case_id"])
-        if case not in self.severity:
-            self.steps += int(record["steps"])
-        self.severity[case] = max(self.severity.get(case, CLEAN), severity(record))
+        if record.case_id not in self.severity:
+            self.steps += record.steps
+        level = severity(record.divergences)
+        self.severity[record.case_id] = max(self.severity.get(record.case_id, CLEAN), level)
 
-    def counts(self) -> dict[str, int]:
+    def counts(self) -> Totals:
         """The totals `totals_text` prints."""
         levels = list(self.severity.values())
-        return {
-            "cases": len(levels),
-            "steps": self.steps,
-            "divergent_cases": sum(1 for v in levels if v != CLEAN),
-            "unexpected_cases": levels.count(UNEXPECTED),
-            "known_cases": levels.count(KNOWN),
-            "findings": len(self.findings),
-        }
+        return Totals(
+            cases=len(levels),
+            steps=self.steps,
+            divergent_cases=sum(1 for v in levels if v != CLEAN),
+            unexpected_cases=levels.count(UNEXPECTED),
+            known_cases=levels.count(KNOWN),
+            findings=len(self.findings),
+        )
 
 
 @dataclass
@@ -182,14 +182,9 @@ class _ChunkState:
     seq: int = 0
     unexpected_found: bool = False
     # Smallest divergent case per bug: the findings of an interrupted chunk.
-    best: dict[tuple[str, ...], tuple[Case, dict[str, Any]]] = field(default_factory=dict)
+    best: dict[BugKey, tuple[Case, CaseRecord]] = field(default_factory=dict)
     # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`).
-    provisional: dict[tuple[str, ...], str] = field(default_factory=dict)
-
-
-def _bug_key(record: Mapping[str, Any]) -> tuple[str, ...]:
-    """One key per bug (op, class, blame), whatever regime it showed in."""
-    return tuple(sorted({d["signature"].rsplit("|", 1)[0] for d in record["divergences"]}))
+    provisional: dict[BugKey, str] = field(default_factory=dict)
 
 
 def _size(case: Case) -> tuple[int, int]:
@@ -225,7 +220,7 @@ class RunSession:
         self.engines: dict[int | None, _Engine] = {}  # by lowered limit (None: the device's)
         self.writer: RecordWriter | None = None
         self.database: ExampleDatabase | None = None
-        self.meta: dict[str, Any] = {}
+        self.meta = RunMeta()
         self.lock: RunFolderLock | None = None
         self.coverage = Coverage()
         self.ops_run: set[str] = set()
@@ -269,37 +264,36 @@ class RunSession:
         if self.config.database is not None:
             self.database = DirectoryBasedExampleDatabase(str(self.config.database))
         dirs = {b: Path(self.config.shader_dirs.get(b, REPO_SHADER_DIRS[b])) for b in BACKENDS}
-        self.meta = {
-            "format": RUN_FORMAT,
-            "note": "written by `parity run`; cases.jsonl holds the results",
-            "status": "running",
-            "command": self.config.command,
-            "profile": self.config.profile,
-            "seed": self.config.seed,
-            "families": self.config.families,
-            "budgets": {
-                "max_examples": self.config.max_examples,
-                "chunk_examples": self.config.chunk_examples,
-                "time_budget_s": self.config.time_budget_s,
-            },
-            "max_workgroups_per_dim": self.config.max_workgroups_per_dim,
-            "database": str(self.config.database) if self.config.database else None,
-            "shard": {"index": self.config.shard.index, "count": self.config.shard.count},
-            "plan": [dataclasses.asdict(c) for c in self.plan],
-            "plan_digest": plan_digest(self.plan),
-            "chunks": [c.id for c in self.mine],
-            "adapters": self.runner.adapters,
-            "versions": versions(),
-            "git": git_commit(),
+        self.meta = RunMeta(
+            format=RUN_FORMAT,
+            note="written by `parity run`; cases.jsonl holds the results",
+            status="running",
+            command=self.config.command,
+            profile=self.config.profile,
+            seed=self.config.seed,
+            families=list(self.config.families),
+            budgets=Budgets(
+                max_examples=self.config.max_examples,
+                chunk_examples=self.config.chunk_examples,
+                time_budget_s=self.config.time_budget_s,
+            ),
+            max_workgroups_per_dim=self.config.max_workgroups_per_dim,
+            database=str(self.config.database) if self.config.database else None,
+            shard=self.config.shard,
+            plan=list(self.plan),
+            plan_digest=plan_digest(self.plan),
+            chunks=[c.id for c in self.mine],
+            adapters=self.runner.adapters,
+            versions=versions(),
+            git=git_commit(),
             # "+dirty" covers tracked files only: hashes of the code itself, for replay.
-            "sources": source_digests(dirs),
-            "shader_dirs": {b: str(p) for b, p in dirs.items()},
-            "shader_overrides": {b: str(p) for b, p in self.config.shader_dirs.items()},
-            "expectations": self.config.expectations.to_json(),
-            "expectations_file": self.config.expectations.source,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "duration_s": None,
-        }
+            sources=source_digests(dirs),
+            shader_dirs={b: str(p) for b, p in dirs.items()},
+            shader_overrides={b: str(p) for b, p in self.config.shader_dirs.items()},
+            expectations=list(self.config.expectations.entries),
+            expectations_file=self.config.expectations.source,
+            started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        )
         write_json(out / RUN_FILE, self.meta)
         self.writer = RecordWriter(out / CASES_FILE)
 
@@ -340,16 +334,14 @@ class RunSession:
         elif self.errors:
             status = "error"
         self.exit_status = self._exit_status(status)
-        self.meta["status"] = status
-        self.meta["exit_status"] = int(self.exit_status)
-        self.meta["stop_reason"] = self.stop_reason
-        self.meta["errors"] = self.errors
-        self.meta["duration_s"] = round(time.monotonic() - self.started, 2)
-        self.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        self.meta.status = status
+        self.meta.exit_status = int(self.exit_status)
+        self.meta.stop_reason = self.stop_reason
+        self.meta.errors = self.errors
+        self.meta.duration_s = round(time.monotonic() - self.started, 2)
+        self.meta.finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         write_json(self.config.out / RUN_FILE, self.meta)
-        self.log(
-            f"parity: {status}: {totals_text(self.totals.counts())}, {self.meta['duration_s']} s"
-        )
+        self.log(f"parity: {status}: {totals_text(self.totals.counts())}, {self.meta.duration_s} s")
         return status
 
     def _exit_status(self, status: str) -> ExitStatus:
@@ -359,7 +351,7 @@ class RunSession:
             return ExitStatus.INTERRUPTED
         if status == "error":
             return ExitStatus.INTERNAL_ERROR
-        if self.totals.counts()["unexpected_cases"]:
+        if self.totals.counts().unexpected_cases:
             return ExitStatus.DIVERGENT
         # Required coverage cells are judged, as in the summary, on a complete unsharded run
         # and for the op types it exercised.
@@ -401,26 +393,24 @@ class RunSession:
         chunk: Chunk,
         status: str,
         cases: int,
-        findings: list[dict[str, Any]],
+        findings: list[ChunkFinding],
         duration: float,
         reason: str | None = None,
-    ) -> dict[str, Any]:
-        return {
-            "record": "chunk",
-            "v": 1,
-            "chunk": chunk.id,
-            "family": chunk.family,
-            "index": chunk.index,
-            "seed": chunk.seed,
-            "max_examples": chunk.max_examples,
-            "max_workgroups_per_dim": chunk.max_workgroups_per_dim,
-            "shard": str(self.config.shard),
-            "status": status,
-            "reason": reason,
-            "cases": cases,
-            "findings": findings,
-            "duration_s": round(duration, 3),
-        }
+    ) -> ChunkRecord:
+        return ChunkRecord(
+            chunk=chunk.id,
+            family=chunk.family,
+            index=chunk.index,
+            seed=chunk.seed,
+            max_examples=chunk.max_examples,
+            max_workgroups_per_dim=chunk.max_workgroups_per_dim,
+            shard=str(self.config.shard),
+            status=status,
+            reason=reason,
+            cases=cases,
+            findings=findings,
+            duration_s=round(duration, 3),
+        )
 
     def _run_chunk(self, chunk: Chunk) -> None:
         assert self.writer is not None
@@ -490,114 +480,114 @@ class RunSession:
         result, repeat = state.engine.checker.run(case)
         chunk = state.chunk
         record = case_record(case, result, chunk=chunk.id, family=chunk.family, seq=state.seq)
-        record["max_workgroups_per_dim"] = chunk.max_workgroups_per_dim
+        record.max_workgroups_per_dim = chunk.max_workgroups_per_dim
         if repeat is not None:
-            record["repeatability"] = repeat.to_json()
+            record.repeatability = repeat.to_json()
         adapters = self.runner.adapters
-        for d in record["divergences"]:
-            d["expected"] = self.config.expectations.match(d, chunk.family, adapters)
+        for d in record.divergences:
+            d.expected = self.config.expectations.match(d, chunk.family, adapters)
         unexpected = [
             d
-            for d, r in zip(result.divergences, record["divergences"], strict=True)
-            if r["expected"] is None
+            for d, r in zip(result.divergences, record.divergences, strict=True)
+            if r.expected is None
         ]
         # A case found non-deterministic keeps that verdict on every replay, even one that
         # happens to pass, so Hypothesis never sees it as flaky.
         nondeterministic = repeat is not None and not repeat.deterministic
-        record["unexpected"] = len(unexpected)
-        record["shard"] = str(self.config.shard)
+        record.unexpected = len(unexpected)
+        record.shard = str(self.config.shard)
+        # The bug the case stands for: the key of its primary unexpected divergence
+        # (harness.divergence.BugKey), the same key the exception below and its finding use.
+        key = record.bug
+        if repeat is not None and nondeterministic:
+            key = BugKey.nondeterministic(repeat.backends)
         # The first divergent case of each bug gets a provisional bundle at once, so that a
         # run killed while Hypothesis shrinks still leaves a replayable finding; its record
         # names it (written first: a kill mid-bundle leaves no bundle.json, and no claim).
-        key = _bug_key(record)
         provisional = None
-        if (unexpected or nondeterministic) and key not in state.provisional:
+        if key is not None and (unexpected or nondeterministic) and key not in state.provisional:
             provisional = self._provisional_id(chunk, record)
             state.provisional[key] = f"bundles/{provisional}"
-            record["provisional_bundle"] = state.provisional[key]
+            record.provisional_bundle = state.provisional[key]
         state.seq += 1
         self.writer.write(record)
         if provisional is not None:
             self._write_bundle(state, provisional, case, record, shrunk=False, provisional=True)
-        self.coverage.merge(record.get("coverage") or {})
-        self.ops_run.update(record["ops"])
+        self.coverage.merge(record.coverage)
+        self.ops_run.update(record.ops)
         self.totals.add_case(record)
         self._progress(current=chunk)
         if self.steer:
             # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
             for op_type, value in utilization_by_op_type(case, result).items():
                 target(min(value, 1e6), label=f"{op_type} error/budget")
-        if unexpected or nondeterministic:
+        if key is not None and (unexpected or nondeterministic):
             state.unexpected_found = True
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
-            # The exception class stands for the bug's signature, so that Hypothesis only
-            # accepts shrinks that keep it (harness/verdict.py).
-            if nondeterministic:
-                signature: tuple[str, ...] = ("nondeterministic", *repeat.backends)  # type: ignore[union-attr]
-            else:
-                signature = primary(unexpected).signature()
-            err = exception_for(signature)(_only(result, unexpected), repeat)
+            # The exception class stands for the bug key, so that Hypothesis only accepts
+            # shrinks that keep it (harness/verdict.py).
+            err = exception_for(key)(_only(result, unexpected), repeat)
             err.parity_case = case  # type: ignore[attr-defined]
             err.parity_record = record  # type: ignore[attr-defined]
             raise err
 
     def _findings(
         self, chunk: Chunk, state: _ChunkState, finals: list[DivergenceFound], shrunk: bool
-    ) -> list[dict[str, Any]]:
+    ) -> list[ChunkFinding]:
         """Write a bundle per finding; the findings as listed in the chunk record."""
-        picked: list[tuple[Case, dict[str, Any]]] = [
+        picked: list[tuple[Case, CaseRecord]] = [
             (err.parity_case, err.parity_record)  # type: ignore[attr-defined]
             for err in finals
             if hasattr(err, "parity_case")
         ]
         if not picked:
-            # Interrupted before Hypothesis finished: the smallest case seen per signature.
+            # Interrupted before Hypothesis finished: the smallest case seen per bug.
             picked = list(state.best.values())
             shrunk = False
         out = []
         for case, record in picked:
-            signatures = record_signatures(record)
-            bundle_id = finding_id(record["case_id"], signatures)
+            bug = record.bug
+            bundle_id = finding_id(record.case_id, bug)
             known = existing_bundle(self.config.out / "bundles" / bundle_id)
             bundle: str | None
             if known is not None:
                 # Another chunk already shrank to this case with this bug: one finding, one
                 # bundle; the summary lists every chunk that found it.
-                record["repeatability"] = known.get("repeatability")
+                record.repeatability = known.repeatability
                 bundle = f"bundles/{bundle_id}"
             else:
                 if self.config.repeats:
                     repeat = classify(case, state.engine.runtimes, self.config.repeats)
-                    record["repeatability"] = repeat.to_json()
+                    record.repeatability = repeat.to_json()
                 bundle = self._write_bundle(state, bundle_id, case, record, shrunk=shrunk)
             self.totals.findings.add(bundle_id)
             out.append(
-                {
-                    "case_id": record["case_id"],
-                    "seq": record["seq"],
-                    "bundle": bundle,
-                    "shrunk": shrunk,
-                    "signatures": signatures,
-                    "unexpected": record["unexpected"],
-                    "repeatability": (record.get("repeatability") or {}).get("class"),
-                }
+                ChunkFinding(
+                    case_id=record.case_id,
+                    seq=record.seq,
+                    bundle=bundle,
+                    shrunk=shrunk,
+                    bug=bug,
+                    unexpected=record.unexpected,
+                    repeatability=(record.repeatability or {}).get("class"),
+                )
             )
         return out
 
     @staticmethod
-    def _provisional_id(chunk: Chunk, record: Mapping[str, Any]) -> str:
+    def _provisional_id(chunk: Chunk, record: CaseRecord) -> str:
         """Provisional bundles live apart from findings' (content-addressed) bundles, so
         that dropping one never removes a finding another chunk reuses."""
-        return f"provisional-{chunk.family}-{chunk.index}-{record['case_id']}"
+        return f"provisional-{chunk.family}-{chunk.index}-{record.case_id}"
 
     def _write_bundle(
         self,
         state: _ChunkState,
         bundle_id: str,
         case: Case,
-        record: Mapping[str, Any],
+        record: CaseRecord,
         *,
         shrunk: bool,
         provisional: bool = False,
@@ -620,9 +610,9 @@ class RunSession:
             return None
         return f"bundles/{bundle_id}"
 
-    def _drop_provisional(self, state: _ChunkState, findings: list[dict[str, Any]]) -> None:
+    def _drop_provisional(self, state: _ChunkState, findings: list[ChunkFinding]) -> None:
         """Remove the chunk's provisional bundles that its findings replaced."""
-        kept = {f["bundle"] for f in findings}
+        kept = {f.bundle for f in findings}
         for path in state.provisional.values():
             if path not in kept:
                 shutil.rmtree(self.config.out / path, ignore_errors=True)
@@ -717,13 +707,13 @@ def _check_run_folder(out: Path) -> None:
         )
     if (out / RUN_FILE).exists():
         try:
-            fmt = json.loads((out / RUN_FILE).read_text(encoding="utf-8")).get("format")
-        except (OSError, ValueError, AttributeError):
-            fmt = None  # a damaged run.json of an earlier run: replaced like any other
-        if fmt is not None and fmt != RUN_FORMAT:
+            meta: RunMeta | MergeMeta | None = read_run_meta(out / RUN_FILE)
+        except RecordError:
+            meta = None  # a damaged run.json of an earlier run: replaced like any other
+        if isinstance(meta, MergeMeta):
             raise RunFolderError(
-                f"--out {out}: holds a {fmt} report (from parity merge), not a run; refusing "
-                "to replace it (pick another folder)"
+                f"--out {out}: holds a {meta.format} report (from parity merge), not a run; "
+                "refusing to replace it (pick another folder)"
             )
 
 
@@ -732,15 +722,16 @@ def _previous_run(out: Path) -> str | None:
     if not (out / RUN_FILE).exists():
         return None
     try:
-        meta = json.loads((out / RUN_FILE).read_text(encoding="utf-8"))
-        command, started, status = meta["command"], meta["started"], meta["status"]
-    except (OSError, ValueError, KeyError, TypeError):
+        meta = read_run_meta(out / RUN_FILE)
+    except RecordError:
+        meta = None
+    if not isinstance(meta, RunMeta) or meta.started is None:
         return f"the earlier run in {out} (its {RUN_FILE} is unreadable)"
     bundles = out / "bundles"
     count = sum(1 for _ in bundles.iterdir()) if bundles.is_dir() else 0
     return (
-        f"the earlier run in {out} (`{command}`, started {started}, status {status}, "
-        f"{count} bundles)"
+        f"the earlier run in {out} (`{meta.command}`, started {meta.started}, status "
+        f"{meta.status}, {count} bundles)"
     )
 
 

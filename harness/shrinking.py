@@ -1,8 +1,8 @@
 """Measuring how well a failure shrinks: time to find it, time to shrink it, and its size.
 
 `find_minimal` runs a Hypothesis search over a case strategy with a given check (usually
-`CaseChecker.check`, whose exceptions are keyed by divergence signature so a shrink must
-keep the bug) and reports the first failing case Hypothesis met, the minimal one it ended
+`CaseChecker.check`, whose exceptions are keyed by `harness.divergence.BugKey`, so a shrink
+must keep the bug) and reports the first failing case Hypothesis met, the minimal one it ended
 with, their sizes, and how long each phase took. Used by the shrink tests and by
 benchmarks/shrink_quality.py.
 """
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from graph_format import TensorValue
 from harness.case import Case
+from harness.divergence import BugKey
 from harness.verdict import DivergenceFound
 
 
@@ -58,7 +59,7 @@ class CaseSize:
 class ShrinkOutcome:
     """The result of one search-and-shrink."""
 
-    signature: tuple[str, ...] | None
+    bug: BugKey | None  # the bug key the minimal case kept
     first: CaseSize | None
     minimal: CaseSize | None
     minimal_case: Case | None
@@ -118,7 +119,7 @@ def find_minimal(
     end = time.perf_counter()
     found = found_at[0] if found_at else end
     return ShrinkOutcome(
-        signature=type(error).signature if error else None,
+        bug=type(error).bug if error else None,
         first=CaseSize.of(first[0]) if first else None,
         minimal=CaseSize.of(last[0]) if last else None,
         minimal_case=last[0] if last else None,

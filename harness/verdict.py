@@ -2,10 +2,10 @@
 
 Hypothesis tells failures apart by exception type and location, and only accepts a shrink
 that fails the same way. `assert_parity` therefore raises an exception *class* made for the
-case's primary divergence signature (class, op type, blamed backend, and for numeric
-failures the order of magnitude of error / budget): a shrunk case must show the same class
-on the same op type, blamed on the same side, as far over budget, not drift to a barely
-failing or different failure.
+bug key of the case's primary divergence (`harness.divergence.BugKey`: op type, class,
+blamed backend, and for numeric failures the band of error / budget): a shrunk case must
+show the same class on the same op type, blamed on the same side, as far over budget, not
+drift to a barely failing or different failure.
 
 `CaseChecker` adds repeatability: a failing case is re-run several times on each backend;
 a case whose results change between runs is reported as non-deterministic (with output
@@ -21,17 +21,15 @@ from hypothesis import currently_in_test_context, target
 
 from graph_format import Runtime
 from harness.case import Case
-from harness.divergence import Divergence
+from harness.divergence import BugKey, Divergence
 from harness.lockstep import CaseResult, LockstepRunner
 from harness.repeatability import Repeatability, classify, digest_case
-
-Signature = tuple[str, ...]
 
 
 class DivergenceFound(AssertionError):
     """A case diverged; the message lists every divergence, first step first."""
 
-    signature: Signature = ()
+    bug: BugKey | None = None  # the key each subclass stands for (`exception_for`)
 
     def __init__(self, result: CaseResult, repeatability: Repeatability | None = None) -> None:
         lines = [f"case {result.name!r}: {len(result.divergences)} divergence(s)"]
@@ -43,16 +41,16 @@ class DivergenceFound(AssertionError):
         self.repeatability = repeatability
 
 
-_CLASSES: dict[Signature, type[DivergenceFound]] = {}
+_CLASSES: dict[BugKey, type[DivergenceFound]] = {}
 
 
-def exception_for(signature: Signature) -> type[DivergenceFound]:
-    """The DivergenceFound subclass that stands for one signature (one per signature)."""
-    cls = _CLASSES.get(signature)
+def exception_for(bug: BugKey) -> type[DivergenceFound]:
+    """The DivergenceFound subclass that stands for one bug key (one class per key)."""
+    cls = _CLASSES.get(bug)
     if cls is None:
-        name = "Divergence[" + "|".join(s for s in signature if s) + "]"
-        cls = type(name, (DivergenceFound,), {"signature": signature, "__module__": __name__})
-        _CLASSES[signature] = cls
+        name = f"Divergence[{bug}]"
+        cls = type(name, (DivergenceFound,), {"bug": bug, "__module__": __name__})
+        _CLASSES[bug] = cls
     return cls
 
 
@@ -62,10 +60,10 @@ def _line(d: Divergence) -> str:
 
 
 def assert_parity(result: CaseResult) -> None:
-    """Raise the signature's DivergenceFound if the case diverged anywhere."""
+    """Raise the DivergenceFound of the primary divergence's bug key if the case diverged."""
     main = result.primary()
     if main is not None:
-        raise exception_for(main.signature())(result)
+        raise exception_for(main.bug_key())(result)
 
 
 class CaseChecker:
@@ -113,11 +111,10 @@ class CaseChecker:
             for op_type, utilization in utilization_by_op_type(case, result).items():
                 target(min(utilization, 1e6), label=f"{op_type} error/budget")
         if repeat is not None and not repeat.deterministic:
-            signature: Signature = ("nondeterministic", *repeat.backends)
-            raise exception_for(signature)(result, repeat)
+            raise exception_for(BugKey.nondeterministic(repeat.backends))(result, repeat)
         main = result.primary()
         if main is not None:
-            raise exception_for(main.signature())(result, repeat)
+            raise exception_for(main.bug_key())(result, repeat)
         return result
 
 

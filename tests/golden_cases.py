@@ -1,4 +1,5 @@
-"""Golden cases from PyTorch (tests/golden/, copied from shared/golden/): loading and graphs.
+"""Golden cases from PyTorch (tests/golden/, copied from shared/golden/): loading, and their
+cases built with the harness's public API (`harness.single_op_graph`).
 
 `manifest.json` names, per case, the op, which array is which argument, the parameters and
 the expected outputs (computed by PyTorch in float64 from the float32 inputs).
@@ -14,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from graph_format import SIGNATURES, Graph
-from harness.builder import GraphBuilder
+from graph_format import SIGNATURES
+from harness import Case, single_op_graph
+from harness.case import StepInputs
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # Arguments that are activations (graph inputs); every other array argument is a constant.
@@ -54,48 +56,30 @@ def golden_arrays() -> dict[str, np.ndarray]:
     return dict(np.load(GOLDEN_DIR / "golden.npz"))
 
 
-def single_op_graph(case: GoldenCase) -> tuple[Graph, dict[str, np.ndarray]]:
-    """A one-op graph for a single-op golden case, and the inputs of its one step."""
+def single_op_case(case: GoldenCase) -> Case:
+    """A one-op case (harness.single_op_graph) for a single-op golden case: its activations
+    are graph inputs, every other array a constant, its outputs PyTorch's shapes."""
     sig = SIGNATURES[case.op]
     # Manifest arguments with no slot in the op's signature must mean what the graph format
     # assumes, never be dropped silently: embeddings here always use the linear nibble order.
     extra = {k: v for k, v in case.args.items() if sig.arg(k) is None}
     if extra not in ({}, {"is_linear_weight": True}):
         raise ValueError(f"{case.id}: arguments {extra} have no meaning in the graph format")
-    b = GraphBuilder()
-    args: dict[str, Any] = {}
-    inputs: dict[str, np.ndarray] = {}
-    for slot in sig.args:
-        value = case.args.get(slot.name)
-        if value is None:
-            continue
-        if isinstance(value, np.ndarray):
-            array = value.astype(np.int32) if value.dtype == np.int64 else value
-            if slot.name in ACTIVATIONS:
-                dtype = {np.dtype(np.float32): "float32", np.dtype(np.int32): "int32"}[array.dtype]
-                args[slot.name] = b.input(slot.name, dtype, array.shape)
-                inputs[slot.name] = value
-            else:
-                args[slot.name] = b.constant(slot.name, array)
-        elif slot.kind == "float":
-            args[slot.name] = b.float(value, slot.name)
-        else:
-            args[slot.name] = b.int(value, slot.name)
+    args = {k: v for k, v in case.args.items() if k not in extra}
+    constants = {k for k, v in args.items() if isinstance(v, np.ndarray) and k not in ACTIVATIONS}
     out_dims = {name: case.expected[name].shape for name, _ in sig.outputs}
-    outs = b.op(case.op, name=case.op, out_dims=out_dims, **args)
-    b.output(*(outs if isinstance(outs, tuple) else (outs,)))
-    return b.build(), inputs
+    return single_op_graph(case.op, args, constants=constants, out_dims=out_dims, name=case.op)
 
 
-def sdpa_steps(case: GoldenCase) -> tuple[Graph, list[dict[str, np.ndarray | int]]]:
-    """The one-op graph of a multi-step sdpa_with_kv_cache case and the inputs of its steps.
+def sdpa_case(case: GoldenCase) -> Case:
+    """The one-op case of a multi-step sdpa_with_kv_cache golden case.
 
     q, k and v are inputs with the largest S of any step; the caches are zero-initialized
     state tensors of `cache_len` rows; `input_pos` is a SymInt input.
     """
     params = case.raw["params"]
     arrays = golden_arrays()
-    steps: list[dict[str, np.ndarray | int]] = [
+    steps: list[StepInputs] = [
         {
             "q": arrays[s["q"]],
             "k": arrays[s["k"]],
@@ -106,24 +90,17 @@ def sdpa_steps(case: GoldenCase) -> tuple[Graph, list[dict[str, np.ndarray | int
     ]
     max_seq = max(s["q"].shape[1] for s in steps)  # type: ignore[union-attr]
     heads, kv_heads, dim = params["n_heads"], params["n_kv_heads"], params["head_dim"]
-    cache = [1, params["cache_len"], kv_heads, dim]
-    b = GraphBuilder()
-    q = b.input("q", "float32", [1, max_seq, heads, dim])
-    k = b.input("k", "float32", [1, max_seq, kv_heads, dim])
-    v = b.input("v", "float32", [1, max_seq, kv_heads, dim])
-    pos = b.symint_input("input_pos")
-    k_cache = b.state("k_cache", "float32", cache)
-    v_cache = b.state("v_cache", "float32", cache)
-    b.output(
-        b.op(
-            "sdpa_with_kv_cache",
-            name=case.op,
-            q=q,
-            k=k,
-            v=v,
-            k_cache=k_cache,
-            v_cache=v_cache,
-            input_pos=pos,
-        )
+    cache = np.zeros([1, params["cache_len"], kv_heads, dim], np.float32)
+    one_op = single_op_graph(
+        case.op,
+        {**steps[0], "k_cache": cache, "v_cache": cache},
+        state={"k_cache", "v_cache"},
+        symints={"input_pos"},
+        max_dims={
+            "q": [1, max_seq, heads, dim],
+            "k": [1, max_seq, kv_heads, dim],
+            "v": [1, max_seq, kv_heads, dim],
+        },
+        name=case.op,
     )
-    return b.build(), steps
+    return Case(one_op.graph, steps, name=case.id)

@@ -1,7 +1,7 @@
 """A catalog of planted bugs, one per failure class, for the shrinking tests and benchmark.
 
 Each entry names the case strategy to search, a context manager that plants the bug for the
-duration of the search, and the signature the minimal case must keep: (class, op type,
+duration of the search, and the bug key the minimal case must keep: (class, op type,
 blamed side, order of magnitude for numeric findings).
 """
 

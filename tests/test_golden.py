@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graph_format import Runtime, SymIntValue
+from graph_format import Runtime
+from harness import ReferenceEvaluator, op_budget
 from harness.numerics import compare
-from harness.ops import MODELS, model_for
-from harness.reference import ReferenceEvaluator, op_args
-from tests.golden_cases import GoldenCase, golden_arrays, golden_cases, sdpa_steps, single_op_graph
+from harness.ops import MODELS
+from tests.golden_cases import GoldenCase, golden_arrays, golden_cases, sdpa_case, single_op_case
 
 SINGLE_OP = [c for c in golden_cases() if c.expected]
 # Multi-step cases of one op: steps run in order on one graph, state carried between them.
@@ -29,8 +29,9 @@ def _needs_model(case: GoldenCase) -> None:
 @pytest.mark.parametrize("case", SINGLE_OP, ids=lambda c: c.id)
 def test_reference_matches_pytorch(case: GoldenCase) -> None:
     _needs_model(case)
-    graph, inputs = single_op_graph(case)
-    values, _, _ = ReferenceEvaluator(graph).step(inputs)
+    one_op = single_op_case(case)
+    graph = one_op.graph
+    values, _, _ = ReferenceEvaluator(graph).step(one_op.steps[0])
     node = graph.ops[0]
     for slot, expected in case.expected.items():
         np.testing.assert_allclose(
@@ -46,24 +47,11 @@ def test_reference_matches_pytorch(case: GoldenCase) -> None:
 @pytest.mark.parametrize("case", SINGLE_OP, ids=lambda c: c.id)
 def test_backends_match_pytorch(case: GoldenCase, runtimes: list[Runtime]) -> None:
     _needs_model(case)
-    graph, inputs = single_op_graph(case)
+    one_op = single_op_case(case)
+    graph, inputs = one_op.graph, one_op.steps[0]
     node = graph.ops[0]
-    model = model_for(node.op)
-    values, _, symints = ReferenceEvaluator(graph).step(inputs)
-    args = {
-        slot: values[a]
-        if isinstance(a, str) and a in values
-        else (
-            symints[a]
-            if isinstance(a, str) and isinstance(graph.values[a], SymIntValue)
-            else graph.scalar(a)
-            if isinstance(a, str)
-            else a
-        )
-        for slot, a in node.args.items()
-    }
-    outputs = {slot: case.expected[slot] for slot in case.expected}
-    budgets = model.budget(node, args, outputs)
+    # The op's budget at the reference's inputs, for PyTorch's outputs.
+    budgets = op_budget(one_op, outputs=case.expected).budget
     for rt in runtimes:
         loaded = rt.load(graph)
         try:
@@ -77,7 +65,8 @@ def test_backends_match_pytorch(case: GoldenCase, runtimes: list[Runtime]) -> No
 
 @pytest.mark.parametrize("case", SDPA_STEPS, ids=lambda c: c.id)
 def test_sdpa_reference_steps_match_pytorch(case: GoldenCase) -> None:
-    graph, steps = sdpa_steps(case)
+    one_op = sdpa_case(case)
+    graph, steps = one_op.graph, one_op.steps
     reference = ReferenceEvaluator(graph)
     out = graph.ops[0].outputs["out"]
     arrays = golden_arrays()
@@ -94,21 +83,19 @@ def test_sdpa_reference_steps_match_pytorch(case: GoldenCase) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", SDPA_STEPS, ids=lambda c: c.id)
 def test_sdpa_backends_steps_match_pytorch(case: GoldenCase, runtimes: list[Runtime]) -> None:
-    graph, steps = sdpa_steps(case)
+    one_op = sdpa_case(case)
+    graph, steps = one_op.graph, one_op.steps
     node = graph.ops[0]
-    model = model_for(node.op)
     arrays = golden_arrays()
     loaded = [rt.load(graph) for rt in runtimes]
     try:
-        reference = ReferenceEvaluator(graph)
         for i, (inputs, raw) in enumerate(zip(steps, case.raw["steps"], strict=True)):
-            values, _, symints = reference.step(inputs)
             expected = {"out": arrays[raw["expected"]["out"]]}
             # The reference updated its caches in place: the budget sees them as the op did.
-            budgets = model.budget(node, op_args(graph, node, values, symints), expected)
+            budget = op_budget(one_op, i, outputs=expected).budget["out"]
             for rt, lg in zip(runtimes, loaded, strict=True):
                 result = lg.execute(inputs, read=["k_cache", "v_cache"])
-                cmp = compare(result.outputs[node.outputs["out"]], expected["out"], budgets["out"])
+                cmp = compare(result.outputs[node.outputs["out"]], expected["out"], budget)
                 assert cmp.ok, f"{rt.name} {case.id} step {i}: {cmp}"
                 if i == len(steps) - 1:
                     for cache, key in case.raw["expected_final"].items():

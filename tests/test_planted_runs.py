@@ -59,7 +59,7 @@ def test_pr_run_finds_a_propagation_that_never_converges(tmp_path: Path) -> None
         plant=webgpu_toggling_hook("add"),
     )
     assert status == 1
-    hits = [f for f in _findings(out) if "add|error_asymmetry|webgpu|" in " ".join(f["signatures"])]
+    hits = [f for f in _findings(out) if f["bug"] == "add|error_asymmetry|webgpu"]
     assert hits, _findings(out)
     for finding in hits:
         assert finding["shrunk"] and finding["bundle"]
@@ -84,7 +84,7 @@ def test_pr_run_finds_a_fold_that_drops_workgroups(tmp_path: Path) -> None:
     assert status == 1
     run = json.loads((out / "run.json").read_text())
     assert [c["max_workgroups_per_dim"] for c in run["plan"]] == [None, 4, None, 4]
-    hits = [f for f in _findings(out) if "|physical_grid|webgpu|" in " ".join(f["signatures"])]
+    hits = [f for f in _findings(out) if f["bug"].endswith("|physical_grid|webgpu")]
     assert hits, _findings(out)
     for finding in hits:
         assert finding["shrunk"] and finding["bundle"]
@@ -175,7 +175,7 @@ def test_a_kernel_that_does_not_build_is_a_replayable_finding(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "complete"  # a finding, not a chunk that failed
     (finding,) = _findings(out)
-    assert finding["signatures"] == [f"rms_norm|build_error|{backend}|load"]
+    assert finding["bug"] == f"rms_norm|build_error|{backend}"
     assert finding["shrunk"] and finding["bundle"]
     bundle = out / finding["bundle"]
     (divergence,) = json.loads((bundle / "bundle.json").read_text())["divergences"]

@@ -2,9 +2,9 @@
 
 `parity regress BUNDLE` copies a bundle here with a `regression.json` saying what to expect:
 `fixed` (default) asserts the case now runs on both backends without any divergence, with
-the working tree's shaders; `failing` asserts that a known bug still shows the same
-signature (class, op, blamed backend), so that fixing it makes the test fail until the
-entry is switched to `fixed`.
+the working tree's shaders; `failing` asserts that a known bug still shows the same bug key
+(harness.divergence.BugKey), so that fixing it makes the test fail until the entry is
+switched to `fixed`.
 """
 
 from __future__ import annotations

@@ -143,20 +143,20 @@ def test_every_page_renders_without_script_errors_and_every_link_resolves(
     assert checked_links > 20
 
 
-def test_index_shows_totals_signatures_and_coverage(browser: object, report: Path) -> None:
+def test_index_shows_totals_bugs_and_coverage(browser: object, report: Path) -> None:
     from selenium.webdriver.common.by import By
 
     driver = browser
     driver.get((report / "index.html").as_uri())  # type: ignore[attr-defined]
     verdict = driver.find_element(By.ID, "verdict").text  # type: ignore[attr-defined]
     assert "unexpected divergences found" in verdict
-    rows = driver.find_elements(By.CSS_SELECTOR, "#signature-table tbody tr")  # type: ignore[attr-defined]
+    rows = driver.find_elements(By.CSS_SELECTOR, "#bug-table tbody tr")  # type: ignore[attr-defined]
     assert rows and all("rms_norm" in r.text and "webgpu" in r.text for r in rows)
     coverage = driver.find_element(By.ID, "coverage-table").text  # type: ignore[attr-defined]
     assert "rms_norm" in coverage
     # The filter hides rows that do not match and shows them again.
-    box = driver.find_element(By.CSS_SELECTOR, "input[data-filter=signature-table]")  # type: ignore[attr-defined]
-    box.send_keys("no-such-signature")
+    box = driver.find_element(By.CSS_SELECTOR, "input[data-filter=bug-table]")  # type: ignore[attr-defined]
+    box.send_keys("no-such-bug")
     assert all(not r.is_displayed() for r in rows)
     box.clear()
     box.send_keys(" ")  # an input event with a blank needle
@@ -166,7 +166,7 @@ def test_index_shows_totals_signatures_and_coverage(browser: object, report: Pat
     )
     assert all(r.is_displayed() for r in rows)
     # The injected markup is shown as text, not run.
-    assert "<script>" in driver.find_element(By.ID, "signature-table").text  # type: ignore[attr-defined]
+    assert "<script>" in driver.find_element(By.ID, "bug-table").text  # type: ignore[attr-defined]
     assert _severe(driver) == []
 
 

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 from harness.case import Case
+from harness.divergence import BugKey
 from harness.findings import finding_id
 from tests.cli_support import parity
 
@@ -69,10 +70,10 @@ def test_chunks_that_find_the_same_bug_share_one_finding_and_bundle(planted_run:
     records = [json.loads(line) for line in (planted_run / "cases.jsonl").read_text().splitlines()]
     chunk_findings = [f for r in records if r["record"] == "chunk" for f in r["findings"]]
     assert len(chunk_findings) == 2  # each chunk shrank to a minimal case
-    assert len({(f["case_id"], tuple(f["signatures"])) for f in chunk_findings}) == 1
+    assert len({(f["case_id"], f["bug"]) for f in chunk_findings}) == 1
     finding = _only_finding(planted_run)
     assert finding["chunks"] == ["rms_norm/0", "rms_norm/1"]
-    assert finding["id"] == finding_id(finding["case_id"], finding["signatures"])
+    assert finding["id"] == finding_id(finding["case_id"], BugKey.parse(finding["bug"]))
     assert finding["bundle"] == f"bundles/{finding['id']}"
     assert {f["bundle"] for f in chunk_findings} == {finding["bundle"]}
     assert [p.name for p in (planted_run / "bundles").iterdir()] == [finding["id"]]
@@ -101,14 +102,14 @@ def test_cli_lines_summary_and_html_count_the_same(planted_run: Path, tmp_path: 
     report_line = TOTALS_LINE.search(proc.stderr)
     assert report_line and report_line.groupdict() == run_line.groupdict(), proc.stderr
     index = (copy / "index.html").read_text()
-    for key in [*run_line.groupdict(), "divergences", "signatures"]:
+    for key in [*run_line.groupdict(), "divergences", "bugs"]:
         assert f'data-total="{key}">{totals[key]}<' in index, key
-    # The signature table's "divergent cases" are cases: never more than the run's.
+    # The bug table's "divergent cases" are cases: never more than the run's.
     summary = _summary(copy)
-    for group in summary["signatures"]:
+    for group in summary["bugs"]:
         assert group["cases"] <= totals["divergent_cases"] <= totals["cases"]
         assert group["cases"] <= group["divergences"]
-    assert sum(g["divergences"] for g in summary["signatures"]) == totals["divergences"]
+    assert sum(g["divergences"] for g in summary["bugs"]) == totals["divergences"]
     assert totals["divergences"] > totals["divergent_cases"]  # multi-step cases: the counts differ
 
 

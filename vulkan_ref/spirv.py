@@ -47,9 +47,16 @@ _REFUSED: dict[str, tuple[Path, int, str]] = {}
 
 
 def cache_dir() -> Path:
-    """Where compiled SPIR-V is kept: $VULKAN_PARITY_CACHE or .cache/spirv in the checkout."""
+    """Where compiled SPIR-V is kept: $VULKAN_PARITY_CACHE, else the user's cache folder
+    ($XDG_CACHE_HOME, or ~/.cache, then `vulkan-parity/spirv`), never inside the checkout
+    (which may be read-only, or a package installed for many users)."""
     env = os.environ.get("VULKAN_PARITY_CACHE")
-    return Path(env) if env else GLSL_DIR.parent / ".cache" / "spirv"
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    # The XDG base directory spec: a relative $XDG_CACHE_HOME is invalid and ignored.
+    root = Path(xdg) if os.path.isabs(xdg) else Path.home() / ".cache"
+    return root / "vulkan-parity" / "spirv"
 
 
 @functools.cache
@@ -108,7 +115,6 @@ def compile_glsl(
         return cached.read_bytes()
     if key in _REFUSED:
         raise ShaderCompileError(*_REFUSED[key])
-    cached.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.spv"
         proc = subprocess.run(
@@ -120,7 +126,12 @@ def compile_glsl(
         if proc.returncode != 0:
             _REFUSED[key] = (path, proc.returncode, proc.stderr)
             raise ShaderCompileError(path, proc.returncode, proc.stderr)
-        staged = cached.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copyfile(out, staged)
-        os.replace(staged, cached)
-    return cached.read_bytes()
+        spirv = out.read_bytes()
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            staged = cached.with_suffix(f".{os.getpid()}.tmp")
+            shutil.copyfile(out, staged)
+            os.replace(staged, cached)
+        except OSError:
+            pass  # a cache that cannot be written (a read-only home) only costs time
+    return spirv

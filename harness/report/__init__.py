@@ -4,7 +4,7 @@
 `summary.json` and `junit.xml`, and renders a static, offline site:
 
 - `index.html`: totals, adapters and versions, families and ops, the coverage matrix,
-  failures grouped by signature, findings, known-divergence expectations (stale ones
+  failures grouped by bug key, findings, known-divergence expectations (stale ones
   flagged). It holds aggregates only, so it stays small with thousands of cases.
 - `failures/<id>.html`: one page per finding (harness.findings: a minimal case and its
   bug, with every chunk that found it): divergences, first divergent op, nondeterminism
@@ -34,17 +34,27 @@ from jinja2 import Environment, PackageLoader
 from harness.records import (
     CASES_FILE,
     RUN_FILE,
+    BundleDoc,
+    CaseRecord,
+    DivergenceRecord,
+    Finding,
+    LoggedDispatch,
+    MergeMeta,
+    Record,
     RecordError,
+    RunMeta,
+    Summary,
+    TimelineStep,
     as_float,
-    read_json,
+    read_bundle_doc,
     read_records,
+    read_run_meta,
     write_json,
 )
 from harness.report import images
 from harness.summary import distinct_cases, junit_xml, summarize
 
 CASES_PER_PAGE = 200
-MERGE_FORMAT = "parity-merge/1"
 
 _ENV = Environment(
     loader=PackageLoader("harness.report", "templates"),
@@ -88,8 +98,8 @@ class RunData:
     """A run folder read back: each shard's run.json and records."""
 
     path: Path
-    runs: list[dict[str, Any]]
-    records: list[list[dict[str, Any]]]
+    runs: list[RunMeta]
+    records: list[list[Record]]
     merged: bool = False
 
 
@@ -103,27 +113,23 @@ def load_run(run_dir: str | Path) -> RunData:
     path = Path(run_dir)
     if not path.is_dir():
         raise RecordError(f"{path}: no such run folder (expected a folder with {RUN_FILE})")
-    meta = read_json(path / RUN_FILE, "run description written by `parity run`")
+    meta = read_run_meta(path / RUN_FILE)
     cases_path = path / CASES_FILE
     records = list(read_records(cases_path)) if cases_path.exists() else []
-    if meta.get("format") == MERGE_FORMAT:
-        runs = list(meta.get("runs", []))
-        split: list[list[dict[str, Any]]] = [[] for _ in runs]
+    if isinstance(meta, MergeMeta):
+        split: list[list[Record]] = [[] for _ in meta.runs]
         for r in records:
-            source = int(r.get("source", 0))
-            if not 0 <= source < len(runs):
+            if not 0 <= r.source < len(meta.runs):
                 raise RecordError(
-                    f"{cases_path}: record names shard source {source}, but {RUN_FILE} lists "
-                    f"{len(runs)} shards"
+                    f"{cases_path}: record names shard source {r.source}, but {RUN_FILE} lists "
+                    f"{len(meta.runs)} shards"
                 )
-            split[source].append(r)
-        return RunData(path, runs, split, merged=True)
-    if "plan" not in meta:
-        raise RecordError(f"{path / RUN_FILE}: not a parity run description (no 'plan')")
+            split[r.source].append(r)
+        return RunData(path, meta.runs, split, merged=True)
     return RunData(path, [meta], [records])
 
 
-def render_report(run_dir: str | Path, exit_status: int | None = None) -> dict[str, Any]:
+def render_report(run_dir: str | Path, exit_status: int | None = None) -> Summary:
     """Rebuild summary.json, junit.xml and the HTML site of a run folder; returns the summary.
 
     Args:
@@ -136,12 +142,12 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> dict[s
     """
     data = load_run(run_dir)
     summary = summarize(data.runs, data.records)
-    summary["merged"] = data.merged
+    summary.merged = data.merged
     if exit_status is not None:
-        summary["exit_status"] = int(exit_status)
-    for f in summary["findings"]:
-        if f.get("bundle") and not (data.path / f["bundle"] / "bundle.json").is_file():
-            f["bundle"] = None  # a provisional bundle that a kill cut short
+        summary.exit_status = int(exit_status)
+    for f in summary.findings:
+        if f.bundle and not (data.path / f.bundle / "bundle.json").is_file():
+            f.bundle = None  # a provisional bundle that a kill cut short
     out = data.path
     write_json(out / "summary.json", summary)
     (out / "junit.xml").write_text(junit_xml(summary, data.records), encoding="utf-8")
@@ -149,7 +155,7 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> dict[s
     return summary
 
 
-def write_site(data: RunData, summary: Mapping[str, Any]) -> None:
+def write_site(data: RunData, summary: Summary) -> None:
     """Render index, failure and case pages into the run folder."""
     out = data.path
     if (out / "cases").is_dir():
@@ -164,29 +170,29 @@ def write_site(data: RunData, summary: Mapping[str, Any]) -> None:
     failures.mkdir(exist_ok=True)
     cases = distinct_cases(data.runs, data.records)
     by_chunk = {
-        (source, str(r["chunk"]), str(r["case_id"])): r
+        (source, r.chunk, r.case_id): r
         for source, recs in enumerate(data.records)
         for r in recs
-        if r.get("record") == "case"
+        if isinstance(r, CaseRecord)
     }
     finding_of: dict[tuple[str, str], list[str]] = {}
-    for f in summary["findings"]:
-        finding_of.setdefault((f["device"], f["case_id"]), []).append(f["id"])
+    for f in summary.findings:
+        finding_of.setdefault((f.device, f.case_id), []).append(f.id)
     pages = max(1, -(-len(cases) // CASES_PER_PAGE))
     index = _ENV.get_template("index.html.j2").render(
         s=summary, case_pages=pages, commands=_run_commands(summary)
     )
     (out / "index.html").write_text(index, encoding="utf-8")
-    for f in summary["findings"]:
-        record = by_chunk.get((f["source"], f["chunk"], f["case_id"]))
-        page = _failure_page(data, summary, f, record)
-        (out / "failures" / f"{f['id']}.html").write_text(page, encoding="utf-8")
-    for page in range(pages):
-        rows = cases[page * CASES_PER_PAGE : (page + 1) * CASES_PER_PAGE]
+    for f in summary.findings:
+        record = by_chunk.get((f.source, f.chunk, f.case_id))
+        html = _failure_page(data, summary, f, record)
+        (out / "failures" / f"{f.id}.html").write_text(html, encoding="utf-8")
+    for number in range(pages):
+        rows = cases[number * CASES_PER_PAGE : (number + 1) * CASES_PER_PAGE]
         html = _ENV.get_template("cases.html.j2").render(
-            s=summary, rows=rows, page=page + 1, pages=pages, finding_of=finding_of
+            s=summary, rows=rows, page=number + 1, pages=pages, finding_of=finding_of
         )
-        (out / "cases" / f"page-{page + 1}.html").write_text(html, encoding="utf-8")
+        (out / "cases" / f"page-{number + 1}.html").write_text(html, encoding="utf-8")
 
 
 # Where the commands on the pages and in bundle READMEs run: their paths are relative to it,
@@ -194,13 +200,13 @@ def write_site(data: RunData, summary: Mapping[str, Any]) -> None:
 COMMANDS_CWD = "the run folder (the folder that holds this report's index.html and bundles/)"
 
 
-def _run_commands(summary: Mapping[str, Any]) -> list[str]:
-    budgets = summary.get("budgets", {})
+def _run_commands(summary: Summary) -> list[str]:
+    budgets = summary.budgets
     base = (
-        f"parity run --families {','.join(summary.get('families', []))} "
-        f"--profile {summary.get('profile')} --seed {summary.get('seed')} "
-        f"--max-examples {budgets.get('max_examples')} "
-        f"--chunk-examples {budgets.get('chunk_examples')} --out rerun"
+        f"parity run --families {','.join(summary.families)} "
+        f"--profile {summary.profile} --seed {summary.seed} "
+        f"--max-examples {budgets.max_examples} "
+        f"--chunk-examples {budgets.chunk_examples} --out rerun"
     )
     return ["cd <run folder>", base, "parity report ."]
 
@@ -227,24 +233,23 @@ def _evidence(path: Path) -> dict[str, np.ndarray]:
 
 def _failure_page(
     data: RunData,
-    summary: Mapping[str, Any],
-    finding: Mapping[str, Any],
-    record: Mapping[str, Any] | None,
+    summary: Summary,
+    finding: Finding,
+    record: CaseRecord | None,
 ) -> str:
-    bundle_doc: dict[str, Any] = {}
+    bundle_doc: BundleDoc | None = None
     arrays: dict[str, np.ndarray] = {}
-    bundle_dir = data.path / finding["bundle"] if finding.get("bundle") else None
+    bundle_dir = data.path / finding.bundle if finding.bundle else None
     if bundle_dir is not None and (bundle_dir / "bundle.json").exists():
         try:
-            bundle_doc = read_json(bundle_dir / "bundle.json", "bundle description")
+            bundle_doc = read_bundle_doc(bundle_dir / "bundle.json")
         except RecordError:
-            bundle_doc = {}
+            bundle_doc = None
         if (bundle_dir / "arrays.npz").exists():
             arrays = _evidence(bundle_dir / "arrays.npz")
-    record = record or {}
-    divergences = list(record.get("divergences", []))
-    timeline = [_step_view(s) for s in record.get("timeline", [])]
-    bundle_rel = f"../{finding['bundle']}" if finding.get("bundle") else None
+    divergences = list(record.divergences) if record is not None else []
+    timeline = [_step_view(s) for s in record.timeline] if record is not None else []
+    bundle_rel = f"../{finding.bundle}" if finding.bundle else None
     bundle_files = []
     if bundle_dir is not None:
         for name in (
@@ -257,30 +262,32 @@ def _failure_page(
             if (bundle_dir / name).exists():
                 bundle_files.append(name)
     commands = []
-    if finding.get("bundle"):
+    if finding.bundle:
         # Relative to the run folder, never to where the report was rendered.
-        b = finding["bundle"]
+        b = finding.bundle
         commands = [
             f"parity replay {b}",
             f"parity replay {b} --shaders worktree",
             f"parity regress {b}",
         ]
-    commands += [c for c in bundle_doc.get("commands", []) if c.startswith("parity run")]
+    if bundle_doc is not None:
+        commands += [c for c in bundle_doc.commands if c.startswith("parity run")]
     # The bundle re-ran the case to classify it; the case record predates that.
-    repeatability = bundle_doc.get("repeatability") or record.get("repeatability")
-    repeat_source = "the bundle's re-runs" if bundle_doc.get("repeatability") else "the run"
-    if not repeatability and finding.get("repeatability"):
-        repeatability = {"class": finding["repeatability"]}
+    from_bundle = bundle_doc.repeatability if bundle_doc is not None else None
+    repeatability = from_bundle or (record.repeatability if record is not None else None)
+    repeat_source = "the bundle's re-runs" if from_bundle else "the run"
+    if not repeatability and finding.repeatability:
+        repeatability = {"class": finding.repeatability}
     return _ENV.get_template("failure.html.j2").render(
         s=summary,
         f=finding,
         r=record,
         divergences=divergences,
-        first=_first_divergent(record, divergences),
+        first=_first_divergent(record, divergences) if record is not None else None,
         repeatability=repeatability,
         repeat_source=repeat_source,
         timeline=timeline,
-        elements=[_element_view(e) for e in bundle_doc.get("evidence", [])],
+        elements=[_element_view(e) for e in (bundle_doc.evidence if bundle_doc else [])],
         heatmaps=_heatmaps(arrays),
         canaries=_canaries(arrays, divergences),
         bundle=bundle_doc,
@@ -288,7 +295,7 @@ def _failure_page(
         bundle_files=bundle_files,
         commands=commands,
         commands_cwd=COMMANDS_CWD,
-        adapters=data.runs[finding["source"]].get("adapters", {}),
+        adapters=data.runs[finding.source].adapters,
     )
 
 
@@ -311,120 +318,107 @@ def _element_view(element: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _first_divergent(
-    record: Mapping[str, Any], divergences: Sequence[Mapping[str, Any]]
+    record: CaseRecord, divergences: Sequence[DivergenceRecord]
 ) -> dict[str, Any] | None:
     """The harness's own record of the first divergent op, else the earliest divergence.
 
     Earliest = lowest step, then the op's position in that step's contract dispatch order
     (graph order), then per-op findings before end-to-end ones.
     """
-    recorded = record.get("first_divergent")
-    if recorded:
-        return {"source": "harness", **recorded}
+    if record.first_divergent:
+        return {"source": "harness", **record.first_divergent}
     if not divergences:
         return None
     order: dict[tuple[int, str], int] = {}
-    for step in record.get("timeline", []):
-        for k, d in enumerate(step.get("model", {}).get("dispatches", [])):
-            order.setdefault((int(step["index"]), str(d.get("op"))), k)
+    for step in record.timeline:
+        for k, dispatch in enumerate(step.model.dispatches):
+            order.setdefault((step.index, dispatch.op), k)
 
-    def key(d: Mapping[str, Any]) -> tuple[int, int, int]:
-        scope = (d.get("details") or {}).get("scope")
+    def key(d: DivergenceRecord) -> tuple[int, int, int]:
         return (
-            int(d.get("step", -1)),
-            order.get((int(d.get("step", -1)), str(d.get("op"))), 1 << 20),
-            0 if scope == "op" else 1,
+            d.step,
+            order.get((d.step, str(d.op)), 1 << 20),
+            0 if d.details.get("scope") == "op" else 1,
         )
 
     d = min(divergences, key=key)
     first = {
         "source": "earliest divergence",
-        "step": d.get("step"),
-        "op": d.get("op"),
-        "op_type": d.get("op_type"),
-        "tensor": d.get("tensor"),
-        "element": (d.get("details") or {}).get("worst_index")
-        or (d.get("details") or {}).get("first_element"),
-        "kind": d.get("kind"),
-        "blame": d.get("blame"),
+        "step": d.step,
+        "op": d.op,
+        "op_type": d.op_type,
+        "tensor": d.tensor,
+        "element": d.details.get("worst_index") or d.details.get("first_element"),
+        "kind": d.kind,
+        "blame": d.blame,
     }
-    upstream = (d.get("details") or {}).get("upstream")
+    upstream = d.details.get("upstream")
     if upstream:  # an op refused a wrong value: where that value was produced
         first |= {
             "op": upstream.get("op"),
             "op_type": upstream.get("op_type"),
             "tensor": upstream.get("value"),
-            "refused_by": d.get("op"),
+            "refused_by": d.op,
         }
     return first
 
 
-def _step_view(step: Mapping[str, Any]) -> dict[str, Any]:
+def _step_view(step: TimelineStep) -> dict[str, Any]:
     """A step with rows for the side-by-side tables and mismatch flags."""
-    model = step.get("model", {})
-    backends = step.get("backends", {})
+    model, backends = step.model, step.backends
     names = ["model", *backends]
-    tensors = sorted(
-        {t for src in [model, *backends.values()] for t in (src.get("cur_dims") or {})}
-    )
-    dims_rows = []
+    sides = [model, *backends.values()]
+    tensors = sorted({t for side in sides for t in side.cur_dims})
+    dims_rows: list[dict[str, Any]] = []
     for t in tensors:
-        want = (model.get("cur_dims") or {}).get(t)
-        cells = [want] + [(b.get("cur_dims") or {}).get(t) for b in backends.values()]
+        want_dims = model.cur_dims.get(t)
+        cells = [side.cur_dims.get(t) for side in sides]
         dims_rows.append(
             {
                 "tensor": t,
                 "cells": [
-                    {"text": _dims(c), "bad": i > 0 and want is not None and c != want}
+                    {"text": _dims(c), "bad": i > 0 and want_dims is not None and c != want_dims}
                     for i, c in enumerate(cells)
                 ],
             }
         )
-    logs = [model.get("dispatches") or []] + [b.get("dispatches") or [] for b in backends.values()]
-    dispatch_rows = []
+    logs = [side.dispatches for side in sides]
+    dispatch_rows: list[dict[str, Any]] = []
     for k in range(max((len(log) for log in logs), default=0)):
-        want = _logical(logs[0][k]) if k < len(logs[0]) else None
-        cells = []
+        want = logs[0][k].logical() if k < len(logs[0]) else None
+        row = []
         for i, log in enumerate(logs):
             d = log[k] if k < len(log) else None
             text = "-" if d is None else _dispatch_text(d)
-            cells.append({"text": text, "bad": i > 0 and (d is None or _logical(d) != want)})
-        op = next((log[k].get("op") for log in logs if k < len(log)), "?")
-        dispatch_rows.append({"op": op, "cells": cells})
+            row.append({"text": text, "bad": i > 0 and (d is None or d.logical() != want)})
+        op = next((log[k].op for log in logs if k < len(log)), "?")
+        dispatch_rows.append({"op": op, "cells": row})
     return {
-        "index": step.get("index"),
-        "inputs": step.get("inputs", {}),
+        "index": step.index,
+        "inputs": step.inputs,
         "names": names,
-        "errors": [model.get("error")] + [b.get("error") for b in backends.values()],
+        "errors": [side.error for side in sides],
         "dims_rows": dims_rows,
         "dispatch_rows": dispatch_rows,
-        "mismatch": any(c["bad"] for row in dims_rows + dispatch_rows for c in row["cells"]),
+        "mismatch": any(c["bad"] for r in dims_rows + dispatch_rows for c in r["cells"]),
         "utilization": {
-            name: sorted(
-                ((k, v) for k, v in (b.get("utilization") or {}).items()),
-                key=lambda kv: -_num(kv[1]),
-            )[:6]
+            name: sorted(b.utilization.items(), key=lambda kv: -_num(kv[1]))[:6]
             for name, b in backends.items()
         },
-        "validation": {n: b.get("validation_messages") or [] for n, b in backends.items()},
-        "divergences": step.get("divergences", []),
+        "validation": {n: b.validation_messages for n, b in backends.items()},
+        "divergences": step.divergences,
     }
 
 
-def _num(value: Any) -> float:
-    f = as_float(value)
-    return -1.0 if f != f else f
+def _num(value: float) -> float:
+    return -1.0 if value != value else value
 
 
-def _logical(d: Mapping[str, Any]) -> tuple[Any, ...]:
-    return (d.get("kernel"), tuple(d.get("wg", ())), tuple(d.get("count", ())), d.get("ran"))
-
-
-def _dispatch_text(d: Mapping[str, Any]) -> str:
-    text = f"{d.get('kernel')} wg{_dims(d.get('wg'))} ×{_dims(d.get('count'))}"
-    if d.get("grid") and d.get("grid") != d.get("count"):
-        text += f" grid{_dims(d.get('grid'))}"
-    return text + ("" if d.get("ran") else " skipped")
+def _dispatch_text(d: LoggedDispatch) -> str:
+    text = f"{d.kernel} wg{_dims(d.wg)} ×{_dims(d.count)}"
+    if d.grid and d.grid != d.count:
+        text += f" grid{_dims(d.grid)}"
+    return text + ("" if d.ran else " skipped")
 
 
 def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
@@ -466,15 +460,14 @@ def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
 
 
 def _canaries(
-    arrays: Mapping[str, np.ndarray], divergences: Sequence[Mapping[str, Any]]
+    arrays: Mapping[str, np.ndarray], divergences: Sequence[DivergenceRecord]
 ) -> list[dict[str, Any]]:
     """Canary hits: one row per CANARY_WRITE / STALE_READ divergence, with the map image."""
     rows = []
     for d in divergences:
-        if d.get("kind") not in ("canary_write", "stale_read"):
+        if d.kind not in ("canary_write", "stale_read"):
             continue
-        key = f"canary/s{d.get('step')}/{d.get('tensor')}/{d.get('blame')}"
-        state = arrays.get(key)
+        state = arrays.get(f"canary/s{d.step}/{d.tensor}/{d.blame}")
         image = None
         counts = None
         if state is not None:
@@ -488,11 +481,6 @@ def _canaries(
     return rows
 
 
-def merged_meta(runs: Sequence[Mapping[str, Any]], sources: Sequence[str]) -> dict[str, Any]:
+def merged_meta(runs: Sequence[RunMeta], sources: Sequence[str]) -> MergeMeta:
     """run.json of a merged folder: every shard's run.json, in order."""
-    return {
-        "format": MERGE_FORMAT,
-        "note": "written by `parity merge`; cases.jsonl records carry their shard as 'source'",
-        "sources": list(sources),
-        "runs": list(runs),
-    }
+    return MergeMeta(runs=list(runs), sources=list(sources))

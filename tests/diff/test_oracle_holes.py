@@ -25,7 +25,7 @@ from graph_format import (
 from harness.backends import open_runtime, open_runtimes
 from harness.builder import GraphBuilder
 from harness.case import Case
-from harness.divergence import Kind
+from harness.divergence import BugKey, Kind
 from harness.lockstep import LockstepRunner
 from harness.verdict import assert_parity
 from tests.diff.test_planted_bugs import add_case, assert_found, rms_norm_case
@@ -54,7 +54,7 @@ def test_non_converging_propagation_is_an_asymmetry_at_its_op(runner: LockstepRu
         (1, "sum", "add"),
         (2, "sum", "add"),
     }
-    assert hits[0].signature() == ("error_asymmetry", "add", "webgpu", "")
+    assert hits[0].bug_key() == BugKey("add", "error_asymmetry", "webgpu")
 
 
 def _raise_at_step(monkeypatch: pytest.MonkeyPatch, cls: type, step: int, err: Exception) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from harness.divergence import BugKey
 from harness.lockstep import LockstepRunner
 from harness.repeatability import classify
 from harness.shrinking import find_minimal
@@ -65,6 +66,6 @@ def test_flaky_failure_keeps_its_verdict_through_shrinking(runner: LockstepRunne
     checker = CaseChecker(runner, repeats=3)
     with flaky_webgpu():
         outcome = find_minimal(rms_norm_cases(), checker.check, max_examples=40)
-    assert outcome.signature == ("nondeterministic", "webgpu"), outcome.error
+    assert outcome.bug == BugKey.nondeterministic(["webgpu"]), outcome.error
     assert outcome.error is not None and outcome.error.repeatability is not None
     assert outcome.error.repeatability.kind == "nondeterministic:webgpu"

@@ -21,9 +21,11 @@ def test_planted_bug_shrinks_to_a_minimal_case(runner: LockstepRunner, plant: Pl
     checker = CaseChecker(runner, repeats=0)
     with plant.plant():
         outcome = find_minimal(plant.cases(), checker.check, max_examples=150)
-    assert outcome.signature is not None, f"{plant.name}: never found"
-    kind, op_type, blame, _ = outcome.signature
-    assert (kind, op_type, blame) == (plant.kind, plant.op_type, plant.blame), outcome.error
+    assert outcome.bug is not None, f"{plant.name}: never found"
+    bug = outcome.bug
+    assert (bug.kind, bug.op_type, bug.blame) == (plant.kind, plant.op_type, plant.blame), (
+        outcome.error
+    )
     minimal = outcome.minimal
     assert minimal is not None and outcome.first is not None
     assert minimal.steps <= 2, f"{plant.name}: {minimal}"

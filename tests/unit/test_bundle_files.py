@@ -7,7 +7,6 @@ re-running it, so no runtime is needed).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,31 +21,47 @@ from harness.bundle import (
 )
 from harness.case import Case
 from harness.findings import finding_id
+from harness.plan import Shard
+from harness.records import BUNDLE_FORMAT, Budgets, CaseRecord, RunMeta, read_bundle_doc
 
 KEPT = Path(__file__).resolve().parents[1] / "regressions" / "rms-norm-drops-weight"
 
 
-def _record() -> dict[str, object]:
-    doc = json.loads((KEPT / "bundle.json").read_text())
-    return {k: doc[k] for k in ("case_id", "family", "chunk", "divergences", "step_shapes")}
+def _record() -> CaseRecord:
+    """The case record of the kept bundle (format /1), from what its bundle.json holds."""
+    doc = read_bundle_doc(KEPT / "bundle.json")
+    assert doc.case_id and doc.family and doc.chunk and doc.step_shapes
+    return CaseRecord(
+        chunk=doc.chunk,
+        family=doc.family,
+        seq=0,
+        case_id=doc.case_id,
+        ops=["rms_norm"],
+        step_shapes=doc.step_shapes,
+        steps=len(doc.step_shapes),
+        unexpected=len(doc.divergences),
+        divergences=doc.divergences,
+    )
 
 
 def test_a_bundle_is_written_once_and_names_relative_commands(tmp_path: Path) -> None:
     case = Case.load(KEPT / "case")
     record = _record()
-    run = {"seed": 7, "profile": "quick", "budgets": {"max_examples": 2, "chunk_examples": 1}}
-    name = finding_id(str(record["case_id"]), [d["signature"] for d in record["divergences"]])
+    run = RunMeta(seed=7, profile="quick", budgets=Budgets(2, 1), shard=Shard(1, 1))
+    name = finding_id(record.case_id, record.bug)
     folder = tmp_path / "run" / "bundles" / name
     write_bundle(folder, case, record, run=run)
     doc = existing_bundle(folder)
-    assert doc is not None and doc["id"] == name and doc["shrunk"]
-    assert doc["commands"][0] == f"parity replay bundles/{name}"
-    assert all(not Path(w).is_absolute() for c in doc["commands"] for w in c.split())
+    assert doc is not None and doc.id == name and doc.shrunk
+    assert doc.format == BUNDLE_FORMAT and doc.bug == record.bug
+    assert doc.commands[0] == f"parity replay bundles/{name}"
+    assert all(not Path(w).is_absolute() for c in doc.commands for w in c.split())
     assert "cd <run folder>" in (folder / "README.md").read_text()
-    assert doc["sources"]["python"] == source_digests()["python"]
+    assert doc.sources["python"] == source_digests()["python"]
     # Another chunk (or process) writing the same finding keeps the first bundle.
     write_bundle(folder, case, record, run=run, shrunk=False)
-    assert existing_bundle(folder)["shrunk"]  # type: ignore[index]
+    kept = existing_bundle(folder)
+    assert kept is not None and kept.shrunk
     assert [p.name for p in folder.parent.iterdir()] == [name]  # no temporary folder left
     assert python_differences(load_bundle(folder)) == []
     assert python_differences(load_bundle(KEPT)) is None  # kept before hashes were recorded

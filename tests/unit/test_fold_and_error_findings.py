@@ -21,9 +21,9 @@ from harness.bundle import replay_commands
 from harness.contract import ContractModel, ModelStep
 from harness.oracles import compiler_headline, error_op, upstream_origin
 from harness.plan import Shard, make_plan, shard_of
+from harness.records import Budgets, CaseRecord, RunMeta
 from harness.session import RunConfig, RunSession, _describe
-from harness.summary import summarize
-from tests.unit.test_report import _case, _run_meta
+from tests.unit.test_report import _case, _run_meta, _summarize, _typed
 
 # ---------------------------------------------------------------------------- plan
 
@@ -98,19 +98,19 @@ def test_pr_requires_a_fold_of_ops_run_under_a_lowered_limit() -> None:
         "rms_norm": {b: {"regimes": ["size=1"], "variants": []} for b in ("webgpu", "vulkan")}
     }
     plain = [_case("rms_norm/0", "a", [], coverage=unfolded), *chunks]
-    assert summarize([meta], [plain])["coverage_missing"] == []
+    assert _summarize([meta], [plain])[0]["coverage_missing"] == []
     under_limit = [
         _case("rms_norm/0", "a", [], coverage=unfolded),
         _case("rms_norm/1", "b", [], coverage=unfolded, max_workgroups_per_dim=4),
         *chunks,
     ]
-    summary = summarize([meta], [under_limit])
+    summary = _summarize([meta], [under_limit])[0]
     missing = sorted(tuple(cell) for cell in summary["coverage_missing"])
     assert missing == [("rms_norm", "vulkan", "fold"), ("rms_norm", "webgpu", "fold")]
     assert summary["exit_status"] == 1
     folded = {"rms_norm": {b: {"regimes": ["fold"], "variants": []} for b in ("webgpu", "vulkan")}}
     under_limit[1] = _case("rms_norm/1", "b", [], coverage=folded, max_workgroups_per_dim=4)
-    assert summarize([meta], [under_limit])["exit_status"] == 0
+    assert _summarize([meta], [under_limit])[0]["exit_status"] == 0
 
 
 # ---------------------------------------------------------------------------- error findings
@@ -197,8 +197,10 @@ def test_chunk_errors_keep_the_whole_text() -> None:
 
 
 def test_a_chunk_rerun_command_keeps_the_run_s_workgroup_limit() -> None:
-    run = {"profile": "quick", "seed": 2, "budgets": {"max_examples": 4, "chunk_examples": 2}}
-    record = {"family": "view"}
+    run = RunMeta(profile="quick", seed=2, budgets=Budgets(4, 2))
+    record = _typed([_case("view/0", "a", [])])[0]
+    assert isinstance(record, CaseRecord)
     assert "--max-workgroups-per-dim" not in replay_commands("bundles/b", run, record)[-1]
-    limited = replay_commands("bundles/b", {**run, "max_workgroups_per_dim": 3}, record)[-1]
+    run.max_workgroups_per_dim = 3
+    limited = replay_commands("bundles/b", run, record)[-1]
     assert limited.endswith("--max-workgroups-per-dim 3")

@@ -15,10 +15,22 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
+from harness.divergence import BugKey
 from harness.expectations import ExpectationsError, entry_status, load_expectations
 from harness.findings import finding_id, totals_text
 from harness.plan import Shard, make_plan, plan_digest, shard_of
-from harness.records import RecordError, RecordWriter, plain, read_records, write_json
+from harness.records import (
+    DivergenceRecord,
+    Record,
+    RecordError,
+    RecordWriter,
+    RunMeta,
+    from_json,
+    plain,
+    read_records,
+    record_from_json,
+    write_json,
+)
 from harness.report import images, render_report
 from harness.summary import junit_xml, summarize
 
@@ -67,8 +79,23 @@ def _divergence(kind: str = "numeric", blame: str = "webgpu", **extra: Any) -> d
         "expected": None,
     }
     d.update(extra)
-    d["signature"] = f"{d['op_type']}|{d['kind']}|{d['blame']}|{d['regime']}"
+    d["bug"] = str(_bug(d))
     return d
+
+
+def _bug(d: dict[str, Any]) -> BugKey:
+    return from_json(DivergenceRecord, d).bug
+
+
+def _summarize(metas: list[dict[str, Any]], records: list[list[dict[str, Any]]]) -> Any:
+    """The summary of runs given as JSON, as summary.json holds it."""
+    typed = [[record_from_json(r) for r in recs] for recs in records]
+    summary = summarize([from_json(RunMeta, m) for m in metas], typed)
+    return plain(summary), summary, typed
+
+
+def _typed(records: list[dict[str, Any]]) -> list[Record]:
+    return [record_from_json(r) for r in records]
 
 
 def _case(chunk: str, case_id: str, divergences: list[dict[str, Any]], **extra: Any) -> Any:
@@ -136,7 +163,7 @@ def _write_run(folder: Path, meta: dict[str, Any], records: list[dict[str, Any]]
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "run.json", meta)
     writer = RecordWriter(folder / "cases.jsonl")
-    for r in records:
+    for r in _typed(records):
         writer.write(r)
     writer.close()
     return folder
@@ -223,12 +250,16 @@ link = "l"
 """
     )
     exp = load_expectations(path)
-    assert exp.match(_divergence(), "rms_norm", ADAPTERS) == "mesa-only"
-    assert exp.match(_divergence(blame="vulkan"), "rms_norm", ADAPTERS) is None
-    assert exp.match(_divergence(kind="dispatch"), "rms_norm", ADAPTERS) is None
+
+    def div(**extra: Any) -> DivergenceRecord:
+        return from_json(DivergenceRecord, _divergence(**extra))
+
+    assert exp.match(div(), "rms_norm", ADAPTERS) == "mesa-only"
+    assert exp.match(div(blame="vulkan"), "rms_norm", ADAPTERS) is None
+    assert exp.match(div(kind="dispatch"), "rms_norm", ADAPTERS) is None
     nvidia = {b: {**a, "adapter": "NVIDIA H100"} for b, a in ADAPTERS.items()}
-    assert exp.match(_divergence(), "rms_norm", nvidia) is None
-    entry = exp.to_json()[0]
+    assert exp.match(div(), "rms_norm", nvidia) is None
+    entry = exp.entries[0]
     assert entry_status(entry, 0, [ADAPTERS], {"rms_norm"}, {"rms_norm"}) == "stale"
     assert entry_status(entry, 0, [nvidia], {"rms_norm"}, {"rms_norm"}) == "not_applicable"
     assert entry_status(entry, 0, [ADAPTERS], {"add"}, {"add"}) == "not_exercised"
@@ -247,7 +278,7 @@ def test_summary_counts_groups_and_finds_provisional_failures() -> None:
         _case("rms_norm/0", "c", [known]),
         {"record": "chunk", "chunk": "rms_norm/0", "status": "complete", "duration_s": 1,
          "findings": [{"case_id": "b", "bundle": None, "shrunk": True, "unexpected": 1,
-                       "signatures": [_divergence()["signature"]]}]},
+                       "bug": _divergence()["bug"]}]},
         # rms_norm/1 never ended (killed): its smallest divergent case is provisional.
         _case("rms_norm/1", "d", [_divergence()], step_shapes=[{"x": [9, 4]}, {"x": [9, 4]}]),
         _case("rms_norm/1", "e", [_divergence()]),
@@ -256,7 +287,7 @@ def test_summary_counts_groups_and_finds_provisional_failures() -> None:
     meta["expectations"] = [
         {"id": "known-1", "device": "*", "driver": "*", "reason": "r", "link": "l"}
     ]
-    s = summarize([meta], [records])
+    s, typed_summary, typed = _summarize([meta], [records])
     assert s["status"] == "killed" and not s["complete"] and s["exit_status"] == 1
     t = s["totals"]
     assert (t["cases"], t["divergent_cases"], t["unexpected_cases"], t["known_cases"]) == (
@@ -269,67 +300,69 @@ def test_summary_counts_groups_and_finds_provisional_failures() -> None:
         ("rms_norm/0", "b", False),
         ("rms_norm/1", "e", True),
     ]
-    sig = next(g for g in s["signatures"] if g["expected"] is None)
-    assert (sig["op"], sig["kind"], sig["blame"], sig["cases"], sig["findings"]) == (
-        "rms_norm",
-        "numeric",
-        "webgpu",
+    group = next(g for g in s["bugs"] if g["expected"] is None)
+    assert (group["bug"], group["regimes"], group["cases"], group["findings"]) == (
+        "rms_norm|numeric|webgpu|x10",
+        ["rows<max"],
         3,
         2,
     )
     assert s["expectations"][0]["status"] == "matched"
     assert s["per_family"]["rms_norm"]["chunks"] == {"complete": 1, "missing": 1}
     assert s["coverage"]["rms_norm"]["webgpu"]["variants"] == ["rms_norm"]
-    xml = ET.fromstring(junit_xml(s, [records]))
+    xml = ET.fromstring(junit_xml(typed_summary, typed))
     suite = xml.find("testsuite")
     assert suite is not None
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "1")
 
 
-def _chunk(chunk: str, *findings: tuple[str, list[str]]) -> dict[str, Any]:
+def _chunk(chunk: str, *findings: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {"record": "chunk", "chunk": chunk, "status": "complete", "duration_s": 1,
-            "findings": [{"case_id": c, "bundle": f"bundles/{finding_id(c, sigs)}",
-                          "shrunk": True, "unexpected": 1, "signatures": sigs}
-                         for c, sigs in findings]}  # fmt: skip
+            "findings": [{"case_id": c, "bundle": f"bundles/{finding_id(c, _bug(d))}",
+                          "shrunk": True, "unexpected": 1, "bug": d["bug"]}
+                         for c, d in findings]}  # fmt: skip
 
 
 def test_chunks_that_shrink_to_the_same_case_and_bug_make_one_finding() -> None:
-    sig = _divergence()["signature"]
+    d = _divergence()
     other = _divergence(kind="dispatch")
     records = [
         _case("rms_norm/0", "m", [_divergence()]),
-        _chunk("rms_norm/0", ("m", [sig])),
+        _chunk("rms_norm/0", ("m", d)),
         _case("rms_norm/1", "m", [_divergence()]),
-        _chunk("rms_norm/1", ("m", [sig])),
+        _chunk("rms_norm/1", ("m", d)),
         _case("rms_norm/2", "m", [_divergence()]),
         _case("rms_norm/2", "n", [other]),
         # The same case with another bug is another finding.
-        _chunk("rms_norm/2", ("m", [sig]), ("n", [other["signature"]])),
+        _chunk("rms_norm/2", ("m", d), ("n", other)),
     ]
-    s = summarize([_run_meta(["rms_norm/0", "rms_norm/1", "rms_norm/2"])], [records])
+    s, typed_summary, typed = _summarize(
+        [_run_meta(["rms_norm/0", "rms_norm/1", "rms_norm/2"])], [records]
+    )
     assert [(f["case_id"], f["chunks"]) for f in s["findings"]] == [
         ("m", ["rms_norm/0", "rms_norm/1", "rms_norm/2"]),
         ("n", ["rms_norm/2"]),
     ]
     assert [f["id"] for f in s["findings"]] == [
-        finding_id("m", [sig]),
-        finding_id("n", [other["signature"]]),
+        finding_id("m", _bug(d)),
+        finding_id("n", _bug(other)),
     ]
     assert s["totals"]["findings"] == 2
-    group = next(g for g in s["signatures"] if g["signature"] == sig)
-    assert (group["findings"], group["failures"]) == (1, [finding_id("m", [sig])])
+    group = next(g for g in s["bugs"] if g["bug"] == d["bug"])
+    assert (group["findings"], group["failures"]) == (1, [finding_id("m", _bug(d))])
     # Every chunk that found it fails in JUnit.
-    suite = ET.fromstring(junit_xml(s, [records])).find("testsuite")
+    suite = ET.fromstring(junit_xml(typed_summary, typed)).find("testsuite")
     assert suite is not None and suite.get("failures") == "3"
 
 
 def test_finding_ids_are_content_addressed() -> None:
-    a = finding_id("0123456789ab", ["rms_norm|numeric|webgpu|rows=1"])
-    assert a == finding_id("0123456789ab", ["rms_norm|numeric|webgpu|rows=1"] * 2)
+    bug = BugKey("rms_norm", "numeric", "webgpu", "x1000")
+    a = finding_id("0123456789ab", bug)
+    assert a == finding_id("0123456789ab", BugKey.parse("rms_norm|numeric|webgpu|x1000"))
     assert a.startswith("rms_norm-0123456789ab-")
-    assert a != finding_id("0123456789ab", ["rms_norm|numeric|vulkan|rows=1"])
-    assert finding_id("x", ["a|b|c|d", "e|f|g|h"]) == finding_id("x", ["e|f|g|h", "a|b|c|d"])
-    assert finding_id("x", []).startswith("case-x-")
+    assert a != finding_id("0123456789ab", BugKey("rms_norm", "numeric", "vulkan", "x1000"))
+    assert a != finding_id("0123456789ab", BugKey("rms_norm", "numeric", "webgpu", "x10"))
+    assert finding_id("x", None).startswith("case-x-")
 
 
 def test_counts_are_of_cases_and_agree_everywhere(tmp_path: Path) -> None:
@@ -340,21 +373,21 @@ def test_counts_are_of_cases_and_agree_everywhere(tmp_path: Path) -> None:
         _case("rms_norm/0", "m", steps, steps=3),
         _case("rms_norm/0", "m", steps, steps=3),
         _case("rms_norm/0", "ok", [], steps=2),
-        _chunk("rms_norm/0", ("m", [steps[0]["signature"]])),
+        _chunk("rms_norm/0", ("m", steps[0])),
         _case("rms_norm/1", "m", steps, steps=3),
         _case("rms_norm/1", "k", [_divergence(expected="known-1")], steps=1),
-        _chunk("rms_norm/1", ("m", [steps[0]["signature"]])),
+        _chunk("rms_norm/1", ("m", steps[0])),
     ]
     meta = _run_meta(["rms_norm/0", "rms_norm/1"])
     meta["expectations"] = [
         {"id": "known-1", "device": "*", "driver": "*", "reason": "r", "link": "l"}
     ]
     run = _write_run(tmp_path / "run", meta, records)
-    s = render_report(run)
+    s = plain(render_report(run))
     t = s["totals"]
     assert (t["cases"], t["steps"], t["divergent_cases"], t["unexpected_cases"]) == (3, 6, 2, 1)
     assert (t["known_cases"], t["divergences"], t["findings"]) == (1, 4, 1)
-    group = next(g for g in s["signatures"] if g["expected"] is None)
+    group = next(g for g in s["bugs"] if g["expected"] is None)
     assert (group["cases"], group["divergences"], group["findings"]) == (1, 3, 1)
     assert s["per_family"]["rms_norm"]["divergent_cases"] == 2
     assert s["per_op"]["rms_norm"]["cases"] == 3
@@ -362,7 +395,7 @@ def test_counts_are_of_cases_and_agree_everywhere(tmp_path: Path) -> None:
     for key in ("cases", "steps", "divergent_cases", "unexpected_cases", "known_cases",
                 "divergences", "findings"):  # fmt: skip
         assert f'data-total="{key}">{t[key]}<' in index, key
-    assert totals_text(t) == (
+    assert totals_text(render_report(run).totals) == (
         "3 cases, 6 steps, 2 divergent cases (1 unexpected, 1 known), 1 findings"
     )
     # The case pages list each case once, with the chunks that ran it.
@@ -378,7 +411,7 @@ def test_report_escapes_names_and_messages_and_highlights_mismatches(tmp_path: P
         _case("rms_norm/0", "b", [d]),
         {"record": "chunk", "chunk": "rms_norm/0", "status": "complete", "duration_s": 1,
          "findings": [{"case_id": "b", "bundle": None, "shrunk": True, "unexpected": 1,
-                       "signatures": [d["signature"]]}]},
+                       "bug": d["bug"]}]},
     ]  # fmt: skip
     meta = _run_meta(["rms_norm/0"])
     meta["expectations"] = [
@@ -386,7 +419,7 @@ def test_report_escapes_names_and_messages_and_highlights_mismatches(tmp_path: P
     ]
     run = _write_run(tmp_path / "run", meta, records)
     summary = render_report(run)
-    assert summary["exit_status"] == 1
+    assert summary.exit_status == 1
     pages = [run / "index.html", *(run / "failures").glob("*.html"), run / "cases/page-1.html"]
     assert len(pages) == 3
     for page in pages:
@@ -408,7 +441,7 @@ def test_report_pages_cases_so_the_index_stays_small(tmp_path: Path) -> None:
                     "duration_s": 1, "findings": []})  # fmt: skip
     run = _write_run(tmp_path / "run", _run_meta(["rms_norm/0"]), records)
     summary = render_report(run)
-    assert summary["exit_status"] == 0 and summary["totals"]["cases"] == 450
+    assert summary.exit_status == 0 and summary.totals.cases == 450
     assert sorted(p.name for p in (run / "cases").iterdir()) == [
         "page-1.html",
         "page-2.html",

@@ -39,3 +39,33 @@ def test_missing_shader_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match="nope"):
         compile_glsl("nope")
+
+
+def test_cache_lives_in_the_users_cache_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VULKAN_PARITY_CACHE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert spirv.cache_dir() == tmp_path / "home" / ".cache" / "vulkan-parity" / "spirv"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert spirv.cache_dir() == tmp_path / "xdg" / "vulkan-parity" / "spirv"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")  # invalid by the XDG spec
+    assert spirv.cache_dir() == tmp_path / "home" / ".cache" / "vulkan-parity" / "spirv"
+    monkeypatch.setenv("VULKAN_PARITY_CACHE", str(tmp_path / "mine"))
+    assert spirv.cache_dir() == tmp_path / "mine"
+    checkout = Path(spirv.__file__).resolve().parents[1]
+    monkeypatch.delenv("VULKAN_PARITY_CACHE")
+    assert checkout not in spirv.cache_dir().parents
+
+
+def test_a_cache_that_cannot_be_written_only_costs_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "k.comp").write_text(
+        "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { }\n"
+    )
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
+    monkeypatch.setenv("VULKAN_PARITY_CACHE", str(tmp_path / "not-a-folder" / "cache"))
+    assert compile_glsl("k")[:4] == b"\x03\x02\x23\x07"  # the SPIR-V magic number

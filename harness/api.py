@@ -1,0 +1,254 @@
+"""The harness for code outside the test suite: one op as a graph, its budget, a checked run.
+
+    case = single_op_graph("rms_norm", {"x": x, "weight": w, "eps": 1e-6}, constants={"weight"})
+    budget = op_budget(case)                  # float64 reference and error budget per output
+    result = check_case(case, open_runtimes())  # both backends in lockstep; raises on divergence
+
+`docs/api.md` walks through it with a runnable example (run by tests/diff/test_api.py).
+Everything here is also importable from `harness` itself, lazily.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from graph_format import DTYPES, SIGNATURES, Graph, Runtime, TensorValue
+from graph_format.signatures import ArgSlot
+from harness.builder import GraphBuilder
+from harness.case import Case, StepInputs
+from harness.lockstep import CaseResult, LockstepRunner
+from harness.ops import model_for
+from harness.reference import ReferenceEvaluator, op_args
+
+# Host integer data arrives as int64 (numpy's default, PyTorch's token ids); the graph format
+# stores int32, and both runtimes narrow int64 step inputs to it (range-checked).
+_GRAPH_DTYPES = {np.dtype(np.int64): np.dtype(np.int32)}
+
+
+def single_op_graph(
+    op: str,
+    args: Mapping[str, Any],
+    *,
+    constants: Collection[str] = (),
+    state: Collection[str] = (),
+    symints: Collection[str] = (),
+    max_dims: Mapping[str, Sequence[int]] | None = None,
+    out_dims: Mapping[str, Sequence[int]] | None = None,
+    name: str | None = None,
+) -> Case:
+    """A graph of one op and a case of one step running it on `args`.
+
+    Args:
+        op: the op type (any key of `graph_format.SIGNATURES`).
+        args: a value per argument slot of the op: arrays for tensor slots, ints and floats
+            for int and float slots, a list of ints for a size list. An optional slot may be
+            left out.
+        constants: tensor slots that become constants (weights) instead of graph inputs.
+        state: tensor slots that become state tensors (KV caches) starting from the array.
+        symints: int slots that become SymInt graph inputs (such as `input_pos`) instead of
+            literal ints; their value goes into the step's inputs.
+        max_dims: per tensor input, the max dims the graph is built with (default: the
+            array's own shape), so that later steps may run at other live sizes.
+        out_dims: max dims per tensor output slot (default: the shapes the op's float64
+            reference produces at the max input dims).
+        name: the op node's name and the case's (default: the op type).
+
+    Every other tensor slot becomes a graph input named like its slot, and its array the
+    step's input; add steps to `case.steps` to run it at other live sizes.
+
+    Raises:
+        ValueError: an unknown op or slot, a missing argument, or a value of the wrong kind.
+    """
+    if op not in SIGNATURES:
+        raise ValueError(f"unknown op {op!r}; expected one of {sorted(SIGNATURES)}")
+    signature = SIGNATURES[op]
+    unknown = sorted(set(args) - {slot.name for slot in signature.args})
+    if unknown:
+        raise ValueError(
+            f"{op}: no argument slots {unknown}; it takes {[s.name for s in signature.args]}"
+        )
+    roles = {"constants": constants, "state": state, "symints": symints}
+    for role, slots in roles.items():
+        extra = sorted(set(slots) - set(args))
+        if extra:
+            raise ValueError(f"{op}: {role} names slots without a value: {extra}")
+    max_dims = dict(max_dims or {})
+    name = name or op
+
+    def build(dims: Mapping[str, Sequence[int]] | None) -> tuple[Graph, StepInputs]:
+        b = GraphBuilder()
+        node_args: dict[str, Any] = {}
+        inputs: StepInputs = {}
+        for slot in signature.args:
+            if args.get(slot.name) is None:
+                if not slot.optional:
+                    raise ValueError(f"{op}: argument {slot.name!r} is missing")
+                continue
+            node_args[slot.name] = _value(
+                b, op, slot, args[slot.name], constants, state, symints, max_dims, inputs
+            )
+        outs = b.op(op, name=name, out_dims=dict(dims) if dims else None, **node_args)
+        b.output(*(outs if isinstance(outs, tuple) else (outs,)))
+        return b.build(), inputs
+
+    graph, inputs = build(out_dims)
+    if out_dims is None:
+        graph, inputs = build(_reference_out_dims(graph, inputs))
+    return Case(graph, [inputs], name=name)
+
+
+def _value(
+    b: GraphBuilder,
+    op: str,
+    slot: ArgSlot,
+    value: Any,
+    constants: Collection[str],
+    state: Collection[str],
+    symints: Collection[str],
+    max_dims: Mapping[str, Sequence[int]],
+    inputs: StepInputs,
+) -> str | list[str]:
+    """Add one argument's value to the builder; returns what the op's slot names."""
+    where = f"{op}: argument {slot.name!r}"
+    if slot.kind == "tensor":
+        if not isinstance(value, np.ndarray):
+            raise ValueError(f"{where} takes a numpy array, got {type(value).__name__}")
+        array = value.astype(_GRAPH_DTYPES.get(value.dtype, value.dtype))
+        dtype = next((k for k, v in DTYPES.items() if v == array.dtype), None)
+        if dtype is None:
+            raise ValueError(f"{where}: dtype {value.dtype} is none of {sorted(DTYPES)}")
+        if slot.name in constants:
+            return b.constant(slot.name, array)
+        if slot.name in state:
+            return b.state(slot.name, dtype, array.shape, initial=array)
+        inputs[slot.name] = value
+        return b.input(slot.name, dtype, max_dims.get(slot.name, value.shape))
+    if slot.kind == "size_list":
+        return [b.int(int(v), f"{slot.name}_{i}") for i, v in enumerate(value)]
+    if slot.kind == "float":
+        return b.float(float(value), slot.name)
+    if slot.name in symints:
+        if slot.kind != "int_or_sym":
+            raise ValueError(f"{where} is a literal int slot; it cannot be a SymInt input")
+        inputs[slot.name] = int(value)
+        return b.symint_input(slot.name)
+    return b.int(int(value), slot.name)
+
+
+def _reference_out_dims(graph: Graph, inputs: StepInputs) -> dict[str, tuple[int, ...]]:
+    """Output max dims: the shapes of the op's float64 reference at the max input dims (an
+    input given below its max dims counts as zeros at them)."""
+    node = graph.ops[0]
+    values: dict[str, np.ndarray] = {}
+    symints: dict[str, int] = {}
+    for tensor in graph.tensors():
+        data = graph.initial_data(tensor)
+        if data is not None:
+            values[tensor.name] = data.astype(np.float64)
+    for input_name, value in inputs.items():
+        if isinstance(value, np.ndarray):
+            dims = graph.tensor(input_name).dims
+            full = value if value.shape == dims else np.zeros(dims)
+            values[input_name] = np.asarray(full, np.float64)
+        else:
+            symints[input_name] = int(value)
+    outputs = model_for(node.op).reference(node, op_args(graph, node, values, symints))
+    return {
+        slot: tuple(np.shape(outputs[slot]))
+        for slot, value_name in node.outputs.items()
+        if isinstance(graph.values[value_name], TensorValue)
+    }
+
+
+@dataclass(frozen=True)
+class OpBudget:
+    """An op's outputs in float64 and the error a correct float32 implementation may make.
+
+    Attributes:
+        op: the op node's name.
+        reference: per output slot, the float64 reference output.
+        budget: per output slot, the per-element bound of the op's own rounding error
+            (`harness.ops.OpModel.budget`), for these exact inputs.
+    """
+
+    op: str
+    reference: dict[str, np.ndarray]
+    budget: dict[str, np.ndarray]
+
+    def within(self, slot: str, actual: np.ndarray) -> bool:
+        """Whether `actual` is within the budget of output `slot` everywhere."""
+        error = np.abs(np.asarray(actual, np.float64) - self.reference[slot])
+        return bool(np.all(error <= self.budget[slot]))
+
+
+def op_budget(
+    case: Case,
+    step: int = 0,
+    *,
+    op: str | None = None,
+    outputs: Mapping[str, np.ndarray] | None = None,
+) -> OpBudget:
+    """The float64 reference of one op of a case at one step, and its error budget.
+
+    The reference runs the case's steps up to `step` (state carried between them). The
+    budget is the op's own rounding from exact inputs; in a graph of several ops, errors
+    carried in from upstream ops come on top (`ReferenceEvaluator` propagates them).
+
+    Args:
+        step: the step to evaluate.
+        op: the op node's name (default: the graph's first op).
+        outputs: the outputs to derive the budget from (default: the reference's own; e.g.
+            PyTorch's values, to judge a backend against them).
+    """
+    graph = case.graph
+    node = next((n for n in graph.ops if op is None or n.name == op), None)
+    if node is None:
+        raise ValueError(f"no op named {op!r}; the graph has {[n.name for n in graph.ops]}")
+    evaluator = ReferenceEvaluator(graph)
+    values: dict[str, np.ndarray] = {}
+    symints: dict[str, int] = {}
+    for inputs in case.steps[: step + 1]:
+        values, _, symints = evaluator.step(inputs)
+    # After the step: state the op updated in place is what it wrote, as the op saw it.
+    args = op_args(graph, node, values, symints)
+    reference = {
+        slot: values[name]
+        for slot, name in node.outputs.items()
+        if isinstance(graph.values[name], TensorValue)
+    }
+    budget = model_for(node.op).budget(node, args, dict(outputs or reference))
+    return OpBudget(node.name, reference, {slot: budget[slot] for slot in reference})
+
+
+def run_case(
+    case: Case,
+    runtimes: Sequence[Runtime] | None = None,
+    *,
+    canaries: bool = True,
+    per_op: bool = True,
+) -> CaseResult:
+    """Run a case on the runtimes (default: WebGPU and Vulkan on the default adapter) in
+    lockstep, with every oracle after every step; returns what each found.
+
+    Raises:
+        BackendUnavailable: a runtime cannot be opened (the message says what to install).
+    """
+    if runtimes is None:
+        from harness.backends import open_runtimes
+
+        runtimes = open_runtimes()
+    return LockstepRunner(runtimes, canaries=canaries, per_op=per_op).run(case)
+
+
+def check_case(case: Case, runtimes: Sequence[Runtime] | None = None) -> CaseResult:
+    """`run_case`, then assert parity: raises `harness.verdict.DivergenceFound` (an
+    AssertionError listing every divergence) when anything diverged."""
+    from harness.verdict import assert_parity  # imports Hypothesis: only when checking
+
+    result = run_case(case, runtimes)
+    assert_parity(result)
+    return result
