@@ -263,13 +263,17 @@ def _pick_physical_device(instance: CData) -> CData:
     return min(devices, key=rank)
 
 
+def _route_message(severity: int, types: int, data: CData, user: CData) -> int:
+    """The process's one debug-messenger callback: the `vulkan` package keeps a single Python
+    callback per callback type (the last one installed wins), so each context's messages
+    find their list through pUserData, not through a closure."""
+    vk.ffi.from_handle(user).append(vk.ffi.string(data.pMessage).decode(errors="replace"))
+    return 0  # VK_FALSE: never abort the call
+
+
 def _install_messenger(instance: CData, messages: list[str]) -> object:
     """Route validation-layer warnings and errors into `messages`; returns what must stay alive."""
-
-    def on_message(severity: int, types: int, data: CData, user: CData) -> int:
-        messages.append(vk.ffi.string(data.pMessage).decode(errors="replace"))
-        return 0  # VK_FALSE: never abort the call
-
+    handle = vk.ffi.new_handle(messages)
     create = vk.vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT")
     info = vk.VkDebugUtilsMessengerCreateInfoEXT(
         messageSeverity=vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
@@ -277,7 +281,8 @@ def _install_messenger(instance: CData, messages: list[str]) -> object:
         messageType=vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
         | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
         | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
-        pfnUserCallback=on_message,
+        pfnUserCallback=_route_message,
+        pUserData=handle,
     )
     messenger = create(instance, info, None)
-    return (messenger, on_message, info)
+    return (messenger, handle, info)
