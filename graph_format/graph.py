@@ -106,7 +106,7 @@ class OpNode:
 
 @dataclass(frozen=True)
 class Graph:
-    """A complete, validated graph. Build one with `Graph.from_json` or `harness.builder`."""
+    """A complete, validated graph. Build one with `Graph.from_json` or `harness.gen.builder`."""
 
     values: Mapping[str, Value]
     ops: tuple[OpNode, ...]

@@ -15,9 +15,9 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph
-from harness import q4
-from harness.builder import GraphBuilder
-from harness.case import Case, StepInputs
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.model import q4
 
 # Workgroup and tile sizes the kernels use; live sizes just around their multiples matter.
 EDGE_MULTIPLES = (4, 8, 64)
@@ -282,15 +282,15 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
 
 
 def decoders() -> st.SearchStrategy[Case]:
-    """Tiny Llama decoders over KV-cache sessions (harness/decoder.py)."""
-    from harness.decoder import decoder_cases  # decoder builds on this module
+    """Tiny Llama decoders over KV-cache sessions (harness/families/decoder.py)."""
+    from harness.families.decoder import decoder_cases  # decoder builds on this module
 
     return decoder_cases()
 
 
 def random_graphs() -> st.SearchStrategy[Case]:
-    """Random DAGs over every op with a generator (harness/graphgen.py)."""
-    from harness.graphgen import random_graph_cases  # graphgen builds on this module
+    """Random DAGs over every op with a generator (harness/gen/graphgen.py)."""
+    from harness.gen.graphgen import random_graph_cases  # graphgen builds on this module
 
     return random_graph_cases()
 
@@ -384,7 +384,7 @@ def rope_tables(
     """Rotation angles pos * theta^(-2i/dim), i < dim/2, one row per position.
 
     The positions get a random fractional phase: at position 0 the true tables are constant
-    (cos 1, sin 0), which would make the case degenerate (harness/oracles.py); the kernels'
+    (cos 1, sin 0), which would make the case degenerate (harness/check/oracles.py); the kernels'
     job is the same for any angle.
     """
     freqs = theta ** (-np.arange(0, dim, 2) / dim)

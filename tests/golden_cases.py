@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from graph_format import SIGNATURES, Graph
-from harness.builder import GraphBuilder
+from harness.gen.builder import GraphBuilder
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # Arguments that are activations (graph inputs); every other array argument is a constant.

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import webgpu_backend.graph
 from graph_format import OpNode
 from harness import ops as harness_ops
-from harness.case import Case
+from harness.gen.case import Case
 from harness.strategies import binary_cases, cases, invalid_steps, rms_norm_cases
 from tests.plants import (
     glsl_substitution,
@@ -75,7 +75,7 @@ def _write_past_end() -> AbstractContextManager[Any]:
 
 def _read_past_end() -> AbstractContextManager[Any]:
     # The last element copies b's element past its live end (a copy keeps the poison's tag
-    # on every device; see harness/oracles.py).
+    # on every device; see harness/check/oracles.py).
     return wgsl_substitution(
         "binary_flat", "a[i] + b[i]", "select(a[i] + b[i], b[i + 1u], i + 1u == params.numel)"
     )

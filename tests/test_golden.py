@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from graph_format import Runtime, SymIntValue
-from harness.numerics import compare
+from harness.check.reference import ReferenceEvaluator, op_args
+from harness.model.numerics import compare
 from harness.ops import MODELS, model_for
-from harness.reference import ReferenceEvaluator, op_args
 from tests.golden_cases import GoldenCase, golden_arrays, golden_cases, sdpa_steps, single_op_graph
 
 SINGLE_OP = [c for c in golden_cases() if c.expected]

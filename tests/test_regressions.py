@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from graph_format import Runtime
-from harness.bundle import load_bundle, replay
+from harness.run.bundle import load_bundle, replay
 
 pytestmark = pytest.mark.gpu
 

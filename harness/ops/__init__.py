@@ -171,7 +171,7 @@ class OpModel(Protocol):
         in each output, from these exact inputs (state the op writes: under its slot name).
 
         Only the op's own rounding: how errors already in the inputs travel through the
-        graph is `harness.reference.ReferenceEvaluator`'s business.
+        graph is `harness.check.reference.ReferenceEvaluator`'s business.
 
         Args:
             args: the float64 inputs the reference was given.

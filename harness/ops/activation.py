@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import (
+from harness.model.numerics import (
     DIVISOR_LIMIT,
     EPS32,
     SAFETY,

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import SAFETY, U32
+from harness.model.numerics import SAFETY, U32
 from harness.ops import (
     Args,
     ExpectedDispatch,

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import SAFETY, TINY32, U32
+from harness.model.numerics import SAFETY, TINY32, U32
 from harness.ops import (
     Args,
     ExpectedDispatch,

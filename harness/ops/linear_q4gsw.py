@@ -1,6 +1,6 @@
 """Model of linear_q4gsw(x, weight, scales, group_size, bias?): out = x @ dequant(W).T + bias.
 
-Format (reference §4.1, harness/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K rounded up to
+Format (reference §4.1, harness/model/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K rounded up to
 8, low nibble = even k, value = nibble - 8), scales float32 `[groups, N_pad4]` with
 `groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional float32 bias `[N]`.
 K is x's last dim and stays fixed at run time; M = numel(x) / K over all leading dims; the
@@ -53,8 +53,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness import q4
-from harness.numerics import SAFETY, gamma
+from harness.model import q4
+from harness.model.numerics import SAFETY, gamma
 from harness.ops import (
     Args,
     ExpectedDispatch,

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
+from harness.model.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
 from harness.ops import Args, ExpectedDispatch, KernelSpec, LiveState, kernels, numel, ro, rw
 
 WORKGROUP = (64, 1, 1)

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import SAFETY, gamma
+from harness.model.numerics import SAFETY, gamma
 from harness.ops import (
     Args,
     ExpectedDispatch,

@@ -36,7 +36,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
+from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
 from harness.ops import (
     Args,
     ExpectedDispatch,

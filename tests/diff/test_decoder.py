@@ -12,8 +12,11 @@ import pytest
 from hypothesis import given
 
 from graph_format import Runtime
-from harness.case import Case
-from harness.decoder import (
+from harness.check.divergence import Kind
+from harness.check.lockstep import LockstepRunner
+from harness.check.reference import ReferenceEvaluator
+from harness.check.verdict import CaseChecker, assert_parity
+from harness.families.decoder import (
     DecoderConfig,
     DecoderWeights,
     build_decoder,
@@ -21,11 +24,8 @@ from harness.decoder import (
     decoder_cases,
     decoder_step,
 )
-from harness.divergence import Kind
-from harness.lockstep import LockstepRunner
-from harness.numerics import compare
-from harness.reference import ReferenceEvaluator
-from harness.verdict import CaseChecker, assert_parity
+from harness.gen.case import Case
+from harness.model.numerics import compare
 from tests.diff.test_planted_decoder_bugs import stale_input_pos_in_webgpu_sdpa_hook
 from tests.golden_cases import GOLDEN_DIR, golden_arrays
 from tests.plants import wgsl_substitution

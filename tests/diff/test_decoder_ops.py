@@ -14,8 +14,9 @@ import pytest
 from hypothesis import given, target
 from hypothesis import strategies as st
 
-from harness.case import Case
-from harness.lockstep import LockstepRunner
+from harness.check.lockstep import LockstepRunner
+from harness.check.verdict import assert_parity
+from harness.gen.case import Case
 from harness.strategies import (
     attention_block,
     attention_cases,
@@ -30,7 +31,6 @@ from harness.strategies import (
     unary_cases,
     view_cases,
 )
-from harness.verdict import assert_parity
 
 pytestmark = pytest.mark.gpu
 

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, target
 
 from graph_format import Graph
-from harness import q4
-from harness.builder import GraphBuilder
-from harness.case import Case
-from harness.divergence import Divergence, Kind
-from harness.lockstep import CaseResult, LockstepRunner
+from harness.check.divergence import Divergence, Kind
+from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.check.verdict import assert_parity
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
+from harness.model import q4
 from harness.strategies import float_array, linear_q4gsw_cases
-from harness.verdict import assert_parity
 from tests.plants import wgsl_substitution
 
 pytestmark = pytest.mark.gpu

@@ -22,12 +22,12 @@ from graph_format import (
     ParityError,
     Runtime,
 )
-from harness.backends import open_runtime, open_runtimes
-from harness.builder import GraphBuilder
-from harness.case import Case
-from harness.divergence import Kind
-from harness.lockstep import LockstepRunner
-from harness.verdict import assert_parity
+from harness.check.backends import open_runtime, open_runtimes
+from harness.check.divergence import Kind
+from harness.check.lockstep import LockstepRunner
+from harness.check.verdict import assert_parity
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
 from tests.diff.test_planted_bugs import add_case, assert_found, rms_norm_case
 from tests.plants import (
     glsl_substitution,

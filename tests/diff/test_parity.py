@@ -1,6 +1,6 @@
 """Generated parity tests: random graphs and live-shape sequences on both backends.
 
-Every step of every case is checked with the full oracle stack (harness/lockstep.py):
+Every step of every case is checked with the full oracle stack (harness/check/lockstep.py):
 metadata against the contract, slack canaries, per-op and end-to-end numerics, validation.
 As `parity run --profile pr` runs some chunks under a lowered workgroup limit, cases of
 every family also run under the profile's `fold_limit`, where the backends fold their
@@ -15,12 +15,12 @@ import pytest
 from hypothesis import given
 
 from graph_format import Runtime
-from harness.backends import open_runtimes
-from harness.case import Case
-from harness.lockstep import LockstepRunner
-from harness.profiles import PROFILES
+from harness.check.backends import open_runtimes
+from harness.check.lockstep import LockstepRunner
+from harness.check.verdict import CaseChecker
+from harness.gen.case import Case
+from harness.run.profiles import PROFILES
 from harness.strategies import binary_cases, cases, dag_cases, random_graphs, rms_norm_cases
-from harness.verdict import CaseChecker
 
 pytestmark = pytest.mark.gpu
 

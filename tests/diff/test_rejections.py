@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from graph_format import Graph, GraphBuildError, Runtime
-from harness.builder import GraphBuilder
-from harness.case import Case
-from harness.contract import ContractModel, ModelStep, expected_build_error
-from harness.lockstep import LockstepRunner, error_key
-from harness.verdict import assert_parity
+from harness.check.contract import ContractModel, ModelStep, expected_build_error
+from harness.check.lockstep import LockstepRunner, error_key
+from harness.check.verdict import assert_parity
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
 
 pytestmark = pytest.mark.gpu
 

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from harness.lockstep import LockstepRunner
-from harness.repeatability import classify
-from harness.shrinking import find_minimal
+from harness.check.lockstep import LockstepRunner
+from harness.check.repeatability import classify
+from harness.check.shrinking import find_minimal
+from harness.check.verdict import CaseChecker
 from harness.strategies import rms_norm_cases
-from harness.verdict import CaseChecker
 from tests.diff.test_planted_bugs import rms_norm_case
 from webgpu_backend.graph import WebGPUGraph
 

@@ -16,11 +16,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from graph_format import ResizeError, Runtime
-from harness.builder import GraphBuilder
-from harness.case import Case
-from harness.lockstep import LockstepRunner
+from harness.check.lockstep import LockstepRunner
+from harness.check.verdict import assert_parity
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
 from harness.strategies import cases, invalid_steps
-from harness.verdict import assert_parity
 
 pytestmark = pytest.mark.gpu
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.bundle import (
+from harness.gen.case import Case
+from harness.run.bundle import (
     _input_view,
     existing_bundle,
     load_bundle,
@@ -20,8 +21,7 @@ from harness.bundle import (
     source_digests,
     write_bundle,
 )
-from harness.case import Case
-from harness.findings import finding_id
+from harness.run.findings import finding_id
 
 KEPT = Path(__file__).resolve().parents[1] / "regressions" / "rms-norm-drops-weight"
 

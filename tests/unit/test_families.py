@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from harness.case import Case
+from harness.gen.case import Case
 from harness.ops import MODELS
 from harness.strategies import FAMILIES, family_for_op
 

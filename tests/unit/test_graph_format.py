@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from graph_format import Graph, GraphFormatError
-from harness.builder import GraphBuilder
+from harness.gen.builder import GraphBuilder
 
 
 def _graph() -> Graph:

@@ -15,12 +15,12 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from harness.expectations import ExpectationsError, entry_status, load_expectations
-from harness.findings import finding_id, totals_text
-from harness.plan import Shard, make_plan, plan_digest, shard_of
-from harness.records import RecordError, RecordWriter, plain, read_records, write_json
-from harness.report import images, render_report
-from harness.summary import junit_xml, summarize
+from harness.run.expectations import ExpectationsError, entry_status, load_expectations
+from harness.run.findings import finding_id, totals_text
+from harness.run.plan import Shard, make_plan, plan_digest, shard_of
+from harness.run.records import RecordError, RecordWriter, plain, read_records, write_json
+from harness.run.report import images, render_report
+from harness.run.summary import junit_xml, summarize
 
 ADAPTERS = {
     "webgpu": {"adapter": "llvmpipe (LLVM 15)", "driver": "Mesa 22.3.6", "api": "wgpu"},

@@ -1,6 +1,6 @@
 """Runs a case on every backend in lockstep and applies the oracle stack after each step.
 
-Per step (DESIGN.md §4; the oracles are in harness/oracles.py):
+Per step (DESIGN.md §4; the oracles are in harness/check/oracles.py):
 1. The contract model predicts the rejection, or every tensor's live dims and the dispatch
    log; each backend must match it exactly (errors by class and key).
 2. Before the step, every non-constant tensor's slack (allocation past its live bytes) is
@@ -34,13 +34,13 @@ from graph_format import (
     StepResult,
     TensorValue,
 )
-from harness import oracles
-from harness.case import Case, StepInputs
-from harness.contract import ContractModel, ModelStep, expected_build_error
-from harness.coverage import Coverage, max_state, op_regimes
-from harness.divergence import Divergence, primary
+from harness.check import oracles
+from harness.check.contract import ContractModel, ModelStep, expected_build_error
+from harness.check.coverage import Coverage, max_state, op_regimes
+from harness.check.divergence import Divergence, primary
+from harness.check.reference import ReferenceEvaluator
+from harness.gen.case import Case, StepInputs
 from harness.ops import LiveState
-from harness.reference import ReferenceEvaluator
 
 # Re-exported for callers that inspect rejections and poison words.
 error_key = oracles.error_key
@@ -96,7 +96,7 @@ class CaseResult:
         return max((u for u in values if np.isfinite(u)), default=0.0)
 
     def primary(self) -> Divergence | None:
-        """The divergence that stands for the case (see `harness.divergence.primary`)."""
+        """The divergence that stands for the case (see `harness.check.divergence.primary`)."""
         return primary(self.divergences) if self.divergences else None
 
     def first_divergence(self) -> dict[str, Any] | None:

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from hypothesis import strategies as st
 
-from harness import q4
-from harness.builder import GraphBuilder
-from harness.case import Case
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
+from harness.model import q4
 from harness.strategies import float_array, live_sequences
 
 

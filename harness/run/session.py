@@ -2,7 +2,7 @@
 
 Lifecycle of a `RunSession`:
 1. `start()` opens both runtimes (BackendUnavailable if a driver is missing), locks and
-   prepares the output folder (`harness.runlock`: one parity process per folder; `close()`
+   prepares the output folder (`harness.run.runlock`: one parity process per folder; `close()`
    releases it) and writes `run.json` (seed, profile, plan, adapters, versions).
 2. `run()` searches each chunk of this shard's plan. Every executed case is appended to
    `cases.jsonl` at once; when a chunk ends, each minimal failing case gets a repro bundle
@@ -35,20 +35,28 @@ from hypothesis import given, seed, settings, target
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from graph_format import Runtime
-from harness.backends import BACKENDS, open_runtimes
-from harness.bundle import (
+from harness.check.backends import BACKENDS, open_runtimes
+from harness.check.coverage import Coverage, missing_cells
+from harness.check.divergence import primary
+from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.check.repeatability import classify
+from harness.check.verdict import (
+    CaseChecker,
+    DivergenceFound,
+    exception_for,
+    utilization_by_op_type,
+)
+from harness.gen.case import Case
+from harness.run.bundle import (
     REPO_SHADER_DIRS,
     copy_shaders,
     existing_bundle,
     source_digests,
     write_bundle,
 )
-from harness.case import Case
-from harness.coverage import Coverage, missing_cells
-from harness.divergence import primary
-from harness.exitcodes import ExitStatus
-from harness.expectations import Expectations
-from harness.findings import (
+from harness.run.exitcodes import ExitStatus
+from harness.run.expectations import Expectations
+from harness.run.findings import (
     CLEAN,
     KNOWN,
     UNEXPECTED,
@@ -57,10 +65,9 @@ from harness.findings import (
     severity,
     totals_text,
 )
-from harness.lockstep import CaseResult, LockstepRunner
-from harness.plan import Chunk, Shard, make_plan, plan_digest, shard_of
-from harness.profiles import PROFILES, hypothesis_settings
-from harness.records import (
+from harness.run.plan import Chunk, Shard, make_plan, plan_digest, shard_of
+from harness.run.profiles import PROFILES, hypothesis_settings
+from harness.run.records import (
     CASES_FILE,
     RUN_FILE,
     RecordWriter,
@@ -68,10 +75,8 @@ from harness.records import (
     versions,
     write_json,
 )
-from harness.repeatability import classify
-from harness.runlock import LOCK_FILES, RunFolderLock
+from harness.run.runlock import LOCK_FILES, RunFolderLock
 from harness.strategies import FAMILIES
-from harness.verdict import CaseChecker, DivergenceFound, exception_for, utilization_by_op_type
 
 RUN_FORMAT = "parity-run/1"
 # Files and folders a run writes; only these are cleared when a run folder is reused.
@@ -139,7 +144,7 @@ class _KeyedDatabase(ExampleDatabase):
 
 @dataclass
 class _Totals:
-    """The run's own tallies, counted as summary.json counts them (harness.findings)."""
+    """The run's own tallies, counted as summary.json counts them (harness.run.findings)."""
 
     severity: dict[str, int] = field(default_factory=dict)  # case id -> CLEAN/KNOWN/UNEXPECTED
     steps: int = 0
@@ -533,7 +538,7 @@ class RunSession:
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
             # The exception class stands for the bug's signature, so that Hypothesis only
-            # accepts shrinks that keep it (harness/verdict.py).
+            # accepts shrinks that keep it (harness/check/verdict.py).
             if nondeterministic:
                 signature: tuple[str, ...] = ("nondeterministic", *repeat.backends)  # type: ignore[union-attr]
             else:

@@ -6,7 +6,7 @@
 - `index.html`: totals, adapters and versions, families and ops, the coverage matrix,
   failures grouped by signature, findings, known-divergence expectations (stale ones
   flagged). It holds aggregates only, so it stays small with thousands of cases.
-- `failures/<id>.html`: one page per finding (harness.findings: a minimal case and its
+- `failures/<id>.html`: one page per finding (harness.run.findings: a minimal case and its
   bug, with every chunk that found it): divergences, first divergent op, nondeterminism
   class (the bundle's re-runs), the values at the worst element of each diverging tensor
   (the op's inputs around it, each backend's output, the float64 reference, the budget),
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 from jinja2 import Environment, PackageLoader
 
-from harness.records import (
+from harness.run.records import (
     CASES_FILE,
     RUN_FILE,
     RecordError,
@@ -40,14 +40,14 @@ from harness.records import (
     read_records,
     write_json,
 )
-from harness.report import images
-from harness.summary import distinct_cases, junit_xml, summarize
+from harness.run.report import images
+from harness.run.summary import distinct_cases, junit_xml, summarize
 
 CASES_PER_PAGE = 200
 MERGE_FORMAT = "parity-merge/1"
 
 _ENV = Environment(
-    loader=PackageLoader("harness.report", "templates"),
+    loader=PackageLoader("harness.run.report", "templates"),
     autoescape=True,  # every template is HTML; names and messages come from the records
     trim_blocks=True,
     lstrip_blocks=True,

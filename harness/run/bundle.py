@@ -1,7 +1,7 @@
 """Repro bundles: a self-contained folder per finding, and replaying one without Hypothesis.
 
 One bundle per finding: `bundles/<finding id>/`, named from the minimal case and its bug
-(harness.findings.finding_id), written atomically, so every chunk (or process) that
+(harness.run.findings.finding_id), written atomically, so every chunk (or process) that
 shrinks to the same finding lands on the same folder. Layout (format `parity-bundle/1`):
 
     bundle.json        what it is: signatures, divergences, seed and chunk, profile and
@@ -47,24 +47,24 @@ from typing import Any
 import numpy as np
 
 from graph_format import Graph, GraphFormatError, OpNode, Runtime, StepResult, TensorValue
-from harness.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
-from harness.case import Case
-from harness.contract import ContractModel, ModelStep, expected_build_error
-from harness.lockstep import CaseResult, LockstepRunner
+from harness.check.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
+from harness.check.contract import ContractModel, ModelStep, expected_build_error
+from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.check.oracles import canary_fill
+from harness.check.reference import ReferenceEvaluator, op_args
+from harness.gen.case import Case
 from harness.ops import MODELS, model_for
-from harness.oracles import canary_fill
-from harness.records import (
+from harness.run.records import (
     RecordError,
     divergence_record,
     plain,
     read_json,
     write_json,
 )
-from harness.reference import ReferenceEvaluator, op_args
-from harness.report.images import utilization
+from harness.run.report.images import utilization
 
 BUNDLE_FORMAT = "parity-bundle/1"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_SHADER_DIRS = {"webgpu": REPO_ROOT / "wgsl", "vulkan": REPO_ROOT / "glsl"}
 _EXT = {"webgpu": ".wgsl", "vulkan": ".comp"}
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
@@ -423,8 +423,8 @@ def write_bundle(
     never sees half a bundle; when `folder` already holds a bundle, that one is kept.
 
     Args:
-        folder: `bundles/<finding id>` (harness.findings.finding_id) of the run folder.
-        record: the case's JSONL record (harness.records.case_record).
+        folder: `bundles/<finding id>` (harness.run.findings.finding_id) of the run folder.
+        record: the case's JSONL record (harness.run.records.case_record).
         run: the run's metadata (run.json): seed, profile, budgets, adapters, versions,
             source hashes.
         runtimes: when given, the case is re-run to capture evidence.

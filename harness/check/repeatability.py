@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graph_format import Runtime, TensorValue
-from harness.case import Case
+from harness.gen.case import Case
 
 
 @dataclass

@@ -28,9 +28,9 @@ from typing import IO, Any
 
 import numpy as np
 
-from harness.case import Case
-from harness.divergence import Divergence
-from harness.lockstep import CaseResult, StepRecord
+from harness.check.divergence import Divergence
+from harness.check.lockstep import CaseResult, StepRecord
+from harness.gen.case import Case
 
 RECORD_VERSION = 1
 CASES_FILE = "cases.jsonl"

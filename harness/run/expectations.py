@@ -13,7 +13,7 @@ The file is TOML (`expectations.toml` at the repo root):
     [[known]]
     id = "lavapipe-rms-norm-vec4"     # unique, used in reports
     op = "rms_norm"                   # op type (optional)
-    kind = "numeric"                  # failure class, harness.divergence.Kind (optional)
+    kind = "numeric"                  # failure class, harness.check.divergence.Kind (optional)
     blame = "webgpu"                  # webgpu | vulkan | both | model (optional)
     family = "rms_norm"               # case family (optional)
     regime = "rows=1"                 # shape regime (optional)
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.divergence import Kind
+from harness.check.divergence import Kind
 
-DEFAULT_FILE = Path(__file__).resolve().parents[1] / "expectations.toml"
+DEFAULT_FILE = Path(__file__).resolve().parents[2] / "expectations.toml"
 _BLAMES = ("webgpu", "vulkan", "both", "model")
 _MATCH_FIELDS = ("op", "kind", "blame", "family", "regime", "message")
 _REQUIRED = ("id", "device", "driver", "reason", "link")
@@ -76,7 +76,7 @@ class Expectation:
     def matches(
         self, divergence: Mapping[str, Any], family: str, adapters: Mapping[str, Mapping[str, Any]]
     ) -> bool:
-        """Whether a divergence record (see harness.records.divergence_record) is this one."""
+        """Whether a divergence record (see harness.run.records.divergence_record) is this one."""
         wanted = {
             "op": divergence.get("op_type"),
             "kind": divergence.get("kind"),

@@ -5,7 +5,7 @@ CI failure reproduces), `nightly` searches longer, keeps its example database be
 and steers generation toward high error-budget utilization with `target()`.
 
 `parity run` splits each family's example budget into chunks of `chunk_examples` (see
-harness/plan.py), each its own seeded search, so that a sharded run finds what an unsharded
+harness/run/plan.py), each its own seeded search, so that a sharded run finds what an unsharded
 one does. In `pr`, every `fold_every`-th chunk of each family runs under a lowered
 workgroups-per-dimension limit (`fold_limit`), so the backends' 2-D grid folds, which a
 device's own limit (65535 and up) never reaches, are tested on every PR; the test suite's
@@ -28,8 +28,8 @@ class Profile:
     """A named search budget, and the coverage cells a run of it must fill.
 
     `required_coverage` maps an op type to regime tags and kernel variants
-    (harness/coverage.py) that every backend must have exercised by the end of the run;
-    `harness.coverage.missing_cells` lists those left empty.
+    (harness/check/coverage.py) that every backend must have exercised by the end of the run;
+    `harness.check.coverage.missing_cells` lists those left empty.
     """
 
     name: str
@@ -99,12 +99,12 @@ _DECODER_CELLS = {
 # families draw large or tiny counts). Under 2 more than half of the steps of 8 families
 # would be refused (counts above 4); under 8 fewer than 15 % of the steps of the add, rope,
 # rope_hf, random and linear_q4gsw families would fold. A full `parity run --profile pr`
-# folds every op with a kernel on both backends (harness/summary.py checks it).
+# folds every op with a kernel on both backends (harness/run/summary.py checks it).
 FOLD_LIMIT = 4
 
 # A fold of every op with a dispatch: all kernels' counts are 1-D and grow with the live
 # sizes, so each can fold (sym_size has no kernel). Required only of the op types a run
-# exercised under a lowered limit (harness/summary.py).
+# exercised under a lowered limit (harness/run/summary.py).
 _FOLD_CELLS = {
     op: ("fold",)
     for op in (

@@ -1,6 +1,6 @@
 """The oracle stack of DESIGN.md §4, one function per oracle, each returning divergences.
 
-The lockstep runner (harness/lockstep.py) decides when each runs; these functions only
+The lockstep runner (harness/check/lockstep.py) decides when each runs; these functions only
 compare what the backends reported with what the contract model and the float64 reference
 predict, classify each difference and say which side is to blame.
 """
@@ -27,11 +27,11 @@ from graph_format import (
     SymIntValue,
     TensorValue,
 )
-from harness.contract import ModelStep
-from harness.divergence import MODEL, Divergence, Kind, blame_from
-from harness.numerics import Comparison, compare
+from harness.check.contract import ModelStep
+from harness.check.divergence import MODEL, Divergence, Kind, blame_from
+from harness.check.reference import op_args
+from harness.model.numerics import Comparison, compare
 from harness.ops import ExpectedDispatch, model_for
-from harness.reference import op_args
 
 # ---------------------------------------------------------------------------- errors
 

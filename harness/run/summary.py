@@ -13,7 +13,7 @@ from shards. summary.json (format `parity-summary/1`) holds:
   `versions`, `duration_s`;
 - `totals`: cases, steps, divergent / unexpected / known cases, divergences, findings
   (a case is a distinct case id per device and a finding a distinct case and bug: see
-  harness.findings; the CLI's lines print the same numbers);
+  harness.run.findings; the CLI's lines print the same numbers);
 - `per_family` and `per_op`: cases, steps, divergent cases, divergences by class;
 - `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
   `coverage_required` (the profile's cells for the op types run), `coverage_checked` (a
@@ -34,17 +34,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from harness.coverage import missing_cells
-from harness.expectations import entry_status
-from harness.findings import (
+from harness.check.coverage import missing_cells
+from harness.run.expectations import entry_status
+from harness.run.findings import (
     CLEAN,
     UNEXPECTED,
     finding_id,
     record_signatures,
     severity,
 )
-from harness.profiles import PROFILES
-from harness.records import as_float
+from harness.run.profiles import PROFILES
+from harness.run.records import as_float
 
 SUMMARY_FORMAT = "parity-summary/1"
 
@@ -293,7 +293,7 @@ def _count(stats: dict[str, Any], r: Mapping[str, Any], only_op: str | None = No
 def distinct_cases(
     runs: Sequence[Mapping[str, Any]], records: Sequence[Sequence[Mapping[str, Any]]]
 ) -> list[dict[str, Any]]:
-    """One record per distinct case (see harness.findings), in the order first seen.
+    """One record per distinct case (see harness.run.findings), in the order first seen.
 
     A case is its `case_id` on one device: Hypothesis runs a case several times (shrinking,
     the final replay) and several chunks may reach the same one. The record kept is the
@@ -336,7 +336,7 @@ def _findings(
     """Findings from chunk records, plus provisional ones for chunks that never finished.
 
     Chunk findings of the same case and bug on one device are one finding
-    (harness.findings.finding_id) listing every chunk that found it.
+    (harness.run.findings.finding_id) listing every chunk that found it.
     """
     by_case = {(c["device"], str(c["case_id"])): c for c in cases}
     by_key: dict[tuple[str, str], dict[str, Any]] = {}

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from hypothesis import currently_in_test_context, target
 
 from graph_format import Runtime
-from harness.case import Case
-from harness.divergence import Divergence
-from harness.lockstep import CaseResult, LockstepRunner
-from harness.repeatability import Repeatability, classify, digest_case
+from harness.check.divergence import Divergence
+from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.check.repeatability import Repeatability, classify, digest_case
+from harness.gen.case import Case
 
 Signature = tuple[str, ...]
 

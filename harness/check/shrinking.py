@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 
 from graph_format import TensorValue
-from harness.case import Case
-from harness.verdict import DivergenceFound
+from harness.check.verdict import DivergenceFound
+from harness.gen.case import Case
 
 
 @dataclass(frozen=True)

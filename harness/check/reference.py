@@ -20,7 +20,7 @@ a copy carries its input's scale unchanged. `SPREAD` covers the tail and the est
 sampling error. Worst-case first-order propagation (all signs aligned) compounds by
 sqrt(K) per linear layer and is useless after two decoder layers (a bound of 1e10 on logits
 of magnitude 4); this one is not, and each op is also checked on its own inputs with its
-rigorous local bound (harness/oracles.py), so no bug hides in the slack.
+rigorous local bound (harness/check/oracles.py), so no bug hides in the slack.
 
 `op_args` also serves the per-op check, where the inputs are a backend's own intermediates.
 """

@@ -4,7 +4,7 @@
     -> view back -> o linear -> residual add -> rms_norm -> gate/up linear -> silu * up
     -> down linear -> residual add] -> rms_norm -> lm-head linear
 
-Weights are q4gsw (harness/q4.py); the KV caches are state tensors; `input_pos` is a SymInt
+Weights are q4gsw (harness/model/q4.py); the KV caches are state tensors; `input_pos` is a SymInt
 graph input; the views to and from heads take their sequence length from `sym_size` of the
 q projection (an intermediate, so a stale SymInt would show); rope reads host-sliced
 frequency rows `input_pos .. input_pos + S - 1` given as graph inputs `[S, head_dim / 2]`.
@@ -21,9 +21,9 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph
-from harness import q4
-from harness.builder import GraphBuilder
-from harness.case import Case, StepInputs
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.model import q4
 
 LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
 

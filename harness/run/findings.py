@@ -2,7 +2,7 @@
 
 Hypothesis shrinks a bug to the same minimal case from many chunks (a planted rms_norm bug
 shrinks to the same 1x1 case from every chunk of its family). Those are one finding: the
-same case (`harness.records.case_id`, a content hash) failing the same way (the distinct
+same case (`harness.run.records.case_id`, a content hash) failing the same way (the distinct
 signatures `op_type|kind|blame|regime` of its divergences). `finding_id` names it, and the
 name is used for its bundle folder (`bundles/<finding id>/`), its failure page
 (`failures/<finding id>.html`) and its entry in `summary.json`, so chunks that find it, in

@@ -1,0 +1,1 @@
+"""Case families that combine several ops: DAGs, attention blocks, decoders, random graphs."""
