@@ -259,13 +259,25 @@ def _pick_physical_device(instance: Any) -> Any:
     return min(devices, key=rank)
 
 
+# Each instance's validation messages, by the key its messenger passes as pUserData. The
+# `vulkan` package keeps ONE Python function per callback type, the last one passed to any
+# create-info: a second instance's own callback would take every instance's messages (a
+# benchmark's robust context would swallow the parity runtime's). So all messengers share
+# `_route_message`, which files each message under its instance.
+_MESSAGE_SINKS: dict[int, list[str]] = {}
+
+
+def _route_message(severity: int, types: int, data: Any, user: Any) -> int:
+    sink = _MESSAGE_SINKS.get(int(vk.ffi.cast("uintptr_t", user)))
+    if sink is not None:
+        sink.append(vk.ffi.string(data.pMessage).decode(errors="replace"))
+    return 0  # VK_FALSE: never abort the call
+
+
 def _install_messenger(instance: Any, messages: list[str]) -> Any:
     """Route validation-layer warnings and errors into `messages`; returns what must stay alive."""
-
-    def on_message(severity: int, types: int, data: Any, user: Any) -> int:
-        messages.append(vk.ffi.string(data.pMessage).decode(errors="replace"))
-        return 0  # VK_FALSE: never abort the call
-
+    key = len(_MESSAGE_SINKS) + 1
+    _MESSAGE_SINKS[key] = messages
     create = vk.vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT")
     info = vk.VkDebugUtilsMessengerCreateInfoEXT(
         messageSeverity=vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
@@ -273,7 +285,8 @@ def _install_messenger(instance: Any, messages: list[str]) -> Any:
         messageType=vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
         | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
         | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
-        pfnUserCallback=on_message,
+        pfnUserCallback=_route_message,
+        pUserData=vk.ffi.cast("void *", key),
     )
     messenger = create(instance, info, None)
-    return (messenger, on_message, info)
+    return (messenger, info)
