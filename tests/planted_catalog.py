@@ -19,8 +19,11 @@ from hypothesis import strategies as st
 import webgpu_backend.graph
 from graph_format import OpNode
 from harness import ops as harness_ops
+from harness.families import cases
+from harness.gen.blocks import invalid_steps
 from harness.gen.case import Case
-from harness.strategies import binary_cases, cases, invalid_steps, rms_norm_cases
+from harness.ops.binary import binary_cases
+from harness.ops.rms_norm import rms_norm_cases
 from tests.plants import (
     glsl_substitution,
     vulkan_node_patch,

@@ -22,7 +22,8 @@ from graph_format import (
     ParityError,
     SymIntValue,
 )
-from harness.ops import ExpectedDispatch, LiveState, check_dims, model_for
+from harness.model import ExpectedDispatch, LiveState, check_dims
+from harness.ops import model_for
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from graph_format import Graph, OpNode, TensorValue
-from harness.ops import LiveState, model_for
+from harness.model import LiveState
+from harness.ops import model_for
 
 # Workgroup and tile sizes of the kernels (4: vec4 / GEMM tiles, 8: q4 words, 64: workgroups).
 MULTIPLES = (4, 8, 64)

@@ -40,7 +40,7 @@ from harness.check.coverage import Coverage, max_state, op_regimes
 from harness.check.divergence import Divergence, primary
 from harness.check.reference import ReferenceEvaluator
 from harness.gen.case import Case, StepInputs
-from harness.ops import LiveState
+from harness.model import LiveState
 
 # Re-exported for callers that inspect rejections and poison words.
 error_key = oracles.error_key

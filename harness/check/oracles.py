@@ -30,8 +30,9 @@ from graph_format import (
 from harness.check.contract import ModelStep
 from harness.check.divergence import MODEL, Divergence, Kind, blame_from
 from harness.check.reference import op_args
+from harness.model import ExpectedDispatch
 from harness.model.numerics import Comparison, compare
-from harness.ops import ExpectedDispatch, model_for
+from harness.ops import model_for
 
 # ---------------------------------------------------------------------------- errors
 

@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from graph_format import Graph, OpNode, ScalarValue, SymIntValue, TensorValue
-from harness.ops import Args, model_for
+from harness.model import Args
+from harness.ops import model_for
 
 # Random-sign probes per op, and the multiple of the error scale an end-to-end bound allows.
 PROBES = 8

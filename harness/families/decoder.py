@@ -21,8 +21,10 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph
+from harness.gen.blocks import kv_steps
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
+from harness.gen.families import family
 from harness.model import q4
 
 LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
@@ -312,14 +314,27 @@ def decoder_configs(draw: st.DrawFn) -> DecoderConfig:
     )
 
 
+# The op types of a decoder graph.
+DECODER_OPS = (
+    "embedding_q4gsw",
+    "rms_norm",
+    "linear_q4gsw",
+    "apply_rotary_emb",
+    "sdpa_with_kv_cache",
+    "view_copy",
+    "sym_size",
+    "add",
+    "silu_mul",
+)
+
+
+@family("decoder", exercises=DECODER_OPS)
 @st.composite
 def decoder_cases(draw: st.DrawFn) -> Case:
     """A random decoder over a KV-cache session: prefill at 0, decode steps, further prefill
     chunks, resets to 0, prefills longer than half the cache, contexts reaching the cache end
     and around the decode route's 64-row splits, and now and then a step past the end (both
     backends must refuse it and keep the caches)."""
-    from harness.strategies import kv_steps  # strategies builds on modules like this one
-
     config = draw(decoder_configs())
     seed = draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)

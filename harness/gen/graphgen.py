@@ -1,28 +1,30 @@
-"""Random DAGs over the implemented ops, with dynamic dims shared through symbols.
+"""The random-graph framework: a graph grown from its inputs by per-op generators.
 
 A graph is grown from its inputs: every tensor in the pool has a *dims spec* whose entries
 are ints (static) or `Sym`s (dynamic dims such as the sequence length, shared by every
 tensor that has them). Each step of a case draws a live value per symbol, so all tensors
-resize together, as in a real model. Op generators (`OP_GENERATORS`, one per op type) pick
-operands from the pool and add one op; joins prefer operands produced at different depths,
-so a hook that reads a stale co-input (a propagation-order bug) is reachable.
+resize together, as in a real model. Op generators pick operands from the pool and add one
+op; joins prefer operands produced at different depths, so a hook that reads a stale
+co-input (a propagation-order bug) is reachable. Inputs a generator needs beyond the pool
+(token ids, SymInts, tables sliced to the live size) are fed per step through
+`GraphGen.step_inputs`, computed from the step's symbol values.
 
-To make a new op reachable from random graphs, write a generator `def gen_<op>(g: GraphGen)
--> bool` (False when the pool offers no valid operands) and register it.
+Each op's module in `harness/ops/` registers its generator with `@generator("<op>")`:
+`def grow(g: GraphGen) -> bool` adds one op (False when the pool offers no valid operands).
+The random family (`harness/families/random.py`) draws graphs over every registered one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 from hypothesis import strategies as st
 
+from graph_format import SIGNATURES
+from harness.gen.blocks import float_array
 from harness.gen.builder import GraphBuilder
-from harness.gen.case import Case
-from harness.model import q4
-from harness.strategies import float_array, live_sequences
 
 
 @dataclass(frozen=True)
@@ -114,209 +116,50 @@ class GraphGen:
         return first, second
 
 
-# ---------------------------------------------------------------------------- generators
+Grow = Callable[[GraphGen], bool]
 
 
-def gen_rms_norm(g: GraphGen) -> bool:
-    """rms_norm over the (static) last dim of any pool tensor."""
-    candidates = [t for t in g.pool if isinstance(t.dims[-1], int)]
-    if not candidates:
-        return False
-    x = g.pick(candidates)
-    width = x.dims[-1]
-    assert isinstance(width, int)
-    out = g.builder.op(
-        "rms_norm", x=x.name, weight=g.constant("w", [width]), eps=g.builder.float(1e-6)
-    )
-    g.produced(out, x.dims, [x])
-    return True
+@dataclass(frozen=True)
+class OpGenerator:
+    """A registered generator: the op it adds, and every op type it may add (`emits`: a
+    view's generator adds the `sym_size`s its sizes read, too)."""
+
+    op: str
+    grow: Grow
+    emits: frozenset[str]
 
 
-def _gen_binary(op: str) -> Callable[[GraphGen], bool]:
-    def gen(g: GraphGen) -> bool:
-        """`op` joining two same-spec tensors of different depth, or one with a constant
-        that broadcasts over its leading dims."""
-        by_spec: dict[tuple[DimSpec, ...], list[PoolTensor]] = {}
-        for t in g.pool:
-            by_spec.setdefault(t.dims, []).append(t)
-        pairs = [ts for ts in by_spec.values() if len(ts) >= 2]
-        if pairs and g.draw(st.booleans()):
-            a, b = g.pick_pair(g.pick_group(pairs))  # type: ignore[misc]  # groups have >= 2
-            out = g.builder.op(op, a=a.name, b=b.name)
-            g.produced(out, a.dims, [a, b])
-            return True
-        x = g.pick(g.pool)
-        last = x.dims[-1]
-        if not isinstance(last, int):
-            return False
-        c = g.constant("c", [last], scale=0.5)
-        out = g.builder.op(op, a=x.name, b=c, out_dims=g.max_dims(x.dims))
-        g.produced(out, x.dims, [x])
-        return True
-
-    return gen
+# op -> its generator, filled as `harness.ops` imports each op's module.
+GENERATORS: dict[str, OpGenerator] = {}
 
 
-def _gen_unary(op: str) -> Callable[[GraphGen], bool]:
-    def gen(g: GraphGen) -> bool:
-        """`op` over any pool tensor."""
-        x = g.pick(g.pool)
-        g.produced(g.builder.op(op, x=x.name), x.dims, [x])
-        return True
+def register_generator(op: str, grow: Grow, *also_emits: str) -> OpGenerator:
+    """Register `grow` as the random-graph generator of `op` (which may also add
+    `also_emits`); returns it.
 
-    return gen
-
-
-def gen_silu_mul(g: GraphGen) -> bool:
-    """silu(gate) * up over two same-spec tensors, preferably of different depths."""
-    by_spec: dict[tuple[DimSpec, ...], list[PoolTensor]] = {}
-    for t in g.pool:
-        by_spec.setdefault(t.dims, []).append(t)
-    pairs = [ts for ts in by_spec.values() if len(ts) >= 2]
-    if not pairs:
-        return False
-    gate, up = g.pick_pair(g.pick_group(pairs))  # type: ignore[misc]  # groups have >= 2
-    g.produced(g.builder.op("silu_mul", gate=gate.name, up=up.name), gate.dims, [gate, up])
-    return True
+    Raises:
+        ValueError: an op without a schema, or one that has a generator already.
+    """
+    emits = frozenset({op, *also_emits})
+    unknown = sorted(emits - set(SIGNATURES))
+    if unknown:
+        raise ValueError(f"generator of {op!r}: ops {unknown} have no schema")
+    if op in GENERATORS:
+        raise ValueError(f"op {op!r} has two random-graph generators")
+    GENERATORS[op] = registered = OpGenerator(op, grow, emits)
+    return registered
 
 
-def gen_view_copy(g: GraphGen) -> bool:
-    """A SymInt-dependent view: split a static last dim W into (H, W/H), or merge two static
-    last dims back; every dynamic dim of the size list is a sym_size of x (often an
-    intermediate), never inferred from numel. Ranks stay <= 4."""
-    b = g.builder
-    merges = [
-        t for t in g.pool if len(t.dims) >= 3 and all(isinstance(d, int) for d in t.dims[-2:])
-    ]
-    splits = [
-        t
-        for t in g.pool
-        if len(t.dims) <= 3
-        and isinstance(t.dims[-1], int)
-        and any(1 < h < t.dims[-1] and t.dims[-1] % h == 0 for h in range(2, 9))
-    ]
-    if not merges and not splits:
-        return False
-    merge = bool(merges) and (not splits or g.draw(st.booleans()))
-    x = g.pick(merges if merge else splits)
-    lead = x.dims[:-2] if merge else x.dims[:-1]
-    if merge:
-        h, d = x.dims[-2], x.dims[-1]
-        assert isinstance(h, int) and isinstance(d, int)
-        tail: tuple[DimSpec, ...] = (h * d,)
-    else:
-        width = x.dims[-1]
-        assert isinstance(width, int)
-        heads = [h for h in range(2, 9) if h < width and width % h == 0]
-        h = heads[g.draw(st.integers(0, len(heads) - 1))]
-        tail = (h, width // h)
-    sizes = [
-        b.op("sym_size", x=x.name, dim=b.int(i)) if isinstance(dim, Sym) else b.int(dim)
-        for i, dim in enumerate(lead)
-    ] + [b.int(v) for v in tail]  # type: ignore[arg-type]  # tail dims are static
-    dims = (*lead, *tail)
-    out = b.op("view_copy", x=x.name, sizes=sizes, out_dims=g.max_dims(dims))
-    g.produced(out, dims, [x])
-    return True
+def generator(op: str, *also_emits: str) -> Callable[[Grow], Grow]:
+    """Register the decorated function as the random-graph generator of `op`."""
+
+    def decorate(grow: Grow) -> Grow:
+        register_generator(op, grow, *also_emits)
+        return grow
+
+    return decorate
 
 
-def gen_linear_q4gsw(g: GraphGen) -> bool:
-    """A q4 linear over the static last dim K of a pool tensor, to a new width N: M, the
-    product of the leading (dynamic) dims, routes between the GEMV (M = 1) and the GEMM."""
-    candidates = [t for t in g.pool if isinstance(t.dims[-1], int)]
-    if not candidates:
-        return False
-    x = g.pick(candidates)
-    k = x.dims[-1]
-    assert isinstance(k, int)
-    n = g.draw(st.sampled_from([4, 7, 8, 12, 16, 30, 32]))
-    group_size = g.draw(st.sampled_from([gs for gs in (8, 16, 32, k) if gs <= k]))
-    packed, scales = q4.quantize(g.rng.standard_normal((n, k)) / np.sqrt(k), group_size)
-    dims = (*x.dims[:-1], n)
-    out = g.builder.op(
-        "linear_q4gsw",
-        x=x.name,
-        weight=g.builder.constant(g.builder.fresh("q4_weight"), packed),
-        scales=g.builder.constant(g.builder.fresh("q4_scales"), scales),
-        group_size=g.builder.int(group_size),
-        out_dims=g.max_dims(dims),
-    )
-    g.produced(out, dims, [x])
-    return True
-
-
-OP_GENERATORS: dict[str, Callable[[GraphGen], bool]] = {
-    "rms_norm": gen_rms_norm,
-    "add": _gen_binary("add"),
-    "mul": _gen_binary("mul"),
-    "sigmoid": _gen_unary("sigmoid"),
-    "silu": _gen_unary("silu"),
-    "silu_mul": gen_silu_mul,
-    "view_copy": gen_view_copy,
-    "linear_q4gsw": gen_linear_q4gsw,
-}
-
-
-# ---------------------------------------------------------------------------- strategy
-
-
-@st.composite
-def random_graph_cases(
-    draw: st.DrawFn,
-    ops: Sequence[str] | None = None,
-    *,
-    max_ops: int = 6,
-    max_steps: int = 5,
-) -> Case:
-    """A random DAG of up to `max_ops` ops from `ops` (default: every registered generator)
-    over inputs sharing a dynamic sequence dim (and sometimes a dynamic batch dim), run
-    through a sequence of live sizes."""
-    names = list(ops or OP_GENERATORS)
-    seed = draw(st.integers(0, 2**32 - 1))
-    g = GraphGen(draw, np.random.default_rng(seed))
-    seq = Sym("S", draw(st.integers(2, 24)))
-    g.syms.append(seq)
-    lead: tuple[DimSpec, ...] = (seq,)
-    if draw(st.booleans()):
-        batch = Sym("B", draw(st.integers(2, 3)))
-        g.syms.append(batch)
-        lead = (batch, seq)
-    width = draw(st.sampled_from([4, 8, 12, 16, 30, 32]))
-    g.add_input("x", (*lead, width))
-    if draw(st.booleans()):
-        g.add_input("y", (*lead, width))
-    n_ops = draw(st.integers(1, max_ops))
-    added = 0
-    for _ in range(n_ops * 3):
-        if added == n_ops:
-            break
-        generator = OP_GENERATORS[draw(st.sampled_from(names))]
-        added += generator(g)
-    sinks = [t.name for t in g.pool if t.name not in g.consumed and t.depth > 0]
-    if not sinks:
-        sinks = [g.pool[-1].name] if g.pool[-1].depth > 0 else []
-    if not sinks:  # no op applied: fall back to one rms_norm so the graph has an output
-        gen_rms_norm(g)
-        sinks = [g.pool[-1].name]
-    g.builder.output(*sinks)
-    graph = g.builder.build()
-
-    n_steps = draw(st.integers(1, max_steps))
-    per_sym = {
-        s.name: draw(live_sequences(s.max, min_steps=n_steps, max_steps=n_steps)) for s in g.syms
-    }
-    steps = []
-    for i in range(n_steps):
-        values = {name: seq_values[i] for name, seq_values in per_sym.items()}
-        step: dict[str, np.ndarray | int] = {
-            t.name: float_array(g.rng, g.live_dims(t.dims, values)) for t in g.inputs
-        }
-        for name, make in g.step_inputs.items():
-            step[name] = make(values)
-        steps.append(step)
-    return Case(
-        graph,
-        steps,
-        name="random_graph",
-        meta={"seed": seed, "family": "random_graph", "ops": [n.op for n in graph.ops]},
-    )
+def emitted_ops(generators: Iterable[OpGenerator]) -> frozenset[str]:
+    """Every op type the given generators may add."""
+    return frozenset().union(*(g.emits for g in generators))

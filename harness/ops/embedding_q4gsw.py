@@ -19,10 +19,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.model.numerics import SAFETY, TINY32, U32
-from harness.ops import (
+from harness.gen.blocks import (
+    leading_dims,
+    seeds,
+    step_dims,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
+from harness.gen.families import family
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
@@ -30,9 +38,11 @@ from harness.ops import (
     div_up,
     kernels,
     numel,
+    register,
     ro,
     rw,
 )
+from harness.model.numerics import SAFETY, TINY32, U32
 
 WORKGROUP = (64, 1, 1)
 
@@ -134,4 +144,46 @@ class EmbeddingQ4gswModel:
         return {"out": SAFETY * (U32 * np.abs(outputs["out"]) + 8 * TINY32)}
 
 
-MODEL = EmbeddingQ4gswModel()
+MODEL = register("embedding_q4gsw", EmbeddingQ4gswModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@family("embedding", exercises={"embedding_q4gsw"})
+@st.composite
+def embedding_cases(draw: st.DrawFn) -> Case:
+    """embedding_q4gsw on token ids of dynamic shape (int32 or int64 host data).
+
+    Now and then a step holds an id outside the vocabulary, which both backends must refuse
+    on the host.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    vocab = draw(st.integers(1, 70))
+    dim = draw(st.sampled_from([2, 6, 8, 10, 30, 32, 64, 96]))
+    group = draw(st.sampled_from([g for g in range(1, dim + 1) if dim % g == 0]))
+    leading = draw(leading_dims(max_rank=3))
+    b = GraphBuilder()
+    weight = b.constant("weight", rng.integers(0, 256, (vocab, dim // 2), dtype=np.uint8))
+    scales = rng.uniform(0.01, 1.0, (vocab, dim // group)) * rng.choice([-1.0, 1.0])
+    s = b.constant("scales", scales.astype(np.float32))
+    ids = b.input("indices", "int32", [d.max_size for d in leading])
+    b.output(
+        b.op(
+            "embedding_q4gsw",
+            name="embedding",
+            weight=weight,
+            scales=s,
+            group_size=b.int(group, "group_size"),
+            indices=ids,
+            out_dims=[d.max_size for d in leading] + [dim],
+        )
+    )
+    steps = []
+    for lead in draw(step_dims(leading)):
+        host = rng.integers(0, vocab, lead).astype(draw(st.sampled_from([np.int32, np.int64])))
+        if draw(st.integers(0, 9)) == 0:
+            host.flat[draw(st.integers(0, host.size - 1))] = draw(st.sampled_from([-1, vocab]))
+        steps.append({"indices": host})
+    return Case(b.build(), steps, name="embedding", meta={"seed": seed, "family": "embedding"})

@@ -27,10 +27,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.model.numerics import SAFETY, gamma
-from harness.ops import (
+from harness.gen.blocks import (
+    DynamicDim,
+    float_array,
+    head_dims,
+    live_sequences,
+    seeds,
+    step_dims,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.gen.families import family
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
@@ -38,9 +49,11 @@ from harness.ops import (
     div_up,
     kernels,
     numel,
+    register,
     ro,
     rw,
 )
+from harness.model.numerics import SAFETY, gamma
 
 WORKGROUP = (64, 1, 1)
 
@@ -241,5 +254,112 @@ class HfRotaryModel(_RotaryBase):
         return out
 
 
-LLAMA = LlamaRotaryModel()
-HF = HfRotaryModel()
+LLAMA = register("apply_rotary_emb", LlamaRotaryModel())
+HF = register("apply_rotary_emb_hf", HfRotaryModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+def rope_tables(
+    rng: np.random.Generator, positions: np.ndarray, dim: int, theta: float = 10000.0
+) -> np.ndarray:
+    """Rotation angles pos * theta^(-2i/dim), i < dim/2, one row per position.
+
+    The positions get a random fractional phase: at position 0 the true tables are constant
+    (cos 1, sin 0), which would make the case degenerate (harness/check/oracles.py); the kernels'
+    job is the same for any angle.
+    """
+    freqs = theta ** (-np.arange(0, dim, 2) / dim)
+    return np.outer(positions + rng.uniform(0.25, 0.75), freqs)
+
+
+@family("rope", exercises={"apply_rotary_emb"})
+@st.composite
+def rope_cases(draw: st.DrawFn) -> Case:
+    """apply_rotary_emb with dynamic batch and S, different q and k head counts, freqs [S, D/2]
+    fed per step (as a decoder slices them by position)."""
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    batch, max_seq = draw(st.integers(1, 2)), draw(st.integers(1, 24))
+    q_heads, k_heads, dim = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(head_dims())
+    leading = [DynamicDim(batch, batch > 1), DynamicDim(max_seq, max_seq > 1)]
+    b = GraphBuilder()
+    xq = b.input("xq", "float32", [batch, max_seq, q_heads, dim])
+    xk = b.input("xk", "float32", [batch, max_seq, k_heads, dim])
+    cos = b.input("freqs_cos", "float32", [max_seq, dim // 2])
+    sin = b.input("freqs_sin", "float32", [max_seq, dim // 2])
+    outs = b.op(
+        "apply_rotary_emb",
+        name="rope",
+        xq=xq,
+        xk=xk,
+        freqs_cos=cos,
+        freqs_sin=sin,
+        out_dims={"xq_out": b.dims(xq), "xk_out": b.dims(xk)},
+    )
+    b.output(*outs)
+    steps = []
+    for bsz, seq in draw(step_dims(leading)):
+        angles = rope_tables(rng, draw(st.integers(0, 200)) + np.arange(seq), dim)
+        steps.append(
+            {
+                "xq": float_array(rng, [bsz, seq, q_heads, dim]),
+                "xk": float_array(rng, [bsz, seq, k_heads, dim]),
+                "freqs_cos": np.cos(angles).astype(np.float32),
+                "freqs_sin": np.sin(angles).astype(np.float32),
+            }
+        )
+    return Case(b.build(), steps, name="rope", meta={"seed": seed, "family": "rope"})
+
+
+@family("rope_hf", exercises={"apply_rotary_emb_hf"})
+@st.composite
+def rope_hf_cases(draw: st.DrawFn) -> Case:
+    """apply_rotary_emb_hf on full-width constant tables, start_pos a SymInt input (or an int).
+
+    The tables' halves differ (random values), so a kernel reading the first half's columns
+    for the second half is caught. Positions reach the table's end, and now and then run
+    past it (refused by both).
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    max_seq = draw(st.integers(1, 20))
+    rows = max_seq + draw(st.integers(0, 40))
+    q_heads, k_heads, dim = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(head_dims())
+    b = GraphBuilder()
+    xq = b.input("xq", "float32", [1, max_seq, q_heads, dim])
+    xk = b.input("xk", "float32", [1, max_seq, k_heads, dim])
+    angles = rng.uniform(-np.pi, np.pi, (rows, dim))
+    cos = b.constant("cos", np.cos(angles).astype(np.float32))
+    sin = b.constant("sin", np.sin(angles).astype(np.float32))
+    symbolic = draw(st.booleans()) or rows == max_seq
+    fixed = draw(st.integers(0, rows - max_seq))
+    start = b.symint_input("start_pos") if symbolic else b.int(fixed, "start_pos")
+    outs = b.op(
+        "apply_rotary_emb_hf",
+        name="rope_hf",
+        xq=xq,
+        xk=xk,
+        cos=cos,
+        sin=sin,
+        start_pos=start,
+        out_dims={"xq_out": b.dims(xq), "xk_out": b.dims(xk)},
+    )
+    b.output(*outs)
+    steps: list[StepInputs] = []
+    for seq in draw(live_sequences(max_seq)):
+        step: StepInputs = {
+            "xq": float_array(rng, [1, seq, q_heads, dim]),
+            "xk": float_array(rng, [1, seq, k_heads, dim]),
+        }
+        if symbolic:
+            kind = draw(st.sampled_from(["any", "zero", "end", "past"]))
+            step["start_pos"] = {
+                "any": draw(st.integers(0, rows - seq)),
+                "zero": 0,
+                "end": rows - seq,
+                "past": rows - seq + 1,
+            }[kind]
+        steps.append(step)
+    return Case(b.build(), steps, name="rope_hf", meta={"seed": seed, "family": "rope_hf"})

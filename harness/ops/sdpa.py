@@ -34,19 +34,29 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
-from harness.ops import (
+from harness.gen.blocks import (
+    float_array,
+    kv_steps,
+    seeds,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.gen.families import family
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
     LiveState,
     div_up,
     kernels,
+    register,
     ro,
     rw,
 )
+from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
 
 WORKGROUP = (64, 1, 1)
 SPLIT = 64  # cache rows per split of the decode route (= the workgroup size)
@@ -251,4 +261,54 @@ class SdpaModel:
         return {"out": out[None], "k_cache": np.zeros(kc.shape), "v_cache": np.zeros(vc.shape)}
 
 
-MODEL = SdpaModel()
+MODEL = register("sdpa_with_kv_cache", SdpaModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@family("sdpa", exercises={"sdpa_with_kv_cache"})
+@st.composite
+def sdpa_cases(draw: st.DrawFn) -> Case:
+    """sdpa_with_kv_cache over a KV-cache session (prefill, decode, chunks, reset, overflow).
+
+    Grouped-query heads (Hq = group * Hkv), head dims of any size, caches from a few rows to
+    past two 64-row splits; q scaled up now and then for a sharper softmax.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    kv_heads, group = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dim = draw(st.sampled_from([1, 3, 4, 8, 16, 33, 64, 72]))
+    cache_rows = draw(st.one_of(st.integers(1, 40), st.sampled_from([63, 64, 65, 129, 140])))
+    max_seq = draw(st.integers(1, min(cache_rows, 24)))
+    sharp = draw(st.sampled_from([1.0, 1.0, 4.0]))
+    b = GraphBuilder()
+    q = b.input("q", "float32", [1, max_seq, kv_heads * group, dim])
+    k = b.input("k", "float32", [1, max_seq, kv_heads, dim])
+    v = b.input("v", "float32", [1, max_seq, kv_heads, dim])
+    pos = b.symint_input("input_pos")
+    cache = [1, cache_rows, kv_heads, dim]
+    scale = draw(st.sampled_from([None, 0.3]))
+    b.output(
+        b.op(
+            "sdpa_with_kv_cache",
+            name="sdpa",
+            q=q,
+            k=k,
+            v=v,
+            k_cache=b.state("k_cache", "float32", cache),
+            v_cache=b.state("v_cache", "float32", cache),
+            input_pos=pos,
+            scale=None if scale is None else b.float(scale, "scale"),
+        )
+    )
+    steps: list[StepInputs] = [
+        {
+            "q": float_array(rng, [1, seq, kv_heads * group, dim], sharp),
+            "k": float_array(rng, [1, seq, kv_heads, dim]),
+            "v": float_array(rng, [1, seq, kv_heads, dim]),
+            "input_pos": position,
+        }
+        for seq, position in draw(kv_steps(cache_rows, max_seq))
+    ]
+    return Case(b.build(), steps, name="sdpa", meta={"seed": seed, "family": "sdpa"})

@@ -30,6 +30,7 @@ from typing import Any
 
 from graph_format import BackendUnavailable
 from harness.check.backends import BACKENDS, SHADER_LANGUAGES, open_runtime
+from harness.families import FAMILIES, family_for_op
 from harness.run.bundle import (
     REPO_ROOT,
     REPO_SHADER_DIRS,
@@ -59,7 +60,6 @@ from harness.run.records import (
 from harness.run.report import MERGE_FORMAT, load_run, merged_meta, render_report
 from harness.run.runlock import LOCK_FILES, LockUnavailable, RunFolderLock, command_line
 from harness.run.session import RunConfig, RunFolderError, RunSession, RunSetupError
-from harness.strategies import FAMILIES, family_for_op
 
 REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
 
@@ -848,7 +848,7 @@ def _list(args: argparse.Namespace) -> int:
             adapters[backend] = {"available": False, "reason": str(err)}
     doc = {
         "families": {
-            name: {"own_op": name if name in MODELS else None, "ops": sorted(family.ops)}
+            name: {"own_op": name if name in MODELS else None, "ops": sorted(family.exercises)}
             for name, family in FAMILIES.items()
         },
         "ops": {

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from harness.ops import MODELS
+
 # Generating a graph and running it on two devices is slow by Hypothesis's standards.
 _SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
 
@@ -102,26 +104,10 @@ _DECODER_CELLS = {
 # folds every op with a kernel on both backends (harness/run/summary.py checks it).
 FOLD_LIMIT = 4
 
-# A fold of every op with a dispatch: all kernels' counts are 1-D and grow with the live
-# sizes, so each can fold (sym_size has no kernel). Required only of the op types a run
-# exercised under a lowered limit (harness/run/summary.py).
-_FOLD_CELLS = {
-    op: ("fold",)
-    for op in (
-        "rms_norm",
-        "add",
-        "mul",
-        "sigmoid",
-        "silu",
-        "silu_mul",
-        "embedding_q4gsw",
-        "apply_rotary_emb",
-        "apply_rotary_emb_hf",
-        "view_copy",
-        "sdpa_with_kv_cache",
-        "linear_q4gsw",
-    )
-}
+# A fold of every op with a kernel (all but sym_size): all kernels' counts are 1-D and grow
+# with the live sizes, so each can fold. Required only of the op types a run exercised under
+# a lowered limit (harness/run/summary.py).
+_FOLD_CELLS = {op: ("fold",) for op, model in sorted(MODELS.items()) if model.kernels}
 
 PROFILES = {
     "quick": Profile("quick", 10, derandomize=False, keep_database=True, chunk_examples=10),

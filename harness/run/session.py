@@ -46,6 +46,7 @@ from harness.check.verdict import (
     exception_for,
     utilization_by_op_type,
 )
+from harness.families import FAMILIES
 from harness.gen.case import Case
 from harness.run.bundle import (
     REPO_SHADER_DIRS,
@@ -76,7 +77,6 @@ from harness.run.records import (
     write_json,
 )
 from harness.run.runlock import LOCK_FILES, RunFolderLock
-from harness.strategies import FAMILIES
 
 RUN_FORMAT = "parity-run/1"
 # Files and folders a run writes; only these are cleared when a run folder is reused.

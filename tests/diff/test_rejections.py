@@ -4,7 +4,8 @@ Each `BAD_GRAPHS` entry builds a graph that is well formed (the format accepts i
 op cannot run. The contract model predicts the `GraphBuildError`; both backends must raise one
 with the same key, and the lockstep runner must report no divergence for it. Each `BAD_STEPS`
 entry is a step an op must refuse (`InputError` or `ResizeError` with the model's key) between
-two valid ones.
+two valid ones. Every registered case family also gets invalid steps mixed into its sequences
+(`harness.gen.blocks.invalid_steps`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, Runtime
 from harness.check.contract import ContractModel, ModelStep, expected_build_error
 from harness.check.lockstep import LockstepRunner, error_key
 from harness.check.verdict import assert_parity
+from harness.families import FAMILIES
+from harness.gen.blocks import invalid_steps
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 
@@ -448,3 +453,18 @@ def _model_key(graph: Graph, good: dict[str, Any], bad: dict[str, Any]) -> tuple
     expected = model.try_step(bad)
     assert not isinstance(expected, ModelStep), "the contract model must refuse the step"
     return error_key(expected)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@given(data=st.data())
+def test_invalid_steps_are_rejected_alike(
+    runner: LockstepRunner, family: str, data: st.DataObject
+) -> None:
+    """In a case of every registered family, a step with a rank change, a dim < 1 or above
+    its max, or a narrowed last dim on one tensor input, anywhere in the sequence: rejected
+    alike (or accepted alike, as the contract says), and the graph stays usable after it."""
+    case = data.draw(FAMILIES[family](), label=family)
+    bad = data.draw(invalid_steps(case), label="invalid step")
+    case.steps.insert(data.draw(st.integers(0, len(case.steps)), label="position"), bad)
+    case.steps.append(case.steps[0])  # a valid step after the rejection
+    assert_parity(runner.run(case))

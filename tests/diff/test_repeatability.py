@@ -15,7 +15,7 @@ from harness.check.lockstep import LockstepRunner
 from harness.check.repeatability import classify
 from harness.check.shrinking import find_minimal
 from harness.check.verdict import CaseChecker
-from harness.strategies import rms_norm_cases
+from harness.ops.rms_norm import rms_norm_cases
 from tests.diff.test_planted_bugs import rms_norm_case
 from webgpu_backend.graph import WebGPUGraph
 

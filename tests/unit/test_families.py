@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from harness.families import FAMILIES, family_for_op
 from harness.gen.case import Case
 from harness.ops import MODELS
-from harness.strategies import FAMILIES, family_for_op
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_family_cases_contain_only_the_ops_it_declares(name: str) -> None:
     family = FAMILIES[name]
-    assert family.ops <= set(MODELS), family.ops - set(MODELS)
+    assert family.exercises <= set(MODELS), family.exercises - set(MODELS)
     seen: set[str] = set()
 
     @settings(
@@ -26,7 +26,7 @@ def test_family_cases_contain_only_the_ops_it_declares(name: str) -> None:
     @given(case=family())
     def draw(case: Case) -> None:
         ops = {node.op for node in case.graph.ops}
-        assert ops <= family.ops, f"{name} drew {sorted(ops - family.ops)}, undeclared"
+        assert ops <= family.exercises, f"{name} drew {sorted(ops - family.exercises)}, undeclared"
         seen.update(ops)
 
     draw()
