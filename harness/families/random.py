@@ -69,8 +69,8 @@ def random_graph_cases(
         step: dict[str, np.ndarray | int] = {
             t.name: float_array(g.rng, g.live_dims(t.dims, values)) for t in g.inputs
         }
-        for name, make in g.step_inputs.items():
-            step[name] = make(values)
+        for feed in g.step_inputs:
+            step.update(feed(values))
         steps.append(step)
     return Case(
         graph,

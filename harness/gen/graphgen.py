@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from graph_format import SIGNATURES
 from harness.gen.blocks import float_array
 from harness.gen.builder import GraphBuilder
+from harness.gen.case import StepInputs
 
 
 @dataclass(frozen=True)
@@ -58,11 +59,11 @@ class GraphGen:
     pool: list[PoolTensor] = field(default_factory=list)
     inputs: list[PoolTensor] = field(default_factory=list)
     consumed: set[str] = field(default_factory=set)
-    # Extra per-step inputs a generator needs (SymInt inputs, tables sliced per step):
-    # name -> function of the step's symbol values giving the input.
-    step_inputs: dict[str, Callable[[dict[str, int]], np.ndarray | int]] = field(
-        default_factory=dict
-    )
+    # Inputs a generator adds beyond the float pool (token ids, SymInts, tables sliced to the
+    # live size): functions of the step's symbol values, each giving some of the step's
+    # inputs (together, so that a cos and a sin table share their angles). They run in the
+    # order added, inside the case's draw: `draw` may choose values that shrink (positions).
+    step_inputs: list[Callable[[dict[str, int]], StepInputs]] = field(default_factory=list)
 
     # ------------------------------------------------------------------ helpers for generators
 

@@ -28,8 +28,9 @@ from harness.gen.blocks import (
     step_dims,
 )
 from harness.gen.builder import GraphBuilder
-from harness.gen.case import Case
+from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
+from harness.gen.graphgen import GraphGen, generator
 from harness.model import (
     Args,
     ExpectedDispatch,
@@ -187,3 +188,46 @@ def embedding_cases(draw: st.DrawFn) -> Case:
             host.flat[draw(st.integers(0, host.size - 1))] = draw(st.sampled_from([-1, vocab]))
         steps.append({"indices": host})
     return Case(b.build(), steps, name="embedding", meta={"seed": seed, "family": "embedding"})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+@generator("embedding_q4gsw")
+def gen_embedding_q4gsw(g: GraphGen) -> bool:
+    """Token ids shaped like a pool tensor's leading dims (an int32 graph input, fresh ids
+    every step) looked up in a q4 table of a few rows; the rows `[..., D]` join the pool, D
+    often a width already there, so that they can join other tensors."""
+    x = g.pick(g.pool)  # only its leading dims: the ids follow the same symbols
+    lead = x.dims[:-1]
+    if not lead:
+        return False
+    widths = sorted(
+        {t.dims[-1] for t in g.pool if isinstance(t.dims[-1], int)} & set(range(2, 65, 2))
+    )
+    if widths and g.draw(st.booleans()):
+        dim = g.draw(st.sampled_from(widths))
+    else:
+        dim = g.draw(st.sampled_from([2, 6, 8, 16, 32]))
+    group = g.draw(st.sampled_from([gs for gs in range(dim, 0, -1) if dim % gs == 0]))
+    vocab = g.draw(st.integers(1, 40))
+    b = g.builder
+    weight = g.rng.integers(0, 256, (vocab, dim // 2), dtype=np.uint8)
+    scales = g.rng.uniform(0.01, 1.0, (vocab, dim // group)) * g.rng.choice([-1.0, 1.0])
+    ids = b.input(b.fresh("tokens"), "int32", g.max_dims(lead))
+
+    def tokens(values: dict[str, int]) -> StepInputs:
+        return {ids: g.rng.integers(0, vocab, g.live_dims(lead, values)).astype(np.int32)}
+
+    g.step_inputs.append(tokens)
+    dims = (*lead, dim)
+    out = b.op(
+        "embedding_q4gsw",
+        weight=b.constant(b.fresh("emb_weight"), weight),
+        scales=b.constant(b.fresh("emb_scales"), scales.astype(np.float32)),
+        group_size=b.int(group),
+        indices=ids,
+        out_dims=g.max_dims(dims),
+    )
+    g.produced(out, dims, [])
+    return True

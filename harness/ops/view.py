@@ -28,7 +28,7 @@ from harness.gen.blocks import (
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
-from harness.gen.graphgen import DimSpec, GraphGen, Sym, generator
+from harness.gen.graphgen import DimSpec, GraphGen, PoolTensor, Sym, generator
 from harness.model import (
     Args,
     ExpectedDispatch,
@@ -181,12 +181,24 @@ def view_cases(draw: st.DrawFn) -> Case:
 # ---------------------------------------------------------------------------- random graphs
 
 
+def view_as(g: GraphGen, x: PoolTensor, dims: tuple[DimSpec, ...]) -> PoolTensor:
+    """A view_copy of `x` to the dims spec `dims` (the same symbols, the same product of
+    static dims), added to the pool: every dynamic size is a sym_size of x at the dim of
+    that symbol (often an intermediate's), never inferred from numel. Other ops' generators
+    use it to bring a pool tensor to the rank they need."""
+    b = g.builder
+    sizes = [
+        b.op("sym_size", x=x.name, dim=b.int(x.dims.index(d))) if isinstance(d, Sym) else b.int(d)
+        for d in dims
+    ]
+    out = b.op("view_copy", x=x.name, sizes=sizes, out_dims=g.max_dims(dims))
+    return g.produced(out, dims, [x])
+
+
 @generator("view_copy", "sym_size")
 def gen_view_copy(g: GraphGen) -> bool:
     """A SymInt-dependent view: split a static last dim W into (H, W/H), or merge two static
-    last dims back; every dynamic dim of the size list is a sym_size of x (often an
-    intermediate), never inferred from numel. Ranks stay <= 4."""
-    b = g.builder
+    last dims back (`view_as`). Ranks stay <= 4."""
     merges = [
         t for t in g.pool if len(t.dims) >= 3 and all(isinstance(d, int) for d in t.dims[-2:])
     ]
@@ -201,22 +213,15 @@ def gen_view_copy(g: GraphGen) -> bool:
         return False
     merge = bool(merges) and (not splits or g.draw(st.booleans()))
     x = g.pick(merges if merge else splits)
-    lead = x.dims[:-2] if merge else x.dims[:-1]
     if merge:
         h, d = x.dims[-2], x.dims[-1]
         assert isinstance(h, int) and isinstance(d, int)
-        tail: tuple[DimSpec, ...] = (h * d,)
+        dims: tuple[DimSpec, ...] = (*x.dims[:-2], h * d)
     else:
         width = x.dims[-1]
         assert isinstance(width, int)
         heads = [h for h in range(2, 9) if h < width and width % h == 0]
         h = heads[g.draw(st.integers(0, len(heads) - 1))]
-        tail = (h, width // h)
-    sizes = [
-        b.op("sym_size", x=x.name, dim=b.int(i)) if isinstance(dim, Sym) else b.int(dim)
-        for i, dim in enumerate(lead)
-    ] + [b.int(v) for v in tail]  # type: ignore[arg-type]  # tail dims are static
-    dims = (*lead, *tail)
-    out = b.op("view_copy", x=x.name, sizes=sizes, out_dims=g.max_dims(dims))
-    g.produced(out, dims, [x])
+        dims = (*x.dims[:-1], h, width // h)
+    view_as(g, x, dims)
     return True

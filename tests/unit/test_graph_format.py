@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graph_format import Graph, GraphFormatError
+from graph_format import SIGNATURES, Graph, GraphFormatError
+from graph_format.signatures import SchemaError, parse_signature
 from harness.gen.builder import GraphBuilder
 
 
@@ -83,3 +84,36 @@ def test_unreadable_files_are_reported(tmp_path: Path) -> None:
     (tmp_path / "g.json").write_text(json.dumps(doc))
     with pytest.raises(GraphFormatError, match=r"nowhere\.npz"):
         Graph.load(tmp_path / "g.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("args = [", "not TOML"),
+        ('outputs = [{ name = "out", kind = "tensor" }]\nextra = 1', "expected the keys"),
+        (
+            'args = [{ name = "x", kind = "tensr" }]\noutputs = [{ name = "o", kind = "tensor" }]',
+            "kind 'tensr'",
+        ),
+        (
+            'args = [{ name = "x", kind = "tensor" }]\noutputs = [{ name = "x", kind = "tensor" }]',
+            "used twice",
+        ),
+        ('args = [{ kind = "tensor" }]\noutputs = [{ name = "o", kind = "tensor" }]', "a name"),
+        (
+            'args = [{ name = "x", kind = "int", opt = true }]\n'
+            'outputs = [{ name = "o", kind = "tensor" }]',
+            "unknown keys",
+        ),
+    ],
+)
+def test_a_malformed_op_schema_names_its_file(text: str, what: str) -> None:
+    with pytest.raises(SchemaError, match=what) as info:
+        parse_signature("my_op", text, "graph_format/ops/my_op.toml")
+    assert str(info.value).startswith("graph_format/ops/my_op.toml: ")
+
+
+def test_a_schema_file_is_an_op_s_signature() -> None:
+    signature = SIGNATURES["linear_q4gsw"]
+    assert [(a.name, a.kind, a.optional) for a in signature.args][-1] == ("bias", "tensor", True)
+    assert signature.outputs == (("out", "tensor"),)
