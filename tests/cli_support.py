@@ -47,7 +47,7 @@ def parity(
 ) -> subprocess.CompletedProcess[str]:
     """Run `python -m harness.cli ARGS` and capture its output."""
     return subprocess.run(
-        [python, "-m", "harness.run.cli", *map(str, args)],
+        [python, "-m", "harness.cli", *map(str, args)],
         cwd=cwd,
         env={**os.environ, **(env or {})},
         capture_output=True,
@@ -61,7 +61,7 @@ def popen_parity(*args: str | Path, stderr_path: Path) -> subprocess.Popen[bytes
     """Start `parity ARGS` in the background, stderr to a file."""
     with stderr_path.open("wb") as stderr:  # the child keeps its own copy of the handle
         return subprocess.Popen(
-            [sys.executable, "-m", "harness.run.cli", *map(str, args)],
+            [sys.executable, "-m", "harness.cli", *map(str, args)],
             cwd=REPO,
             stdout=subprocess.DEVNULL,
             stderr=stderr,

@@ -319,7 +319,7 @@ def _run_into_closed_pipe(
     write = _closed_pipe()
     try:
         return subprocess.run(
-            [sys.executable, "-m", "harness.run.cli", *map(str, args)],
+            [sys.executable, "-m", "harness.cli", *map(str, args)],
             cwd=REPO,
             stdout=write,
             stderr=write if stderr_too else subprocess.PIPE,
@@ -369,7 +369,7 @@ def test_no_vulkan_driver_names_the_package(variable: str, tmp_path: Path) -> No
 def test_no_xdg_runtime_dir_lines(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
     proc = subprocess.run(
-        [sys.executable, "-m", "harness.run.cli", "list"],
+        [sys.executable, "-m", "harness.cli", "list"],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -17,28 +17,22 @@ list | head`) is dropped quietly and the command finishes.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
 import tempfile
-import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from graph_format import BackendUnavailable
-from harness.check.backends import BACKENDS, SHADER_LANGUAGES, open_runtime
+from harness.check.backends import SHADER_LANGUAGES
 from harness.families import FAMILIES, family_for_op
+from harness.run import console
 from harness.run.bundle import (
     REPO_ROOT,
-    REPO_SHADER_DIRS,
     BundleError,
-    existing_bundle,
-    load_bundle,
-    replay,
 )
+from harness.run.console import UsageError
 from harness.run.exitcodes import ExitStatus, exit_table
 from harness.run.expectations import (
     DEFAULT_FILE,
@@ -47,25 +41,20 @@ from harness.run.expectations import (
     load_expectations,
 )
 from harness.run.findings import totals_text
+from harness.run.listing import list_command
+from harness.run.merge import merge_command
 from harness.run.plan import Shard
 from harness.run.profiles import DEFAULT_DATABASE_DIR, PROFILES
 from harness.run.records import (
     CASES_FILE,
-    RUN_FILE,
     RecordError,
-    RecordWriter,
-    read_records,
-    write_json,
 )
-from harness.run.report import MERGE_FORMAT, load_run, merged_meta, render_report
-from harness.run.runlock import LOCK_FILES, LockUnavailable, RunFolderLock, command_line
+from harness.run.regress import regress_command, replay_command
+from harness.run.report import load_run, render_report
+from harness.run.runlock import LockUnavailable, RunFolderLock, command_line
 from harness.run.session import RunConfig, RunFolderError, RunSession, RunSetupError
 
 REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
-
-
-class UsageError(Exception):
-    """Bad arguments: reported after the command's usage line, exit status 2."""
 
 
 # Errors that mean bad input or set-up: one line, exit status 2 (each names its file).
@@ -352,64 +341,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         "run": _run,
         "report": _report,
-        "merge": _merge,
-        "replay": _replay,
-        "regress": _regress,
-        "list": _list,
+        "merge": merge_command,
+        "replay": replay_command,
+        "regress": regress_command,
+        "list": list_command,
     }
     where = f"parity {args.command}"
     try:
         return int(handlers[args.command](args))
     except UsageError as err:
-        _err(subparsers[args.command].format_usage().rstrip())
-        _err(f"{where}: {err}")
+        console.err(subparsers[args.command].format_usage().rstrip())
+        console.err(f"{where}: {err}")
         return ExitStatus.BAD_INPUT
     except INPUT_ERRORS as err:
-        _err(f"{where}: {err}")
+        console.err(f"{where}: {err}")
         return ExitStatus.BAD_INPUT
     except KeyboardInterrupt:
-        _err(f"{where}: interrupted")
+        console.err(f"{where}: interrupted")
         return ExitStatus.INTERRUPTED
     except Exception:
-        _err(traceback.format_exc().rstrip())
-        _err(f"{where}: internal error (a bug in the harness; the traceback above says where)")
+        console.err(traceback.format_exc().rstrip())
+        console.err(
+            f"{where}: internal error (a bug in the harness; the traceback above says where)"
+        )
         return ExitStatus.INTERNAL_ERROR
 
 
 # ---------------------------------------------------------------------------- output
-
-# Streams found closed (a reader such as `head` that stopped reading): output is dropped.
-_closed_streams: set[str] = set()
-
-
-def _write(stream_name: str, text: str) -> None:
-    """Write a line to stdout or stderr; a closed pipe silences that stream for good."""
-    if stream_name in _closed_streams:
-        return
-    stream = getattr(sys, stream_name)
-    try:
-        stream.write(text + "\n")
-        stream.flush()
-    except BrokenPipeError:
-        _closed_streams.add(stream_name)
-        # Point the descriptor at /dev/null, so that neither the interpreter's final flush
-        # nor a native library writes to the dead pipe again.
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            try:
-                os.dup2(devnull, stream.fileno())
-            finally:
-                os.close(devnull)
-        except (OSError, ValueError):
-            pass
-
-
-def _out(text: str) -> None:
-    _write("stdout", text)
-
-
-def _err(message: str) -> None:
-    _write("stderr", message)
 
 
 def ensure_runtime_dir() -> None:
@@ -522,10 +480,10 @@ def _run(args: argparse.Namespace) -> int:
         command=command_line(),
         max_workgroups_per_dim=args.max_workgroups_per_dim,
     )
-    session = RunSession(config, log=_err)
+    session = RunSession(config, log=console.err)
     try:
         session.start()
-        _err(
+        console.err(
             f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
             f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
             f"out {config.out}"
@@ -533,7 +491,9 @@ def _run(args: argparse.Namespace) -> int:
         session.run()
         # The status comes from the run's own tallies; summary.json records it as is.
         render_report(config.out, exit_status=session.exit_status)
-        _err(f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})")
+        console.err(
+            f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})"
+        )
     finally:
         session.close()
     return session.exit_status
@@ -548,7 +508,7 @@ def _report(args: argparse.Namespace) -> int:
     with RunFolderLock(run_dir, command_line()):
         summary = render_report(run_dir)
     t = summary["totals"]
-    _err(f"parity report: {summary['status']}: {totals_text(t)}; {run_dir / 'index.html'}")
+    console.err(f"parity report: {summary['status']}: {totals_text(t)}; {run_dir / 'index.html'}")
     return int(summary["exit_status"])
 
 
@@ -571,345 +531,10 @@ def _require_records(run_dir: Path) -> None:
         )
 
 
-def _merge(args: argparse.Namespace) -> int:
-    if args.out is None:
-        raise UsageError(
-            "--out OUT is required: `parity merge --out OUT SHARD_DIR...` (the merged folder "
-            "is no longer the first positional argument)"
-        )
-    out = Path(args.out)
-    shard_dirs = [Path(d) for d in args.shards]
-    if any(d.resolve() == out.resolve() for d in shard_dirs):
-        raise UsageError(f"--out {out}: is one of the shards; merge into another folder")
-    _check_merge_out(out, args.force)
-    locks = [RunFolderLock(d, command_line()) for d in shard_dirs if d.is_dir()]
-    try:
-        for lock in locks:
-            lock.acquire()
-        return _merge_into(out, shard_dirs, args.allow_missing)
-    finally:
-        for lock in locks:
-            lock.release()
-
-
-def _check_merge_out(out: Path, force: bool) -> None:
-    """Refuse an OUT that holds anything but an earlier merge, unless forced."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"--out {out}: exists and is not a folder")
-    if not out.is_dir() or all(p.name in LOCK_FILES for p in out.iterdir()):
-        return
-    try:
-        fmt = json.loads((out / RUN_FILE).read_text(encoding="utf-8")).get("format")
-    except (OSError, ValueError, AttributeError):
-        fmt = None
-    if fmt == MERGE_FORMAT or force:
-        return
-    what = "a run folder" if fmt else "not empty"
-    raise UsageError(
-        f"--out {out}: {what} and not an earlier merge's output; refusing to write into it "
-        "(pick a new folder, or pass --force to replace its report files)"
-    )
-
-
-def _merge_into(out: Path, shard_dirs: list[Path], allow_missing: bool) -> int:
-    shards = [load_run(d) for d in shard_dirs]
-    runs = []
-    for data in shards:
-        if data.merged:
-            raise UsageError(f"{data.path}: is a merged report; merge shard folders instead")
-        runs.append(data.runs[0])
-    first = runs[0]
-    for data, run in zip(shards, runs, strict=True):
-        if run.get("plan_digest") != first.get("plan_digest"):
-            raise UsageError(
-                f"{data.path}: a shard of another plan (seed {run.get('seed')}, families "
-                f"{run.get('families')}, budgets {run.get('budgets')}); expected the plan of "
-                f"{shards[0].path} (seed {first.get('seed')}, families {first.get('families')}, "
-                f"budgets {first.get('budgets')})"
-            )
-    from harness.run.summary import device_label
-
-    seen: dict[tuple[str, int], Path] = {}
-    count = int(first["shard"]["count"])
-    for data, run in zip(shards, runs, strict=True):
-        key = (device_label(run.get("adapters", {})), int(run["shard"]["index"]))
-        if key in seen:
-            raise UsageError(
-                f"{data.path}: shard {key[1]}/{count} on {key[0]} is also in {seen[key]}"
-            )
-        seen[key] = data.path
-    for device in sorted({d for d, _ in seen}):
-        missing = sorted(set(range(1, count + 1)) - {i for d, i in seen if d == device})
-        if missing and not allow_missing:
-            raise UsageError(
-                f"shards {missing} of {count} on {device} are missing; pass them, or "
-                "--allow-missing to merge what is there"
-            )
-        if missing:
-            _err(f"parity merge: warning: shards {missing} of {count} on {device} are missing")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RunFolderError(f"--out {out}: cannot create it: {err.strerror or err}") from None
-    with RunFolderLock(out, command_line()):
-        return _write_merge(out, shards, runs)
-
-
-def _write_merge(out: Path, shards: list[Any], runs: list[dict[str, Any]]) -> int:
-    for name in ("bundles", "failures", "cases"):
-        if (out / name).is_dir():
-            shutil.rmtree(out / name)
-    (out / CASES_FILE).unlink(missing_ok=True)
-    writer = RecordWriter(out / CASES_FILE)
-    try:
-        for source, data in enumerate(shards):
-            renames = _copy_bundles(data.path, out, source)
-            for record in read_records(data.path / CASES_FILE):
-                record["source"] = source
-                for f in record.get("findings", []) if record["record"] == "chunk" else []:
-                    if f.get("bundle") in renames:
-                        f["bundle"] = renames[f["bundle"]]
-                if record.get("provisional_bundle") in renames:
-                    record["provisional_bundle"] = renames[record["provisional_bundle"]]
-                writer.write(record)
-    finally:
-        writer.close()
-    write_json(out / RUN_FILE, merged_meta(runs, [str(d.path) for d in shards]))
-    summary = render_report(out)
-    t = summary["totals"]
-    _err(
-        f"parity merge: {len(shards)} shards, {t['cases']} cases, {t['findings']} findings "
-        f"({t['unexpected_findings']} unexpected); {out / 'index.html'}"
-    )
-    return int(summary["exit_status"])
-
-
-def _copy_bundles(src: Path, out: Path, source: int) -> dict[str, str]:
-    """Copy a shard's bundles into the merged folder; returns renamed relative paths."""
-    renames: dict[str, str] = {}
-    if not (src / "bundles").is_dir():
-        return renames
-    for bundle in sorted((src / "bundles").iterdir()):
-        name = bundle.name
-        if name.startswith("."):
-            continue  # a bundle still being written when its shard was killed
-        if (out / "bundles" / name).exists():
-            if _same_device(bundle, out / "bundles" / name):
-                continue  # the same finding (bundles are named by case and bug) from a shard
-            renames[f"bundles/{name}"] = f"bundles/{name}-s{source}"  # on another device
-            name = f"{name}-s{source}"
-        shutil.copytree(bundle, out / "bundles" / name)
-    return renames
-
-
-def _same_device(bundle: Path, other: Path) -> bool:
-    from harness.run.summary import device_label
-
-    def device(folder: Path) -> str | None:
-        doc = existing_bundle(folder)
-        return device_label(doc.get("run", {}).get("adapters") or {}) if doc else None
-
-    return device(bundle) == device(other) is not None
-
-
 # ---------------------------------------------------------------------------- replay, regress
 
 
-def _replay(args: argparse.Namespace) -> int:
-    bundle = load_bundle(args.bundle)
-    started = time.monotonic()
-    outcome = replay(bundle, shaders=args.shaders)
-    if args.json:
-        _out(
-            json.dumps(
-                {
-                    "status": outcome.status,
-                    "expected": sorted(list(s) for s in outcome.expected),
-                    "found": sorted(list(s) for s in outcome.found),
-                    "divergences": outcome.divergences,
-                    "shaders": args.shaders,
-                    "shader_mismatch": outcome.shader_mismatch,
-                    "python_mismatch": outcome.python_mismatch,
-                    "max_workgroups_per_dim": bundle.max_workgroups_per_dim,
-                },
-                indent=1,
-            )
-        )
-    recorded = bundle.doc.get("run", {}).get("adapters", {})
-    now = {b: open_runtime(b).info() for b in BACKENDS}
-    for b in BACKENDS:
-        was = recorded.get(b, {})
-        if was and (was.get("adapter"), was.get("driver")) != (
-            now[b].get("adapter"),
-            now[b].get("driver"),
-        ):
-            _err(
-                f"parity replay: note: recorded on {b} {was.get('adapter')} "
-                f"({was.get('driver')}), replaying on {now[b].get('adapter')} "
-                f"({now[b].get('driver')})"
-            )
-    if bundle.max_workgroups_per_dim is not None:
-        _err(
-            f"parity replay: under a limit of {bundle.max_workgroups_per_dim} workgroups per "
-            "grid dimension, as recorded in the bundle"
-        )
-    if outcome.shader_mismatch:
-        _err(
-            "parity replay: the working tree's shaders differ from the bundle's: "
-            + ", ".join(outcome.shader_mismatch)
-        )
-    if outcome.python_mismatch:
-        changed = outcome.python_mismatch
-        _err(
-            f"parity replay: warning: the Python code differs from the code the bundle was "
-            f"found with (commit {bundle.doc.get('run', {}).get('git')}) in {len(changed)} "
-            f"file(s): {', '.join(changed[:8])}{', ...' if len(changed) > 8 else ''}; the "
-            "verdict below may come from that change, not from the shaders"
-        )
-    elif outcome.python_mismatch is None:
-        _err("parity replay: note: the bundle records no source hashes (an older harness)")
-    sig = "; ".join("/".join(s) for s in sorted(outcome.expected))
-    took = f"{time.monotonic() - started:.1f} s"
-    if outcome.status == "fixed":
-        _err(f"parity replay: fixed: no divergence (was: {sig}) [{args.shaders} shaders, {took}]")
-    elif outcome.status == "still_failing":
-        _err(f"parity replay: still failing: same signature {sig} [{args.shaders} shaders, {took}]")
-        for d in outcome.divergences[:10]:
-            _err(f"  step {d['step']}: {d['kind']} ({d['blame']}) {d['message']}")
-    else:
-        now_sig = "; ".join("/".join(s) for s in sorted(outcome.found))
-        _err(
-            f"parity replay: diverges differently: was {sig}, now {now_sig} "
-            f"[{args.shaders} shaders, {took}]"
-        )
-    return outcome.exit_status
-
-
-def _regress(args: argparse.Namespace) -> int:
-    bundle = load_bundle(args.bundle)
-    dest_root = Path(args.dest)
-    name = args.name or bundle.doc.get("id") or bundle.path.name
-    if not name or "/" in name or name.startswith("."):
-        raise UsageError(f"--name must be a plain folder name, got {name!r}")
-    dest = dest_root / name
-    if dest.exists():
-        if not args.force:
-            raise UsageError(f"{dest}: exists; pass --force to replace it")
-        shutil.rmtree(dest)
-    dest_root.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(bundle.path, dest, ignore=shutil.ignore_patterns("arrays.npz"))
-    write_json(
-        dest / "regression.json",
-        {
-            "expect": args.expect,
-            "signatures": sorted(list(s) for s in bundle.signatures),
-            "source": str(bundle.path),
-            "created": time.strftime("%Y-%m-%d"),
-        },
-    )
-    outcome = replay(load_bundle(dest), shaders="worktree")
-    passes = (outcome.status == "fixed") == (args.expect == "fixed")
-    _err(
-        f"parity regress: {dest} (expect {args.expect}); with the working tree's shaders it is "
-        f"{outcome.status.replace('_', ' ')}, so tests/test_regressions.py "
-        f"{'passes' if passes else 'FAILS until that changes'}"
-    )
-    return 0
-
-
 # ---------------------------------------------------------------------------- list
-
-
-def _list(args: argparse.Namespace) -> int:
-    from harness.ops import MODELS
-
-    ops = {}
-    for op, model in sorted(MODELS.items()):
-        ops[op] = {
-            name: {
-                "wgsl": f"wgsl/{spec.wgsl}.wgsl",
-                "glsl": f"glsl/{spec.glsl}.comp",
-                "missing": [
-                    p
-                    for p in (
-                        REPO_SHADER_DIRS["webgpu"] / f"{spec.wgsl}.wgsl",
-                        REPO_SHADER_DIRS["vulkan"] / f"{spec.glsl}.comp",
-                    )
-                    if not p.exists()
-                ],
-            }
-            for name, spec in model.kernels.items()
-        }
-    adapters: dict[str, Any] = {}
-    for backend in BACKENDS:
-        try:
-            adapters[backend] = {"available": True, **open_runtime(backend).info()}
-        except BackendUnavailable as err:
-            adapters[backend] = {"available": False, "reason": str(err)}
-    doc = {
-        "families": {
-            name: {"own_op": name if name in MODELS else None, "ops": sorted(family.exercises)}
-            for name, family in FAMILIES.items()
-        },
-        "ops": {
-            op: {k: {**v, "missing": [str(p) for p in v["missing"]]} for k, v in kernels.items()}
-            for op, kernels in ops.items()
-        },
-        "op_families": {op: family_for_op(op) for op in ops},
-        "profiles": {
-            p.name: {
-                "max_examples": p.max_examples,
-                "chunk_examples": p.chunk_examples,
-                "database": p.keep_database,
-                "steer": p.steer,
-                "derandomize": p.derandomize,
-                "fold_every": p.fold_every,
-                "fold_limit": p.fold_limit,
-            }
-            for p in PROFILES.values()
-        },
-        "adapters": adapters,
-        "validation": os.environ.get("VULKAN_PARITY_VALIDATION", "1"),
-    }
-    if args.json:
-        _out(json.dumps(doc, indent=1, default=str))
-        return 0
-    _out("Case families (parity run --families):")
-    for name in FAMILIES:
-        _out(f"  {name}")
-    _out("Ops and kernel variants (parity run --ops):")
-    for op, kernels in doc["ops"].items():
-        _out(f"  {op}  (runs family {doc['op_families'][op]})")
-        for name, k in kernels.items():
-            missing = f"  MISSING {', '.join(k['missing'])}" if k["missing"] else ""
-            _out(f"    {name:<22} {k['wgsl']:<28} {k['glsl']}{missing}")
-    _out("Profiles (parity run --profile):")
-    for name, p in doc["profiles"].items():
-        _out(
-            f"  {name:<8} {p['max_examples']} examples/family in chunks of {p['chunk_examples']}"
-            + (", example database" if p["database"] else "")
-            + (", target() on utilization" if p["steer"] else "")
-            + (
-                f", one chunk in {p['fold_every']} under {p['fold_limit']} workgroups/dim"
-                if p["fold_limit"]
-                else ""
-            )
-        )
-    _out("Adapters:")
-    for backend, info in adapters.items():
-        if info["available"]:
-            driver = info.get("driver_info") or info.get("driver")
-            _out(
-                f"  {backend:<7} {info.get('adapter')} | driver {driver} | {info.get('api')}"
-                + (
-                    f" | validation {'on' if info.get('validation') else 'off'}"
-                    if backend == "vulkan"
-                    else ""
-                )
-            )
-        else:
-            _out(f"  {backend:<7} UNAVAILABLE: {info['reason']}")
-    return 0
 
 
 if __name__ == "__main__":
