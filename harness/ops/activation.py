@@ -12,7 +12,7 @@ silu_mul takes gate and up of equal live shapes (no broadcasting): anything else
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from hypothesis import strategies as st
@@ -231,6 +231,11 @@ def gen_silu_mul(g: GraphGen) -> bool:
     return True
 
 
+def _unary_family(op: str) -> Callable[[], st.SearchStrategy[Case]]:
+    """The strategy factory of `op`'s own family."""
+    return lambda: unary_cases(op)
+
+
 for _op in ("sigmoid", "silu"):
-    register_family(_op, lambda op=_op: unary_cases(op), {_op})
+    register_family(_op, _unary_family(_op), {_op})
     register_generator(_op, _gen_unary(_op))

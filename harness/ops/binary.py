@@ -8,7 +8,7 @@ refused (`InputError` reason "broadcast").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 from hypothesis import strategies as st
@@ -183,6 +183,11 @@ def _gen_binary(op: str) -> Grow:
     return gen
 
 
+def _binary_family(op: str) -> Callable[[], st.SearchStrategy[Case]]:
+    """The strategy factory of `op`'s own family."""
+    return lambda: binary_cases(op)
+
+
 for _op in ("add", "mul"):
-    register_family(_op, lambda op=_op: binary_cases(op), {_op})
+    register_family(_op, _binary_family(_op), {_op})
     register_generator(_op, _gen_binary(_op))
