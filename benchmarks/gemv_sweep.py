@@ -54,7 +54,7 @@ from benchmarks.linear_q4gsw import (
     linear_graph,
     reference_rows,
 )
-from harness.numerics import compare
+from harness.model.numerics import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 VARIANT_DIR = Path(__file__).resolve().parent / "shaders" / "gemv"

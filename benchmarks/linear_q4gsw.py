@@ -58,8 +58,8 @@ from typing import Any
 import numpy as np
 
 from graph_format import BackendUnavailable, Graph
-from harness.builder import GraphBuilder
-from harness.numerics import compare
+from harness.gen.builder import GraphBuilder
+from harness.model.numerics import compare
 
 GROUP_SIZE = 128
 PRESETS: dict[str, dict[str, Any]] = {

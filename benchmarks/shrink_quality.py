@@ -12,10 +12,10 @@ import argparse
 import json
 import sys
 
-from harness.backends import open_runtimes
-from harness.lockstep import LockstepRunner
-from harness.shrinking import find_minimal
-from harness.verdict import CaseChecker
+from harness.check.backends import open_runtimes
+from harness.check.lockstep import LockstepRunner
+from harness.check.shrinking import find_minimal
+from harness.check.verdict import CaseChecker
 from tests.planted_catalog import PLANTS
 
 

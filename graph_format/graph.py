@@ -168,7 +168,7 @@ def _describe(arg: Arg) -> str:
 
 @dataclass(frozen=True)
 class Graph:
-    """A complete, validated graph. Build one with `Graph.from_json` or `harness.builder`."""
+    """A complete, validated graph. Build one with `Graph.from_json` or `harness.gen.builder`."""
 
     values: Mapping[str, Value]
     ops: tuple[OpNode, ...]

@@ -1,15 +1,20 @@
 """Op signatures of graph format version 1: which arguments and outputs each op type takes.
 
-This table is schema, not behaviour: it lets the loader reject a malformed graph (an unknown
-op, a missing or misspelt argument, an argument of the wrong kind) with an error that says
-where, before either backend sees it. What an op computes, how it resizes and how it is
-dispatched is owned separately by each backend and by the harness's contract model.
+Each op's signature is its own schema file, `graph_format/ops/<op>.toml` (its `args`: name,
+kind and whether optional, in order; its `outputs`: name and kind), read once at import; an
+op exists for the format when its file does. This is schema, not behaviour: it lets the
+loader reject a malformed graph (an unknown op, a missing or misspelt argument, an argument
+of the wrong kind) with an error that says where, before either backend sees it. What an op
+computes, how it resizes and how it is dispatched is owned separately by each backend and by
+the harness's contract model.
 """
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
-from typing import Final, Literal
+from importlib import resources
+from typing import Any, Literal, get_args
 
 # What an argument slot accepts:
 #   tensor     the name of a tensor value
@@ -45,81 +50,68 @@ class OpSignature:
         return next((slot for slot in self.args if slot.name == name), None)
 
 
-def _sig(op: str, args: list[ArgSlot], outputs: list[tuple[str, OutputKind]]) -> OpSignature:
-    return OpSignature(op, tuple(args), tuple(outputs))
+SCHEMA_DIR = "ops"  # inside the graph_format package
 
 
-_T: Final = "tensor"  # Final: typed as the literal, so it fits ArgKind and OutputKind
+class SchemaError(ValueError):
+    """A schema file of `graph_format/ops/` is malformed (a bug of the package, not of a graph)."""
 
-SIGNATURES: dict[str, OpSignature] = {
-    sig.op: sig
-    for sig in [
-        _sig(
-            "rms_norm",
-            [ArgSlot("x", _T), ArgSlot("weight", _T), ArgSlot("eps", "float")],
-            [("out", _T)],
-        ),
-        _sig("add", [ArgSlot("a", _T), ArgSlot("b", _T)], [("out", _T)]),
-        _sig("mul", [ArgSlot("a", _T), ArgSlot("b", _T)], [("out", _T)]),
-        _sig("sigmoid", [ArgSlot("x", _T)], [("out", _T)]),
-        _sig("silu", [ArgSlot("x", _T)], [("out", _T)]),
-        _sig("silu_mul", [ArgSlot("gate", _T), ArgSlot("up", _T)], [("out", _T)]),
-        _sig(
-            "linear_q4gsw",
-            [
-                ArgSlot("x", _T),
-                ArgSlot("weight", _T),
-                ArgSlot("scales", _T),
-                ArgSlot("group_size", "int"),
-                ArgSlot("bias", _T, optional=True),
-            ],
-            [("out", _T)],
-        ),
-        _sig(
-            "embedding_q4gsw",
-            [
-                ArgSlot("weight", _T),
-                ArgSlot("scales", _T),
-                ArgSlot("group_size", "int"),
-                ArgSlot("indices", _T),
-            ],
-            [("out", _T)],
-        ),
-        _sig(
-            "apply_rotary_emb",
-            [
-                ArgSlot("xq", _T),
-                ArgSlot("xk", _T),
-                ArgSlot("freqs_cos", _T),
-                ArgSlot("freqs_sin", _T),
-            ],
-            [("xq_out", _T), ("xk_out", _T)],
-        ),
-        _sig(
-            "apply_rotary_emb_hf",
-            [
-                ArgSlot("xq", _T),
-                ArgSlot("xk", _T),
-                ArgSlot("cos", _T),
-                ArgSlot("sin", _T),
-                ArgSlot("start_pos", "int_or_sym"),
-            ],
-            [("xq_out", _T), ("xk_out", _T)],
-        ),
-        _sig("view_copy", [ArgSlot("x", _T), ArgSlot("sizes", "size_list")], [("out", _T)]),
-        _sig("sym_size", [ArgSlot("x", _T), ArgSlot("dim", "int")], [("out", "symint")]),
-        _sig(
-            "sdpa_with_kv_cache",
-            [
-                ArgSlot("q", _T),
-                ArgSlot("k", _T),
-                ArgSlot("v", _T),
-                ArgSlot("k_cache", _T),
-                ArgSlot("v_cache", _T),
-                ArgSlot("input_pos", "int_or_sym"),
-                ArgSlot("scale", "float", optional=True),
-            ],
-            [("out", _T)],
-        ),
-    ]
-}
+
+def _slot(path: str, entry: Any, kinds: tuple[str, ...], keys: set[str]) -> dict[str, Any]:
+    """One `{ name = ..., kind = ... }` entry, checked."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        raise SchemaError(f"{path}: each slot needs a name, got {entry!r}")
+    if entry.get("kind") not in kinds:
+        raise SchemaError(
+            f"{path}: slot {entry['name']!r} has kind {entry.get('kind')!r}; "
+            f"expected one of {kinds}"
+        )
+    if set(entry) - keys:
+        raise SchemaError(f"{path}: slot {entry['name']!r} has unknown keys {set(entry) - keys}")
+    return entry
+
+
+def parse_signature(op: str, text: str, path: str) -> OpSignature:
+    """The signature of `op` from the text of its schema file (`path` names it in errors).
+
+    Raises:
+        SchemaError: the file is not TOML, or a slot is malformed or named twice.
+    """
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SchemaError(f"{path}: not TOML: {err}") from None
+    if set(doc) - {"args", "outputs"} or not doc.get("outputs"):
+        raise SchemaError(
+            f"{path}: expected the keys args and outputs (at least one), got {set(doc)}"
+        )
+    args = tuple(
+        ArgSlot(e["name"], e["kind"], bool(e.get("optional", False)))
+        for e in (
+            _slot(path, e, get_args(ArgKind), {"name", "kind", "optional"})
+            for e in doc.get("args", [])
+        )
+    )
+    outputs = tuple(
+        (e["name"], e["kind"])
+        for e in (_slot(path, e, get_args(OutputKind), {"name", "kind"}) for e in doc["outputs"])
+    )
+    names = [a.name for a in args] + [name for name, _ in outputs]
+    if len(set(names)) != len(names):
+        raise SchemaError(f"{path}: a slot name is used twice in {names}")
+    return OpSignature(op, args, outputs)
+
+
+def load_signatures() -> dict[str, OpSignature]:
+    """Every op's signature, from the schema files of `graph_format/ops/`, by op name."""
+    folder = resources.files("graph_format") / SCHEMA_DIR
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
+    return {
+        f.name.removesuffix(".toml"): parse_signature(
+            f.name.removesuffix(".toml"), f.read_text(), f"graph_format/{SCHEMA_DIR}/{f.name}"
+        )
+        for f in files
+    }
+
+
+SIGNATURES: dict[str, OpSignature] = load_signatures()

@@ -4,10 +4,12 @@ The public API (docs/api.md) is importable from here:
 
     from harness import single_op_graph, op_budget, open_runtimes, check_case
 
-Names are resolved lazily (PEP 562 module `__getattr__`): importing `harness` or any of its
-modules imports neither Hypothesis nor a backend; each name loads its own module the first
-time it is used (`check_case` and `assert_parity` bring Hypothesis in, `open_runtimes` a
-backend when it opens one).
+Names are resolved lazily (PEP 562 module `__getattr__`): importing `harness` imports
+neither Hypothesis nor a backend; each name loads its own module the first time it is used.
+`GraphBuilder` and `Case` need neither; the names that need the op models (`single_op_graph`,
+`op_budget`, `run_case`, `check_case`, ...) load the op registry `harness.ops`, whose modules
+also register their Hypothesis case families; `open_runtimes` loads a backend when it opens
+one.
 """
 
 from __future__ import annotations
@@ -17,23 +19,23 @@ from typing import TYPE_CHECKING, Any
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "GraphBuilder": "harness.builder",
-    "Case": "harness.case",
+    "GraphBuilder": "harness.gen.builder",
+    "Case": "harness.gen.case",
     "single_op_graph": "harness.api",
     "op_budget": "harness.api",
     "OpBudget": "harness.api",
     "run_case": "harness.api",
     "check_case": "harness.api",
-    "open_runtime": "harness.backends",
-    "open_runtimes": "harness.backends",
-    "LockstepRunner": "harness.lockstep",
-    "CaseResult": "harness.lockstep",
-    "assert_parity": "harness.verdict",
-    "DivergenceFound": "harness.verdict",
-    "Divergence": "harness.divergence",
-    "BugKey": "harness.divergence",
-    "ContractModel": "harness.contract",
-    "ReferenceEvaluator": "harness.reference",
+    "open_runtime": "harness.check.backends",
+    "open_runtimes": "harness.check.backends",
+    "LockstepRunner": "harness.check.lockstep",
+    "CaseResult": "harness.check.lockstep",
+    "assert_parity": "harness.check.verdict",
+    "DivergenceFound": "harness.check.verdict",
+    "Divergence": "harness.check.divergence",
+    "BugKey": "harness.check.divergence",
+    "ContractModel": "harness.check.contract",
+    "ReferenceEvaluator": "harness.check.reference",
 }
 
 # The same names, spelled out for tools that read `__all__` (tests check the two agree).
@@ -59,14 +61,14 @@ __all__ = [
 
 if TYPE_CHECKING:
     from harness.api import OpBudget, check_case, op_budget, run_case, single_op_graph
-    from harness.backends import open_runtime, open_runtimes
-    from harness.builder import GraphBuilder
-    from harness.case import Case
-    from harness.contract import ContractModel
-    from harness.divergence import BugKey, Divergence
-    from harness.lockstep import CaseResult, LockstepRunner
-    from harness.reference import ReferenceEvaluator
-    from harness.verdict import DivergenceFound, assert_parity
+    from harness.check.backends import open_runtime, open_runtimes
+    from harness.check.contract import ContractModel
+    from harness.check.divergence import BugKey, Divergence
+    from harness.check.lockstep import CaseResult, LockstepRunner
+    from harness.check.reference import ReferenceEvaluator
+    from harness.check.verdict import DivergenceFound, assert_parity
+    from harness.gen.builder import GraphBuilder
+    from harness.gen.case import Case
 
 
 def __getattr__(name: str) -> Any:

@@ -18,11 +18,11 @@ import numpy as np
 
 from graph_format import DTYPES, SIGNATURES, Graph, Runtime, TensorValue
 from graph_format.signatures import ArgSlot
-from harness.builder import GraphBuilder
-from harness.case import Case, StepInputs
-from harness.lockstep import CaseResult, LockstepRunner
+from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.check.reference import ReferenceEvaluator, op_args
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
 from harness.ops import model_for
-from harness.reference import ReferenceEvaluator, op_args
 
 # Host integer data arrives as int64 (numpy's default, PyTorch's token ids); the graph format
 # stores int32, and both runtimes narrow int64 step inputs to it (range-checked).
@@ -238,16 +238,16 @@ def run_case(
         BackendUnavailable: a runtime cannot be opened (the message says what to install).
     """
     if runtimes is None:
-        from harness.backends import open_runtimes
+        from harness.check.backends import open_runtimes
 
         runtimes = open_runtimes()
     return LockstepRunner(runtimes, canaries=canaries, per_op=per_op).run(case)
 
 
 def check_case(case: Case, runtimes: Sequence[Runtime] | None = None) -> CaseResult:
-    """`run_case`, then assert parity: raises `harness.verdict.DivergenceFound` (an
+    """`run_case`, then assert parity: raises `harness.check.verdict.DivergenceFound` (an
     AssertionError listing every divergence) when anything diverged."""
-    from harness.verdict import assert_parity  # imports Hypothesis: only when checking
+    from harness.check.verdict import assert_parity  # imports Hypothesis: only when checking
 
     result = run_case(case, runtimes)
     assert_parity(result)

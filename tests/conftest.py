@@ -13,10 +13,10 @@ import pytest
 from hypothesis import settings
 
 from graph_format import BackendUnavailable, Runtime
-from harness.backends import open_runtime
-from harness.lockstep import LockstepRunner
-from harness.profiles import register_profiles
-from harness.verdict import CaseChecker
+from harness.check.backends import open_runtime
+from harness.check.lockstep import LockstepRunner
+from harness.check.verdict import CaseChecker
+from harness.run.profiles import register_profiles
 from tests.cli_support import planted_run, planted_wgsl  # noqa: F401 - shared CLI fixtures
 
 register_profiles()

@@ -17,7 +17,7 @@ import numpy as np
 
 from graph_format import SIGNATURES
 from harness import Case, single_op_graph
-from harness.case import StepInputs
+from harness.gen.case import StepInputs
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 # Arguments that are activations (graph inputs); every other array argument is a constant.

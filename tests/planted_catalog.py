@@ -19,8 +19,11 @@ from hypothesis import strategies as st
 import webgpu_backend.graph
 from graph_format import OpNode
 from harness import ops as harness_ops
-from harness.case import Case
-from harness.strategies import binary_cases, cases, invalid_steps, rms_norm_cases
+from harness.families import cases
+from harness.gen.blocks import invalid_steps
+from harness.gen.case import Case
+from harness.ops.binary import binary_cases
+from harness.ops.rms_norm import rms_norm_cases
 from tests.plants import (
     glsl_substitution,
     vulkan_node_patch,
@@ -75,7 +78,7 @@ def _write_past_end() -> AbstractContextManager[Any]:
 
 def _read_past_end() -> AbstractContextManager[Any]:
     # The last element copies b's element past its live end (a copy keeps the poison's tag
-    # on every device; see harness/oracles.py).
+    # on every device; see harness/check/oracles.py).
     return wgsl_substitution(
         "binary_flat", "a[i] + b[i]", "select(a[i] + b[i], b[i + 1u], i + 1u == params.numel)"
     )

@@ -313,7 +313,7 @@ link = "https://example.invalid/issues/3"
 
 def _main(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
     """Run the command in this process (fast: no interpreter start-up, no imports)."""
-    from harness.cli import main
+    from harness.run.cli import main
 
     try:
         status = main([str(a) for a in args])

@@ -32,7 +32,7 @@ TINY_RUN = ("--families", "add", "--max-examples", "1", "--no-database", "--no-e
 
 def _main(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
     """The command in this process (no interpreter start-up)."""
-    from harness.cli import main
+    from harness.run.cli import main
 
     try:
         status = main([str(a) for a in args])
@@ -141,12 +141,12 @@ def test_unwritable_out_is_one_line(
 def test_an_internal_error_prints_its_traceback_and_exits_3(
     tiny_run: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import harness.cli
+    import harness.run.cli
 
     def planted(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("planted harness bug")
 
-    monkeypatch.setattr(harness.cli, "render_report", planted)
+    monkeypatch.setattr(harness.run.cli, "render_report", planted)
     status, _, err = _main(capsys, "report", tiny_run)
     assert status == 3, err
     assert "Traceback (most recent call last)" in err and "planted harness bug" in err
@@ -168,8 +168,8 @@ def test_usage_errors_negative_repeats_and_the_exit_table(
 
 
 def test_ops_run_the_family_that_exercises_each_op() -> None:
-    from harness.cli import _families
     from harness.ops import MODELS
+    from harness.run.cli import _families
 
     def families(ops: str) -> list[str]:
         return _families(argparse.Namespace(families=None, ops=ops))

@@ -12,7 +12,7 @@ import pytest
 
 from graph_format import Runtime
 from harness import ReferenceEvaluator, op_budget
-from harness.numerics import compare
+from harness.model.numerics import compare
 from harness.ops import MODELS
 from tests.golden_cases import GoldenCase, golden_arrays, golden_cases, sdpa_case, single_op_case
 

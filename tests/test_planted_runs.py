@@ -1,7 +1,7 @@
 """`parity run` finds planted bugs of every kind, in-process, with small budgets.
 
 Each test plants one bug (tests/plants.py, or a broken copy of a shader folder passed with
---wgsl-dir / --glsl-dir), calls `harness.cli.main` as the `parity` command would and checks
+--wgsl-dir / --glsl-dir), calls `harness.run.cli.main` as the `parity` command would and checks
 that the run records the finding, shrinks it, blames the right backend, bundles it, and
 that the bundle replays (under the workgroup limit it was found with).
 """
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from harness.bundle import load_bundle, replay
-from harness.cli import main
+from harness.run.bundle import load_bundle, replay
+from harness.run.cli import main
 from tests.cli_support import REPO
 from tests.plants import webgpu_fold_with_floor, webgpu_toggling_hook
 

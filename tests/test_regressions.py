@@ -3,7 +3,7 @@
 `parity regress BUNDLE` copies a bundle here with a `regression.json` saying what to expect:
 `fixed` (default) asserts the case now runs on both backends without any divergence, with
 the working tree's shaders; `failing` asserts that a known bug still shows the same bug key
-(harness.divergence.BugKey), so that fixing it makes the test fail until the entry is
+(harness.check.divergence.BugKey), so that fixing it makes the test fail until the entry is
 switched to `fixed`.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from graph_format import Runtime
-from harness.bundle import load_bundle, replay
+from harness.run.bundle import load_bundle, replay
 
 pytestmark = pytest.mark.gpu
 

@@ -12,21 +12,24 @@ silu_mul takes gate and up of equal live shapes (no broadcasting): anything else
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import (
-    DIVISOR_LIMIT,
-    EPS32,
-    SAFETY,
-    TINY32,
-    U32,
-    ULP_DIVIDE,
-    ulp_exp,
+from harness.gen.blocks import (
+    float_array,
+    leading_dims,
+    row_widths,
+    seeds,
+    step_dims,
 )
-from harness.ops import (
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
+from harness.gen.families import family, register_family
+from harness.gen.graphgen import DimSpec, GraphGen, Grow, PoolTensor, generator, register_generator
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
@@ -34,8 +37,18 @@ from harness.ops import (
     div_up,
     kernels,
     numel,
+    register,
     ro,
     rw,
+)
+from harness.model.numerics import (
+    DIVISOR_LIMIT,
+    EPS32,
+    SAFETY,
+    TINY32,
+    U32,
+    ULP_DIVIDE,
+    ulp_exp,
 )
 
 WORKGROUP = (64, 1, 1)
@@ -145,6 +158,84 @@ class SiluMulModel:
         return {"out": local}
 
 
-SIGMOID = UnaryActivationModel("sigmoid")
-SILU = UnaryActivationModel("silu")
-SILU_MUL = SiluMulModel()
+SIGMOID = register("sigmoid", UnaryActivationModel("sigmoid"))
+SILU = register("silu", UnaryActivationModel("silu"))
+SILU_MUL = register("silu_mul", SiluMulModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@st.composite
+def unary_cases(draw: st.DrawFn, op: str) -> Case:
+    """sigmoid or silu over dynamic leading dims; magnitudes up to ~60 exercise exp's error."""
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    leading = draw(leading_dims())
+    width = draw(row_widths())
+    scale = draw(st.sampled_from([1.0, 4.0, 16.0]))
+    b = GraphBuilder()
+    x = b.input("x", "float32", [d.max_size for d in leading] + [width])
+    b.output(b.op(op, name=op, x=x))
+    steps = [{"x": float_array(rng, [*lead, width], scale)} for lead in draw(step_dims(leading))]
+    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": op})
+
+
+@family("silu_mul", exercises={"silu_mul"})
+@st.composite
+def silu_mul_cases(draw: st.DrawFn) -> Case:
+    """The fused silu(gate) * up; now and then a step whose up has another live shape."""
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    leading = draw(leading_dims())
+    width = draw(row_widths())
+    scale = draw(st.sampled_from([1.0, 4.0, 16.0]))
+    b = GraphBuilder()
+    dims = [d.max_size for d in leading] + [width]
+    gate, up = b.input("gate", "float32", dims), b.input("up", "float32", dims)
+    b.output(b.op("silu_mul", name="silu_mul", gate=gate, up=up))
+    steps = []
+    for lead in draw(step_dims(leading)):
+        live = [*lead, width]
+        up_live = list(live)
+        if draw(st.integers(0, 9)) == 0 and live[-1] > 1:
+            up_live[-1] -= 1  # refused by both: gate and up must match
+        steps.append({"gate": float_array(rng, live, scale), "up": float_array(rng, up_live)})
+    return Case(b.build(), steps, name="silu_mul", meta={"seed": seed, "family": "silu_mul"})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+def _gen_unary(op: str) -> Grow:
+    def gen(g: GraphGen) -> bool:
+        """`op` over any pool tensor."""
+        x = g.pick(g.pool)
+        g.produced(g.builder.op(op, x=x.name), x.dims, [x])
+        return True
+
+    return gen
+
+
+@generator("silu_mul")
+def gen_silu_mul(g: GraphGen) -> bool:
+    """silu(gate) * up over two same-spec tensors, preferably of different depths."""
+    by_spec: dict[tuple[DimSpec, ...], list[PoolTensor]] = {}
+    for t in g.pool:
+        by_spec.setdefault(t.dims, []).append(t)
+    pairs = [ts for ts in by_spec.values() if len(ts) >= 2]
+    if not pairs:
+        return False
+    gate, up = g.pick_pair(g.pick_group(pairs))  # type: ignore[misc]  # groups have >= 2
+    g.produced(g.builder.op("silu_mul", gate=gate.name, up=up.name), gate.dims, [gate, up])
+    return True
+
+
+def _unary_family(op: str) -> Callable[[], st.SearchStrategy[Case]]:
+    """The strategy factory of `op`'s own family."""
+    return lambda: unary_cases(op)
+
+
+for _op in ("sigmoid", "silu"):
+    register_family(_op, _unary_family(_op), {_op})
+    register_generator(_op, _gen_unary(_op))

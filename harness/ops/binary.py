@@ -8,13 +8,24 @@ refused (`InputError` reason "broadcast").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import SAFETY, U32
-from harness.ops import (
+from harness.gen.blocks import (
+    DynamicDim,
+    float_array,
+    leading_dims,
+    seeds,
+    step_dims,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
+from harness.gen.families import register_family
+from harness.gen.graphgen import DimSpec, GraphGen, Grow, PoolTensor, register_generator
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
@@ -22,9 +33,11 @@ from harness.ops import (
     div_up,
     kernels,
     numel,
+    register,
     ro,
     rw,
 )
+from harness.model.numerics import SAFETY, U32
 
 WORKGROUP = (64, 1, 1)
 
@@ -79,5 +92,102 @@ class BinaryModel:
         return {"out": SAFETY * U32 * np.abs(outputs["out"])}  # one rounding of the exact result
 
 
-ADD = BinaryModel("add")
-MUL = BinaryModel("mul")
+ADD = register("add", BinaryModel("add"))
+MUL = register("mul", BinaryModel("mul"))
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+# How an input of a binary op relates to the output on one dim.
+_FOLLOW, _ONE, _EITHER = "follow", "one", "either"
+
+
+@st.composite
+def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
+    """add or mul of two inputs that broadcast against each other in varied patterns.
+
+    Per output dim each input either follows the live size, is always 1 (broadcasts), or
+    switches between 1 and the live size from step to step (so the kernel variant flips
+    between flat and broadcast at run time). An input may also have fewer dims.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    op = op or draw(st.sampled_from(["add", "mul"]))
+    leading = draw(leading_dims(max_rank=3))
+    width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
+    out_dims = [*leading, DynamicDim(width, False)]
+    # The first input has every dim; the second may have fewer (it aligns on the right).
+    ranks = [len(out_dims), draw(st.integers(1, len(out_dims)))]
+    modes = [
+        [draw(st.sampled_from([_FOLLOW, _FOLLOW, _ONE, _EITHER])) for _ in range(rank)]
+        for rank in ranks
+    ]
+    # Some input must reach each dim's max, or the output would not have the max dims.
+    offset = len(out_dims) - ranks[1]
+    for i in range(len(out_dims)):
+        second = modes[1][i - offset] if i >= offset else _ONE
+        if modes[0][i] == _ONE and second == _ONE:
+            modes[0][i] = _FOLLOW
+    b = GraphBuilder()
+    names = []
+    for k, dims_modes in enumerate(modes):
+        offset = len(out_dims) - len(dims_modes)
+        max_dims = [
+            1 if m == _ONE else out_dims[offset + j].max_size for j, m in enumerate(dims_modes)
+        ]
+        names.append(b.input("ab"[k], "float32", max_dims))
+    b.output(b.op(op, a=names[0], b=names[1], out_dims=[d.max_size for d in out_dims]))
+    steps = []
+    for lead in draw(step_dims(leading)):
+        live_out = [*lead, width]
+        step = {}
+        for k, dims_modes in enumerate(modes):
+            offset = len(out_dims) - len(dims_modes)
+            live = []
+            for j, m in enumerate(dims_modes):
+                size = live_out[offset + j]
+                if m == _ONE or (m == _EITHER and draw(st.booleans())):
+                    size = 1
+                live.append(size)
+            step["ab"[k]] = float_array(rng, live)
+        steps.append(step)
+    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": "binary"})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+def _gen_binary(op: str) -> Grow:
+    def gen(g: GraphGen) -> bool:
+        """`op` joining two same-spec tensors of different depth, or one with a constant
+        that broadcasts over its leading dims."""
+        by_spec: dict[tuple[DimSpec, ...], list[PoolTensor]] = {}
+        for t in g.pool:
+            by_spec.setdefault(t.dims, []).append(t)
+        pairs = [ts for ts in by_spec.values() if len(ts) >= 2]
+        if pairs and g.draw(st.booleans()):
+            a, b = g.pick_pair(g.pick_group(pairs))  # type: ignore[misc]  # groups have >= 2
+            out = g.builder.op(op, a=a.name, b=b.name)
+            g.produced(out, a.dims, [a, b])
+            return True
+        x = g.pick(g.pool)
+        last = x.dims[-1]
+        if not isinstance(last, int):
+            return False
+        c = g.constant("c", [last], scale=0.5)
+        out = g.builder.op(op, a=x.name, b=c, out_dims=g.max_dims(x.dims))
+        g.produced(out, x.dims, [x])
+        return True
+
+    return gen
+
+
+def _binary_family(op: str) -> Callable[[], st.SearchStrategy[Case]]:
+    """The strategy factory of `op`'s own family."""
+    return lambda: binary_cases(op)
+
+
+for _op in ("add", "mul"):
+    register_family(_op, _binary_family(_op), {_op})
+    register_generator(_op, _gen_binary(_op))

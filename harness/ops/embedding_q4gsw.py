@@ -19,10 +19,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import SAFETY, TINY32, U32
-from harness.ops import (
+from harness.gen.blocks import (
+    leading_dims,
+    seeds,
+    step_dims,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.gen.families import family
+from harness.gen.graphgen import GraphGen, generator
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
@@ -30,9 +39,11 @@ from harness.ops import (
     div_up,
     kernels,
     numel,
+    register,
     ro,
     rw,
 )
+from harness.model.numerics import SAFETY, TINY32, U32
 
 WORKGROUP = (64, 1, 1)
 
@@ -134,4 +145,89 @@ class EmbeddingQ4gswModel:
         return {"out": SAFETY * (U32 * np.abs(outputs["out"]) + 8 * TINY32)}
 
 
-MODEL = EmbeddingQ4gswModel()
+MODEL = register("embedding_q4gsw", EmbeddingQ4gswModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@family("embedding", exercises={"embedding_q4gsw"})
+@st.composite
+def embedding_cases(draw: st.DrawFn) -> Case:
+    """embedding_q4gsw on token ids of dynamic shape (int32 or int64 host data).
+
+    Now and then a step holds an id outside the vocabulary, which both backends must refuse
+    on the host.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    vocab = draw(st.integers(1, 70))
+    dim = draw(st.sampled_from([2, 6, 8, 10, 30, 32, 64, 96]))
+    group = draw(st.sampled_from([g for g in range(1, dim + 1) if dim % g == 0]))
+    leading = draw(leading_dims(max_rank=3))
+    b = GraphBuilder()
+    weight = b.constant("weight", rng.integers(0, 256, (vocab, dim // 2), dtype=np.uint8))
+    scales = rng.uniform(0.01, 1.0, (vocab, dim // group)) * rng.choice([-1.0, 1.0])
+    s = b.constant("scales", scales.astype(np.float32))
+    ids = b.input("indices", "int32", [d.max_size for d in leading])
+    b.output(
+        b.op(
+            "embedding_q4gsw",
+            name="embedding",
+            weight=weight,
+            scales=s,
+            group_size=b.int(group, "group_size"),
+            indices=ids,
+            out_dims=[d.max_size for d in leading] + [dim],
+        )
+    )
+    steps = []
+    for lead in draw(step_dims(leading)):
+        host = rng.integers(0, vocab, lead).astype(draw(st.sampled_from([np.int32, np.int64])))
+        if draw(st.integers(0, 9)) == 0:
+            host.flat[draw(st.integers(0, host.size - 1))] = draw(st.sampled_from([-1, vocab]))
+        steps.append({"indices": host})
+    return Case(b.build(), steps, name="embedding", meta={"seed": seed, "family": "embedding"})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+@generator("embedding_q4gsw")
+def gen_embedding_q4gsw(g: GraphGen) -> bool:
+    """Token ids shaped like a pool tensor's leading dims (an int32 graph input, fresh ids
+    every step) looked up in a q4 table of a few rows; the rows `[..., D]` join the pool, D
+    often a width already there, so that they can join other tensors."""
+    x = g.pick(g.pool)  # only its leading dims: the ids follow the same symbols
+    lead = x.dims[:-1]
+    if not lead:
+        return False
+    widths = sorted(
+        {t.dims[-1] for t in g.pool if isinstance(t.dims[-1], int)} & set(range(2, 65, 2))
+    )
+    if widths and g.draw(st.booleans()):
+        dim = g.draw(st.sampled_from(widths))
+    else:
+        dim = g.draw(st.sampled_from([2, 6, 8, 16, 32]))
+    group = g.draw(st.sampled_from([gs for gs in range(dim, 0, -1) if dim % gs == 0]))
+    vocab = g.draw(st.integers(1, 40))
+    b = g.builder
+    weight = g.rng.integers(0, 256, (vocab, dim // 2), dtype=np.uint8)
+    scales = g.rng.uniform(0.01, 1.0, (vocab, dim // group)) * g.rng.choice([-1.0, 1.0])
+    ids = b.input(b.fresh("tokens"), "int32", g.max_dims(lead))
+
+    def tokens(values: dict[str, int]) -> StepInputs:
+        return {ids: g.rng.integers(0, vocab, g.live_dims(lead, values)).astype(np.int32)}
+
+    g.step_inputs.append(tokens)
+    dims = (*lead, dim)
+    out = b.op(
+        "embedding_q4gsw",
+        weight=b.constant(b.fresh("emb_weight"), weight),
+        scales=b.constant(b.fresh("emb_scales"), scales.astype(np.float32)),
+        group_size=b.int(group),
+        indices=ids,
+        out_dims=g.max_dims(dims),
+    )
+    g.produced(out, dims, [])
+    return True

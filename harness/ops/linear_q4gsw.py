@@ -1,6 +1,6 @@
 """Model of linear_q4gsw(x, weight, scales, group_size, bias?): out = x @ dequant(W).T + bias.
 
-Format (reference §4.1, harness/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K rounded up to
+Format (reference §4.1, harness/model/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K rounded up to
 8, low nibble = even k, value = nibble - 8), scales float32 `[groups, N_pad4]` with
 `groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional float32 bias `[N]`.
 K is x's last dim and stays fixed at run time; M = numel(x) / K over all leading dims; the
@@ -51,11 +51,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness import q4
-from harness.numerics import SAFETY, gamma
-from harness.ops import (
+from harness.gen.blocks import (
+    float_array,
+    live_sizes,
+    seeds,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
+from harness.gen.families import family
+from harness.gen.graphgen import GraphGen, generator
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
@@ -63,9 +71,12 @@ from harness.ops import (
     div_up,
     kernels,
     numel,
+    q4,
+    register,
     ro,
     rw,
 )
+from harness.model.numerics import SAFETY, gamma
 
 GEMM, GEMV = "q4gsw_gemm", "q4gsw_gemv"
 TILE = 4  # a GEMM invocation's outputs: TILE rows × TILE columns
@@ -222,4 +233,105 @@ class LinearQ4gswModel:
         return {"out": local.reshape(outputs["out"].shape)}
 
 
-MODEL = LinearQ4gswModel()
+MODEL = register("linear_q4gsw", LinearQ4gswModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+# How the live M of a linear evolves from step to step: every leading dim at 1 (M = 1, the
+# GEMV route), every one at its max, or each drawn on its own.
+_ONES, _MAX, _ANY = "ones", "max", "any"
+
+
+@st.composite
+def q4gsw_shapes(draw: st.DrawFn) -> tuple[int, int, int, int]:
+    """(N, K, group_size, groups) of a valid q4gsw weight, biased to the edges.
+
+    K with a padded tail (K % 8 != 0) and group sizes that are not multiples of 8 make the
+    GEMV ineligible; group_size = K gives one group; N not a multiple of 4 pads the scales;
+    now and then the scales carry one group more than K needs (the format allows it).
+    """
+    k = draw(st.one_of(st.sampled_from([8, 16, 32, 64, 128, 256, 520]), st.integers(1, 100)))
+    group_size = draw(
+        st.one_of(
+            st.sampled_from([8, 16, 32, 64]).filter(lambda gs: gs <= max(k, 8)),
+            st.just(k),
+            st.integers(1, k),
+        )
+    )
+    n = draw(st.one_of(st.integers(1, 24), st.sampled_from([32, 40, 64, 130, 257])))
+    groups = q4.num_groups(k, group_size) + draw(st.sampled_from([0, 0, 0, 1]))
+    return n, k, group_size, groups
+
+
+@family("linear_q4gsw", exercises={"linear_q4gsw"})
+@st.composite
+def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
+    """One linear_q4gsw whose live M moves between 1 (GEMV) and larger values (GEMM).
+
+    x has 1 to 3 leading dims (M = their product, all of them); per step the leading dims
+    are all 1, all at their max, or drawn independently, so sequences cross 1 <-> M > 1 in
+    both directions, stay at 1, jump to the max and repeat.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    n, k, group_size, groups = draw(q4gsw_shapes())
+    rank = draw(st.integers(1, 3))
+    # Outer dims stay small, so that max M = their product stays <= 528 (lavapipe is slow);
+    # the innermost crosses the GEMM's 4-row tiles (and 64-invocation workgroups of tiles).
+    lead_max = [draw(st.integers(1, 4)) for _ in range(rank - 1)]
+    lead_max.append(draw(st.one_of(st.integers(1, 6), st.sampled_from([8, 9, 17, 33]))))
+    b = GraphBuilder()
+    x = b.input("x", "float32", [*lead_max, k])
+    packed, scales = q4.quantize(rng.standard_normal((n, k)), group_size, groups=groups)
+    args = {
+        "x": x,
+        "weight": b.constant("weight", packed),
+        "scales": b.constant("scales", scales),
+        "group_size": b.int(group_size, "group_size"),
+    }
+    if draw(st.booleans()):
+        args["bias"] = b.constant("bias", float_array(rng, [n]))
+    b.output(b.op("linear_q4gsw", out_dims=[*lead_max, n], **args))
+    modes = draw(st.lists(st.sampled_from([_ONES, _MAX, _ANY]), min_size=1, max_size=6))
+    steps = []
+    for mode in modes:
+        if mode == _ONES:
+            lead = [1] * rank
+        elif mode == _MAX:
+            lead = list(lead_max)
+        else:
+            lead = [draw(live_sizes(size)) for size in lead_max]
+        steps.append({"x": float_array(rng, [*lead, k])})
+    meta = {"seed": seed, "family": "linear_q4gsw", "modes": modes}
+    return Case(b.build(), steps, name="linear_q4gsw", meta=meta)
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+@generator("linear_q4gsw")
+def gen_linear_q4gsw(g: GraphGen) -> bool:
+    """A q4 linear over the static last dim K of a pool tensor, to a new width N: M, the
+    product of the leading (dynamic) dims, routes between the GEMV (M = 1) and the GEMM."""
+    candidates = [t for t in g.pool if isinstance(t.dims[-1], int)]
+    if not candidates:
+        return False
+    x = g.pick(candidates)
+    k = x.dims[-1]
+    assert isinstance(k, int)
+    n = g.draw(st.sampled_from([4, 7, 8, 12, 16, 30, 32]))
+    group_size = g.draw(st.sampled_from([gs for gs in (8, 16, 32, k) if gs <= k]))
+    packed, scales = q4.quantize(g.rng.standard_normal((n, k)) / np.sqrt(k), group_size)
+    dims = (*x.dims[:-1], n)
+    out = g.builder.op(
+        "linear_q4gsw",
+        x=x.name,
+        weight=g.builder.constant(g.builder.fresh("q4_weight"), packed),
+        scales=g.builder.constant(g.builder.fresh("q4_scales"), scales),
+        group_size=g.builder.int(group_size),
+        out_dims=g.max_dims(dims),
+    )
+    g.produced(out, dims, [x])
+    return True

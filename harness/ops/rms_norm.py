@@ -10,10 +10,32 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
-from harness.ops import Args, ExpectedDispatch, KernelSpec, LiveState, kernels, numel, ro, rw
+from harness.gen.blocks import (
+    float_array,
+    leading_dims,
+    row_widths,
+    seeds,
+    step_dims,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
+from harness.gen.families import family
+from harness.gen.graphgen import GraphGen, generator
+from harness.model import (
+    Args,
+    ExpectedDispatch,
+    KernelSpec,
+    LiveState,
+    kernels,
+    numel,
+    register,
+    ro,
+    rw,
+)
+from harness.model.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
 
 WORKGROUP = (64, 1, 1)
 
@@ -70,4 +92,43 @@ class RmsNormModel:
         return {"out": SAFETY * rel * np.abs(outputs["out"])}
 
 
-MODEL = RmsNormModel()
+MODEL = register("rms_norm", RmsNormModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@family("rms_norm", exercises={"rms_norm"})
+@st.composite
+def rms_norm_cases(draw: st.DrawFn) -> Case:
+    """A single rms_norm over an input with dynamic leading dims."""
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    leading = draw(leading_dims())
+    width = draw(row_widths())
+    eps = draw(st.sampled_from([1e-6, 1e-5]))
+    b = GraphBuilder()
+    x = b.input("x", "float32", [d.max_size for d in leading] + [width])
+    w = b.constant("weight", float_array(rng, [width]))
+    b.output(b.op("rms_norm", x=x, weight=w, eps=b.float(eps)))
+    steps = [{"x": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))]
+    return Case(b.build(), steps, name="rms_norm", meta={"seed": seed, "family": "rms_norm"})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+@generator("rms_norm")
+def gen_rms_norm(g: GraphGen) -> bool:
+    """rms_norm over the (static) last dim of any pool tensor."""
+    candidates = [t for t in g.pool if isinstance(t.dims[-1], int)]
+    if not candidates:
+        return False
+    x = g.pick(candidates)
+    width = x.dims[-1]
+    assert isinstance(width, int)
+    out = g.builder.op(
+        "rms_norm", x=x.name, weight=g.constant("w", [width]), eps=g.builder.float(1e-6)
+    )
+    g.produced(out, x.dims, [x])
+    return True

@@ -27,10 +27,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import SAFETY, gamma
-from harness.ops import (
+from harness.gen.blocks import (
+    DynamicDim,
+    float_array,
+    head_dims,
+    live_sequences,
+    seeds,
+    step_dims,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.gen.families import family
+from harness.gen.graphgen import DimSpec, GraphGen, PoolTensor, Sym, generator
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
@@ -38,9 +50,12 @@ from harness.ops import (
     div_up,
     kernels,
     numel,
+    register,
     ro,
     rw,
 )
+from harness.model.numerics import SAFETY, gamma
+from harness.ops.view import view_as
 
 WORKGROUP = (64, 1, 1)
 
@@ -241,5 +256,228 @@ class HfRotaryModel(_RotaryBase):
         return out
 
 
-LLAMA = LlamaRotaryModel()
-HF = HfRotaryModel()
+LLAMA = register("apply_rotary_emb", LlamaRotaryModel())
+HF = register("apply_rotary_emb_hf", HfRotaryModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+def rope_tables(
+    rng: np.random.Generator, positions: np.ndarray, dim: int, theta: float = 10000.0
+) -> np.ndarray:
+    """Rotation angles pos * theta^(-2i/dim), i < dim/2, one row per position.
+
+    The positions get a random fractional phase: at position 0 the true tables are constant
+    (cos 1, sin 0), which would make the case degenerate (harness/check/oracles.py); the kernels'
+    job is the same for any angle.
+    """
+    freqs = theta ** (-np.arange(0, dim, 2) / dim)
+    return np.outer(positions + rng.uniform(0.25, 0.75), freqs)
+
+
+@family("rope", exercises={"apply_rotary_emb"})
+@st.composite
+def rope_cases(draw: st.DrawFn) -> Case:
+    """apply_rotary_emb with dynamic batch and S, different q and k head counts, freqs [S, D/2]
+    fed per step (as a decoder slices them by position)."""
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    batch, max_seq = draw(st.integers(1, 2)), draw(st.integers(1, 24))
+    q_heads, k_heads, dim = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(head_dims())
+    leading = [DynamicDim(batch, batch > 1), DynamicDim(max_seq, max_seq > 1)]
+    b = GraphBuilder()
+    xq = b.input("xq", "float32", [batch, max_seq, q_heads, dim])
+    xk = b.input("xk", "float32", [batch, max_seq, k_heads, dim])
+    cos = b.input("freqs_cos", "float32", [max_seq, dim // 2])
+    sin = b.input("freqs_sin", "float32", [max_seq, dim // 2])
+    outs = b.op(
+        "apply_rotary_emb",
+        name="rope",
+        xq=xq,
+        xk=xk,
+        freqs_cos=cos,
+        freqs_sin=sin,
+        out_dims={"xq_out": b.dims(xq), "xk_out": b.dims(xk)},
+    )
+    b.output(*outs)
+    steps = []
+    for bsz, seq in draw(step_dims(leading)):
+        angles = rope_tables(rng, draw(st.integers(0, 200)) + np.arange(seq), dim)
+        steps.append(
+            {
+                "xq": float_array(rng, [bsz, seq, q_heads, dim]),
+                "xk": float_array(rng, [bsz, seq, k_heads, dim]),
+                "freqs_cos": np.cos(angles).astype(np.float32),
+                "freqs_sin": np.sin(angles).astype(np.float32),
+            }
+        )
+    return Case(b.build(), steps, name="rope", meta={"seed": seed, "family": "rope"})
+
+
+@family("rope_hf", exercises={"apply_rotary_emb_hf"})
+@st.composite
+def rope_hf_cases(draw: st.DrawFn) -> Case:
+    """apply_rotary_emb_hf on full-width constant tables, start_pos a SymInt input (or an int).
+
+    The tables' halves differ (random values), so a kernel reading the first half's columns
+    for the second half is caught. Positions reach the table's end, and now and then run
+    past it (refused by both).
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    max_seq = draw(st.integers(1, 20))
+    rows = max_seq + draw(st.integers(0, 40))
+    q_heads, k_heads, dim = draw(st.integers(1, 4)), draw(st.integers(1, 4)), draw(head_dims())
+    b = GraphBuilder()
+    xq = b.input("xq", "float32", [1, max_seq, q_heads, dim])
+    xk = b.input("xk", "float32", [1, max_seq, k_heads, dim])
+    angles = rng.uniform(-np.pi, np.pi, (rows, dim))
+    cos = b.constant("cos", np.cos(angles).astype(np.float32))
+    sin = b.constant("sin", np.sin(angles).astype(np.float32))
+    symbolic = draw(st.booleans()) or rows == max_seq
+    fixed = draw(st.integers(0, rows - max_seq))
+    start = b.symint_input("start_pos") if symbolic else b.int(fixed, "start_pos")
+    outs = b.op(
+        "apply_rotary_emb_hf",
+        name="rope_hf",
+        xq=xq,
+        xk=xk,
+        cos=cos,
+        sin=sin,
+        start_pos=start,
+        out_dims={"xq_out": b.dims(xq), "xk_out": b.dims(xk)},
+    )
+    b.output(*outs)
+    steps: list[StepInputs] = []
+    for seq in draw(live_sequences(max_seq)):
+        step: StepInputs = {
+            "xq": float_array(rng, [1, seq, q_heads, dim]),
+            "xk": float_array(rng, [1, seq, k_heads, dim]),
+        }
+        if symbolic:
+            kind = draw(st.sampled_from(["any", "zero", "end", "past"]))
+            step["start_pos"] = {
+                "any": draw(st.integers(0, rows - seq)),
+                "zero": 0,
+                "end": rows - seq,
+                "past": rows - seq + 1,
+            }[kind]
+        steps.append(step)
+    return Case(b.build(), steps, name="rope_hf", meta={"seed": seed, "family": "rope_hf"})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+def heads_spec(t: PoolTensor, dim: int) -> tuple[DimSpec, ...] | None:
+    """The `[B, S, H, D]` spec a pool tensor can be viewed as for head dim `dim` (S, dim 1, a
+    symbol), or None: `[S, W]` -> `[1, S, W/D, D]`, `[B, S, W]` -> `[B, S, W/D, D]`, and a
+    `[B, S, H, D]` tensor as it is."""
+    dims, last = t.dims, t.dims[-1]
+    if not isinstance(last, int) or last % dim:
+        return None
+    if len(dims) == 2 and isinstance(dims[0], Sym):
+        return (1, dims[0], last // dim, dim)
+    if len(dims) == 3 and isinstance(dims[0], Sym) and isinstance(dims[1], Sym):
+        return (dims[0], dims[1], last // dim, dim)
+    if len(dims) == 4 and isinstance(dims[1], Sym) and last == dim:
+        return dims
+    return None
+
+
+def rope_operands(g: GraphGen) -> tuple[PoolTensor, PoolTensor, int] | None:
+    """xq and xk of a rope, `[B, S, H, D]` views of two pool tensors (or one, twice) that
+    share B and S, with an even head dim D; None when the pool has no candidate."""
+    even_dims = range(2, 33, 2)
+    candidates = [t for t in g.pool if any(heads_spec(t, d) for d in even_dims)]
+    if not candidates:
+        return None
+    q_src = g.pick(candidates)
+    dim = g.draw(st.sampled_from([d for d in even_dims if heads_spec(q_src, d)]))
+    q_spec = heads_spec(q_src, dim)
+    assert q_spec is not None
+    k_sources = [
+        t for t in g.pool if (spec := heads_spec(t, dim)) is not None and spec[:2] == q_spec[:2]
+    ]
+    others = [t for t in k_sources if t.name != q_src.name]
+    k_src = g.pick(others or k_sources)
+    k_spec = heads_spec(k_src, dim)
+    assert k_spec is not None
+    q = q_src if q_src.dims == q_spec else view_as(g, q_src, q_spec)
+    # The same tensor as both xq and xk is viewed once more: two operands, two names.
+    k = k_src if k_src.dims == k_spec and k_src.name != q.name else view_as(g, k_src, k_spec)
+    return q, k, dim
+
+
+def _rotated(g: GraphGen, op: str, q: PoolTensor, k: PoolTensor, **tables: str) -> None:
+    """Add the rope `op` on q and k; both outputs join the pool."""
+    b = g.builder
+    q_out, k_out = b.op(
+        op,
+        xq=q.name,
+        xk=k.name,
+        out_dims={"xq_out": g.max_dims(q.dims), "xk_out": g.max_dims(k.dims)},
+        **tables,
+    )
+    g.produced(q_out, q.dims, [q, k])
+    g.produced(k_out, k.dims, [q, k])
+
+
+@generator("apply_rotary_emb")
+def gen_apply_rotary_emb(g: GraphGen) -> bool:
+    """Llama rope of two head views; freqs_cos and freqs_sin `[S, D/2]` are graph inputs fed
+    every step at the live S (rows of a random position, as a decoder slices them)."""
+    operands = rope_operands(g)
+    if operands is None:
+        return False
+    q, k, dim = operands
+    b = g.builder
+    rows = (q.dims[1], dim // 2)
+    cos = b.input(b.fresh("freqs_cos"), "float32", g.max_dims(rows))
+    sin = b.input(b.fresh("freqs_sin"), "float32", g.max_dims(rows))
+
+    def tables(values: dict[str, int]) -> StepInputs:
+        (seq, _) = g.live_dims(rows, values)
+        angles = rope_tables(g.rng, int(g.rng.integers(0, 200)) + np.arange(seq), dim)
+        return {cos: np.cos(angles).astype(np.float32), sin: np.sin(angles).astype(np.float32)}
+
+    g.step_inputs.append(tables)
+    _rotated(g, "apply_rotary_emb", q, k, freqs_cos=cos, freqs_sin=sin)
+    return True
+
+
+@generator("apply_rotary_emb_hf")
+def gen_apply_rotary_emb_hf(g: GraphGen) -> bool:
+    """Rotate-half rope of two head views on constant full-width tables `[rows, D]` (rows at
+    least S's max, halves that differ); start_pos is a SymInt graph input fed every step at 0,
+    at the table's end for the live S, or anywhere between."""
+    operands = rope_operands(g)
+    if operands is None:
+        return False
+    q, k, dim = operands
+    seq = q.dims[1]
+    assert isinstance(seq, Sym)
+    rows = seq.max + g.draw(st.integers(0, 8))
+    b = g.builder
+    angles = g.rng.uniform(-np.pi, np.pi, (rows, dim))
+    start_pos = b.symint_input(b.fresh("start_pos"))
+
+    def start(values: dict[str, int]) -> StepInputs:
+        last = rows - values[seq.name]
+        kind = g.draw(st.sampled_from(["zero", "end", "any"]))
+        if kind == "any":
+            return {start_pos: g.draw(st.integers(0, last))}
+        return {start_pos: 0 if kind == "zero" else last}
+
+    g.step_inputs.append(start)
+    _rotated(
+        g,
+        "apply_rotary_emb_hf",
+        q,
+        k,
+        cos=b.constant(b.fresh("cos"), np.cos(angles).astype(np.float32)),
+        sin=b.constant(b.fresh("sin"), np.sin(angles).astype(np.float32)),
+        start_pos=start_pos,
+    )
+    return True

@@ -34,19 +34,31 @@ import math
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
-from harness.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
-from harness.ops import (
+from harness.gen.blocks import (
+    float_array,
+    kv_steps,
+    seeds,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.gen.families import family
+from harness.gen.graphgen import GraphGen, PoolTensor, Sym, generator
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
     LiveState,
     div_up,
     kernels,
+    register,
     ro,
     rw,
 )
+from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
+from harness.ops.view import view_as
 
 WORKGROUP = (64, 1, 1)
 SPLIT = 64  # cache rows per split of the decode route (= the workgroup size)
@@ -251,4 +263,127 @@ class SdpaModel:
         return {"out": out[None], "k_cache": np.zeros(kc.shape), "v_cache": np.zeros(vc.shape)}
 
 
-MODEL = SdpaModel()
+MODEL = register("sdpa_with_kv_cache", SdpaModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@family("sdpa", exercises={"sdpa_with_kv_cache"})
+@st.composite
+def sdpa_cases(draw: st.DrawFn) -> Case:
+    """sdpa_with_kv_cache over a KV-cache session (prefill, decode, chunks, reset, overflow).
+
+    Grouped-query heads (Hq = group * Hkv), head dims of any size, caches from a few rows to
+    past two 64-row splits; q scaled up now and then for a sharper softmax.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    kv_heads, group = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    dim = draw(st.sampled_from([1, 3, 4, 8, 16, 33, 64, 72]))
+    cache_rows = draw(st.one_of(st.integers(1, 40), st.sampled_from([63, 64, 65, 129, 140])))
+    max_seq = draw(st.integers(1, min(cache_rows, 24)))
+    sharp = draw(st.sampled_from([1.0, 1.0, 4.0]))
+    b = GraphBuilder()
+    q = b.input("q", "float32", [1, max_seq, kv_heads * group, dim])
+    k = b.input("k", "float32", [1, max_seq, kv_heads, dim])
+    v = b.input("v", "float32", [1, max_seq, kv_heads, dim])
+    pos = b.symint_input("input_pos")
+    cache = [1, cache_rows, kv_heads, dim]
+    scale = draw(st.sampled_from([None, 0.3]))
+    b.output(
+        b.op(
+            "sdpa_with_kv_cache",
+            name="sdpa",
+            q=q,
+            k=k,
+            v=v,
+            k_cache=b.state("k_cache", "float32", cache),
+            v_cache=b.state("v_cache", "float32", cache),
+            input_pos=pos,
+            scale=None if scale is None else b.float(scale, "scale"),
+        )
+    )
+    steps: list[StepInputs] = [
+        {
+            "q": float_array(rng, [1, seq, kv_heads * group, dim], sharp),
+            "k": float_array(rng, [1, seq, kv_heads, dim]),
+            "v": float_array(rng, [1, seq, kv_heads, dim]),
+            "input_pos": position,
+        }
+        for seq, position in draw(kv_steps(cache_rows, max_seq))
+    ]
+    return Case(b.build(), steps, name="sdpa", meta={"seed": seed, "family": "sdpa"})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+@generator("sdpa_with_kv_cache")
+def gen_sdpa_with_kv_cache(g: GraphGen) -> bool:
+    """Attention over a KV cache. q, k and v are head views `[1, S, H, D]` (`view_as`) of
+    pool tensors `[S, W]` whose first dim is a symbol S (the live sequence length); k and v
+    share a head count that divides q's; the caches are state tensors `[1, C, Hkv, D]` with C
+    at least S's max; `input_pos` is a SymInt graph input fed every step as a KV-cache
+    session feeds it (the next chunk, a reset to 0, a chunk reaching the cache's end, any
+    position), always within the cache for the live S."""
+    candidates = [
+        t
+        for t in g.pool
+        if len(t.dims) == 2 and isinstance(t.dims[0], Sym) and isinstance(t.dims[1], int)
+    ]
+    if not candidates:
+        return False
+    q_src = g.pick(candidates)
+    seq, width = q_src.dims
+    assert isinstance(seq, Sym) and isinstance(width, int)
+    dim = g.draw(st.sampled_from([d for d in range(1, min(width, 32) + 1) if width % d == 0]))
+    q_heads = width // dim
+
+    def kv_heads(t: PoolTensor) -> int:
+        width = t.dims[1]
+        assert isinstance(width, int)
+        return width // dim if width % dim == 0 and q_heads % (width // dim) == 0 else 0
+
+    kv_sources = [t for t in candidates if t.dims[0] == seq and kv_heads(t)]
+    k_src = g.pick(kv_sources)
+    v_src = g.pick([t for t in kv_sources if t.dims == k_src.dims])
+    heads = kv_heads(k_src)
+    q, k, v = (
+        view_as(g, src, (1, seq, h, dim))
+        for src, h in ((q_src, q_heads), (k_src, heads), (v_src, heads))
+    )
+    rows = seq.max + g.draw(st.integers(0, 8))
+    b = g.builder
+    cache = [1, rows, heads, dim]
+    input_pos = b.symint_input(b.fresh("input_pos"))
+    session = {"next": 0}  # where the session's next chunk starts
+
+    def position(values: dict[str, int]) -> StepInputs:
+        live = values[seq.name]
+        kind = g.draw(st.sampled_from(["next", "next", "reset", "end", "any"]))
+        if kind == "next" and session["next"] + live <= rows:
+            pos = session["next"]
+        elif kind == "end":
+            pos = rows - live
+        elif kind == "any":
+            pos = g.draw(st.integers(0, rows - live))
+        else:
+            pos = 0
+        session["next"] = pos + live
+        return {input_pos: pos}
+
+    g.step_inputs.append(position)
+    scale = g.draw(st.sampled_from([None, 0.3]))
+    out = b.op(
+        "sdpa_with_kv_cache",
+        q=q.name,
+        k=k.name,
+        v=v.name,
+        k_cache=b.state(b.fresh("k_cache"), "float32", cache),
+        v_cache=b.state(b.fresh("v_cache"), "float32", cache),
+        input_pos=input_pos,
+        scale=None if scale is None else b.float(scale),
+    )
+    g.produced(out, q.dims, [q, k, v])
+    return True

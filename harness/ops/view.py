@@ -16,9 +16,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode, ScalarValue
-from harness.ops import (
+from harness.gen.blocks import (
+    float_array,
+    head_dims,
+    live_sequences,
+    seeds,
+)
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.gen.families import family
+from harness.gen.graphgen import DimSpec, GraphGen, PoolTensor, Sym, generator
+from harness.model import (
     Args,
     ExpectedDispatch,
     KernelSpec,
@@ -27,6 +38,7 @@ from harness.ops import (
     div_up,
     kernels,
     numel,
+    register,
     ro,
     rw,
 )
@@ -113,5 +125,103 @@ class SymSizeModel:
         return {}
 
 
-VIEW_COPY = ViewCopyModel()
-SYM_SIZE = SymSizeModel()
+VIEW_COPY = register("view_copy", ViewCopyModel())
+SYM_SIZE = register("sym_size", SymSizeModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+@family("view", exercises={"view_copy", "sym_size", "rms_norm"})
+@st.composite
+def view_cases(draw: st.DrawFn) -> Case:
+    """view_copy between [1, S, H*D] and [1, S, H, D] with sizes from SymInts.
+
+    The SymInt is a sym_size of an intermediate (an rms_norm output, so upstream WebGPU would
+    read its stale dim), or a SymInt graph input that now and then disagrees with the live
+    numel (refused by both); the view back to [1, S, H*D] takes a sym_size of the view.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    max_seq, heads, dim = draw(st.integers(1, 24)), draw(st.integers(1, 4)), draw(head_dims())
+    from_input = draw(st.booleans())
+    b = GraphBuilder()
+    x = b.input("x", "float32", [1, max_seq, heads * dim])
+    n = b.symint_input("n") if from_input else None
+    w = b.constant("w", float_array(rng, [heads * dim]))
+    h = b.op("rms_norm", name="norm", x=x, weight=w, eps=b.float(1e-6))
+    seq = n or b.op("sym_size", name="seq", x=h, dim=b.int(-2, "dim"))
+    one = b.int(1, "one")
+    split = b.op(
+        "view_copy",
+        name="split_heads",
+        x=h,
+        sizes=[one, seq, b.int(heads, "heads"), b.int(dim, "head_dim")],
+        out_dims=[1, max_seq, heads, dim],
+    )
+    back_seq = b.op("sym_size", name="split_seq", x=split, dim=b.int(1, "seq_dim"))
+    merged = b.op(
+        "view_copy",
+        name="merge_heads",
+        x=split,
+        sizes=[one, back_seq, b.int(heads * dim, "width")],
+        out_dims=[1, max_seq, heads * dim],
+    )
+    b.output(split, merged)
+    steps: list[StepInputs] = []
+    for s in draw(live_sequences(max_seq)):
+        step: StepInputs = {"x": float_array(rng, [1, s, heads * dim])}
+        if n is not None:
+            wrong = draw(st.integers(0, 9)) == 0
+            step["n"] = s % max_seq + 1 if wrong and max_seq > 1 else s
+        steps.append(step)
+    return Case(b.build(), steps, name="view", meta={"seed": seed, "family": "view"})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+def view_as(g: GraphGen, x: PoolTensor, dims: tuple[DimSpec, ...]) -> PoolTensor:
+    """A view_copy of `x` to the dims spec `dims` (the same symbols, the same product of
+    static dims), added to the pool: every dynamic size is a sym_size of x at the dim of
+    that symbol (often an intermediate's), never inferred from numel. Other ops' generators
+    use it to bring a pool tensor to the rank they need."""
+    b = g.builder
+    sizes = [
+        b.op("sym_size", x=x.name, dim=b.int(x.dims.index(d))) if isinstance(d, Sym) else b.int(d)
+        for d in dims
+    ]
+    out = b.op("view_copy", x=x.name, sizes=sizes, out_dims=g.max_dims(dims))
+    return g.produced(out, dims, [x])
+
+
+@generator("view_copy", "sym_size")
+def gen_view_copy(g: GraphGen) -> bool:
+    """A SymInt-dependent view: split a static last dim W into (H, W/H), or merge two static
+    last dims back (`view_as`). Ranks stay <= 4."""
+    merges = [
+        t for t in g.pool if len(t.dims) >= 3 and all(isinstance(d, int) for d in t.dims[-2:])
+    ]
+    splits = [
+        t
+        for t in g.pool
+        if len(t.dims) <= 3
+        and isinstance(t.dims[-1], int)
+        and any(1 < h < t.dims[-1] and t.dims[-1] % h == 0 for h in range(2, 9))
+    ]
+    if not merges and not splits:
+        return False
+    merge = bool(merges) and (not splits or g.draw(st.booleans()))
+    x = g.pick(merges if merge else splits)
+    if merge:
+        h, d = x.dims[-2], x.dims[-1]
+        assert isinstance(h, int) and isinstance(d, int)
+        dims: tuple[DimSpec, ...] = (*x.dims[:-2], h * d)
+    else:
+        width = x.dims[-1]
+        assert isinstance(width, int)
+        heads = [h for h in range(2, 9) if h < width and width % h == 0]
+        h = heads[g.draw(st.integers(0, len(heads) - 1))]
+        dims = (*x.dims[:-1], h, width // h)
+    view_as(g, x, dims)
+    return True

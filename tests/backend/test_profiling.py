@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from graph_format import Graph, Runtime
-from harness import q4
-from harness.builder import GraphBuilder
+from harness.gen.builder import GraphBuilder
+from harness.model import q4
 
 pytestmark = pytest.mark.gpu
 

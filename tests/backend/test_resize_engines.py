@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from graph_format import InputError, PropagationError, ResizeError, Runtime
-from harness.builder import GraphBuilder
+from harness.gen.builder import GraphBuilder
 from webgpu_backend import WebGPURuntime
 from webgpu_backend.graph import WebGPUGraph
 

@@ -1,4 +1,4 @@
-"""One bug key (harness.divergence.BugKey) for shrinking, grouping, replay and expectations.
+"""One bug key (harness.check.divergence.BugKey) for shrinking, grouping, replay and expectations.
 
 A planted bug is run once; the key of its primary divergence must be the very key that
 each consumer uses: the exception class Hypothesis shrinks by, the case record and its
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from harness.bundle import load_bundle, replay, write_bundle
-from harness.divergence import BugKey
-from harness.expectations import Expectation
-from harness.findings import finding_id
-from harness.lockstep import LockstepRunner
-from harness.plan import Chunk
-from harness.records import ChunkFinding, ChunkRecord, RunMeta, case_record
-from harness.summary import summarize
-from harness.verdict import DivergenceFound, assert_parity, exception_for
+from harness.check.divergence import BugKey
+from harness.check.lockstep import LockstepRunner
+from harness.check.verdict import DivergenceFound, assert_parity, exception_for
+from harness.run.bundle import load_bundle, replay, write_bundle
+from harness.run.expectations import Expectation
+from harness.run.findings import finding_id
+from harness.run.plan import Chunk
+from harness.run.records import ChunkFinding, ChunkRecord, RunMeta, case_record
+from harness.run.summary import summarize
 from tests.diff.test_planted_bugs import rms_norm_case
 from tests.plants import glsl_substitution
 

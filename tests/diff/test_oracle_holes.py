@@ -22,12 +22,12 @@ from graph_format import (
     ParityError,
     Runtime,
 )
-from harness.backends import open_runtime, open_runtimes
-from harness.builder import GraphBuilder
-from harness.case import Case
-from harness.divergence import BugKey, Kind
-from harness.lockstep import LockstepRunner
-from harness.verdict import assert_parity
+from harness.check.backends import open_runtime, open_runtimes
+from harness.check.divergence import BugKey, Kind
+from harness.check.lockstep import LockstepRunner
+from harness.check.verdict import assert_parity
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
 from tests.diff.test_planted_bugs import add_case, assert_found, rms_norm_case
 from tests.plants import (
     glsl_substitution,
@@ -37,6 +37,7 @@ from tests.plants import (
     wgsl_substitution,
 )
 from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.instance import get_context
 from webgpu_backend import WebGPURuntime
 from webgpu_backend.graph import WebGPUGraph
 
@@ -147,6 +148,15 @@ def test_vulkan_pipeline_that_does_not_validate_is_a_build_error(runner: Lockste
     (hit,) = result.divergences
     assert (hit.kind, hit.blame, hit.step, hit.op) == (Kind.BUILD_ERROR, "vulkan", -1, "norm")
     assert "VUID-VkComputePipelineCreateInfo-layout" in hit.details["compiler"]
+
+
+def test_a_second_validation_context_leaves_the_first_its_messages(
+    runner: LockstepRunner,
+) -> None:
+    # A benchmark's robust Vulkan context (a second instance with the validation layer) in
+    # the same process: the pipeline the parity runtime's layer refuses is still found.
+    get_context(validation=True, robust=True)
+    test_vulkan_pipeline_that_does_not_validate_is_a_build_error(runner)
 
 
 # ---------------------------------------------------------------------------- workgroup limit

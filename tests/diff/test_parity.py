@@ -1,10 +1,12 @@
-"""Generated parity tests: random graphs and live-shape sequences on both backends.
+"""Generated parity tests: every registered case family on both backends.
 
-Every step of every case is checked with the full oracle stack (harness/lockstep.py):
-metadata against the contract, slack canaries, per-op and end-to-end numerics, validation.
-As `parity run --profile pr` runs some chunks under a lowered workgroup limit, cases of
-every family also run under the profile's `fold_limit`, where the backends fold their
-counts into 2-D grids (and refuse those no grid holds).
+Every family (`harness.families.FAMILIES`: each op's own, the DAGs, attention blocks,
+decoders and random graphs) is a test of its own. Every step of every case is checked with
+the full oracle stack (harness/check/lockstep.py): metadata against the contract, slack
+canaries, per-op and end-to-end numerics, validation. As `parity run --profile pr` runs some
+chunks under a lowered workgroup limit, cases of every family also run under the profile's
+`fold_limit`, where the backends fold their counts into 2-D grids (and refuse those no grid
+holds).
 """
 
 from __future__ import annotations
@@ -13,14 +15,15 @@ import os
 
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from graph_format import Runtime
-from harness.backends import open_runtimes
-from harness.case import Case
-from harness.lockstep import LockstepRunner
-from harness.profiles import PROFILES
-from harness.strategies import binary_cases, cases, dag_cases, random_graphs, rms_norm_cases
-from harness.verdict import CaseChecker
+from harness.check.backends import open_runtimes
+from harness.check.lockstep import LockstepRunner
+from harness.check.verdict import CaseChecker
+from harness.families import FAMILIES, cases
+from harness.gen.case import Case
+from harness.run.profiles import PROFILES
 
 pytestmark = pytest.mark.gpu
 
@@ -34,35 +37,13 @@ def folding_checker(runtimes: list[Runtime]) -> CaseChecker:
     return CaseChecker(LockstepRunner(open_runtimes(max_workgroups_per_dim=profile.fold_limit)))
 
 
-def _check(checker: CaseChecker, case: Case) -> None:
-    checker.check(case)
-
-
-@given(case=rms_norm_cases())
-def test_rms_norm_agrees(checker: CaseChecker, case: Case) -> None:
-    _check(checker, case)
-
-
-@given(case=binary_cases("add"))
-def test_add_agrees(checker: CaseChecker, case: Case) -> None:
-    _check(checker, case)
-
-
-@given(case=binary_cases("mul"))
-def test_mul_agrees(checker: CaseChecker, case: Case) -> None:
-    _check(checker, case)
-
-
-@given(case=dag_cases())
-def test_dags_agree(checker: CaseChecker, case: Case) -> None:
-    _check(checker, case)
-
-
-@given(case=random_graphs())
-def test_random_graphs_agree(checker: CaseChecker, case: Case) -> None:
-    _check(checker, case)
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@given(data=st.data())
+def test_family_agrees(checker: CaseChecker, family: str, data: st.DataObject) -> None:
+    """Every registered case family (each op's own and the multi-op ones), fully checked."""
+    checker.check(data.draw(FAMILIES[family](), label=family))
 
 
 @given(case=cases())
 def test_every_family_agrees_on_folded_grids(folding_checker: CaseChecker, case: Case) -> None:
-    _check(folding_checker, case)
+    folding_checker.check(case)

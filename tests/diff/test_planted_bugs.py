@@ -17,10 +17,10 @@ import pytest
 import webgpu_backend.graph
 from graph_format import OpNode
 from harness import ops as harness_ops
-from harness.builder import GraphBuilder
-from harness.case import Case
-from harness.divergence import Divergence, Kind
-from harness.lockstep import LockstepRunner
+from harness.check.divergence import Divergence, Kind
+from harness.check.lockstep import LockstepRunner
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
 from tests.plants import (
     glsl_substitution,
     vulkan_node_patch,

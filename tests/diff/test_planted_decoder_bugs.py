@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from graph_format import InputError, OpNode
-from harness.builder import GraphBuilder
-from harness.case import Case, StepInputs
-from harness.contract import ContractModel
-from harness.divergence import Kind
-from harness.lockstep import LockstepRunner
+from harness.check.contract import ContractModel
+from harness.check.divergence import Kind
+from harness.check.lockstep import LockstepRunner
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
 from tests.plants import glsl_substitution, webgpu_after_hook, wgsl_substitution
 from webgpu_backend.graph import WebGPUGraph
 

@@ -4,7 +4,8 @@ Each `BAD_GRAPHS` entry builds a graph that is well formed (the format accepts i
 op cannot run. The contract model predicts the `GraphBuildError`; both backends must raise one
 with the same key, and the lockstep runner must report no divergence for it. Each `BAD_STEPS`
 entry is a step an op must refuse (`InputError` or `ResizeError` with the model's key) between
-two valid ones.
+two valid ones. Every registered case family also gets invalid steps mixed into its sequences
+(`harness.gen.blocks.invalid_steps`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, Runtime
-from harness.builder import GraphBuilder
-from harness.case import Case
-from harness.contract import ContractModel, ModelStep, expected_build_error
-from harness.lockstep import LockstepRunner, error_key
-from harness.verdict import assert_parity
+from harness.check.contract import ContractModel, ModelStep, expected_build_error
+from harness.check.lockstep import LockstepRunner, error_key
+from harness.check.verdict import assert_parity
+from harness.families import FAMILIES
+from harness.gen.blocks import invalid_steps
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
 
 pytestmark = pytest.mark.gpu
 
@@ -235,6 +240,21 @@ def _linear(
     return b.build()
 
 
+def _rope_interleaved(
+    *,
+    width: int = 16,
+    x_dims: list[int] | None = None,
+    freqs_dims: list[int] | None = None,
+    out_dims: list[int] | None = None,
+) -> Graph:
+    """apply_rotary_emb_interleaved of x [2, 6, C] with freqs_cis [6, C], one part replaced."""
+    b = GraphBuilder()
+    x = b.input("x", "float32", x_dims or [2, 6, width])
+    freqs = b.input("freqs_cis", "float32", freqs_dims or [6, width])
+    b.output(b.op("apply_rotary_emb_interleaved", x=x, freqs_cis=freqs, out_dims=out_dims))
+    return b.build()
+
+
 BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
     "rms_norm_weight_too_short": _rms_norm_weight_too_short,
     "rms_norm_out_dims": _rms_norm_out_dims,
@@ -254,6 +274,11 @@ BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
     "rope_freqs_width": lambda: _rope(freqs_width=16),
     "rope_sin_dims": lambda: _rope(sin_rows=5),
     "rope_hf_table_width": lambda: _rope_hf(table_width=8),
+    "rope_interleaved_width_not_4": lambda: _rope_interleaved(width=14),
+    "rope_interleaved_rank": lambda: _rope_interleaved(x_dims=[6, 16]),
+    "rope_interleaved_freqs_dims": lambda: _rope_interleaved(freqs_dims=[6, 8]),
+    "rope_interleaved_freqs_rows": lambda: _rope_interleaved(freqs_dims=[5, 16]),
+    "rope_interleaved_out_dims": lambda: _rope_interleaved(out_dims=[2, 6, 12]),
     "rope_hf_sin_width": lambda: _rope_hf(sin_width=8),
     "view_rank": lambda: _view(sizes=[-1, 4, 16]),
     "view_literal_above_max": lambda: _view(sizes=[1, -1, 8, 16]),
@@ -400,6 +425,18 @@ BAD_STEPS: dict[str, tuple[Callable[[], Graph], dict[str, Any], dict[str, Any], 
     "rope_k_seq": (_rope, _rope_step(6), _rope_step(6, k_seq=5), "qk_shape"),
     "rope_freqs_rows": (_rope, _rope_step(4), _rope_step(4, freqs=5), "freqs_shape"),
     "rope_head_dim": (_rope, _rope_step(4), {**_rope_step(4), "xq": _f32(1, 4, 4, 14)}, "head_dim"),
+    "rope_interleaved_freqs_rows": (
+        _rope_interleaved,
+        {"x": _f32(2, 4, 16), "freqs_cis": _f32(4, 16)},
+        {"x": _f32(1, 4, 16), "freqs_cis": _f32(3, 16)},
+        "freqs_shape",
+    ),
+    "rope_interleaved_width": (
+        _rope_interleaved,
+        {"x": _f32(2, 4, 16), "freqs_cis": _f32(4, 16)},
+        {"x": _f32(2, 4, 12), "freqs_cis": _f32(4, 12)},
+        "width",
+    ),
     "rope_hf_past_table": (_rope_hf, _rope_hf_step(6, 26), _rope_hf_step(6, 27), "start_pos"),
     "rope_hf_negative": (_rope_hf, _rope_hf_step(1, 0), _rope_hf_step(1, -2), "start_pos"),
     "embedding_id_past_vocab": (
@@ -448,3 +485,18 @@ def _model_key(graph: Graph, good: dict[str, Any], bad: dict[str, Any]) -> tuple
     expected = model.try_step(bad)
     assert not isinstance(expected, ModelStep), "the contract model must refuse the step"
     return error_key(expected)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@given(data=st.data())
+def test_invalid_steps_are_rejected_alike(
+    runner: LockstepRunner, family: str, data: st.DataObject
+) -> None:
+    """In a case of every registered family, a step with a rank change, a dim < 1 or above
+    its max, or a narrowed last dim on one tensor input, anywhere in the sequence: rejected
+    alike (or accepted alike, as the contract says), and the graph stays usable after it."""
+    case = data.draw(FAMILIES[family](), label=family)
+    bad = data.draw(invalid_steps(case), label="invalid step")
+    case.steps.insert(data.draw(st.integers(0, len(case.steps)), label="position"), bad)
+    case.steps.append(case.steps[0])  # a valid step after the rejection
+    assert_parity(runner.run(case))

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from harness.divergence import BugKey
-from harness.lockstep import LockstepRunner
-from harness.repeatability import classify
-from harness.shrinking import find_minimal
-from harness.strategies import rms_norm_cases
-from harness.verdict import CaseChecker
+from harness.check.divergence import BugKey
+from harness.check.lockstep import LockstepRunner
+from harness.check.repeatability import classify
+from harness.check.shrinking import find_minimal
+from harness.check.verdict import CaseChecker
+from harness.ops.rms_norm import rms_norm_cases
 from tests.diff.test_planted_bugs import rms_norm_case
 from webgpu_backend.graph import WebGPUGraph
 

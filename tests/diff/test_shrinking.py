@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from harness.lockstep import LockstepRunner
-from harness.shrinking import find_minimal
-from harness.verdict import CaseChecker
+from harness.check.lockstep import LockstepRunner
+from harness.check.shrinking import find_minimal
+from harness.check.verdict import CaseChecker
 from tests.planted_catalog import PLANTS, Plant
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

@@ -1,11 +1,13 @@
-"""One step loop (harness/steps.py) serves the lockstep run, bundle evidence and repeatability.
+"""One step loop (harness/check/steps.py) serves the lockstep run, bundle evidence and
+repeatability.
 
 The three consumers go through `StepLoop`, and what they compute on top of it is what their
 own loops computed before the loop was shared: `_old_run_hash` and `_old_evidence_loop` below
-are those loops as they were (harness/repeatability.py and harness/bundle.py before issue 11),
-kept here as the reference the shared loop must agree with, bit for bit, on fixed cases: a
-clean one, one with state (a decoder session), one with a step every backend refuses, and
-planted bugs that leave numeric and canary evidence.
+are those loops as they were (harness/repeatability.py and harness/bundle.py before issue 11,
+now harness/check/repeatability.py and harness/run/bundle.py), kept here as the reference the
+shared loop must agree with, bit for bit, on fixed cases: a clean one, one with state (a
+decoder session), one with a step every backend refuses, and planted bugs that leave numeric
+and canary evidence.
 """
 
 from __future__ import annotations
@@ -17,17 +19,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-import harness.steps
+import harness.check.steps
 from graph_format import Runtime, StepResult, TensorValue
-from harness.bundle import Evidence, _numeric_evidence, capture_evidence
-from harness.case import Case
-from harness.contract import ContractModel, ModelStep, expected_build_error
-from harness.lockstep import LockstepRunner
-from harness.oracles import canary_fill
-from harness.records import DivergenceRecord, divergence_record, plain
-from harness.reference import ReferenceEvaluator
-from harness.repeatability import run_hash
-from harness.steps import StepLoop, StepRun
+from harness.check.contract import ContractModel, ModelStep, expected_build_error
+from harness.check.lockstep import LockstepRunner
+from harness.check.oracles import canary_fill
+from harness.check.reference import ReferenceEvaluator
+from harness.check.repeatability import run_hash
+from harness.check.steps import StepLoop, StepRun
+from harness.gen.case import Case
+from harness.run.bundle import Evidence, _numeric_evidence, capture_evidence
+from harness.run.records import DivergenceRecord, divergence_record, plain
 from tests.diff.test_decoder import session_case
 from tests.diff.test_planted_bugs import READ_PAST_END, add_case, rms_norm_case
 from tests.plants import glsl_substitution, wgsl_substitution
@@ -36,7 +38,7 @@ pytestmark = pytest.mark.gpu
 
 
 def _old_run_hash(case: Case, runtime: Runtime) -> str:
-    """harness.repeatability.run_hash before the loop was shared (verbatim)."""
+    """harness.check.repeatability.run_hash before the loop was shared (verbatim)."""
     graph = case.graph
     reads = [
         n
@@ -70,7 +72,7 @@ def _old_run_hash(case: Case, runtime: Runtime) -> str:
 def _old_evidence_loop(
     runtimes: Sequence[Runtime], case: Case, records: Sequence[DivergenceRecord]
 ) -> Evidence:
-    """harness.bundle.capture_evidence before the loop was shared (verbatim, but for the
+    """harness.run.bundle.capture_evidence before the loop was shared (verbatim, but for the
     divergences, which were dicts then)."""
     divergences: list[Mapping[str, Any]] = [plain(r) for r in records]
     graph = case.graph
@@ -210,8 +212,8 @@ def test_the_three_consumers_share_one_loop(
         opened.append(self)
         return original_enter(self)
 
-    monkeypatch.setattr(harness.steps.StepLoop, "steps", steps)
-    monkeypatch.setattr(harness.steps.StepLoop, "__enter__", enter)
+    monkeypatch.setattr(harness.check.steps.StepLoop, "steps", steps)
+    monkeypatch.setattr(harness.check.steps.StepLoop, "__enter__", enter)
     case = rms_norm_case()
     with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd"):
         result = runner.run(case)

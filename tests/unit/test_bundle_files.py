@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.bundle import (
+from harness.gen.case import Case
+from harness.run.bundle import (
     _input_view,
     existing_bundle,
     load_bundle,
@@ -19,10 +20,9 @@ from harness.bundle import (
     source_digests,
     write_bundle,
 )
-from harness.case import Case
-from harness.findings import finding_id
-from harness.plan import Shard
-from harness.records import BUNDLE_FORMAT, Budgets, CaseRecord, RunMeta, read_bundle_doc
+from harness.run.findings import finding_id
+from harness.run.plan import Shard
+from harness.run.records import BUNDLE_FORMAT, Budgets, CaseRecord, RunMeta, read_bundle_doc
 
 KEPT = Path(__file__).resolve().parents[1] / "regressions" / "rms-norm-drops-weight"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.coverage import Coverage, missing_cells, size_regimes, transition
+from harness.check.coverage import Coverage, missing_cells, size_regimes, transition
 
 
 def test_size_regimes_name_the_edges() -> None:

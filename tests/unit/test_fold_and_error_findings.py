@@ -16,13 +16,13 @@ from graph_format import (
     PropagationError,
     ResizeError,
 )
-from harness.builder import GraphBuilder
-from harness.bundle import replay_commands
-from harness.contract import ContractModel, ModelStep
-from harness.oracles import compiler_headline, error_op, upstream_origin
-from harness.plan import Shard, make_plan, shard_of
-from harness.records import Budgets, CaseRecord, RunMeta
-from harness.session import RunConfig, RunSession, _describe
+from harness.check.contract import ContractModel, ModelStep
+from harness.check.oracles import compiler_headline, error_op, upstream_origin
+from harness.gen.builder import GraphBuilder
+from harness.run.bundle import replay_commands
+from harness.run.plan import Shard, make_plan, shard_of
+from harness.run.records import Budgets, CaseRecord, RunMeta
+from harness.run.session import RunConfig, RunSession, _describe
 from tests.unit.test_report import _case, _run_meta, _summarize, _typed
 
 # ---------------------------------------------------------------------------- plan

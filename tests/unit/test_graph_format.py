@@ -10,8 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graph_format import Graph, GraphFormatError
-from harness.builder import GraphBuilder
+from graph_format import SIGNATURES, Graph, GraphFormatError
+from graph_format.signatures import SchemaError, parse_signature
+from harness.gen.builder import GraphBuilder
 
 
 def _graph() -> Graph:
@@ -136,3 +137,36 @@ def test_arg_accessors_refuse_the_wrong_kind_of_slot(
     message = str(info.value)
     assert f"op {node.name!r} ({node.op})" in message, message
     assert what in message, message
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("args = [", "not TOML"),
+        ('outputs = [{ name = "out", kind = "tensor" }]\nextra = 1', "expected the keys"),
+        (
+            'args = [{ name = "x", kind = "tensr" }]\noutputs = [{ name = "o", kind = "tensor" }]',
+            "kind 'tensr'",
+        ),
+        (
+            'args = [{ name = "x", kind = "tensor" }]\noutputs = [{ name = "x", kind = "tensor" }]',
+            "used twice",
+        ),
+        ('args = [{ kind = "tensor" }]\noutputs = [{ name = "o", kind = "tensor" }]', "a name"),
+        (
+            'args = [{ name = "x", kind = "int", opt = true }]\n'
+            'outputs = [{ name = "o", kind = "tensor" }]',
+            "unknown keys",
+        ),
+    ],
+)
+def test_a_malformed_op_schema_names_its_file(text: str, what: str) -> None:
+    with pytest.raises(SchemaError, match=what) as info:
+        parse_signature("my_op", text, "graph_format/ops/my_op.toml")
+    assert str(info.value).startswith("graph_format/ops/my_op.toml: ")
+
+
+def test_a_schema_file_is_an_op_s_signature() -> None:
+    signature = SIGNATURES["linear_q4gsw"]
+    assert [(a.name, a.kind, a.optional) for a in signature.args][-1] == ("bias", "tensor", True)
+    assert signature.outputs == (("out", "tensor"),)

@@ -1,4 +1,5 @@
-"""The harness's q4gsw format (harness/q4.py) against the worked 2×8 example of reference §4.1.
+"""The harness's q4gsw format (harness/model/q4.py) against the worked 2×8 example of
+reference §4.1.
 
 The example pins every byte: a misreading of nibble order, padding or scale layout here would
 be shared by the reference and could only be caught by the golden vectors otherwise.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness import q4
+from harness.model import q4
 
 # reference/executorch-dynamic-shapes.md §4.1, "Worked example (2×8)", gs = 4.
 Q = np.array([[-8, -7, -1, 0, 1, 2, 6, 7], [3, -3, 5, -5, 0, 0, -8, 7]], np.int8)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from harness.bundle import load_bundle
-from harness.divergence import BugKey
-from harness.expectations import Expectation
-from harness.plan import Chunk, Shard
-from harness.records import (
+from harness.check.divergence import BugKey
+from harness.run.bundle import load_bundle
+from harness.run.expectations import Expectation
+from harness.run.plan import Chunk, Shard
+from harness.run.records import (
     Budgets,
     CaseRecord,
     ChunkFinding,

@@ -15,11 +15,11 @@ from xml.etree import ElementTree as ET
 import numpy as np
 import pytest
 
-from harness.divergence import BugKey
-from harness.expectations import ExpectationsError, entry_status, load_expectations
-from harness.findings import finding_id, totals_text
-from harness.plan import Shard, make_plan, plan_digest, shard_of
-from harness.records import (
+from harness.check.divergence import BugKey
+from harness.run.expectations import ExpectationsError, entry_status, load_expectations
+from harness.run.findings import finding_id, totals_text
+from harness.run.plan import Shard, make_plan, plan_digest, shard_of
+from harness.run.records import (
     DivergenceRecord,
     Record,
     RecordError,
@@ -31,8 +31,8 @@ from harness.records import (
     record_from_json,
     write_json,
 )
-from harness.report import images, render_report
-from harness.summary import junit_xml, summarize
+from harness.run.report import images, render_report
+from harness.run.summary import junit_xml, summarize
 
 ADAPTERS = {
     "webgpu": {"adapter": "llvmpipe (LLVM 15)", "driver": "Mesa 22.3.6", "api": "wgpu"},

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.ops import MODELS, Binding, KernelSpec
+from harness.model import Binding, KernelSpec
+from harness.ops import MODELS
 from vulkan_ref.spirv import GLSL_DIR, compile_glsl
 from webgpu_backend.shaders import WGSL_DIR
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from graph_format import KernelBuildError
-from harness.ops import MODELS, KernelSpec
+from harness.model import KernelSpec
+from harness.ops import MODELS
 from tests.reflection_support import DATA
 from vulkan_ref import reflection
 from vulkan_ref.reflection import (

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from graph_format import KernelBuildError
-from harness.ops import MODELS, KernelSpec
+from harness.model import KernelSpec
+from harness.ops import MODELS
 from tests.reflection_support import DATA, ROOT, SHIPPED_WGSL, TEST_WGSL, upstream_wgsl
 from webgpu_backend import reflection
 from webgpu_backend.ops import OP_BUILDERS

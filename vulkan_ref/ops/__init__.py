@@ -3,23 +3,20 @@
 An implementation checks what it can at load (`GraphBuildError`), adds its dispatch nodes
 with a `resize_fn` that virtual-resizes its outputs from live input sizes, and pickers that
 choose shader and global size at run time, as ExecuTorch's `add_*_node` functions do.
+
+Every module of this package is imported here (found by `pkgutil`, not listed), and each
+registers its implementations with `@register("<op>", ...)`, as ExecuTorch's
+`REGISTER_OPERATORS` does: adding an op is adding its module.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vulkan_ref.ops import (
-    activation,
-    binary_op,
-    embedding_q4gsw,
-    linear_q4gsw,
-    rms_norm,
-    rotary,
-    sdpa,
-    view,
-)
+from graph_format import SIGNATURES
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -27,18 +24,26 @@ if TYPE_CHECKING:
 
 OpImpl = Callable[["ComputeGraph", "OpNode"], None]
 
-OP_IMPLS: dict[str, OpImpl] = {
-    "rms_norm": rms_norm.add_rms_norm_node,
-    "add": binary_op.add_binary_op_node,
-    "mul": binary_op.add_binary_op_node,
-    "sigmoid": activation.add_unary_activation_node,
-    "silu": activation.add_unary_activation_node,
-    "silu_mul": activation.add_silu_mul_node,
-    "embedding_q4gsw": embedding_q4gsw.add_embedding_q4gsw_node,
-    "apply_rotary_emb": rotary.add_rotary_emb_node,
-    "apply_rotary_emb_hf": rotary.add_rotary_emb_hf_node,
-    "view_copy": view.add_view_copy_node,
-    "sym_size": view.add_sym_size_node,
-    "sdpa_with_kv_cache": sdpa.add_sdpa_with_kv_cache_node,
-    "linear_q4gsw": linear_q4gsw.add_linear_q4gsw_node,
-}
+OP_IMPLS: dict[str, OpImpl] = {}
+
+
+def register(*ops: str) -> Callable[[OpImpl], OpImpl]:
+    """Register the decorated function as the implementation of each of `ops`."""
+
+    def decorate(impl: OpImpl) -> OpImpl:
+        for op in ops:
+            if op not in SIGNATURES:
+                raise ValueError(f"{impl.__module__}: op {op!r} has no schema in graph_format")
+            if op in OP_IMPLS:
+                raise ValueError(
+                    f"{impl.__module__}: op {op!r} already has an implementation in "
+                    f"{OP_IMPLS[op].__module__}"
+                )
+            OP_IMPLS[op] = impl
+        return impl
+
+    return decorate
+
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.ops import register
 
 LOCAL_SIZE = (64, 1, 1)
 OP_KIND = {"sigmoid": 0, "silu": 1}
 
 
+@register("sigmoid", "silu")
 def add_unary_activation_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the sigmoid/silu dispatch node of `node`."""
     x = graph.tensor_arg(node, "x")
@@ -46,6 +48,7 @@ def add_unary_activation_node(graph: ComputeGraph, node: OpNode) -> None:
     )
 
 
+@register("silu_mul")
 def add_silu_mul_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the fused silu(gate) * up dispatch node of `node`."""
     gate = graph.tensor_arg(node, "gate")

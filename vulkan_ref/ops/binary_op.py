@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.ops import register
 
 LOCAL_SIZE = (64, 1, 1)
 OP_KIND = {"add": 0, "mul": 1}
@@ -30,6 +31,7 @@ def broadcast_sizes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] |
     return tuple(reversed(out))
 
 
+@register("add", "mul")
 def add_binary_op_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the add/mul dispatch node of `node`."""
     a = graph.tensor_arg(node, "a")

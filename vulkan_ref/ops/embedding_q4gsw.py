@@ -12,10 +12,12 @@ import numpy as np
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.ops import register
 
 LOCAL_SIZE = (64, 1, 1)
 
 
+@register("embedding_q4gsw")
 def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the embedding dispatch node of `node` and its host-side token id check."""
     weight = graph.tensor_arg(node, "weight")

@@ -17,6 +17,7 @@ import math
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.ops import register
 
 GEMM_LOCAL_SIZE = (64, 1, 1)
 GEMM_TILE = (4, 4)  # outputs per invocation: rows, columns
@@ -24,6 +25,7 @@ GEMV_LOCAL_SIZE = (64, 1, 1)  # lanes per column pair; a power of two
 GEMV_MAX_WORKGROUPS = 8192  # column pairs past this many workgroups are grid-strided
 
 
+@register("linear_q4gsw")
 def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the GEMM node (and the GEMV node, when it applies) of `node`."""
     x = graph.tensor_arg(node, "x")

@@ -12,10 +12,12 @@ import struct
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.ops import register
 
 LOCAL_SIZE = (64, 1, 1)
 
 
+@register("rms_norm")
 def add_rms_norm_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the rms_norm dispatch node of `node`."""
     x = graph.tensor_arg(node, "x")

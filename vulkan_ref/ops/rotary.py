@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
+from vulkan_ref.ops import register
 from vulkan_ref.tensor import VTensor
 
 LOCAL_SIZE = (64, 1, 1)
@@ -68,6 +69,7 @@ def _check_qk(g: ComputeGraph, node: OpNode, xq: VTensor, xk: VTensor) -> int:
     return q[1]
 
 
+@register("apply_rotary_emb")
 def add_rotary_emb_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the Llama (pair-interleaved) rotary node of `node`; freqs are [S, D/2] live."""
     cos, sin = graph.tensor_arg(node, "freqs_cos"), graph.tensor_arg(node, "freqs_sin")
@@ -101,6 +103,7 @@ def add_rotary_emb_node(graph: ComputeGraph, node: OpNode) -> None:
     )
 
 
+@register("apply_rotary_emb_hf")
 def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the HF (rotate-half) rotary node of `node`; tables are [rows, D], rows start_pos+s."""
     cos, sin = graph.tensor_arg(node, "cos"), graph.tensor_arg(node, "sin")

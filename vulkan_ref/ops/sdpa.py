@@ -20,6 +20,7 @@ from collections.abc import Callable
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import WG, ComputeGraph, DispatchNode, SymInt
 from vulkan_ref.memory import Buffer
+from vulkan_ref.ops import register
 from vulkan_ref.tensor import VTensor
 
 LOCAL_SIZE = (64, 1, 1)
@@ -57,6 +58,7 @@ def _check_build(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(node, f"out must be {list(q.max_sizes)}", tensor=out.name)
 
 
+@register("sdpa_with_kv_cache")
 def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the six sdpa dispatch nodes of `node`."""
     _check_build(graph, node)

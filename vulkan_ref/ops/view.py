@@ -13,11 +13,13 @@ import math
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode, ExecuteNode
+from vulkan_ref.ops import register
 
 LOCAL_SIZE = (64, 1, 1)
 VIEW_DTYPES = ("float32", "int32")
 
 
+@register("view_copy")
 def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the view_copy dispatch node of `node`."""
     x = graph.tensor_arg(node, "x")
@@ -67,6 +69,7 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
     )
 
 
+@register("sym_size")
 def add_sym_size_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the node that keeps `node`'s SymInt at x's live size."""
     x = graph.tensor_arg(node, "x")

@@ -3,23 +3,19 @@
 A builder validates what it can at load (dtypes, ranks, formats: `GraphBuildError`), records
 its dispatch slots with `WebGPUGraph.add_dispatch` and registers a hook on every value it
 reads, which recomputes params, workgroup counts and its outputs' `cur_dims`.
+
+Every module of this package is imported here (found by `pkgutil`, not listed), and each
+registers its builders with `@register("<op>", ...)`: adding an op is adding its module.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from webgpu_backend.ops import (
-    activation,
-    binary,
-    embedding_q4gsw,
-    linear_q4gsw,
-    rms_norm,
-    rotary,
-    sdpa,
-    view,
-)
+from graph_format import SIGNATURES
 
 if TYPE_CHECKING:
     from graph_format import OpNode
@@ -27,18 +23,26 @@ if TYPE_CHECKING:
 
 OpBuilder = Callable[["WebGPUGraph", "OpNode"], None]
 
-OP_BUILDERS: dict[str, OpBuilder] = {
-    "rms_norm": rms_norm.build,
-    "add": binary.build,
-    "mul": binary.build,
-    "sigmoid": activation.build_unary,
-    "silu": activation.build_unary,
-    "silu_mul": activation.build_silu_mul,
-    "embedding_q4gsw": embedding_q4gsw.build,
-    "apply_rotary_emb": rotary.build_llama,
-    "apply_rotary_emb_hf": rotary.build_hf,
-    "view_copy": view.build_view_copy,
-    "sym_size": view.build_sym_size,
-    "sdpa_with_kv_cache": sdpa.build,
-    "linear_q4gsw": linear_q4gsw.build,
-}
+OP_BUILDERS: dict[str, OpBuilder] = {}
+
+
+def register(*ops: str) -> Callable[[OpBuilder], OpBuilder]:
+    """Register the decorated function as the builder of each of `ops`."""
+
+    def decorate(build: OpBuilder) -> OpBuilder:
+        for op in ops:
+            if op not in SIGNATURES:
+                raise ValueError(f"{build.__module__}: op {op!r} has no schema in graph_format")
+            if op in OP_BUILDERS:
+                raise ValueError(
+                    f"{build.__module__}: op {op!r} already has a builder in "
+                    f"{OP_BUILDERS[op].__module__}"
+                )
+            OP_BUILDERS[op] = build
+        return build
+
+    return decorate
+
+
+for _module in pkgutil.iter_modules(__path__):
+    importlib.import_module(f"{__name__}.{_module.name}")

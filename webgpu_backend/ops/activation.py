@@ -12,6 +12,7 @@ import struct
 
 from graph_format import InputError, OpNode
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
 OP_KINDS = {"sigmoid": 0, "silu": 1}
@@ -19,6 +20,7 @@ OP_KINDS = {"sigmoid": 0, "silu": 1}
 PARAMS = struct.Struct("<4I")
 
 
+@register("sigmoid", "silu")
 def build_unary(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the sigmoid/silu dispatch of `node` and its hook on x."""
     x = graph.arg_tensor(node, "x")
@@ -51,6 +53,7 @@ def build_unary(graph: WebGPUGraph, node: OpNode) -> None:
     graph.add_resize_hook(node, [x.name], resize)
 
 
+@register("silu_mul")
 def build_silu_mul(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the fused silu(gate) * up dispatch of `node` and its hook on gate and up."""
     gate = graph.arg_tensor(node, "gate")

@@ -13,6 +13,7 @@ import struct
 
 from graph_format import InputError, OpNode
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import register
 from webgpu_backend.tensor import Dims
 
 WORKGROUP_SIZE = 64
@@ -47,6 +48,7 @@ def _strides(dims: Dims, out: Dims) -> tuple[int, ...]:
     return tuple(strides)
 
 
+@register("add", "mul")
 def build(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the add/mul dispatch of `node` and its hook on both inputs."""
     a = graph.arg_tensor(node, "a")

@@ -14,12 +14,14 @@ import numpy as np
 
 from graph_format import InputError, OpNode
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
 # struct Params { numel, embed_dim, group_size, groups_per_row, vocab, pad x3 }
 PARAMS = struct.Struct("<8I")
 
 
+@register("embedding_q4gsw")
 def build(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the embedding dispatch of `node`, its host check and its hook on the indices."""
     weight = graph.arg_tensor(node, "weight")

@@ -18,6 +18,7 @@ import struct
 
 from graph_format import InputError, OpNode
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import register
 
 TILE = 4  # the GEMM's outputs per invocation: TILE rows × TILE columns
 GEMM_WORKGROUP = 64
@@ -48,6 +49,7 @@ def gemv_workgroups(n: int) -> int:
     return min(-(-n // 2), GEMV_MAX_WORKGROUPS)
 
 
+@register("linear_q4gsw")
 def build(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the GEMM (and GEMV) dispatch of `node` and its resize hook on x."""
     x = graph.arg_tensor(node, "x")

@@ -11,12 +11,14 @@ import struct
 
 from graph_format import InputError, OpNode
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
 # struct Params { num_rows: u32, row_width: u32, eps: f32, _pad: u32 }
 PARAMS = struct.Struct("<IIfI")
 
 
+@register("rms_norm")
 def build(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the rms_norm dispatch of `node` and its resize hook."""
     x = graph.arg_tensor(node, "x")

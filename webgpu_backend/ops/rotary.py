@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from graph_format import InputError, OpNode
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import register
 from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
@@ -128,11 +129,13 @@ def _build(
     graph.add_resize_hook(node, triggers, resize)
 
 
+@register("apply_rotary_emb")
 def build_llama(graph: WebGPUGraph, node: OpNode) -> None:
     """Record apply_rotary_emb (pair-interleaved, freqs [S, D/2])."""
     _build(graph, node, ("freqs_cos", "freqs_sin"), None)
 
 
+@register("apply_rotary_emb_hf")
 def build_hf(graph: WebGPUGraph, node: OpNode) -> None:
     """Record apply_rotary_emb_hf (rotate-half, tables [max_seq, D], start_pos)."""
     _build(graph, node, ("cos", "sin"), graph.int_or_symint(node, "start_pos"))

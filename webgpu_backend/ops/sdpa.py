@@ -19,6 +19,7 @@ import struct
 
 from graph_format import InputError, OpNode
 from webgpu_backend.graph import Dispatch, ScratchBuffer, WebGPUGraph
+from webgpu_backend.ops import register
 from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
@@ -65,6 +66,7 @@ def _check_build(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(node, f"out must be {list(q.dims)}", tensor=out.name)
 
 
+@register("sdpa_with_kv_cache")
 def build(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the six sdpa slots of `node`, its scratch buffers and its hook."""
     _check_build(graph, node)

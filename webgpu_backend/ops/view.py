@@ -17,6 +17,7 @@ import struct
 
 from graph_format import InputError, OpNode
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
 VIEW_DTYPES = ("float32", "int32")
@@ -24,6 +25,7 @@ VIEW_DTYPES = ("float32", "int32")
 PARAMS = struct.Struct("<4I")
 
 
+@register("view_copy")
 def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the view_copy dispatch of `node` and its hook on x and the size list's SymInts."""
     x = graph.arg_tensor(node, "x")
@@ -68,6 +70,7 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
     graph.add_resize_hook(node, triggers, resize)
 
 
+@register("sym_size")
 def build_sym_size(graph: WebGPUGraph, node: OpNode) -> None:
     """Register the hook that keeps `node`'s SymInt at x's live dim."""
     x = graph.arg_tensor(node, "x")

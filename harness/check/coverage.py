@@ -1,0 +1,130 @@
+"""Which shape regimes and kernel variants a run exercised, per op type and backend.
+
+A regime is a property of an op's "regime size" (the live size its resize bugs hinge on:
+rows for rms_norm, M for a linear, S for attention; by default the product of its first
+tensor argument's leading dims) in one step: 1, the max, just below / on / just above a
+multiple of a workgroup or tile size, and the transition from the step before (grow,
+shrink, same). An op model can name extra regimes (such as a context near the cache end)
+with `regimes(node, live)` and choose its size with `regime_size(node, live)`.
+A profile can require cells; `missing_cells` lists those a run left empty.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from graph_format import Graph, OpNode, TensorValue
+from harness.model import LiveState
+from harness.ops import model_for
+
+# Workgroup and tile sizes of the kernels (4: vec4 / GEMM tiles, 8: q4 words, 64: workgroups).
+MULTIPLES = (4, 8, 64)
+
+
+def size_regimes(value: int, max_value: int) -> set[str]:
+    """Regime tags of a live size against its max."""
+    tags = {"size=1"} if value == 1 else set()
+    if value == max_value:
+        tags.add("size=max")
+    elif value > 1:
+        tags.add("size=mid")
+    for m in MULTIPLES:
+        if value < m - 1:
+            continue
+        rest = value % m
+        if rest == 0:
+            tags.add(f"size%{m}=0")
+        elif rest == m - 1:
+            tags.add(f"size%{m}=-1")
+        elif rest == 1:
+            tags.add(f"size%{m}=+1")
+    return tags
+
+
+def transition(previous: int | None, value: int) -> str:
+    """How a regime size moved from the step before."""
+    if previous is None:
+        return "step=first"
+    if value > previous:
+        return "step=grow"
+    return "step=shrink" if value < previous else "step=same"
+
+
+def regime_size(node: OpNode, live: LiveState) -> int:
+    """The op's regime size: its model's choice, or its first tensor's leading-dims product."""
+    model = model_for(node.op)
+    custom = getattr(model, "regime_size", None)
+    if custom is not None:
+        return int(custom(node, live))
+    for arg in node.args.values():
+        if isinstance(arg, str) and isinstance(live.graph.values.get(arg), TensorValue):
+            dims = live.dims[arg]
+            return math.prod(dims[:-1]) if len(dims) > 1 else dims[0]
+    return 1
+
+
+def op_regimes(
+    node: OpNode, live: LiveState, max_live: LiveState, previous: int | None
+) -> tuple[int, set[str]]:
+    """(regime size, regime tags) of one op in one step."""
+    size = regime_size(node, live)
+    tags = size_regimes(size, regime_size(node, max_live)) | {transition(previous, size)}
+    extra = getattr(model_for(node.op), "regimes", None)
+    if extra is not None:
+        tags |= set(extra(node, live))
+    return size, tags
+
+
+@dataclass
+class Coverage:
+    """op type -> backend -> {"regimes": tags, "variants": kernels that ran}."""
+
+    cells: dict[str, dict[str, dict[str, set[str]]]] = field(default_factory=dict)
+
+    def add(
+        self, op_type: str, backend: str, regimes: Iterable[str], variants: Iterable[str]
+    ) -> None:
+        """Record regimes and variants exercised by one op on one backend."""
+        cell = self.cells.setdefault(op_type, {}).setdefault(
+            backend, {"regimes": set(), "variants": set()}
+        )
+        cell["regimes"].update(regimes)
+        cell["variants"].update(variants)
+
+    def merge(self, other: Coverage | Mapping[str, Any]) -> None:
+        """Add another coverage (or its JSON form) into this one."""
+        cells = other.cells if isinstance(other, Coverage) else other
+        for op_type, backends in cells.items():
+            for backend, cell in backends.items():
+                self.add(op_type, backend, cell["regimes"], cell["variants"])
+
+    def to_json(self) -> dict[str, dict[str, dict[str, list[str]]]]:
+        """Plain data with sorted lists."""
+        return {
+            op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in backends.items()}
+            for op, backends in sorted(self.cells.items())
+        }
+
+
+def missing_cells(
+    coverage: Coverage | Mapping[str, Any],
+    required: Mapping[str, Sequence[str]],
+    backends: Sequence[str],
+) -> list[tuple[str, str, str]]:
+    """Required (op type, regime-or-variant) cells that some backend never exercised."""
+    cells = coverage.cells if isinstance(coverage, Coverage) else coverage
+    missing = []
+    for op_type, wanted in required.items():
+        for backend in backends:
+            cell = cells.get(op_type, {}).get(backend, {"regimes": (), "variants": ()})
+            seen = set(cell["regimes"]) | set(cell["variants"])
+            missing += [(op_type, backend, w) for w in wanted if w not in seen]
+    return missing
+
+
+def max_state(graph: Graph) -> LiveState:
+    """The live state with every tensor at its max dims."""
+    return LiveState(graph, {t.name: t.dims for t in graph.tensors()}, {})

@@ -1,0 +1,193 @@
+"""What the oracle stack reports: divergences, their classes and which side is blamed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Kind(StrEnum):
+    """Failure classes, from DESIGN.md §4 and issue "Harness depth" item 3."""
+
+    BUILD_ERROR = "build_error"  # a backend refused (or accepted) a graph unlike the contract
+    ERROR_ASYMMETRY = "error_asymmetry"  # one side raised where the contract says otherwise
+    STATE_AFTER_REJECT = "state_after_reject"  # a rejected step changed the graph
+    CUR_DIMS = "cur_dims"  # live dims (or a SymInt's value) differ from the contract
+    DISPATCH = "dispatch"  # dispatch log (kernel, workgroup size, count, ran) differs
+    PHYSICAL_GRID = "physical_grid"  # a physical grid breaks device limits or misses work
+    CANARY_WRITE = "canary_write"  # a write into the slack past a tensor's live bytes
+    STALE_READ = "stale_read"  # poison from the slack showed up in a live value
+    NUMERIC = "numeric"  # error above the derived budget
+    NAN_INF = "nan_inf"  # non-finite where the reference is finite
+    VALIDATION = "validation"  # a validation-layer or API validation message
+    CRASH = "crash"  # an unexpected exception or a lost device
+    DEGENERATE = "degenerate"  # the case itself proves nothing (constant inputs, zero outputs)
+
+
+# Bands of error / budget for numeric findings: marginal (a missing term in a derivation,
+# or a subtly different accumulation), clear, and gross (a wrong element, a dropped factor).
+# Bands rather than decades: one bug's factor can span many decades across cases (it
+# depends on the data), and decades would split it into as many "different" bugs.
+NUMERIC_BANDS = (("x1", 1.0), ("x10", 10.0), ("x1000", 1000.0))
+
+METADATA_KINDS = frozenset({Kind.CUR_DIMS, Kind.DISPATCH, Kind.PHYSICAL_GRID})
+
+# Within one step, the more fundamental finding comes first: a crash or a wrong dispatch
+# explains the numeric errors that follow from it, not the other way round.
+PRIORITY = {
+    kind: rank
+    for rank, kind in enumerate(
+        [
+            Kind.DEGENERATE,
+            Kind.CRASH,
+            Kind.BUILD_ERROR,
+            Kind.VALIDATION,
+            Kind.ERROR_ASYMMETRY,
+            Kind.STATE_AFTER_REJECT,
+            Kind.CUR_DIMS,
+            Kind.DISPATCH,
+            Kind.PHYSICAL_GRID,
+            Kind.CANARY_WRITE,
+            Kind.STALE_READ,
+            Kind.NAN_INF,
+            Kind.NUMERIC,
+        ]
+    )
+}
+
+# Blame values: which side is wrong.
+WEBGPU, VULKAN, BOTH, MODEL = "webgpu", "vulkan", "both", "model"
+
+
+def numeric_band(factor: float | None) -> str:
+    """The band of error / budget a numeric finding falls in (`NUMERIC_BANDS`); a factor
+    that is unknown counts as gross."""
+    value = math.inf if factor is None else factor
+    return next((name for name, low in reversed(NUMERIC_BANDS) if value >= low), "x1")
+
+
+# The kind of the verdict on a case whose results change between runs (harness.check.verdict).
+NONDETERMINISTIC = "nondeterministic"
+
+
+@dataclass(frozen=True, order=True)
+class BugKey:
+    """What makes two divergences "the same bug": the one definition, used by shrinking
+    (harness.check.verdict: one exception class per key, so Hypothesis only accepts a shrink that
+    keeps it), by grouping (findings, the summary and the report), by replay (a bundle still
+    fails when its key shows again) and by expectations (an entry covers the keys it names).
+
+    The fields, and why each is in the key:
+    - `op_type`: the op type (`rms_norm`), not the op's name, which changes as a case
+      shrinks; `-` for a divergence about no op.
+    - `kind`: the failure class (`harness.check.divergence.Kind`, or `nondeterministic`).
+    - `blame`: the side that is wrong (`webgpu`, `vulkan`, `both`, `model`; for a
+      non-deterministic case the backends that were, comma-separated).
+    - `band`: for numeric findings, the band of error / budget (`NUMERIC_BANDS`: x1
+      marginal, x10 clear, x1000 gross; empty otherwise), so that shrinking keeps a gross
+      error gross instead of trading it for a barely failing case, which may be another bug
+      (a missing term in a derivation) or none; bands, not decades, since one bug's factor
+      spans decades with the data.
+
+    The shape regime is not in the key: it is where a bug showed, and shrinking moves it
+    (a bug found at `rows<max` shrinks to `rows=1`); reports list the regimes of each bug.
+
+    Its text form (`str(key)`, `BugKey.parse`) is `op_type|kind|blame`, then `|band` for a
+    numeric finding: `rms_norm|numeric|webgpu|x1000`.
+    """
+
+    op_type: str
+    kind: str
+    blame: str
+    band: str = ""
+
+    @classmethod
+    def of(cls, kind: str, op_type: str | None, blame: str, factor: float | None) -> BugKey:
+        """The key of a divergence from its fields (a `Divergence` or a record of one)."""
+        band = numeric_band(factor) if kind == Kind.NUMERIC else ""
+        return cls(op_type or "-", str(kind), str(blame), band)
+
+    @classmethod
+    def nondeterministic(cls, backends: Sequence[str]) -> BugKey:
+        """The key of a case whose results changed between runs on `backends`."""
+        return cls("-", NONDETERMINISTIC, ",".join(backends) or BOTH)
+
+    @classmethod
+    def parse(cls, text: str) -> BugKey:
+        """A key from its text form.
+
+        Raises:
+            ValueError: not `op_type|kind|blame[|band]`.
+        """
+        parts = text.split("|")
+        if len(parts) not in (3, 4) or not all(parts[:3]):
+            raise ValueError(f"expected a bug key op_type|kind|blame[|band], got {text!r}")
+        return cls(*parts)
+
+    def __str__(self) -> str:
+        return "|".join([self.op_type, self.kind, self.blame] + ([self.band] if self.band else []))
+
+
+@dataclass
+class Divergence:
+    """One finding of one step.
+
+    Attributes:
+        step: step index (-1 for load time).
+        kind: failure class.
+        blame: "webgpu", "vulkan", "both" (wrong alike or each wrong) or "model" (the
+            contract model disagrees with two backends that agree with each other).
+        op: the op concerned (its name in the graph), when known.
+        op_type: that op's type (`rms_norm`...), which survives shrinking unlike the name.
+        tensor: the tensor concerned, when known.
+        message: one line for humans.
+        factor: error / budget for numeric divergences.
+        details: structured evidence (indices, values, expected vs actual).
+    """
+
+    step: int
+    kind: Kind
+    blame: str
+    message: str
+    op: str | None = None
+    tensor: str | None = None
+    factor: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    op_type: str | None = None
+
+    def bug_key(self) -> BugKey:
+        """The bug this divergence shows (see `BugKey`)."""
+        return BugKey.of(str(self.kind), self.op_type, self.blame, self.factor)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-data form for JSONL records."""
+        data = asdict(self)
+        data["kind"] = str(self.kind)
+        return data
+
+
+def blame_from(wrong: dict[str, bool], agree_with_each_other: bool = False) -> str:
+    """Blame from which backends disagree with the contract.
+
+    Args:
+        wrong: backend name -> whether it disagrees with the contract model.
+        agree_with_each_other: whether the disagreeing backends report the same thing.
+    """
+    bad = [name for name, is_wrong in wrong.items() if is_wrong]
+    if len(bad) == 1:
+        return bad[0]
+    if len(bad) > 1 and len(bad) == len(wrong) and agree_with_each_other:
+        return MODEL
+    return BOTH
+
+
+def primary(divergences: list[Divergence], op_order: dict[str, int] | None = None) -> Divergence:
+    """The divergence that stands for a case: earliest step, most fundamental class, first op."""
+    order = op_order or {}
+    return min(
+        divergences,
+        key=lambda d: (d.step, PRIORITY[d.kind], order.get(d.op or "", len(order))),
+    )

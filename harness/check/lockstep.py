@@ -1,0 +1,343 @@
+"""Runs a case on every backend in lockstep and applies the oracle stack after each step.
+
+Per step (DESIGN.md §4; the oracles are in harness/check/oracles.py):
+1. The contract model predicts the rejection, or every tensor's live dims and the dispatch
+   log; each backend must match it exactly (errors by class and key).
+2. Before the step, every non-constant tensor's slack (allocation past its live bytes) is
+   filled with a step- and tensor-tagged NaN word; after it, the slack must be intact and no
+   live value may hold poison (slack canaries).
+3. Every op's outputs are compared with its float64 reference evaluated on that backend's own
+   inputs to the op, within the op's derived budget (so the first op that leaves its budget
+   is named directly), and graph outputs are compared end to end with error bounds
+   propagated through the graph.
+4. Validation messages and crashes are findings too; so is a case too degenerate to fail.
+   Any exception a backend raises (at load or on a step the contract accepts) is a finding
+   blamed on that backend: nothing a backend does is dropped.
+Coverage (regimes, folded grids and kernel variants per op and backend) is recorded as the
+case runs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from graph_format import (
+    BackendUnavailable,
+    Graph,
+    Runtime,
+    StepResult,
+)
+from harness.check import oracles
+from harness.check.contract import ModelStep, expected_build_error
+from harness.check.coverage import Coverage, max_state, op_regimes
+from harness.check.divergence import Divergence, primary
+from harness.check.reference import ReferenceEvaluator
+from harness.check.steps import StepLoop, StepRun, intermediates, states
+from harness.gen.case import Case, StepInputs
+from harness.model import LiveState
+
+# Re-exported for callers that inspect rejections and poison words.
+error_key = oracles.error_key
+poison_word = oracles.poison_word
+
+
+@dataclass
+class BackendStep:
+    """What one backend reported for one step (summaries only, no tensors)."""
+
+    error: str | None = None
+    cur_dims: dict[str, list[int]] = field(default_factory=dict)
+    dispatches: list[dict[str, Any]] = field(default_factory=list)
+    utilization: dict[str, float] = field(default_factory=dict)  # "op:tensor" or "out:tensor"
+    validation_messages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StepRecord:
+    """Everything the oracle saw in one step."""
+
+    index: int
+    inputs: dict[str, Any]
+    expected_error: str | None
+    expected_cur_dims: dict[str, list[int]]
+    expected_dispatches: list[dict[str, Any]]
+    backends: dict[str, BackendStep]
+    divergences: list[Divergence]
+
+
+@dataclass
+class CaseResult:
+    """The outcome of one case."""
+
+    name: str
+    steps: list[StepRecord]
+    divergences: list[Divergence]
+    duration_s: float
+    adapters: dict[str, dict[str, Any]]
+    coverage: Coverage = field(default_factory=Coverage)
+
+    @property
+    def ok(self) -> bool:
+        """No divergence at all."""
+        return not self.divergences
+
+    @property
+    def max_utilization(self) -> float:
+        """Largest error/budget ratio seen in any finite comparison."""
+        values = [
+            u for s in self.steps for b in s.backends.values() for u in b.utilization.values()
+        ]
+        return max((u for u in values if np.isfinite(u)), default=0.0)
+
+    def primary(self) -> Divergence | None:
+        """The divergence that stands for the case (see `harness.check.divergence.primary`)."""
+        return primary(self.divergences) if self.divergences else None
+
+    def first_divergence(self) -> dict[str, Any] | None:
+        """The first (step, op, tensor, element) that left its budget while its inputs were
+        within theirs: the earliest op-level finding in graph order (each op is judged on
+        its own inputs, so the ops before it in that step were within budget).
+
+        An op that refused a step because an input produced upstream was wrong (a
+        `sym_size` that read stale dims, consumed by a `view_copy`) points at the op that
+        produced it, with `refused_by` naming the op that raised."""
+        with_op = [d for d in self.divergences if d.op]
+        if not with_op:
+            return None
+        d = primary(with_op)
+        element = d.details.get(
+            "worst_index", d.details.get("first_element", d.details.get("first"))
+        )
+        first = {
+            "step": d.step,
+            "op": d.op,
+            "op_type": d.op_type,
+            "tensor": d.tensor,
+            "element": element,
+            "kind": str(d.kind),
+            "blame": d.blame,
+        }
+        upstream = d.details.get("upstream")
+        if upstream:
+            first |= {
+                "op": upstream["op"],
+                "op_type": upstream["op_type"],
+                "tensor": upstream["value"],
+                "refused_by": d.op,
+            }
+        return first
+
+
+class LockstepRunner:
+    """Runs cases on several runtimes side by side.
+
+    Args:
+        runtimes: the backends, usually WebGPU and Vulkan (one is enough to test a backend
+            against the contract and the reference).
+        canaries: poison and check slack regions.
+        per_op: check every op against its reference on the backend's own inputs (reads
+            back every intermediate); graph outputs are always checked end to end.
+    """
+
+    def __init__(
+        self, runtimes: Sequence[Runtime], *, canaries: bool = True, per_op: bool = True
+    ) -> None:
+        self.runtimes = list(runtimes)
+        self.canaries = canaries
+        self.per_op = per_op
+        self.adapters = {rt.name: rt.info() for rt in self.runtimes}
+        # Workgroups per grid dimension each runtime honours (its device's, or lowered).
+        self.limits = {
+            name: int(info.get("max_workgroups_per_dim", 65535))
+            for name, info in self.adapters.items()
+        }
+
+    def run(self, case: Case) -> CaseResult:
+        """Build the case's graph on every runtime and run all its steps."""
+        return _CaseRun(self, case).run()
+
+
+class _CaseRun:
+    """The state of one case on all runtimes while it runs (the steps come from
+    `harness.check.steps.StepLoop`; this class judges them)."""
+
+    def __init__(self, runner: LockstepRunner, case: Case) -> None:
+        self.runner = runner
+        self.case = case
+        graph = case.graph
+        self.graph = graph
+        self.op_types = {node.name: node.op for node in graph.ops}
+        self.op_order = {node.name: i for i, node in enumerate(graph.ops)}
+        self.intermediates = intermediates(graph)
+        self.states = states(graph)
+        self.coverage = Coverage()
+        self.previous_sizes: dict[str, int] = {}
+        self.max_live = max_state(graph)
+
+    def run(self) -> CaseResult:
+        start = time.perf_counter()
+        steps: list[StepRecord] = []
+        divergences: list[Divergence] = []
+        graph = self.graph
+        reads = [*(self.intermediates if self.runner.per_op else []), *self.states]
+        # Both backends refuse a count no grid within the smaller of their limits holds.
+        limit = min(self.runner.limits.values(), default=None)
+        loop = StepLoop(
+            self.runner.runtimes, self.case, reads=reads, canaries=self.runner.canaries, limit=limit
+        )
+        with loop:
+            for error in loop.load_errors.values():
+                if isinstance(error, BackendUnavailable):  # a set-up error (glslc missing)
+                    raise error
+            divergences += oracles.check_build(expected_build_error(graph), loop.load_errors)
+            if loop.all_loaded and not divergences and expected_build_error(graph) is None:
+                reference = ReferenceEvaluator(graph)
+                # Each backend's state tensors before the step, for the per-op check of ops
+                # that update state in place.
+                pre_state = {
+                    name: {s: _initial(graph, s) for s in self.states} for name in loop.loaded
+                }
+                steps = [self._judge(step, reference, pre_state) for step in loop.steps()]
+            for step in steps:
+                divergences += step.divergences
+        for d in divergences:
+            d.op_type = self.op_types.get(d.op or "")
+        divergences.sort(key=lambda d: (d.step, self.op_order.get(d.op or "", -1)))
+        return CaseResult(
+            self.case.name,
+            steps,
+            divergences,
+            time.perf_counter() - start,
+            self.runner.adapters,
+            self.coverage,
+        )
+
+    def _judge(
+        self,
+        step: StepRun,
+        reference: ReferenceEvaluator,
+        pre_state: dict[str, dict[str, np.ndarray]],
+    ) -> StepRecord:
+        """Apply the oracle stack to one step as every runtime ran it."""
+        graph = self.graph
+        index, inputs, expected = step.index, step.inputs, step.expected
+        assert expected is not None  # the loop runs with the contract model
+        results, fill = step.results, step.fill
+        record = self._record(step)
+
+        div = record.divergences
+        div += oracles.check_errors(
+            index, graph, expected, step.failures, list(step.before), step.before, step.after
+        )
+        if not isinstance(expected, ModelStep) or not results:
+            return record
+        div += oracles.check_metadata(index, graph, expected, results)
+        div += oracles.check_grids(index, results, self.runner.limits)
+        div += oracles.check_validation(index, results)
+        if self.runner.canaries:
+            div += oracles.check_canaries(index, graph, expected, results, fill)
+        ref_values, ref_errors, _ = reference.step(inputs)
+        div += oracles.check_degenerate(index, graph, inputs, ref_values, ref_errors)
+        numeric: list[Divergence] = []
+        for name, res in results.items():
+            util = record.backends[name].utilization
+            observed = {**res.outputs, **res.tensors}
+            local: list[Divergence] = []
+            if self.runner.per_op:
+                values = self._backend_values(inputs, observed, pre_state[name])
+                local = oracles.check_ops(
+                    index, graph, name, values, observed, res.symints, self.states, util
+                )
+            for s in self.states:
+                pre_state[name][s] = observed[s].astype(np.float64)
+            ends = oracles.check_outputs(
+                index, graph, name, res.outputs, ref_values, ref_errors, util
+            )
+            # With per-op checks, an end-to-end failure is a finding of its own only when
+            # every op was within budget on its own inputs: the error then accumulated across
+            # ops beyond the propagated bound.
+            numeric += local + (ends if not local else [])
+        div += oracles.merge_blame(numeric)
+        self._cover(expected, results)
+        return record
+
+    def _backend_values(
+        self,
+        inputs: StepInputs,
+        observed: dict[str, np.ndarray],
+        pre_state: dict[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """Float64 values of every tensor as one backend saw them in this step."""
+        graph = self.graph
+        values = {
+            n: np.asarray(v).astype(np.float64)
+            for n, v in inputs.items()
+            if isinstance(v, np.ndarray)
+        }
+        for t in graph.tensors():
+            if t.constant is not None:
+                values[t.name] = graph.constants[t.constant].astype(np.float64)
+        values.update(pre_state)
+        values.update(
+            {n: v.astype(np.float64) for n, v in observed.items() if n not in self.states}
+        )
+        return values
+
+    def _record(self, step: StepRun) -> StepRecord:
+        index, inputs, expected = step.index, step.inputs, step.expected
+        results, failures = step.results, step.failures
+        assert expected is not None  # the loop runs with the contract model
+        model = expected if isinstance(expected, ModelStep) else None
+        record = StepRecord(
+            index=index,
+            inputs={
+                k: list(v.shape) if isinstance(v, np.ndarray) else int(v) for k, v in inputs.items()
+            },
+            expected_error=None if model else f"{type(expected).__name__}: {expected}",
+            expected_cur_dims={k: list(v) for k, v in model.cur_dims.items()} if model else {},
+            expected_dispatches=[oracles.dispatch_json(d) for d in model.dispatches]
+            if model
+            else [],
+            backends={},
+            divergences=[],
+        )
+        for name in step.before:  # every runtime that loaded the graph, in order
+            seen = BackendStep()
+            if name in failures:
+                err = failures[name]
+                seen.error = f"{type(err).__name__}: {err}"
+            else:
+                res = results[name]
+                seen.cur_dims = {k: list(v) for k, v in res.cur_dims.items()}
+                seen.dispatches = [
+                    oracles.dispatch_json(d.logical()) | {"grid": list(d.physical_grid)}
+                    for d in res.dispatches
+                ]
+                seen.validation_messages = list(res.validation_messages)
+            record.backends[name] = seen
+        return record
+
+    def _cover(self, expected: ModelStep, results: dict[str, StepResult]) -> None:
+        live = LiveState(self.graph, dict(expected.cur_dims), dict(expected.symints))
+        for node in self.graph.ops:
+            size, regimes = op_regimes(
+                node, live, self.max_live, self.previous_sizes.get(node.name)
+            )
+            self.previous_sizes[node.name] = size
+            for name, res in results.items():
+                ran = [d for d in res.dispatches if d.op == node.name and d.ran]
+                # "fold": a count above the per-dimension limit ran as a folded grid.
+                folded = {"fold"} if any(d.physical_grid != d.logical_count for d in ran) else set()
+                self.coverage.add(node.op, name, regimes | folded, {d.kernel for d in ran})
+
+
+def _initial(graph: Graph, name: str) -> np.ndarray:
+    """A state tensor's data before the first step, in float64."""
+    data = graph.initial_data(graph.tensor(name))
+    assert data is not None  # a state tensor always has initial data
+    return data.astype(np.float64)

@@ -1,0 +1,718 @@
+"""The oracle stack of DESIGN.md §4, one function per oracle, each returning divergences.
+
+The lockstep runner (harness/check/lockstep.py) decides when each runs; these functions only
+compare what the backends reported with what the contract model and the float64 reference
+predict, classify each difference and say which side is to blame.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from graph_format import (
+    DTYPES,
+    DeviceError,
+    Graph,
+    GraphBuildError,
+    InputError,
+    KernelBuildError,
+    ParityError,
+    PropagationError,
+    ResizeError,
+    StepResult,
+    SymIntValue,
+    TensorValue,
+)
+from harness.check.contract import ModelStep
+from harness.check.divergence import MODEL, Divergence, Kind, blame_from
+from harness.check.reference import op_args
+from harness.model import ExpectedDispatch
+from harness.model.numerics import Comparison, compare
+from harness.ops import model_for
+
+# ---------------------------------------------------------------------------- errors
+
+
+def error_key(err: BaseException) -> tuple[Any, ...]:
+    """What must match between two rejections: class and structured key."""
+    if isinstance(err, ResizeError | InputError):
+        return (type(err).__name__, *err.key())
+    if isinstance(err, GraphBuildError):
+        return (type(err).__name__, err.op, err.tensor)
+    return (type(err).__name__,)
+
+
+def error_op(graph: Graph, err: BaseException) -> str | None:
+    """The op an error is about, for signatures and per-op views.
+
+    An op's own check names the op (an `InputError` subject, a build error's op); a refused
+    tensor names the op that writes it, or for a graph input the first op that reads it; a
+    resize engine that does not converge names the first op whose hook still ran.
+    """
+    if isinstance(err, GraphBuildError | KernelBuildError):
+        return err.op
+    if isinstance(err, PropagationError):
+        named = [*err.ops, *(p for v in err.values if (p := producer(graph, v)))]
+        return min(named, key=_op_order(graph).__getitem__) if named else None
+    if isinstance(err, InputError):
+        subject = err.subject
+    elif isinstance(err, ResizeError):
+        subject = err.tensor
+    else:
+        return None
+    if subject in _op_order(graph):
+        return subject
+    return producer(graph, subject) or consumer(graph, subject)
+
+
+def _op_order(graph: Graph) -> dict[str, int]:
+    return {node.name: i for i, node in enumerate(graph.ops)}
+
+
+def upstream_origin(
+    graph: Graph, expected: ModelStep, live: Mapping[str, Any], op: str
+) -> dict[str, Any] | None:
+    """Where a wrong value that made `op` refuse an accepted step was produced.
+
+    `live` holds the values the backend had when it refused (`ParityError.live`). If an
+    input of `op` differs from the contract's value, its producer made it wrong, unless
+    the producer's own inputs were wrong too: the chain is followed to the first op whose
+    inputs were right and whose output was not. None when every input of `op` was right
+    (the refusal is the op's own).
+    """
+    nodes = {node.name: node for node in graph.ops}
+    seen: set[str] = set()
+
+    def wrong_input(name: str) -> dict[str, Any] | None:
+        node = nodes[name]
+        seen.add(name)
+        for arg in node.args.values():
+            for value in arg if isinstance(arg, tuple) else (arg,):
+                kind = graph.values.get(value)
+                if isinstance(kind, TensorValue):
+                    want: Any = expected.cur_dims.get(value)
+                elif isinstance(kind, SymIntValue):
+                    want = expected.symints.get(value)
+                else:
+                    continue
+                got = live.get(value)
+                source = producer(graph, value)
+                if got is None or want is None or source is None or source in seen:
+                    continue
+                if _plain_value(got) != _plain_value(want):
+                    return wrong_input(source) or {
+                        "op": source,
+                        "op_type": nodes[source].op,
+                        "value": value,
+                        "expected": _plain_value(want),
+                        "got": _plain_value(got),
+                    }
+        return None
+
+    return wrong_input(op) if op in nodes else None
+
+
+def _plain_value(value: Any) -> Any:
+    return [int(v) for v in value] if isinstance(value, tuple | list) else int(value)
+
+
+def check_build(
+    expected: GraphBuildError | None, errors: Mapping[str, BaseException | None]
+) -> list[Divergence]:
+    """Load-time rejection (or acceptance) must match the contract on every backend.
+
+    A kernel that does not build is a finding of its own on the backend that built it,
+    with the compiler's whole output; any other exception at load is a crash.
+    """
+    out: list[Divergence] = []
+    compared: dict[str, BaseException | None] = {}
+    for name, err in errors.items():
+        if isinstance(err, KernelBuildError):
+            out.append(kernel_build_divergence(-1, name, err))
+        elif err is not None and not isinstance(err, ParityError):
+            out.append(
+                Divergence(-1, Kind.CRASH, name, f"{name} crashed at load: {_error_text(err)}")
+            )
+        else:
+            compared[name] = err
+    want = error_key(expected) if expected else None
+    wrong = {name: (error_key(err) if err else None) != want for name, err in compared.items()}
+    if not any(wrong.values()):
+        return out
+    got = {name: str(err) if err else "loaded" for name, err in compared.items()}
+    refused = [e.op for e in compared.values() if isinstance(e, GraphBuildError)]
+    out.append(
+        Divergence(
+            -1,
+            Kind.BUILD_ERROR,
+            blame_from(wrong, len(set(got.values())) == 1),
+            f"load: expected {expected if expected else 'success'}, got {got}",
+            op=expected.op if expected else next(iter(refused), None),
+            details={"expected": str(expected) if expected else None, "got": got},
+        )
+    )
+    return out
+
+
+def kernel_build_divergence(step: int, backend: str, err: KernelBuildError) -> Divergence:
+    """A kernel that did not compile or validate, blamed on the backend that built it."""
+    return Divergence(
+        step,
+        Kind.BUILD_ERROR,
+        backend,
+        f"{backend}: kernel {err.kernel!r} does not build: {compiler_headline(err.compiler)} "
+        "(the whole compiler output is in the details)",
+        op=err.op,
+        details={"kernel": err.kernel, "shader": err.shader, "compiler": err.compiler},
+    )
+
+
+def compiler_headline(text: str) -> str:
+    """The line of a compiler's output that says what is wrong, with naga's location.
+
+    naga opens with "Validation Error" and a "Caused by" chain before the message and a
+    `wgsl:LINE:COL` marker; glslc prints `file:LINE: error: ...` lines.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    head = next((line for line in lines if "error:" in line.lower()), lines[0] if lines else "")
+    where = next((m.group(0) for line in lines if (m := _WGSL_LOCATION.search(line))), None)
+    return f"{head} (at {where})" if where else head
+
+
+_WGSL_LOCATION = re.compile(r"wgsl:\d+:\d+")
+
+
+def _error_text(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def check_errors(
+    step: int,
+    graph: Graph,
+    expected: ModelStep | ParityError,
+    failures: Mapping[str, BaseException],
+    backends: Sequence[str],
+    dims_before: Mapping[str, dict[str, Any]],
+    dims_after: Mapping[str, dict[str, Any]],
+) -> list[Divergence]:
+    """Crashes, rejections the contract does not predict (or predicted ones that did not
+    happen, or happened for another reason), and rejections that changed the graph.
+
+    On a step the contract accepts, any exception is a finding blamed on the backend that
+    raised it: a crash (a lost device, an exception this project does not raise on
+    purpose), a build error (a kernel that does not build), or an error asymmetry (any
+    other refusal: a bad shape, a resize engine that does not converge, a build or format
+    error at execute). Each names the op it is about, and an asymmetry caused by a wrong
+    value from upstream names where that value was produced (`upstream_origin`).
+    """
+    out: list[Divergence] = []
+    accepted = isinstance(expected, ModelStep)
+    for name, err in failures.items():
+        op = error_op(graph, err)
+        if isinstance(err, DeviceError):
+            out.append(
+                Divergence(
+                    step,
+                    Kind.CRASH,
+                    name,
+                    f"{name}: {err}",
+                    op=op,
+                    details={"messages": err.messages},
+                )
+            )
+        elif isinstance(err, KernelBuildError):
+            out.append(kernel_build_divergence(step, name, err))
+        elif not isinstance(err, ParityError):
+            out.append(Divergence(step, Kind.CRASH, name, f"{name} crashed: {_error_text(err)}"))
+        elif accepted:
+            details: dict[str, Any] = {"key": list(error_key(err)), "error": _error_text(err)}
+            message = f"{name} rejected a step the contract accepts: {_error_text(err)}"
+            origin = None
+            if isinstance(expected, ModelStep) and err.live and op:
+                origin = upstream_origin(graph, expected, err.live, op)
+            if origin is not None:
+                details["upstream"] = origin
+                message += (
+                    f" (its input {origin['value']!r} was {origin['got']} where the contract "
+                    f"has {origin['expected']}: produced by {origin['op']!r})"
+                )
+            out.append(
+                Divergence(step, Kind.ERROR_ASYMMETRY, name, message, op=op, details=details)
+            )
+    if accepted:
+        return out
+    want = error_key(expected)
+    got = {name: error_key(failures[name]) if name in failures else None for name in backends}
+    wrong = {name: key != want for name, key in got.items()}
+    if any(wrong.values()):
+        # The op of a wrong backend's own error says most about its bug; else the
+        # contract's refusal names the op that should have refused.
+        named = [
+            *(error_op(graph, failures[n]) for n, bad in wrong.items() if bad and n in failures),
+            error_op(graph, expected),
+        ]
+        out.append(
+            Divergence(
+                step,
+                Kind.ERROR_ASYMMETRY,
+                blame_from(wrong, len({str(v) for v in got.values()}) == 1),
+                f"expected rejection {want}, got {got}",
+                op=next((o for o in named if o), None),
+                details={
+                    "expected": list(want),
+                    "got": {k: list(v) if v else None for k, v in got.items()},
+                },
+            )
+        )
+    for name in backends:
+        if name in failures and dims_after[name] != dims_before[name]:
+            changed = [t for t, d in dims_after[name].items() if d != dims_before[name][t]]
+            out.append(
+                Divergence(
+                    step,
+                    Kind.STATE_AFTER_REJECT,
+                    name,
+                    f"{name} rejected the step but changed live dims of {changed}",
+                    op=error_op(graph, failures[name]) or error_op(graph, expected),
+                    details={"tensors": changed},
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------- metadata
+
+
+def dispatch_json(entry: ExpectedDispatch) -> dict[str, Any]:
+    """A dispatch log entry as plain data."""
+    op, kernel, wg, count, ran = entry
+    return {"op": op, "kernel": kernel, "wg": list(wg), "count": list(count), "ran": ran}
+
+
+def _by_op(log: Sequence[ExpectedDispatch]) -> dict[str, list[ExpectedDispatch]]:
+    grouped: dict[str, list[ExpectedDispatch]] = {}
+    for entry in log:
+        grouped.setdefault(entry[0], []).append(entry)
+    return grouped
+
+
+def _brief(entries: Sequence[ExpectedDispatch]) -> str:
+    parts = [
+        f"{kernel} x{tuple(count)}" + ("" if ran else " skipped")
+        for _, kernel, _, count, ran in entries
+    ]
+    return "[" + ", ".join(parts) + "]"
+
+
+def check_metadata(
+    step: int, graph: Graph, expected: ModelStep, results: Mapping[str, StepResult]
+) -> list[Divergence]:
+    """Every tensor's cur_dims, every SymInt and every op's dispatch slots, exactly as the
+    contract says."""
+    out: list[Divergence] = []
+    for tensor, want in expected.cur_dims.items():
+        got = {name: tuple(res.cur_dims.get(tensor, ())) for name, res in results.items()}
+        wrong = {name: dims != want for name, dims in got.items()}
+        if any(wrong.values()):
+            out.append(
+                Divergence(
+                    step,
+                    Kind.CUR_DIMS,
+                    blame_from(wrong, len(set(got.values())) == 1),
+                    f"cur_dims of {tensor!r}: contract {list(want)}, "
+                    + ", ".join(f"{n} {list(d)}" for n, d in got.items()),
+                    op=producer(graph, tensor),
+                    tensor=tensor,
+                    details={"expected": list(want), "got": {n: list(d) for n, d in got.items()}},
+                )
+            )
+    # SymInts are live metadata too (input_pos, a sym_size of a live dim).
+    for symint, value in expected.symints.items():
+        got_int = {name: res.symints.get(symint) for name, res in results.items()}
+        wrong = {name: v != value for name, v in got_int.items()}
+        if any(wrong.values()):
+            out.append(
+                Divergence(
+                    step,
+                    Kind.CUR_DIMS,
+                    blame_from(wrong, len(set(got_int.values())) == 1),
+                    f"SymInt {symint!r}: contract {value}, "
+                    + ", ".join(f"{n} {v}" for n, v in got_int.items()),
+                    op=producer(graph, symint),
+                    tensor=symint,
+                    details={"expected": value, "got": got_int},
+                )
+            )
+    want_by_op = _by_op(expected.dispatches)
+    got_by_op = {
+        name: _by_op([d.logical() for d in res.dispatches]) for name, res in results.items()
+    }
+    for op in dict.fromkeys([*want_by_op, *(op for g in got_by_op.values() for op in g)]):
+        want = want_by_op.get(op, [])
+        got = {name: by_op.get(op, []) for name, by_op in got_by_op.items()}
+        wrong = {name: entries != want for name, entries in got.items()}
+        if not any(wrong.values()):
+            continue
+        out.append(
+            Divergence(
+                step,
+                Kind.DISPATCH,
+                blame_from(wrong, len({tuple(v) for v in got.values()}) == 1),
+                f"dispatches of {op!r}: contract {_brief(want)}, "
+                + ", ".join(f"{n} {_brief(e)}" for n, e in got.items()),
+                op=op,
+                details={
+                    "expected": [dispatch_json(d) for d in want],
+                    "got": {n: [dispatch_json(d) for d in e] for n, e in got.items()},
+                },
+            )
+        )
+    return out
+
+
+def check_grids(
+    step: int, results: Mapping[str, StepResult], limits: Mapping[str, int]
+) -> list[Divergence]:
+    """Physical grids within the device's per-dimension limit, covering the logical count
+    with less than one row of waste."""
+    out: list[Divergence] = []
+    for name, res in results.items():
+        limit = limits[name]
+        for d in res.dispatches:
+            if not d.ran:
+                continue
+            need = int(np.prod(d.logical_count))
+            have = int(np.prod(d.physical_grid))
+            if (
+                any(g > limit or g < 1 for g in d.physical_grid)
+                or have < need
+                or have - need >= max(d.physical_grid[0], 1)
+            ):
+                out.append(
+                    Divergence(
+                        step,
+                        Kind.PHYSICAL_GRID,
+                        name,
+                        f"{name}: {d.op}/{d.kernel} grid {d.physical_grid} for logical "
+                        f"{d.logical_count} (limit {limit}/dim)",
+                        op=d.op,
+                        details={"grid": list(d.physical_grid), "logical": list(d.logical_count)},
+                    )
+                )
+    return out
+
+
+def check_validation(step: int, results: Mapping[str, StepResult]) -> list[Divergence]:
+    """Any validation message is a finding."""
+    return [
+        Divergence(step, Kind.VALIDATION, name, f"{name}: {msg}", details={"message": msg})
+        for name, res in results.items()
+        for msg in res.validation_messages
+    ]
+
+
+# ---------------------------------------------------------------------------- canaries
+
+# Slack poison is a quiet NaN whose top 12 bits are 0x7FE (sign 0, exponent all ones, the
+# quiet bit and a marker bit) with bit 20 clear, tagged in the low 20 bits with the tensor it
+# was written into (9 bits) and the step (11 bits). No canonical NaN matches the mask: x86
+# and Arm produce 0x7FC00000 (marker clear), NVIDIA 0x7FFFFFFF (bit 20 set), x86 SSE's
+# "indefinite" 0xFFC00000 (sign set). Distinct tags per tensor make a slack-to-slack copy
+# visible as a write, and let a stale read name the tensor and step its value came from.
+# A copy keeps the tag on every device; arithmetic on poison keeps it where NaN payloads
+# propagate (lavapipe) and turns into a canonical NaN where they do not (NVIDIA), which the
+# numeric oracle then reports as a NaN.
+POISON_MARK = 0x7FE00000
+POISON_MASK = 0xFFF00000
+
+
+def poison_word(step: int, tensor_id: int) -> int:
+    """The u32 written into the slack of canaried tensor `tensor_id` before step `step`."""
+    return POISON_MARK | ((tensor_id & 0x1FF) << 11) | (step & 0x7FF)
+
+
+def decode_poison(word: int) -> tuple[int, int]:
+    """(tensor id, step) of a poison word."""
+    return (word >> 11) & 0x1FF, word & 0x7FF
+
+
+def canary_fill(
+    step: int, graph: Graph, expected: ModelStep, canaried: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """Per canaried tensor, (first slack byte, poison word) for the contract's live dims."""
+    fill = {}
+    for tensor_id, name in enumerate(canaried):
+        itemsize = DTYPES[graph.tensor(name).dtype].itemsize
+        live = int(np.prod(expected.cur_dims[name])) * itemsize
+        fill[name] = ((live + 3) // 4 * 4, poison_word(step, tensor_id))
+    return fill
+
+
+def check_canaries(
+    step: int,
+    graph: Graph,
+    expected: ModelStep,
+    results: Mapping[str, StepResult],
+    fill: Mapping[str, tuple[int, int]],
+) -> list[Divergence]:
+    """Slack unchanged after the step (no write past the live size), and no poison in any
+    live value read back (no stale read)."""
+    out: list[Divergence] = []
+    canaried = list(fill)
+    for name, res in results.items():
+        for tensor, (offset, word) in fill.items():
+            raw = res.raw[tensor]
+            slack = raw[offset : len(raw) // 4 * 4].view(np.uint32)
+            hit = np.flatnonzero(slack != word)
+            if not hit.size:
+                continue
+            itemsize = DTYPES[graph.tensor(tensor).dtype].itemsize
+            elements = sorted({(offset + 4 * int(h)) // itemsize for h in hit[:4096]})
+            live_numel = int(np.prod(expected.cur_dims[tensor]))
+            out.append(
+                Divergence(
+                    step,
+                    Kind.CANARY_WRITE,
+                    name,
+                    f"{name} wrote {hit.size} word(s) past the live size of {tensor!r} "
+                    f"(first at element {elements[0]}; live numel {live_numel})",
+                    op=producer(graph, tensor),
+                    tensor=tensor,
+                    details={
+                        "words": int(hit.size),
+                        "first_element": elements[0],
+                        "elements": elements[:256],
+                        "live_numel": live_numel,
+                        "max_numel": int(np.prod(graph.tensor(tensor).dims)),
+                    },
+                )
+            )
+        for tensor, array in {**res.outputs, **res.tensors}.items():
+            if array.dtype.itemsize != 4 or graph.tensor(tensor).state:
+                continue
+            words = np.ascontiguousarray(array).view(np.uint32).ravel()
+            poisoned = np.flatnonzero((words & POISON_MASK) == POISON_MARK)
+            if not poisoned.size:
+                continue
+            origins = sorted(
+                {
+                    (canaried[t] if t < len(canaried) else f"#{t}", st)
+                    for t, st in (decode_poison(int(w)) for w in words[poisoned[:256]])
+                }
+            )
+            sources = ", ".join(f"{t} at step {st}" for t, st in origins[:4])
+            out.append(
+                Divergence(
+                    step,
+                    Kind.STALE_READ,
+                    name,
+                    f"{name}: {poisoned.size} live element(s) of {tensor!r} hold slack poison "
+                    f"(from {sources}); first flat index {int(poisoned[0])}",
+                    op=producer(graph, tensor),
+                    tensor=tensor,
+                    details={
+                        "elements": int(poisoned.size),
+                        "first": int(poisoned[0]),
+                        "indices": [int(i) for i in poisoned[:256]],
+                        "origins": [list(o) for o in origins],
+                    },
+                )
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------- numerics
+
+
+def numeric_divergence(
+    step: int, backend: str, op: str | None, tensor: str, cmp: Comparison, scope: str
+) -> Divergence:
+    """A numeric, non-finite or shape finding from a failed comparison."""
+    if not cmp.shape_ok:
+        kind, msg = Kind.NUMERIC, f"{backend}: {tensor!r} has the wrong shape"
+    elif cmp.nan_mismatch:
+        kind = Kind.NAN_INF
+        msg = (
+            f"{backend}: {tensor!r} has {cmp.nan_mismatch} non-finite value(s) where the "
+            "reference is finite"
+        )
+    else:
+        kind = Kind.NUMERIC
+        msg = (
+            f"{backend}: {tensor!r} is {cmp.utilization:.3g}x over its error budget "
+            f"(max abs error {cmp.max_abs_error:.3g} at {cmp.worst_index})"
+        )
+    return Divergence(
+        step,
+        kind,
+        backend,
+        msg,
+        op=op,
+        tensor=tensor,
+        factor=cmp.utilization if np.isfinite(cmp.utilization) else None,
+        details={
+            "scope": scope,
+            "worst_index": cmp.worst_index,
+            "max_abs_error": cmp.max_abs_error,
+        },
+    )
+
+
+def check_ops(
+    step: int,
+    graph: Graph,
+    backend: str,
+    values: Mapping[str, np.ndarray],
+    observed: Mapping[str, np.ndarray],
+    symints: Mapping[str, int],
+    states: Sequence[str],
+    utilization: dict[str, float],
+) -> list[Divergence]:
+    """Each op against its float64 reference evaluated on this backend's own inputs to it.
+
+    Judged on its own inputs, an op's error is its own: the first op that fails is where a
+    divergence starts, whatever happens downstream.
+
+    Args:
+        values: float64 values of every tensor as this backend saw it: inputs, constants,
+            state before the step, and every op output it produced.
+        observed: what the backend produced (outputs, intermediates, state after the step).
+    """
+    out: list[Divergence] = []
+    for node in graph.ops:
+        model = model_for(node.op)
+        args = op_args(graph, node, values, symints)
+        outs = model.reference(node, args)
+        budgets = model.budget(node, args, outs)
+        checks = [
+            (node.outputs[slot], outs[slot], budgets[slot])
+            for slot in node.outputs
+            if isinstance(graph.values[node.outputs[slot]], TensorValue)
+        ]
+        # State the op updates in place (KV caches): after the step vs the reference's update.
+        checks += [
+            (arg, args[slot], budgets.get(slot, np.zeros(1)))
+            for slot, arg in node.args.items()
+            if isinstance(arg, str) and arg in states
+        ]
+        for tensor, ref, budget in checks:
+            cmp = compare(observed[tensor], ref, budget)
+            utilization[f"{node.name}:{tensor}"] = cmp.utilization
+            if not cmp.ok:
+                out.append(numeric_divergence(step, backend, node.name, tensor, cmp, "op"))
+    return out
+
+
+def check_outputs(
+    step: int,
+    graph: Graph,
+    backend: str,
+    outputs: Mapping[str, np.ndarray],
+    ref_values: Mapping[str, np.ndarray],
+    ref_errors: Mapping[str, Any],
+    utilization: dict[str, float],
+) -> list[Divergence]:
+    """Graph outputs against the pure float64 reference, with bounds propagated end to end."""
+    out = []
+    for tensor in graph.outputs:
+        cmp = compare(outputs[tensor], ref_values[tensor], ref_errors[tensor])
+        utilization[f"out:{tensor}"] = cmp.utilization
+        if not cmp.ok:
+            out.append(
+                numeric_divergence(step, backend, producer(graph, tensor), tensor, cmp, "graph")
+            )
+    return out
+
+
+def check_degenerate(
+    step: int,
+    graph: Graph,
+    inputs: Mapping[str, Any],
+    ref_values: Mapping[str, np.ndarray],
+    ref_errors: Mapping[str, Any],
+) -> list[Divergence]:
+    """A case that cannot fail proves nothing: a step where nothing carries varying data
+    (every float input constant, all zeros say, and no weights or token ids to vary instead),
+    or a graph output that lies entirely within its own error budget.
+
+    A constant input beside varying data is allowed: some real inputs are constant (a rope
+    table's row at position 0 is cos 1, sin 0), and the outputs' check still decides.
+    """
+    out = []
+    floats = [
+        (name, value.ravel())
+        for name, value in inputs.items()
+        if isinstance(value, np.ndarray) and value.dtype == np.float32 and value.size
+    ]
+    other_data = any(t.constant is not None for t in graph.tensors()) or any(
+        isinstance(value, np.ndarray) and value.dtype != np.float32 for value in inputs.values()
+    )
+
+    # One element cannot vary: it is data unless it is zero.
+    def constant(flat: np.ndarray) -> bool:
+        return bool(np.all(flat == flat[0])) and (flat.size > 1 or flat[0] == 0)
+
+    if floats and not other_data and all(constant(flat) for _, flat in floats):
+        values = ", ".join(f"{name} = {float(flat[0])!r}" for name, flat in floats)
+        out.append(
+            Divergence(
+                step,
+                Kind.DEGENERATE,
+                "case",
+                f"every float input is constant ({values}): outputs cannot tell bugs apart",
+            )
+        )
+    for tensor in graph.outputs:
+        ref = np.abs(ref_values[tensor])
+        floor = np.broadcast_to(np.asarray(ref_errors[tensor]), ref.shape)
+        if ref.size and not np.any(ref > floor):
+            out.append(
+                Divergence(
+                    step,
+                    Kind.DEGENERATE,
+                    "case",
+                    f"output {tensor!r} is below its error budget everywhere (max |value| "
+                    f"{float(ref.max()):.3g}): any result would pass",
+                    tensor=tensor,
+                )
+            )
+    return out
+
+
+def merge_blame(divergences: list[Divergence]) -> list[Divergence]:
+    """Fold the same numeric finding on several backends into one blamed on "both"."""
+    merged: dict[tuple[Any, ...], Divergence] = {}
+    rest: list[Divergence] = []
+    for d in divergences:
+        if d.kind not in (Kind.NUMERIC, Kind.NAN_INF):
+            rest.append(d)
+            continue
+        key = (d.kind, d.op, d.tensor, d.details.get("scope"))
+        if key in merged and merged[key].blame != d.blame:
+            first = merged[key]
+            first.blame = "both" if first.blame != MODEL else first.blame
+            first.message += f"; {d.message}"
+            # None stands for an infinite factor, which dominates any finite one.
+            first.factor = None if None in (first.factor, d.factor) else max(first.factor, d.factor)  # type: ignore[type-var]
+        else:
+            merged[key] = d
+    return rest + list(merged.values())
+
+
+def producer(graph: Graph, tensor: str) -> str | None:
+    """Name of the op that writes `tensor`, if any."""
+    node = graph.producer(tensor)
+    return node.name if node else None
+
+
+def consumer(graph: Graph, value: str) -> str | None:
+    """Name of the first op (in graph order) that reads `value`, if any."""
+    for node in graph.ops:
+        for arg in node.args.values():
+            if value == arg or (isinstance(arg, tuple) and value in arg):
+                return node.name
+    return None

@@ -1,0 +1,47 @@
+"""The `dag` family: small DAGs where add/mul join rms_norm branches of different depth."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import strategies as st
+
+from harness.gen.blocks import float_array, leading_dims, seeds, step_dims
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case
+from harness.gen.families import family
+
+
+@family("dag", exercises={"add", "mul", "rms_norm"})
+@st.composite
+def dag_cases(draw: st.DrawFn) -> Case:
+    """Small DAGs where add/mul join branches of different depth.
+
+    For example `x + rms_norm(rms_norm(x))` or `rms_norm(x) * rms_norm(rms_norm(rms_norm(x)))`:
+    the join's inputs are produced at different depths, which is where a propagation that
+    reads a stale co-input goes wrong.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    leading = draw(leading_dims(min_rank=2, max_rank=3, max_size=16))
+    width = draw(st.sampled_from([8, 12, 30, 64]))
+    b = GraphBuilder()
+    x = b.input("x", "float32", [d.max_size for d in leading] + [width])
+    eps = b.float(1e-6, "eps")
+
+    def branch(depth: int) -> str:
+        value = x
+        for _ in range(depth):
+            w = b.constant(b.fresh("w"), float_array(rng, [width]))
+            value = b.op("rms_norm", x=value, weight=w, eps=eps)
+        return value
+
+    joins = draw(st.integers(1, 3))
+    current = branch(draw(st.integers(0, 3)))
+    for _ in range(joins):
+        other = branch(draw(st.integers(0, 3)))
+        if other == current:
+            other = branch(1)
+        current = b.op(draw(st.sampled_from(["add", "mul"])), a=current, b=other)
+    b.output(current)
+    steps = [{"x": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))]
+    return Case(b.build(), steps, name="dag", meta={"seed": seed, "family": "dag"})

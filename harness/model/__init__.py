@@ -1,0 +1,228 @@
+"""The op-model framework: what the harness's model of an op is, and the registry of them.
+
+The harness's model of an op is the third implementation of DESIGN.md §2, independent of
+both backends. Each op's module in `harness/ops/` defines it and registers it here with
+`register(op, model)` when imported (`harness.ops` imports every such module); a model holds
+- `check`: what a backend must refuse at load (`GraphBuildError` with the same op and tensor);
+- `resize`: output live dims (and SymInts) from input live dims, or the rejection both
+  backends must raise (`ResizeError`/`InputError` with the same key);
+- `dispatches`: the exact dispatch slots of the op's kernel design (kernel variant,
+  workgroup size, logical workgroup count, ran or skipped) for the live dims;
+- `reference`: the op's math in float64;
+- `budget`: per output element, the rounding error a correct float32 implementation may
+  make from exact inputs (propagation through the graph is the reference evaluator's).
+
+An op that validates host data (token ids against the vocabulary) also defines
+`check_host(node, live)`: it reads `live.host` and raises the `InputError` both backends
+raise from their `_check_inputs`, before any resize. `ContractModel.step` runs every op's
+`check_host` (in graph order) after the per-input checks and before the first `resize`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from graph_format import SIGNATURES, Dims, Graph, OpNode, ResizeError, SymIntValue, TensorValue
+
+Grid = tuple[int, int, int]
+# (op, kernel, workgroup size, logical workgroup count, ran)
+ExpectedDispatch = tuple[str, str, Grid, Grid, bool]
+# What an op's reference and budget receive per argument slot: float64 arrays for tensors,
+# ints for ints and SymInts, floats for floats, tuples of ints for size lists, None if absent.
+Args = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Binding:
+    """A storage-buffer binding of a kernel, identical in its WGSL and its GLSL file.
+
+    `element` uses WGSL spelling (f32, i32, u32, vec4<f32>, vec4<u32>); the GLSL side spells
+    it float, int, uint, vec4, uvec4. Binding indices are positions: outputs first.
+    """
+
+    name: str
+    access: str  # "read" | "read_write"
+    element: str
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel variant: the shader files that implement it and their tensor bindings.
+
+    Checked against `wgsl/<wgsl>.wgsl` and `glsl/<glsl>.comp` by tests/unit/test_shader_sync.py.
+    """
+
+    name: str
+    wgsl: str
+    glsl: str
+    tensors: tuple[Binding, ...]
+
+
+def rw(name: str, element: str = "f32") -> Binding:
+    """A written tensor binding."""
+    return Binding(name, "read_write", element)
+
+
+def ro(name: str, element: str = "f32") -> Binding:
+    """A read-only tensor binding."""
+    return Binding(name, "read", element)
+
+
+def kernels(*specs: KernelSpec) -> dict[str, KernelSpec]:
+    """A name -> spec table."""
+    return {spec.name: spec for spec in specs}
+
+
+@dataclass
+class LiveState:
+    """Live dims of every tensor and the value of every SymInt, as the contract evolves them."""
+
+    graph: Graph
+    dims: dict[str, Dims]
+    symints: dict[str, int] = field(default_factory=dict)
+    # This step's host data of the tensor inputs (already checked: int64 ids fit int32).
+    host: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def of(self, node: OpNode, slot: str) -> Dims:
+        """Live dims of the tensor passed as `slot`."""
+        name = node.args[slot]
+        assert isinstance(name, str)
+        return self.dims[name]
+
+    def max_of(self, node: OpNode, slot: str) -> Dims:
+        """Max dims of the tensor passed as `slot` (or written as output `slot`)."""
+        name = node.args.get(slot) or node.outputs[slot]
+        assert isinstance(name, str)
+        return self.graph.tensor(name).dims
+
+    def int_arg(self, node: OpNode, slot: str) -> int:
+        """Current value of an int or SymInt argument."""
+        name = node.args[slot]
+        assert isinstance(name, str)
+        if name in self.symints:
+            return self.symints[name]
+        return int(self.graph.scalar(name))
+
+    def ints(self, node: OpNode, slot: str) -> tuple[int, ...]:
+        """Current values of a size list argument (ints and SymInts)."""
+        names = node.args[slot]
+        assert isinstance(names, tuple)
+        return tuple(
+            self.symints[n] if n in self.symints else int(self.graph.scalar(n)) for n in names
+        )
+
+    def set_output(self, node: OpNode, slot: str, dims: Dims) -> None:
+        """Set an output's live dims, with the same per-dim checks the backends apply."""
+        name = node.outputs[slot]
+        check_dims(name, dims, self.graph.tensor(name).dims)
+        self.dims[name] = tuple(dims)
+
+
+def check_dims(name: str, dims: Dims, max_dims: Dims) -> None:
+    """Raise the ResizeError a backend must raise for live `dims` of tensor `name`."""
+    if len(dims) != len(max_dims):
+        raise ResizeError(name, None, len(dims), len(max_dims), "rank")
+    for d, (size, limit) in enumerate(zip(dims, max_dims, strict=True)):
+        if size < 1:
+            raise ResizeError(name, d, size, 1, "nonpositive")
+        if size > limit:
+            raise ResizeError(name, d, size, limit, "above_max")
+
+
+def div_up(a: int, b: int) -> int:
+    """ceil(a / b) for non-negative ints."""
+    return -(-a // b)
+
+
+def numel(dims: Dims) -> int:
+    """Element count."""
+    return math.prod(dims)
+
+
+class OpModel(Protocol):
+    """The harness's contract model, reference and budget of one op type."""
+
+    kernels: dict[str, KernelSpec]
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        """Raise the GraphBuildError both backends must raise at load, if any."""
+        ...
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        """Set the outputs' live dims in `live`, or raise the rejection both must raise."""
+        ...
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        """The op's dispatch slots for the (already resized) live state."""
+        ...
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        """Float64 outputs by output slot; state tensors in `args` are updated in place."""
+        ...
+
+    def budget(
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """Per-element bound of the rounding error a correct float32 implementation makes
+        in each output, from these exact inputs (state the op writes: under its slot name).
+
+        Only the op's own rounding: how errors already in the inputs travel through the
+        graph is `harness.check.reference.ReferenceEvaluator`'s business.
+
+        Args:
+            args: the float64 inputs the reference was given.
+            outputs: the reference outputs.
+        """
+        ...
+
+
+# op type -> its model; filled by `register` as `harness.ops` imports each op's module.
+MODELS: dict[str, OpModel] = {}
+
+_Model = TypeVar("_Model", bound=OpModel)
+
+
+def register(op: str, model: _Model) -> _Model:
+    """Register `model` as the harness's model of op type `op`; returns it.
+
+    Raises:
+        ValueError: `op` has no schema in `graph_format/ops/`, or already has a model.
+    """
+    if op not in SIGNATURES:
+        raise ValueError(
+            f"op {op!r} has no schema in graph_format/ops/; known: {sorted(SIGNATURES)}"
+        )
+    if op in MODELS:
+        raise ValueError(f"op {op!r} already has a model: {type(MODELS[op]).__qualname__}")
+    MODELS[op] = model
+    return model
+
+
+def model_for(op: str) -> OpModel:
+    """The model of op type `op`."""
+    try:
+        return MODELS[op]
+    except KeyError:
+        raise KeyError(
+            f"the harness has no model of op {op!r} (is harness.ops imported?); "
+            f"known: {sorted(MODELS)}"
+        ) from None
+
+
+def tensor_slots(node: OpNode, graph: Graph) -> list[str]:
+    """Argument slots of `node` that hold tensors."""
+    return [
+        s
+        for s, a in node.args.items()
+        if isinstance(a, str) and isinstance(graph.values[a], TensorValue)
+    ]
+
+
+def is_symint(graph: Graph, name: str) -> bool:
+    """Whether `name` is a SymInt value."""
+    return isinstance(graph.values.get(name), SymIntValue)

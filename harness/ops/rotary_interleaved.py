@@ -1,0 +1,207 @@
+"""Model of apply_rotary_emb_interleaved(x, freqs_cis) -> out: EdgeTAM's interleaved rope.
+
+Upstream ExecuTorch's `et_vk.apply_rotary_emb_interleaved`: x `[B, N, C]` holds (real, imag)
+pairs `[r, i]` along its last dim, freqs_cis `[N, C]` the matching `[cos, sin]` pairs of each
+token, and per pair k of token n:
+    out[2k] = r cos - i sin,   out[2k+1] = r sin + i cos,   (cos, sin) = freqs_cis[n, 2k:2k+2].
+B and N are dynamic: freqs_cis is fed at x's live N (a caller slices it by position), and
+`out` has x's live dims. Upstream also takes freqs at any rank whose flattened layout is
+`[N, C]`; this project's contract is the 2-D form.
+
+Kernel design (both backends), as upstream's shader: one invocation per vec4 texel of x (two
+pairs), so C must be a multiple of 4 (refused at load otherwise, as upstream's VK_CHECK_COND
+does); 64 invocations per workgroup, one dispatch slot `rotary_emb_interleaved`, logical
+count ceil(numel(x) / 4 / 64) (upstream dispatches (C/4, N, B) threads; a 1-D count lets the
+backends fold it like every other kernel here). Texel t of x is texel t % (C/4) of token
+n = (t / (C/4)) % N, whose freqs texel is n * (C/4) + t % (C/4).
+
+Live checks, in this order (`InputError` with subject the op):
+1. "width": x's live C must stay its max C (the kernel's texels per token);
+2. "freqs_shape": freqs_cis's live dims must be [N, C] for x's live N.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+from hypothesis import strategies as st
+
+from graph_format import Graph, GraphBuildError, InputError, OpNode
+from harness.gen.blocks import DynamicDim, float_array, seeds, step_dims
+from harness.gen.builder import GraphBuilder
+from harness.gen.case import Case, StepInputs
+from harness.gen.families import family
+from harness.gen.graphgen import DimSpec, GraphGen, PoolTensor, generator
+from harness.model import (
+    Args,
+    ExpectedDispatch,
+    KernelSpec,
+    LiveState,
+    div_up,
+    kernels,
+    numel,
+    register,
+    ro,
+    rw,
+)
+from harness.model.numerics import SAFETY, gamma
+from harness.ops.rotary import rope_tables
+from harness.ops.view import view_as
+
+OP = "apply_rotary_emb_interleaved"
+WORKGROUP = (64, 1, 1)
+TEXEL = 4  # elements per invocation: two (real, imag) pairs
+
+
+def _pairs(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The even (real or cos) and odd (imag or sin) elements of the last dim."""
+    return a[..., 0::2], a[..., 1::2]
+
+
+def _interleave(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    return np.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)
+
+
+class InterleavedRotaryModel:
+    """Contract, reference and budget of apply_rotary_emb_interleaved."""
+
+    kernels = kernels(
+        KernelSpec(
+            "rotary_emb_interleaved",
+            "rotary_emb_interleaved",
+            "rotary_emb_interleaved",
+            (rw("out", "vec4<f32>"), ro("x", "vec4<f32>"), ro("freqs_cis", "vec4<f32>")),
+        )
+    )
+
+    def check(self, node: OpNode, graph: Graph) -> None:
+        x, freqs, out = (
+            graph.tensor(n)  # type: ignore[arg-type]
+            for n in (node.args["x"], node.args["freqs_cis"], node.outputs["out"])
+        )
+        for t in (x, freqs, out):
+            if t.dtype != "float32":
+                raise GraphBuildError(node.name, f"{OP} is float32 only", tensor=t.name)
+        if len(x.dims) != 3:
+            raise GraphBuildError(node.name, "x must be [B, N, C]", tensor=x.name)
+        if x.dims[2] % TEXEL:
+            raise GraphBuildError(node.name, "C must be a multiple of 4", tensor=x.name)
+        if freqs.dims != x.dims[1:]:
+            raise GraphBuildError(node.name, "freqs_cis must be [N, C]", tensor=freqs.name)
+        if out.dims != x.dims:
+            raise GraphBuildError(node.name, "out dims != x dims", tensor=out.name)
+
+    def resize(self, node: OpNode, live: LiveState) -> None:
+        x, freqs = live.of(node, "x"), live.of(node, "freqs_cis")
+        width = live.max_of(node, "x")[2]
+        if x[2] != width:
+            raise InputError(node.name, "width", f"live C {x[2]} must stay {width}")
+        if freqs != x[1:]:
+            raise InputError(
+                node.name, "freqs_shape", f"live freqs_cis {list(freqs)} must be {list(x[1:])}"
+            )
+        live.set_output(node, "out", x)
+
+    def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        texels = numel(live.of(node, "x")) // TEXEL
+        count = (div_up(texels, WORKGROUP[0]), 1, 1)
+        return [(node.name, "rotary_emb_interleaved", WORKGROUP, count, True)]
+
+    def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        r, i = _pairs(args["x"])
+        c, s = _pairs(args["freqs_cis"][None])
+        return {"out": _interleave(r * c - i * s, r * s + i * c)}
+
+    def budget(
+        self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        # As the other ropes: each output is two products and a sum (fused or not), so
+        # |fl(a b +- c d) - (a b +- c d)| <= gamma(2) (|a b| + |c d|).
+        r, i = _pairs(args["x"])
+        c, s = _pairs(args["freqs_cis"][None])
+        real = np.abs(r * c) + np.abs(i * s)
+        imag = np.abs(r * s) + np.abs(i * c)
+        return {"out": SAFETY * gamma(2) * _interleave(real, imag)}
+
+
+MODEL = register(OP, InterleavedRotaryModel())
+
+
+# ---------------------------------------------------------------------------- cases
+
+
+def interleaved_freqs(rng: np.random.Generator, positions: np.ndarray, width: int) -> np.ndarray:
+    """freqs_cis `[len(positions), width]` float32: `[cos, sin]` of each pair's angle."""
+    angles = rope_tables(rng, positions, width)
+    return _interleave(np.cos(angles), np.sin(angles)).astype(np.float32)
+
+
+@family("rope_interleaved", exercises={OP})
+@st.composite
+def rope_interleaved_cases(draw: st.DrawFn) -> Case:
+    """apply_rotary_emb_interleaved with dynamic B and N, C a multiple of 4 (vec4 texels),
+    freqs_cis `[N, C]` fed per step at the live N from a random position; now and then a
+    step whose freqs_cis has another N (refused by both)."""
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    batch, tokens = draw(st.integers(1, 2)), draw(st.integers(1, 32))
+    width = draw(st.sampled_from([4, 8, 12, 16, 32, 64, 96, 128]))
+    leading = [DynamicDim(batch, batch > 1), DynamicDim(tokens, tokens > 1)]
+    b = GraphBuilder()
+    x = b.input("x", "float32", [batch, tokens, width])
+    freqs = b.input("freqs_cis", "float32", [tokens, width])
+    b.output(b.op(OP, name="rope", x=x, freqs_cis=freqs))
+    steps: list[StepInputs] = []
+    for bsz, n in draw(step_dims(leading)):
+        rows = n
+        if draw(st.integers(0, 9)) == 0:
+            rows = n + 1 if n < tokens else n - 1 if n > 1 else n  # refused: N differs
+        positions = draw(st.integers(0, 200)) + np.arange(rows)
+        steps.append(
+            {
+                "x": float_array(rng, [bsz, n, width]),
+                "freqs_cis": interleaved_freqs(rng, positions, width),
+            }
+        )
+    return Case(b.build(), steps, name="rope_interleaved", meta={"seed": seed})
+
+
+# ---------------------------------------------------------------------------- random graphs
+
+
+def _tokens_spec(t: PoolTensor) -> tuple[DimSpec, ...] | None:
+    """The `[B, N, C]` spec a pool tensor can be viewed as (C a static multiple of 4):
+    `[S, C]` -> `[1, S, C]`, a rank-3 tensor as it is; None otherwise."""
+    dims, last = t.dims, t.dims[-1]
+    if not isinstance(last, int) or last % TEXEL:
+        return None
+    if len(dims) == 2:
+        return (1, *dims)
+    return dims if len(dims) == 3 else None
+
+
+@generator(OP)
+def gen_apply_rotary_emb_interleaved(g: GraphGen) -> bool:
+    """The interleaved rope of a `[B, N, C]` pool tensor (or a `[1, S, C]` view of an
+    `[S, C]` one); freqs_cis `[N, C]` is a graph input fed every step at the live N."""
+    candidates = [t for t in g.pool if _tokens_spec(t) is not None]
+    if not candidates:
+        return False
+    source = g.pick(candidates)
+    spec = _tokens_spec(source)
+    assert spec is not None
+    x = source if source.dims == spec else view_as(g, source, spec)
+    b = g.builder
+    rows = spec[1:]
+    freqs = b.input(b.fresh("freqs_cis"), "float32", g.max_dims(rows))
+
+    def table(values: dict[str, int]) -> StepInputs:
+        n, width = g.live_dims(rows, values)
+        positions = int(g.rng.integers(0, 200)) + np.arange(n)
+        return {freqs: interleaved_freqs(g.rng, positions, width)}
+
+    g.step_inputs.append(table)
+    out = b.op(OP, x=x.name, freqs_cis=freqs)
+    g.produced(out, x.dims, [x])
+    return True

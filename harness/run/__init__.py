@@ -1,0 +1,3 @@
+"""The `parity` command and what it writes: sessions, plans, profiles, records, summaries,
+findings, bundles, expectations and the HTML report.
+"""

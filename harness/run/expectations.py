@@ -1,0 +1,243 @@
+"""Known divergences: an expectations file whose entries say which findings are expected.
+
+Each entry names the divergences it covers by the fields of their bug key
+(`harness.check.divergence.BugKey`: op type, failure class, blamed backend, numeric band; each
+optional) and optionally family, regime and a message pattern, the device and driver it
+applies to, a reason and a link to the bug. A divergence that matches an applicable entry
+is reported as *known* and does not fail the run; a case whose divergences are all known
+does not count as a Hypothesis failure either, so the search keeps hunting for unexpected
+ones. An entry that applies to the run's device, whose op or family the run exercised, and
+that matched nothing is reported as *stale*: the bug is fixed or the entry is wrong, so it
+should go.
+
+The file is TOML (`expectations.toml` at the repo root):
+
+    [[known]]
+    id = "lavapipe-rms-norm-vec4"     # unique, used in reports
+    op = "rms_norm"                   # op type (optional)
+    kind = "numeric"                  # failure class, harness.check.divergence.Kind (optional)
+    blame = "webgpu"                  # webgpu | vulkan | both | model (optional)
+    band = "x1000"                    # numeric band of error/budget: x1, x10, x1000 (optional)
+    family = "rms_norm"               # case family (optional)
+    regime = "rows=1"                 # shape regime (optional)
+    message = "over its error budget" # regular expression searched in the message (optional)
+    device = "llvmpipe*"              # glob on the adapter name (required; "*" for any)
+    driver = "Mesa 22.*"              # glob on the driver string (required; "*" for any)
+    reason = "why it is expected"     # required
+    link = "https://..."              # required: the bug or discussion
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from harness.check.divergence import NUMERIC_BANDS, BugKey, Kind
+
+
+class MatchableDivergence(Protocol):
+    """What an entry is matched against: harness.run.records.DivergenceRecord has it (a
+    protocol, since records imports this module to read run.json's entries)."""
+
+    @property
+    def bug(self) -> BugKey: ...
+
+    blame: str
+    message: str
+    regime: str
+
+
+DEFAULT_FILE = Path(__file__).resolve().parents[2] / "expectations.toml"
+_BLAMES = ("webgpu", "vulkan", "both", "model")
+_BANDS = tuple(name for name, _ in NUMERIC_BANDS)
+_MATCH_FIELDS = ("op", "kind", "blame", "band", "family", "regime", "message")
+_REQUIRED = ("id", "device", "driver", "reason", "link")
+
+
+class ExpectationsError(ValueError):
+    """A malformed expectations file; the message names the file and the entry."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """One known divergence."""
+
+    id: str
+    device: str
+    driver: str
+    reason: str
+    link: str
+    op: str | None = None
+    kind: str | None = None
+    blame: str | None = None
+    band: str | None = None
+    family: str | None = None
+    regime: str | None = None
+    message: str | None = None
+
+    def applies_to(self, adapters: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Whether the device and driver globs match the adapter of a backend it blames."""
+        blamed = self.blame
+        backends = [blamed] if blamed is not None and blamed in adapters else list(adapters)
+        return any(self._adapter_matches(adapters[b]) for b in backends)
+
+    def _adapter_matches(self, info: Mapping[str, Any]) -> bool:
+        drivers = [str(info.get(k, "")) for k in ("driver", "driver_info", "driver_name")]
+        return fnmatch.fnmatchcase(str(info.get("adapter", "")), self.device) and any(
+            fnmatch.fnmatchcase(d, self.driver) for d in drivers if d
+        )
+
+    def covers(self, bug: BugKey) -> bool:
+        """Whether the bug key fields this entry names (op, kind, blame, band) match."""
+        wanted = {"op": bug.op_type, "kind": bug.kind, "blame": bug.blame, "band": bug.band}
+        return all(getattr(self, k) in (None, v) for k, v in wanted.items())
+
+    def matches(
+        self,
+        divergence: MatchableDivergence,
+        family: str,
+        adapters: Mapping[str, Mapping[str, Any]],
+    ) -> bool:
+        """Whether a divergence (its bug key, family, regime, message) is this one, on a
+        device and driver the entry applies to."""
+        if not self.covers(divergence.bug):
+            return False
+        if self.family not in (None, family) or self.regime not in (None, divergence.regime):
+            return False
+        if self.message is not None and not re.search(self.message, divergence.message):
+            return False
+        blamed = divergence.blame
+        backends = [blamed] if blamed in adapters else list(adapters)
+        return any(self._adapter_matches(adapters[b]) for b in backends)
+
+    def to_json(self) -> dict[str, str]:
+        """The entry as plain data (recorded in run.json), without fields it leaves open."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class Expectations:
+    """The entries of one file (empty when there is none)."""
+
+    entries: list[Expectation] = field(default_factory=list)
+    source: str | None = None
+
+    def match(
+        self,
+        divergence: MatchableDivergence,
+        family: str,
+        adapters: Mapping[str, Mapping[str, Any]],
+    ) -> str | None:
+        """Id of the first entry matching a divergence record, or None."""
+        for entry in self.entries:
+            if entry.matches(divergence, family, adapters):
+                return entry.id
+        return None
+
+    def to_json(self) -> list[dict[str, str]]:
+        """The entries as plain data (recorded in run.json)."""
+        return [entry.to_json() for entry in self.entries]
+
+
+def load_expectations(path: str | Path) -> Expectations:
+    """Read and check an expectations file.
+
+    Raises:
+        ExpectationsError: the file is missing, not TOML, or an entry is malformed; the
+            message names the file, the entry and what was expected.
+    """
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ExpectationsError(f"{path}: no such expectations file") from None
+    except OSError as err:
+        raise ExpectationsError(f"{path}: cannot be read: {err.strerror or err}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ExpectationsError(f"{path}: not valid TOML: {err}") from None
+    unknown_top = set(doc) - {"known"}
+    if unknown_top:
+        raise ExpectationsError(
+            f"{path}: unexpected top-level keys {sorted(unknown_top)}; expected only [[known]] "
+            "tables"
+        )
+    raw = doc.get("known", [])
+    if not isinstance(raw, list):
+        raise ExpectationsError(f"{path}: 'known' must be an array of tables ([[known]])")
+    entries: list[Expectation] = []
+    seen: set[str] = set()
+    allowed = set(_REQUIRED) | set(_MATCH_FIELDS)
+    for n, entry in enumerate(raw, 1):
+        where = f"{path}: [[known]] entry {n}"
+        if not isinstance(entry, dict):
+            raise ExpectationsError(f"{where}: expected a table, got {type(entry).__name__}")
+        missing = [k for k in _REQUIRED if not entry.get(k)]
+        if missing:
+            raise ExpectationsError(
+                f"{where}: missing {missing}: every entry needs an id, the device and driver "
+                "it applies to ('*' for any), a reason and a link"
+            )
+        extra = set(entry) - allowed
+        if extra:
+            raise ExpectationsError(
+                f"{where} ({entry['id']!r}): unknown keys {sorted(extra)}; allowed: "
+                f"{sorted(allowed)}"
+            )
+        bad = {k: v for k, v in entry.items() if not isinstance(v, str)}
+        if bad:
+            raise ExpectationsError(f"{where} ({entry['id']!r}): values must be strings: {bad}")
+        if entry["id"] in seen:
+            raise ExpectationsError(f"{where}: id {entry['id']!r} is used twice")
+        seen.add(entry["id"])
+        if "kind" in entry and entry["kind"] not in {k.value for k in Kind}:
+            raise ExpectationsError(
+                f"{where} ({entry['id']!r}): kind must be one of {sorted(k.value for k in Kind)}, "
+                f"got {entry['kind']!r}"
+            )
+        if "band" in entry and entry["band"] not in _BANDS:
+            raise ExpectationsError(
+                f"{where} ({entry['id']!r}): band must be one of {list(_BANDS)}, "
+                f"got {entry['band']!r}"
+            )
+        if "blame" in entry and entry["blame"] not in _BLAMES:
+            raise ExpectationsError(
+                f"{where} ({entry['id']!r}): blame must be one of {list(_BLAMES)}, "
+                f"got {entry['blame']!r}"
+            )
+        if "message" in entry:
+            try:
+                re.compile(entry["message"])
+            except re.error as err:
+                raise ExpectationsError(
+                    f"{where} ({entry['id']!r}): message is not a valid regular expression: {err}"
+                ) from None
+        entries.append(Expectation(**entry))
+    return Expectations(entries, str(path))
+
+
+def entry_status(
+    entry: Expectation,
+    matches: int,
+    adapters_seen: Iterable[Mapping[str, Mapping[str, Any]]],
+    ops_run: set[str],
+    families_run: set[str],
+) -> str:
+    """`matched`, `stale`, `not_applicable` (other device/driver) or `not_exercised`.
+
+    Args:
+        matches: how many divergences it matched.
+        adapters_seen: the adapter sets the run (or each merged shard) ran on.
+    """
+    if matches:
+        return "matched"
+    if not any(entry.applies_to(adapters) for adapters in adapters_seen):
+        return "not_applicable"
+    exercised = (entry.op is None or entry.op in ops_run) and (
+        entry.family is None or entry.family in families_run
+    )
+    return "stale" if exercised else "not_exercised"

@@ -1,0 +1,110 @@
+"""`parity list`: the case families, ops and kernel variants, profiles and adapters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from graph_format import BackendUnavailable
+from harness.check.backends import BACKENDS, open_runtime
+from harness.families import FAMILIES, family_for_op
+from harness.run import console
+from harness.run.bundle import (
+    REPO_SHADER_DIRS,
+)
+from harness.run.profiles import PROFILES
+
+
+def list_command(args: argparse.Namespace) -> int:
+    """Print (or, with --json, dump) what can run here; returns 0."""
+    from harness.ops import MODELS
+
+    ops = {}
+    for op, model in sorted(MODELS.items()):
+        ops[op] = {
+            name: {
+                "wgsl": f"wgsl/{spec.wgsl}.wgsl",
+                "glsl": f"glsl/{spec.glsl}.comp",
+                "missing": [
+                    p
+                    for p in (
+                        REPO_SHADER_DIRS["webgpu"] / f"{spec.wgsl}.wgsl",
+                        REPO_SHADER_DIRS["vulkan"] / f"{spec.glsl}.comp",
+                    )
+                    if not p.exists()
+                ],
+            }
+            for name, spec in model.kernels.items()
+        }
+    adapters: dict[str, Any] = {}
+    for backend in BACKENDS:
+        try:
+            adapters[backend] = {"available": True, **open_runtime(backend).info()}
+        except BackendUnavailable as err:
+            adapters[backend] = {"available": False, "reason": str(err)}
+    doc = {
+        "families": {
+            name: {"own_op": name if name in MODELS else None, "ops": sorted(family.exercises)}
+            for name, family in FAMILIES.items()
+        },
+        "ops": {
+            op: {k: {**v, "missing": [str(p) for p in v["missing"]]} for k, v in kernels.items()}
+            for op, kernels in ops.items()
+        },
+        "op_families": {op: family_for_op(op) for op in ops},
+        "profiles": {
+            p.name: {
+                "max_examples": p.max_examples,
+                "chunk_examples": p.chunk_examples,
+                "database": p.keep_database,
+                "steer": p.steer,
+                "derandomize": p.derandomize,
+                "fold_every": p.fold_every,
+                "fold_limit": p.fold_limit,
+            }
+            for p in PROFILES.values()
+        },
+        "adapters": adapters,
+        "validation": os.environ.get("VULKAN_PARITY_VALIDATION", "1"),
+    }
+    if args.json:
+        console.out(json.dumps(doc, indent=1, default=str))
+        return 0
+    console.out("Case families (parity run --families):")
+    for name in FAMILIES:
+        console.out(f"  {name}")
+    console.out("Ops and kernel variants (parity run --ops):")
+    for op, kernels in doc["ops"].items():
+        console.out(f"  {op}  (runs family {doc['op_families'][op]})")
+        for name, k in kernels.items():
+            missing = f"  MISSING {', '.join(k['missing'])}" if k["missing"] else ""
+            console.out(f"    {name:<22} {k['wgsl']:<28} {k['glsl']}{missing}")
+    console.out("Profiles (parity run --profile):")
+    for name, p in doc["profiles"].items():
+        console.out(
+            f"  {name:<8} {p['max_examples']} examples/family in chunks of {p['chunk_examples']}"
+            + (", example database" if p["database"] else "")
+            + (", target() on utilization" if p["steer"] else "")
+            + (
+                f", one chunk in {p['fold_every']} under {p['fold_limit']} workgroups/dim"
+                if p["fold_limit"]
+                else ""
+            )
+        )
+    console.out("Adapters:")
+    for backend, info in adapters.items():
+        if info["available"]:
+            driver = info.get("driver_info") or info.get("driver")
+            console.out(
+                f"  {backend:<7} {info.get('adapter')} | driver {driver} | {info.get('api')}"
+                + (
+                    f" | validation {'on' if info.get('validation') else 'off'}"
+                    if backend == "vulkan"
+                    else ""
+                )
+            )
+        else:
+            console.out(f"  {backend:<7} UNAVAILABLE: {info['reason']}")
+    return 0

@@ -1,0 +1,164 @@
+"""Hypothesis settings profiles for quick local runs, PR runs and nightly runs.
+
+`quick` is for a developer's loop, `pr` is what CI and the test suite use (derandomized, so a
+CI failure reproduces), `nightly` searches longer, keeps its example database between runs
+and steers generation toward high error-budget utilization with `target()`.
+
+`parity run` splits each family's example budget into chunks of `chunk_examples` (see
+harness/run/plan.py), each its own seeded search, so that a sharded run finds what an unsharded
+one does. In `pr`, every `fold_every`-th chunk of each family runs under a lowered
+workgroups-per-dimension limit (`fold_limit`), so the backends' 2-D grid folds, which a
+device's own limit (65535 and up) never reaches, are tested on every PR; the test suite's
+generated tests do the same (tests/diff/test_parity.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from harness.ops import MODELS
+
+# Generating a graph and running it on two devices is slow by Hypothesis's standards.
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A named search budget, and the coverage cells a run of it must fill.
+
+    `required_coverage` maps an op type to regime tags and kernel variants
+    (harness/check/coverage.py) that every backend must have exercised by the end of the run;
+    `harness.check.coverage.missing_cells` lists those left empty.
+    """
+
+    name: str
+    max_examples: int  # per family
+    derandomize: bool
+    keep_database: bool
+    chunk_examples: int = 50  # examples per chunk of `parity run`'s work plan
+    steer: bool = False  # `parity run` feeds target() with the case's error/budget utilization
+    required_coverage: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    fold_every: int | None = None  # every k-th chunk of a family runs under `fold_limit`
+    fold_limit: int | None = None  # workgroups per grid dimension in those chunks
+
+
+# The regimes where resize bugs live, for the ops every profile exercises.
+_CORE_CELLS = {
+    "rms_norm": (
+        "size=1",
+        "size=max",
+        "size=mid",
+        "step=grow",
+        "step=shrink",
+        "rms_norm",
+        "rms_norm_vec4",
+    ),
+    "add": ("size=1", "size=max", "step=shrink", "add_flat", "add_broadcast"),
+    "mul": ("size=1", "size=max", "step=shrink", "mul_flat", "mul_broadcast"),
+}
+
+# The decoder ops' regimes: S = 1 and the max, both sdpa routes, the cache's and tables'
+# edges, contexts around the decode route's 64-row splits (harness/ops/*.regimes).
+_DECODER_CELLS = {
+    "sdpa_with_kv_cache": (
+        "size=1",
+        "size=max",
+        "step=grow",
+        "step=shrink",
+        "pos=0",
+        "context=cache_end",
+        "seq>cache/2",
+        "context%64=-1",
+        "context%64=0",
+        "context%64=+1",
+        "sdpa_update_cache",
+        "sdpa_qk",
+        "sdpa_softmax",
+        "sdpa_av",
+        "sdpa_fd_split",
+        "sdpa_fd_reduce",
+    ),
+    "apply_rotary_emb": ("size=1", "size=max", "step=shrink", "rotary_emb"),
+    "apply_rotary_emb_hf": ("size=1", "start_pos=0", "rows=table_end", "rotary_emb_hf"),
+    "embedding_q4gsw": ("size=1", "size=max", "step=grow", "embedding_q4gsw"),
+    "view_copy": ("size=1", "size=max", "step=shrink", "view_copy"),
+    "sym_size": ("size=1", "size=max", "step=shrink"),
+    "sigmoid": ("size=1", "size=max", "sigmoid"),
+    "silu": ("size=1", "size=max", "silu"),
+    "silu_mul": ("size=1", "size=max", "silu_mul"),
+}
+
+# The workgroups per grid dimension of a fold chunk. Every kernel's logical count is 1-D
+# (harness/ops): rows for rms_norm, ceil(elements / 64) for the elementwise, view and
+# rotary kernels, min(ceil(N / 2), 8192) for the GEMV, heads x rows for attention's
+# softmax. Above the limit both backends fold it into a 2-D grid; above its square no grid
+# holds it and the step is refused alike. Measured over 40 cases per family (seed 1), the
+# steps whose largest count falls in 5-16, and so folds under 4, are 20-51 % of the steps
+# of 12 of the 16 families (7-9 % for sigmoid, silu, silu_mul and linear_q4gsw, whose
+# families draw large or tiny counts). Under 2 more than half of the steps of 8 families
+# would be refused (counts above 4); under 8 fewer than 15 % of the steps of the add, rope,
+# rope_hf, random and linear_q4gsw families would fold. A full `parity run --profile pr`
+# folds every op with a kernel on both backends (harness/run/summary.py checks it).
+FOLD_LIMIT = 4
+
+# A fold of every op with a kernel (all but sym_size): all kernels' counts are 1-D and grow
+# with the live sizes, so each can fold. Required only of the op types a run exercised under
+# a lowered limit (harness/run/summary.py).
+_FOLD_CELLS = {op: ("fold",) for op, model in sorted(MODELS.items()) if model.kernels}
+
+PROFILES = {
+    "quick": Profile("quick", 10, derandomize=False, keep_database=True, chunk_examples=10),
+    "pr": Profile(
+        "pr",
+        30,
+        derandomize=True,
+        keep_database=False,
+        chunk_examples=15,
+        required_coverage=_FOLD_CELLS,
+        fold_every=2,
+        fold_limit=FOLD_LIMIT,
+    ),
+    "nightly": Profile(
+        "nightly",
+        400,
+        derandomize=False,
+        keep_database=True,
+        chunk_examples=50,
+        steer=True,
+        required_coverage=_CORE_CELLS | _DECODER_CELLS,
+    ),
+}
+# Where `parity run --profile nightly` keeps its example database unless told otherwise.
+DEFAULT_DATABASE_DIR = ".hypothesis/parity"
+
+
+def hypothesis_settings(
+    profile: str, *, max_examples: int | None = None, database_dir: str | None = None
+) -> settings:
+    """Hypothesis settings for a profile (optionally with another example budget)."""
+    if profile not in PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; choose from {sorted(PROFILES)}")
+    p = PROFILES[profile]
+    database = (
+        DirectoryBasedExampleDatabase(database_dir) if p.keep_database and database_dir else None
+    )
+    return settings(
+        max_examples=max_examples or p.max_examples,
+        derandomize=p.derandomize,
+        database=database,
+        deadline=None,  # pipeline creation makes first examples slow
+        print_blob=True,
+        suppress_health_check=_SLOW_OK,
+        report_multiple_bugs=True,
+    )
+
+
+def register_profiles() -> None:
+    """Register the profiles with Hypothesis under their names (for pytest)."""
+    for name in PROFILES:
+        settings.register_profile(
+            name, hypothesis_settings(name, database_dir=".hypothesis/examples")
+        )

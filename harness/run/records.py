@@ -1,0 +1,1116 @@
+"""Results as data: every file a run writes and reads, as typed records, in one place.
+
+A run folder's `cases.jsonl` is the source of truth for everything the reports show. Each
+line is one JSON object, written and flushed as soon as the case (or chunk) finishes, so a
+run that is interrupted or killed keeps every finding made so far. Two record types:
+
+- `{"record": "case", ...}`: one executed example (`CaseRecord`, built by `case_record`);
+- `{"record": "chunk", ...}`: the end of one chunk of the work plan, naming its findings
+  (`ChunkFinding`: the minimal failing cases Hypothesis shrank to) and the bundles written
+  for them (`ChunkRecord`).
+
+Next to them: `run.json` (`RunMeta`, or `MergeMeta` for a merged folder), a bundle's
+`bundle.json` (`BundleDoc`) and `summary.json` (`Summary`, built by harness.run.summary). Each
+is a dataclass here; `read_records`, `read_run_meta` and `read_bundle_doc` read them with one
+type-driven reader (`from_json`) that checks every field against its type and names what is
+wrong as `file[:line]: what`; `RecordWriter` and `write_json` write them (`plain`).
+
+Record versions: `v` 2 (this one) carries each divergence's bug key (`bug`,
+harness.check.divergence.BugKey) and a finding's `bug`; version 1 records (the `signature`
+strings `op_type|kind|blame|regime`) still read, their bug keys recomputed from the
+divergences' fields. Fields this harness does not know are not kept.
+
+Plain data only: the records are built from `Case`, `CaseResult`, `StepRecord` and
+`Divergence` and never hold harness objects, so `parity report` and `parity merge` can read
+them without a device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import platform
+import re
+import types
+import typing
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import numpy as np
+
+from harness.check.divergence import PRIORITY, BugKey, Divergence, Kind
+from harness.check.lockstep import CaseResult, StepRecord
+from harness.gen.case import Case
+from harness.run.expectations import Expectation
+from harness.run.plan import Chunk, Shard
+
+RECORD_VERSION = 2
+CASES_FILE = "cases.jsonl"
+RUN_FILE = "run.json"
+RUN_FORMAT = "parity-run/1"
+MERGE_FORMAT = "parity-merge/1"
+SUMMARY_FORMAT = "parity-summary/2"
+BUNDLE_FORMAT = "parity-bundle/2"
+# Bundle formats `read_bundle_doc` reads: /1 wrote `signatures` instead of `bug`.
+BUNDLE_FORMATS = ("parity-bundle/1", BUNDLE_FORMAT)
+
+T = TypeVar("T")
+
+
+class RecordError(ValueError):
+    """A records file that cannot be read; the message names the file and line."""
+
+
+def plain(value: Any) -> Any:
+    """`value` as JSON-safe plain data: numpy scalars and arrays, tuples, enums, dataclasses
+    (through their `to_json` when they have one), bug keys (their text form).
+
+    Non-finite floats become the strings "inf", "-inf" and "nan" (JSON has no spelling for
+    them, and CI dashboards reject Python's `NaN` token).
+    """
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, bool | None | str | int):
+        return value
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        if math.isfinite(f):
+            return f
+        return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.ndarray):
+        return plain(value.tolist())
+    if isinstance(value, BugKey):
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [plain(v) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        to_json = getattr(value, "to_json", None)
+        if callable(to_json):
+            return plain(to_json())
+        return plain({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
+    if isinstance(value, Path):
+        return str(value)
+    return str(value)
+
+
+def as_float(value: Any) -> float:
+    """Read back a float written by `plain` ("inf" and "nan" included)."""
+    if isinstance(value, str):
+        return float(value)
+    return float(value) if value is not None else float("nan")
+
+
+# ---------------------------------------------------------------------------- reading
+
+
+_NON_FINITE = ("inf", "-inf", "nan")
+_JSON_NAMES = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+    type(None): "null",
+}
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a number"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+class _Mismatch(Exception):
+    """A value of the wrong JSON type somewhere inside a field (raised to its field)."""
+
+    def __init__(self, wanted: str, value: Any, problem: str | None = None) -> None:
+        super().__init__(wanted)
+        self.wanted = wanted
+        self.value = value
+        self.problem = problem  # a message of its own (a field deeper inside), if any
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    """A record class's field types, resolved once."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def from_json(cls: type[T], data: Any, where: str = "") -> T:
+    """A `cls` dataclass from JSON data, every field checked against its type hint.
+
+    Supported hints: str, int, float (also "inf", "-inf", "nan" as `plain` writes them),
+    bool, Any, None in unions, list[X], dict[str, X], nested dataclasses and `BugKey` (its
+    text form). A field without a default is required; keys that are not fields are
+    ignored.
+
+    Raises:
+        ValueError: `field <where><name> is missing` or `field ... must be <type>, got ...`.
+    """
+    if not isinstance(data, dict):
+        name = where.rstrip(".") or "record"
+        raise ValueError(f"{name} must be a JSON object, got {_json_type(data)}")
+    hints = _hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if not f.init:
+            continue
+        if f.name not in data:
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            if required:
+                raise ValueError(f"field {where}{f.name!r} is missing")
+            continue
+        try:
+            values[f.name] = _convert(hints[f.name], data[f.name], f"{where}{f.name}.")
+        except _Mismatch as err:
+            if err.problem is not None:
+                raise ValueError(err.problem) from None
+            raise ValueError(
+                f"field {where}{f.name!r} must be {err.wanted}, got {_json_type(err.value)} "
+                f"{json.dumps(err.value)[:40]}"
+            ) from None
+    return cls(**values)
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    """`value` read as `hint`; raises _Mismatch naming the type that was wanted."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return value
+    if origin in (types.UnionType, typing.Union):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        wanted = [o for o in options if o is not type(None)]
+        for option in wanted:
+            try:
+                return _convert(option, value, where)
+            except _Mismatch as err:
+                if err.problem is not None:
+                    raise
+        names = [_wanted(o) for o in options]
+        raise _Mismatch(" or ".join(names), value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _Mismatch("a list", value)
+        (item,) = typing.get_args(hint)
+        return [_item(item, v, f"{where[:-1]}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _Mismatch("an object", value)
+        _, item = typing.get_args(hint)
+        return {str(k): _item(item, v, f"{where}{k}") for k, v in value.items()}
+    if hint is BugKey:
+        if not isinstance(value, str):
+            raise _Mismatch(_wanted(hint), value)
+        try:
+            return BugKey.parse(value)
+        except ValueError:
+            raise _Mismatch(_wanted(hint), value) from None
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise _Mismatch("an object", value)
+        try:
+            return from_json(hint, value, where)  # type: ignore[arg-type]
+        except ValueError as err:
+            raise _Mismatch("an object", value, str(err)) from None
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and value in _NON_FINITE:
+            return float(value)
+        raise _Mismatch("a number", value)
+    if hint in (str, int, bool):
+        if isinstance(value, hint) and (hint is bool or not isinstance(value, bool)):
+            return value
+        raise _Mismatch(_JSON_NAMES[hint], value)
+    raise TypeError(f"records: no JSON reading for {hint!r}")  # a bug in a record class
+
+
+def _item(hint: Any, value: Any, where: str) -> Any:
+    """An item of a list or object, whose mismatch names the item itself."""
+    try:
+        return _convert(hint, value, f"{where}.")
+    except _Mismatch as err:
+        if err.problem is not None:
+            raise
+        raise _Mismatch(
+            err.wanted,
+            value,
+            f"field {where} must be {err.wanted}, got {_json_type(value)} {json.dumps(value)[:40]}",
+        ) from None
+
+
+def _wanted(hint: Any) -> str:
+    if hint is BugKey:
+        return "a bug key op_type|kind|blame[|band]"
+    if typing.get_origin(hint) is list:
+        return "a list"
+    if typing.get_origin(hint) is dict or dataclasses.is_dataclass(hint):
+        return "an object"
+    return _JSON_NAMES.get(hint, str(hint))
+
+
+# ---------------------------------------------------------------------------- case records
+
+
+@dataclass
+class DivergenceRecord:
+    """One divergence as recorded (`Divergence.to_json()` plus what the run adds).
+
+    Attributes:
+        kind, blame, step, message, op, tensor, factor, details: as `Divergence`'s.
+        expected: the id of the expectation it matched (None: unexpected, or not matched
+            yet: a step of the timeline).
+        op_type: the op's type (`-` when it is about no op).
+        regime: the shape regime it showed in (the harness's own, else `regime_of`).
+    """
+
+    kind: str
+    blame: str
+    step: int
+    expected: str | None = None
+    message: str = ""
+    op: str | None = None
+    op_type: str = "-"
+    tensor: str | None = None
+    factor: float | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    regime: str = ""
+
+    @property
+    def bug(self) -> BugKey:
+        """Its bug key (harness.check.divergence.BugKey)."""
+        return BugKey.of(self.kind, self.op_type, self.blame, self.factor)
+
+    def to_json(self) -> dict[str, Any]:
+        """The record, with its bug key's text form."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return data | {"bug": str(self.bug)}
+
+
+_KINDS = {k.value for k in Kind}
+
+
+def _rank(d: DivergenceRecord) -> tuple[int, int]:
+    """How a divergence ranks for the case's primary one (harness.check.divergence.primary)."""
+    kind = Kind(d.kind) if d.kind in _KINDS else None
+    return (d.step, PRIORITY[kind] if kind is not None else len(PRIORITY))
+
+
+def primary_bug(divergences: Sequence[DivergenceRecord]) -> BugKey | None:
+    """The bug key a case stands for: that of its primary unexpected divergence (earliest
+    step, most fundamental class, first op), else of its primary known one; the key the
+    search raised for it (harness.run.session), so the key its finding is named by."""
+    pool = [d for d in divergences if d.expected is None] or list(divergences)
+    return min(pool, key=_rank).bug if pool else None
+
+
+@dataclass
+class LoggedDispatch:
+    """One entry of a dispatch log, as the contract model predicted it or a backend ran it.
+
+    Attributes:
+        wg: workgroup size; `count`: logical workgroup count; `ran`: not skipped.
+        grid: the physical grid a backend handed the API (None for the model's).
+    """
+
+    op: str
+    kernel: str
+    wg: list[int]
+    count: list[int]
+    ran: bool
+    grid: list[int] | None = None
+
+    def logical(self) -> tuple[str, tuple[int, ...], tuple[int, ...], bool]:
+        """What must match across the backends and the model."""
+        return (self.kernel, tuple(self.wg), tuple(self.count), self.ran)
+
+
+@dataclass
+class Observed:
+    """What the contract model expected, or one backend reported, in one step.
+
+    Attributes:
+        error: the error it raised (or the model expects), `Class: message`.
+        cur_dims: every tensor's live dims after the step.
+        utilization: error/budget per compared tensor (`op:tensor`, `out:tensor`).
+    """
+
+    error: str | None = None
+    cur_dims: dict[str, list[int]] = field(default_factory=dict)
+    dispatches: list[LoggedDispatch] = field(default_factory=list)
+    utilization: dict[str, float] = field(default_factory=dict)
+    validation_messages: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TimelineStep:
+    """One step of a divergent case's timeline (harness.check.lockstep.StepRecord as recorded).
+
+    Attributes:
+        inputs: each input's live dims (tensors) or value (SymInts).
+        model: the contract model's expectation; `backends`: what each backend reported.
+        divergences: the divergences of this step.
+    """
+
+    index: int
+    inputs: dict[str, Any] = field(default_factory=dict)
+    model: Observed = field(default_factory=Observed)
+    backends: dict[str, Observed] = field(default_factory=dict)
+    divergences: list[DivergenceRecord] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, step: StepRecord, case: Case) -> TimelineStep:
+        """The timeline entry of a step the lockstep runner recorded."""
+        return cls(
+            index=step.index,
+            inputs=dict(step.inputs),
+            model=Observed(
+                error=step.expected_error,
+                cur_dims=dict(step.expected_cur_dims),
+                dispatches=[LoggedDispatch(**d) for d in step.expected_dispatches],
+            ),
+            backends={
+                name: Observed(
+                    error=b.error,
+                    cur_dims=dict(b.cur_dims),
+                    dispatches=[LoggedDispatch(**d) for d in b.dispatches],
+                    utilization=dict(b.utilization),
+                    validation_messages=list(b.validation_messages),
+                )
+                for name, b in step.backends.items()
+            },
+            divergences=[divergence_record(d, case) for d in step.divergences],
+        )
+
+
+@dataclass
+class CaseRecord:
+    """One executed case (a line `{"record": "case", ...}` of cases.jsonl).
+
+    Attributes:
+        chunk: the work-plan chunk it belongs to (`family/index`).
+        family: its case family.
+        seq: its position among the chunk's examples.
+        case_id: the content hash of the case (`case_id`).
+        ops: the op types of its graph.
+        step_shapes: per step, each input's live dims (tensors) or value (SymInts).
+        steps: its number of steps.
+        unexpected: how many of its divergences no expectation matched.
+        divergences: what the oracles found.
+        timeline: for a divergent case, every step's observables: what a failure page
+            shows before any bundle exists.
+        repeatability: `harness.check.repeatability.Repeatability.to_json()` when classified.
+        provisional_bundle: `bundles/<id>` of the provisional bundle of its bug in its
+            chunk, on the first divergent case of each bug.
+        source: the shard it came from, in a merged folder.
+    """
+
+    chunk: str
+    family: str
+    seq: int
+    case_id: str
+    ops: list[str]
+    step_shapes: list[dict[str, Any]]
+    steps: int
+    unexpected: int
+    divergences: list[DivergenceRecord]
+    name: str = "case"
+    meta: dict[str, Any] = field(default_factory=dict)
+    max_utilization: float = 0.0
+    duration_s: float = 0.0
+    coverage: dict[str, Any] = field(default_factory=dict)
+    first_divergent: dict[str, Any] | None = None
+    timeline: list[TimelineStep] = field(default_factory=list)
+    repeatability: dict[str, Any] | None = None
+    max_workgroups_per_dim: int | None = None
+    shard: str | None = None
+    provisional_bundle: str | None = None
+    source: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """No divergence at all."""
+        return not self.divergences
+
+    @property
+    def bug(self) -> BugKey | None:
+        """The bug the case stands for (`primary_bug`), None when it is clean."""
+        return primary_bug(self.divergences)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSONL line's object."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data |= {"ok": self.ok, "bug": self.bug}
+        return {"record": "case", "v": RECORD_VERSION, **data}
+
+
+@dataclass
+class ChunkFinding:
+    """One finding of a chunk: a minimal failing case and its bug.
+
+    Attributes:
+        bug: the bug key it was shrunk by (None in version 1 records: then the case
+            record's `bug`).
+        bundle: `bundles/<finding id>` (None when it could not be written).
+        shrunk: Hypothesis finished shrinking it.
+        repeatability: its repeatability class.
+    """
+
+    case_id: str
+    unexpected: int
+    bundle: str | None
+    seq: int = 0
+    shrunk: bool = False
+    bug: BugKey | None = None
+    repeatability: str | None = None
+
+
+@dataclass
+class ChunkRecord:
+    """The end of one chunk (a line `{"record": "chunk", ...}` of cases.jsonl).
+
+    Attributes:
+        status: complete, time_budget, interrupted, error or skipped.
+        reason: why it stopped or was skipped.
+        cases: examples it ran.
+        findings: its minimal failing cases.
+    """
+
+    chunk: str
+    status: str
+    findings: list[ChunkFinding]
+    family: str = ""
+    index: int = 0
+    seed: int = 0
+    max_examples: int = 0
+    max_workgroups_per_dim: int | None = None
+    shard: str | None = None
+    reason: str | None = None
+    cases: int = 0
+    duration_s: float = 0.0
+    source: int = 0
+
+    def __post_init__(self) -> None:
+        self.family = self.family or self.chunk.rsplit("/", 1)[0]
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSONL line's object."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {"record": "chunk", "v": RECORD_VERSION, **data}
+
+
+Record = CaseRecord | ChunkRecord
+
+
+def divergence_record(d: Divergence, case: Case, expected: str | None = None) -> DivergenceRecord:
+    """A divergence as recorded, with its op type and regime added.
+
+    A regime the harness recorded itself (a `regime` detail) wins over the coarse one
+    computed here.
+    """
+    data = plain(d.to_json())
+    regime = data.get("details", {}).get("regime") or regime_of(case, d.step)
+    return DivergenceRecord(
+        kind=str(data["kind"]),
+        blame=str(d.blame),
+        step=d.step,
+        expected=expected,
+        message=d.message,
+        op=d.op,
+        op_type=op_types(case).get(d.op or "", d.op or "-"),
+        tensor=d.tensor,
+        factor=d.factor,
+        details=data.get("details", {}),
+        regime=str(regime),
+    )
+
+
+def case_record(
+    case: Case,
+    result: CaseResult,
+    *,
+    chunk: str,
+    family: str,
+    seq: int,
+    expected: Mapping[int, str | None] | None = None,
+) -> CaseRecord:
+    """The record of one executed case.
+
+    Args:
+        chunk: the work-plan chunk it belongs to (`family/index`).
+        seq: its position among the chunk's examples.
+        expected: divergence index -> id of the expectation it matched (None: unexpected).
+    """
+    expected = expected or {}
+    divergences = [
+        divergence_record(d, case, expected.get(i)) for i, d in enumerate(result.divergences)
+    ]
+    first = result.first_divergence()
+    return CaseRecord(
+        chunk=chunk,
+        family=family,
+        seq=seq,
+        case_id=case_id(case),
+        name=case.name,
+        meta=plain(case.meta),
+        ops=sorted(set(op_types(case).values())),
+        step_shapes=case.step_shapes(),
+        steps=len(case.steps),
+        unexpected=sum(1 for d in divergences if d.expected is None),
+        max_utilization=result.max_utilization,
+        duration_s=round(result.duration_s, 4),
+        divergences=divergences,
+        coverage=result.coverage.to_json(),
+        first_divergent=plain(first) if first is not None else None,
+        # The full timeline only for divergent cases: it is what a failure page shows, and a
+        # killed run must be able to show it before any bundle exists.
+        timeline=[TimelineStep.of(s, case) for s in result.steps] if divergences else [],
+    )
+
+
+def case_id(case: Case) -> str:
+    """A content hash of a case: graph, constants and every step's inputs (12 hex digits).
+
+    The same draw gives the same id in any process, which is how sharded and unsharded runs
+    are compared case by case.
+    """
+    h = hashlib.sha256()
+    h.update(json.dumps(case.graph.to_json(), sort_keys=True).encode())
+    for name in sorted(case.graph.constants):
+        array = np.ascontiguousarray(case.graph.constants[name])
+        h.update(f"{name}:{array.dtype}:{array.shape}".encode())
+        h.update(array.tobytes())
+    for i, step in enumerate(case.steps):
+        for name in sorted(step):
+            value = step[name]
+            if isinstance(value, np.ndarray):
+                array = np.ascontiguousarray(value)
+                h.update(f"{i}/{name}:{array.dtype}:{array.shape}".encode())
+                h.update(array.tobytes())
+            else:
+                h.update(f"{i}/{name}={int(value)}".encode())
+    return h.hexdigest()[:12]
+
+
+def op_types(case: Case) -> dict[str, str]:
+    """Op node name -> op type (e.g. "rms_norm_1" -> "rms_norm")."""
+    return {node.name: node.op for node in case.graph.ops}
+
+
+def regime_of(case: Case, step: int) -> str:
+    """A coarse shape regime of a step, for grouping failures when the harness records none.
+
+    The live row count (product of the leading dims) of the first tensor input against its
+    maximum: "rows=1", "rows=max" or "rows<max"; "load" for a load-time divergence.
+    """
+    if step < 0 or step >= len(case.steps):
+        return "load"
+    for name in case.graph.inputs:
+        value = case.steps[step].get(name)
+        if isinstance(value, np.ndarray):
+            live = math.prod(value.shape[:-1]) if value.ndim > 1 else value.shape[0]
+            dims = case.graph.tensor(name).dims
+            top = math.prod(dims[:-1]) if len(dims) > 1 else dims[0]
+            if live == 1:
+                return "rows=1"
+            return "rows=max" if live == top else "rows<max"
+    return "scalars"
+
+
+class RecordWriter:
+    """Appends records to `cases.jsonl`, one line each, flushed at once.
+
+    Flushing hands each line to the OS, so it survives the process being killed (SIGKILL
+    included); only a crash of the machine itself could lose the last lines.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[str] = path.open("a", encoding="utf-8")
+
+    def write(self, record: Record) -> None:
+        """Write one record as one line."""
+        self._file.write(json.dumps(plain(record), separators=(",", ":")) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        """Close the file (idempotent)."""
+        if not self._file.closed:
+            self._file.close()
+
+
+def read_records(path: Path) -> Iterator[Record]:
+    """The records of a `cases.jsonl`, in order.
+
+    A last line without its newline is what a killed run leaves mid-write: it is skipped.
+    Any other line that is not a well-formed record is an error.
+
+    Raises:
+        RecordError: naming the file, the line number and what is wrong.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise RecordError(f"{path}: cannot be read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise RecordError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    lines = text.split("\n")
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError as err:
+            if number == len(lines):  # no newline after it: cut short by a kill
+                return
+            raise RecordError(
+                f"{path}:{number}: corrupt record: expected one JSON object per line, "
+                f"got invalid JSON ({err.msg} at column {err.colno})"
+            ) from None
+        if not isinstance(data, dict) or data.get("record") not in ("case", "chunk"):
+            raise RecordError(
+                f'{path}:{number}: expected a JSON object with "record": "case" or '
+                f'"chunk", got {type(data).__name__} {str(data)[:60]!r}'
+            )
+        try:
+            yield record_from_json(data)
+        except ValueError as err:
+            raise RecordError(f"{path}:{number}: {data['record']} record: {err}") from None
+
+
+def record_from_json(data: Mapping[str, Any]) -> Record:
+    """A case or chunk record from its JSON object (any record version).
+
+    Raises:
+        ValueError: a missing or mistyped field, or a name that would leave the run folder
+            as a path; the message says which.
+    """
+    record: Record
+    if data.get("record") == "case":
+        record = from_json(CaseRecord, data)
+        problem = _name_problem("case_id", record.case_id, _PLAIN_NAME)
+        if problem is None and record.provisional_bundle is not None:
+            problem = _name_problem("provisional_bundle", record.provisional_bundle, _BUNDLE)
+    else:
+        record = from_json(ChunkRecord, data)
+        problem = None
+        for i, f in enumerate(record.findings):
+            where = f"findings[{i}]."
+            if problem is None and f.bundle is not None:
+                problem = _name_problem(f"{where}bundle", f.bundle, _BUNDLE)
+            if problem is None:
+                problem = _name_problem(f"{where}case_id", f.case_id, _PLAIN_NAME)
+    problem = problem or _name_problem("chunk", record.chunk, _CHUNK_ID)
+    if problem is not None:
+        raise ValueError(problem)
+    return record
+
+
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+_CHUNK_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*/[0-9]+")
+_BUNDLE = re.compile(r"bundles/[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _name_problem(field_name: str, value: str, pattern: re.Pattern[str]) -> str | None:
+    """What is wrong with a name that becomes a path in the run folder, if anything."""
+    if pattern.fullmatch(value) and ".." not in value:
+        return None
+    return (
+        f"field {field_name!r} = {value!r} is not a plain name (letters, digits, '_', '-', "
+        "'.'; no path separators): it names files in the run folder"
+    )
+
+
+# ---------------------------------------------------------------------------- run.json
+
+
+@dataclass
+class Budgets:
+    """A run's search budget (per family)."""
+
+    max_examples: int = 0
+    chunk_examples: int = 0
+    time_budget_s: float | None = None
+
+
+@dataclass
+class RunMeta:
+    """`run.json` of one run (shard), written by `parity run` when it starts and again when
+    it ends (`status`, `exit_status`, `stop_reason`, `errors`, `duration_s`, `finished`).
+
+    Attributes:
+        status: `running` until the run is finalized (a killed run stays so).
+        plan: every chunk of the run's plan; `chunks`: the ids of this shard's.
+        adapters: per backend, the runtime's `info()`.
+        sources: hashes of the code the run ran (harness.run.bundle.source_digests).
+        expectations: the known divergences it ran with.
+    """
+
+    format: str = RUN_FORMAT
+    note: str = ""
+    status: str = "running"
+    command: str = ""
+    profile: str = ""
+    seed: int = 0
+    families: list[str] = field(default_factory=list)
+    budgets: Budgets = field(default_factory=Budgets)
+    max_workgroups_per_dim: int | None = None
+    database: str | None = None
+    shard: Shard = field(default_factory=Shard)
+    plan: list[Chunk] = field(default_factory=list)
+    plan_digest: str = ""
+    chunks: list[str] = field(default_factory=list)
+    adapters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    git: str | None = None
+    sources: dict[str, Any] = field(default_factory=dict)
+    shader_dirs: dict[str, str] = field(default_factory=dict)
+    shader_overrides: dict[str, str] = field(default_factory=dict)
+    expectations: list[Expectation] = field(default_factory=list)
+    expectations_file: str | None = None
+    started: str | None = None
+    duration_s: float | None = None
+    exit_status: int | None = None
+    stop_reason: str | None = None
+    errors: list[str] = field(default_factory=list)
+    finished: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """run.json's object (expectations as `Expectations.to_json` writes them)."""
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        data["expectations"] = [e.to_json() for e in self.expectations]
+        return data
+
+
+@dataclass
+class MergeMeta:
+    """`run.json` of a folder written by `parity merge`: every shard's run.json, in order
+    (its records carry their shard's position as `source`)."""
+
+    runs: list[RunMeta]
+    sources: list[str] = field(default_factory=list)
+    format: str = MERGE_FORMAT
+    note: str = "written by `parity merge`; cases.jsonl records carry their shard as 'source'"
+
+
+def read_run_meta(path: Path) -> RunMeta | MergeMeta:
+    """A run folder's run.json: a run's (`RunMeta`) or a merge's (`MergeMeta`).
+
+    Raises:
+        RecordError: missing, not JSON, or not a run description; naming the file.
+    """
+    doc = read_json(path, "run description written by `parity run`")
+    try:
+        if doc.get("format") == MERGE_FORMAT:
+            return from_json(MergeMeta, doc)
+        if "plan" not in doc:
+            raise ValueError("not a parity run description (no 'plan')")
+        return from_json(RunMeta, doc)
+    except ValueError as err:
+        raise RecordError(f"{path}: {err}") from None
+
+
+# ---------------------------------------------------------------------------- bundle.json
+
+
+@dataclass
+class BundleRun:
+    """What a bundle keeps of the run that found it: enough to search its chunk again and
+    to say where it was found."""
+
+    seed: int = 0
+    profile: str = ""
+    families: list[str] = field(default_factory=list)
+    budgets: Budgets = field(default_factory=Budgets)
+    shard: Shard = field(default_factory=Shard)
+    adapters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
+    git: str | None = None
+    shader_dirs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class BundleDoc:
+    """A bundle's `bundle.json` (see harness.run.bundle for the folder around it).
+
+    Attributes:
+        id: the finding id (the folder's name).
+        bug: the bug key it was found with (computed from `divergences` for a bundle of
+            format /1, which recorded `signatures` instead).
+        divergences: the divergences of its case.
+        utilization: per step and backend, the error/budget of every compared tensor.
+        evidence: the worst element of each diverging tensor (harness.run.bundle).
+        run: what it keeps of the run that found it.
+        sources: hashes of the code it was found with.
+        shaders: relative path -> sha256 of every shader it holds.
+        commands: replay commands, run from the run folder.
+    """
+
+    format: str
+    id: str = ""
+    case_id: str | None = None
+    family: str | None = None
+    chunk: str | None = None
+    shrunk: bool = True
+    provisional: bool = False
+    bug: BugKey | None = None
+    divergences: list[DivergenceRecord] = field(default_factory=list)
+    max_utilization: float | None = None
+    utilization: dict[str, Any] = field(default_factory=dict)
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    step_shapes: list[dict[str, Any]] | None = None
+    max_workgroups_per_dim: int | None = None
+    repeatability: dict[str, Any] | None = None
+    first_divergent: dict[str, Any] | None = None
+    run: BundleRun = field(default_factory=BundleRun)
+    sources: dict[str, Any] = field(default_factory=dict)
+    chunk_seed: int | None = None
+    shaders: dict[str, str] = field(default_factory=dict)
+    commands_cwd: str = ""
+    commands: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.bug is None:
+            self.bug = primary_bug(self.divergences)
+
+
+def read_bundle_doc(path: Path) -> BundleDoc:
+    """A bundle.json (either bundle format).
+
+    Raises:
+        RecordError: missing, not JSON, or malformed; naming the file.
+    """
+    doc = read_json(path, "bundle description")
+    if doc.get("format") not in BUNDLE_FORMATS:
+        raise RecordError(
+            f"{path}: format must be one of {list(BUNDLE_FORMATS)}, got {doc.get('format')!r}"
+        )
+    limit = doc.get("max_workgroups_per_dim")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise RecordError(
+            f"{path}: max_workgroups_per_dim must be a positive integer or null, got {limit!r}"
+        )
+    try:
+        return from_json(BundleDoc, doc)
+    except ValueError as err:
+        raise RecordError(f"{path}: {err}") from None
+
+
+# ---------------------------------------------------------------------------- summary.json
+
+
+@dataclass
+class Totals:
+    """The counts every summary line prints (harness.run.findings.totals_text) and more.
+
+    A case is a distinct case id per device, however many times the search ran it; a
+    divergence one failed check of one step; a finding a distinct minimal case and bug.
+    """
+
+    cases: int = 0
+    steps: int = 0
+    divergent_cases: int = 0
+    unexpected_cases: int = 0
+    known_cases: int = 0
+    divergences: int = 0
+    findings: int = 0
+    unexpected_findings: int = 0
+    bugs: int = 0  # groups in `Summary.bugs`
+    max_utilization: float = 0.0
+
+
+@dataclass
+class Stats:
+    """Counts of the cases of one family or one op type."""
+
+    cases: int = 0
+    steps: int = 0
+    divergent_cases: int = 0
+    unexpected_cases: int = 0
+    known_cases: int = 0
+    max_utilization: float = 0.0
+    divergences: dict[str, int] = field(default_factory=dict)  # by class
+    chunks: dict[str, int] | None = None  # families: chunks by status
+
+
+@dataclass
+class BugGroup:
+    """The divergences of one bug (and one expectation, or none): the report's grouping.
+
+    Attributes:
+        regimes: the shape regimes it showed in.
+        cases: divergent cases that showed it; `divergences`: every occurrence.
+        findings: how many findings stand for it, with their ids in `failures`.
+        example: one occurrence's message.
+    """
+
+    bug: BugKey
+    expected: str | None = None
+    regimes: list[str] = field(default_factory=list)
+    cases: int = 0
+    divergences: int = 0
+    findings: int = 0
+    example: str = ""
+    failures: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Finding:
+    """A finding of the summary: one minimal case and its bug, on one device, with every
+    chunk that found it (harness.run.findings).
+
+    Attributes:
+        id: its name (`finding_id`; suffixed `-s<source>` for another device of a merge).
+        source, sources: the shard of its first chunk, and of every chunk.
+        chunk, chunks: its first chunk, and every chunk that found it.
+        provisional: from a chunk that never ended (a killed run).
+        known: ids of the expectations its case's divergences matched.
+    """
+
+    id: str
+    bug: BugKey
+    case_id: str
+    chunk: str
+    family: str
+    device: str
+    source: int = 0
+    chunks: list[str] = field(default_factory=list)
+    sources: list[int] = field(default_factory=list)
+    bundle: str | None = None
+    shrunk: bool = False
+    provisional: bool = False
+    repeatability: str | None = None
+    unexpected: int = 0
+    known: list[str] = field(default_factory=list)
+    steps: int | None = None
+    step_shapes: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class RunLine:
+    """One shard's run, as the summary lists it."""
+
+    shard: str
+    device: str
+    status: str
+    exit_status: int | None = None  # the run process's own, once finalized
+    stop_reason: str | None = None
+    errors: list[str] = field(default_factory=list)
+    duration_s: float | None = None
+    started: str | None = None
+    git: str | None = None
+    shader_overrides: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ExpectationStatus:
+    """An expectation entry and what the run made of it: `matched`, `stale`,
+    `not_applicable` or `not_exercised`, with its number of matches."""
+
+    entry: Expectation
+    matches: int
+    status: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry's fields, with `matches` and `status`."""
+        return self.entry.to_json() | {"matches": self.matches, "status": self.status}
+
+
+@dataclass
+class Summary:
+    """`summary.json` (see harness.run.summary for how each part is counted)."""
+
+    status: str
+    complete: bool
+    exit_status: int
+    totals: Totals
+    format: str = SUMMARY_FORMAT
+    note: str = "internal to the parity harness; rebuilt by `parity report` from cases.jsonl"
+    merged: bool = False
+    profile: str | None = None
+    seed: int | None = None
+    families: list[str] = field(default_factory=list)
+    budgets: Budgets = field(default_factory=Budgets)
+    shards: list[str] = field(default_factory=list)
+    runs: list[RunLine] = field(default_factory=list)
+    adapters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    adapter_sets: list[dict[str, dict[str, Any]]] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    duration_s: float = 0.0
+    per_family: dict[str, Stats] = field(default_factory=dict)
+    per_op: dict[str, Stats] = field(default_factory=dict)
+    coverage: dict[str, Any] = field(default_factory=dict)
+    coverage_required: dict[str, list[str]] = field(default_factory=dict)
+    coverage_checked: bool = False
+    coverage_missing: list[list[str]] = field(default_factory=list)
+    bugs: list[BugGroup] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    expectations: list[ExpectationStatus] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def versions() -> dict[str, str]:
+    """Versions of everything that changes results: Python, wgpu, vulkan, hypothesis, numpy."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version()}
+    for dist in ("wgpu", "vulkan", "hypothesis", "numpy", "jinja2", "vulkan-parity"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object from `path`.
+
+    Raises:
+        RecordError: naming the file and what was expected.
+    """
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecordError(f"{path}: missing: expected the {what} here") from None
+    except OSError as err:
+        raise RecordError(f"{path}: cannot be read: {err.strerror or err}") from None
+    except json.JSONDecodeError as err:
+        raise RecordError(
+            f"{path}: not valid JSON ({err.msg} at line {err.lineno}); expected the {what}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise RecordError(f"{path}: expected a JSON object ({what}), got {type(doc).__name__}")
+    return doc
+
+
+def write_json(path: Path, doc: Any) -> Path:
+    """Write `doc` (a record, or anything `plain` takes) as indented JSON, atomically (a
+    reader never sees half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(plain(doc), indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,486 @@
+"""The static HTML report of a run folder, rebuilt from its records at any time.
+
+`render_report(run_dir)` reads `run.json` and `cases.jsonl` (and the bundles), writes
+`summary.json` and `junit.xml`, and renders a static, offline site:
+
+- `index.html`: totals, adapters and versions, families and ops, the coverage matrix,
+  failures grouped by bug key, findings, known-divergence expectations (stale ones
+  flagged). It holds aggregates only, so it stays small with thousands of cases.
+- `failures/<id>.html`: one page per finding (harness.run.findings: a minimal case and its
+  bug, with every chunk that found it): divergences, first divergent op, nondeterminism
+  class (the bundle's re-runs), the values at the worst element of each diverging tensor
+  (the op's inputs around it, each backend's output, the float64 reference, the budget),
+  the step timeline (WebGPU, Vulkan and the contract model side by side, mismatches
+  highlighted), error heatmaps, the slack canary map, replay commands (run from the run
+  folder, so they stay right wherever the folder is published).
+- `cases/page-<n>.html`: every case, `CASES_PER_PAGE` per page.
+
+Pages are opened on demand, one file each; CSS and the small filter script are inline, so a
+page survives being copied out of CI on its own. Every name and message is escaped.
+"""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from jinja2 import Environment, PackageLoader
+
+from harness.run.records import (
+    CASES_FILE,
+    RUN_FILE,
+    BundleDoc,
+    CaseRecord,
+    DivergenceRecord,
+    Finding,
+    LoggedDispatch,
+    MergeMeta,
+    Record,
+    RecordError,
+    RunMeta,
+    Summary,
+    TimelineStep,
+    as_float,
+    read_bundle_doc,
+    read_records,
+    read_run_meta,
+    write_json,
+)
+from harness.run.report import images
+from harness.run.summary import distinct_cases, junit_xml, summarize
+
+CASES_PER_PAGE = 200
+
+_ENV = Environment(
+    loader=PackageLoader("harness.run.report", "templates"),
+    autoescape=True,  # every template is HTML; names and messages come from the records
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    try:
+        f = as_float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if f != f:
+        return "NaN"
+    if f in (float("inf"), float("-inf")):
+        return "∞" if f > 0 else "-∞"
+    return f"{f:.{digits}g}"
+
+
+def _dims(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return str(value)
+
+
+_ENV.filters["fmt"] = _fmt
+_ENV.filters["value"] = lambda v: _fmt(v, 7)
+_ENV.filters["over_budget"] = lambda v: not as_float(v) <= 1.0  # NaN is over
+_ENV.filters["dims"] = _dims
+_ENV.filters["slug"] = lambda s: "".join(c if c.isalnum() else "-" for c in str(s))
+
+
+@dataclass
+class RunData:
+    """A run folder read back: each shard's run.json and records."""
+
+    path: Path
+    runs: list[RunMeta]
+    records: list[list[Record]]
+    merged: bool = False
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run (or merged) folder.
+
+    Raises:
+        RecordError: the folder, run.json or cases.jsonl is missing or corrupt; the message
+            names the file (and line).
+    """
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise RecordError(f"{path}: no such run folder (expected a folder with {RUN_FILE})")
+    meta = read_run_meta(path / RUN_FILE)
+    cases_path = path / CASES_FILE
+    records = list(read_records(cases_path)) if cases_path.exists() else []
+    if isinstance(meta, MergeMeta):
+        split: list[list[Record]] = [[] for _ in meta.runs]
+        for r in records:
+            if not 0 <= r.source < len(meta.runs):
+                raise RecordError(
+                    f"{cases_path}: record names shard source {r.source}, but {RUN_FILE} lists "
+                    f"{len(meta.runs)} shards"
+                )
+            split[r.source].append(r)
+        return RunData(path, meta.runs, split, merged=True)
+    return RunData(path, [meta], [records])
+
+
+def render_report(run_dir: str | Path, exit_status: int | None = None) -> Summary:
+    """Rebuild summary.json, junit.xml and the HTML site of a run folder; returns the summary.
+
+    Args:
+        exit_status: the exit status of the process writing the report, when it knows it
+            better than the records (`parity run`: from its own tallies, 130 when
+            interrupted, 3 on an internal error); default: the records' verdict (0 or 1).
+
+    Raises:
+        RecordError: see `load_run`.
+    """
+    data = load_run(run_dir)
+    summary = summarize(data.runs, data.records)
+    summary.merged = data.merged
+    if exit_status is not None:
+        summary.exit_status = int(exit_status)
+    for f in summary.findings:
+        if f.bundle and not (data.path / f.bundle / "bundle.json").is_file():
+            f.bundle = None  # a provisional bundle that a kill cut short
+    out = data.path
+    write_json(out / "summary.json", summary)
+    (out / "junit.xml").write_text(junit_xml(summary, data.records), encoding="utf-8")
+    write_site(data, summary)
+    return summary
+
+
+def write_site(data: RunData, summary: Summary) -> None:
+    """Render index, failure and case pages into the run folder."""
+    out = data.path
+    if (out / "cases").is_dir():
+        shutil.rmtree(out / "cases")
+    (out / "cases").mkdir()
+    failures = out / "failures"
+    if failures.is_dir():
+        for page in failures.iterdir():
+            # A page whose bundle exists stays, even if these records no longer name it.
+            if not (out / "bundles" / page.stem).is_dir():
+                page.unlink()
+    failures.mkdir(exist_ok=True)
+    cases = distinct_cases(data.runs, data.records)
+    by_chunk = {
+        (source, r.chunk, r.case_id): r
+        for source, recs in enumerate(data.records)
+        for r in recs
+        if isinstance(r, CaseRecord)
+    }
+    finding_of: dict[tuple[str, str], list[str]] = {}
+    for f in summary.findings:
+        finding_of.setdefault((f.device, f.case_id), []).append(f.id)
+    pages = max(1, -(-len(cases) // CASES_PER_PAGE))
+    index = _ENV.get_template("index.html.j2").render(
+        s=summary, case_pages=pages, commands=_run_commands(summary)
+    )
+    (out / "index.html").write_text(index, encoding="utf-8")
+    for f in summary.findings:
+        record = by_chunk.get((f.source, f.chunk, f.case_id))
+        html = _failure_page(data, summary, f, record)
+        (out / "failures" / f"{f.id}.html").write_text(html, encoding="utf-8")
+    for number in range(pages):
+        rows = cases[number * CASES_PER_PAGE : (number + 1) * CASES_PER_PAGE]
+        html = _ENV.get_template("cases.html.j2").render(
+            s=summary, rows=rows, page=number + 1, pages=pages, finding_of=finding_of
+        )
+        (out / "cases" / f"page-{number + 1}.html").write_text(html, encoding="utf-8")
+
+
+# Where the commands on the pages and in bundle READMEs run: their paths are relative to it,
+# so they stay right wherever CI publishes the folder.
+COMMANDS_CWD = "the run folder (the folder that holds this report's index.html and bundles/)"
+
+
+def _run_commands(summary: Summary) -> list[str]:
+    budgets = summary.budgets
+    base = (
+        f"parity run --families {','.join(summary.families)} "
+        f"--profile {summary.profile} --seed {summary.seed} "
+        f"--max-examples {budgets.max_examples} "
+        f"--chunk-examples {budgets.chunk_examples} --out rerun"
+    )
+    return ["cd <run folder>", base, "parity report ."]
+
+
+# ---------------------------------------------------------------------------- failure page
+
+
+def _evidence(path: Path) -> dict[str, np.ndarray]:
+    """A bundle's evidence arrays.
+
+    Raises:
+        RecordError: the archive is truncated or damaged.
+    """
+    try:
+        # Our own handle: np.load leaks its own when the archive is damaged.
+        with path.open("rb") as handle, np.load(handle, allow_pickle=False) as npz:
+            return {k: npz[k] for k in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        raise RecordError(
+            f"{path}: not a readable .npz of evidence arrays (truncated or damaged?): "
+            f"{type(err).__name__}: {err}"
+        ) from None
+
+
+def _failure_page(
+    data: RunData,
+    summary: Summary,
+    finding: Finding,
+    record: CaseRecord | None,
+) -> str:
+    bundle_doc: BundleDoc | None = None
+    arrays: dict[str, np.ndarray] = {}
+    bundle_dir = data.path / finding.bundle if finding.bundle else None
+    if bundle_dir is not None and (bundle_dir / "bundle.json").exists():
+        try:
+            bundle_doc = read_bundle_doc(bundle_dir / "bundle.json")
+        except RecordError:
+            bundle_doc = None
+        if (bundle_dir / "arrays.npz").exists():
+            arrays = _evidence(bundle_dir / "arrays.npz")
+    divergences = list(record.divergences) if record is not None else []
+    timeline = [_step_view(s) for s in record.timeline] if record is not None else []
+    bundle_rel = f"../{finding.bundle}" if finding.bundle else None
+    bundle_files = []
+    if bundle_dir is not None:
+        for name in (
+            "bundle.json",
+            "README.md",
+            "timeline.json",
+            "case/case.json",
+            "case/graph.json",
+        ):
+            if (bundle_dir / name).exists():
+                bundle_files.append(name)
+    commands = []
+    if finding.bundle:
+        # Relative to the run folder, never to where the report was rendered.
+        b = finding.bundle
+        commands = [
+            f"parity replay {b}",
+            f"parity replay {b} --shaders worktree",
+            f"parity regress {b}",
+        ]
+    if bundle_doc is not None:
+        commands += [c for c in bundle_doc.commands if c.startswith("parity run")]
+    # The bundle re-ran the case to classify it; the case record predates that.
+    from_bundle = bundle_doc.repeatability if bundle_doc is not None else None
+    repeatability = from_bundle or (record.repeatability if record is not None else None)
+    repeat_source = "the bundle's re-runs" if from_bundle else "the run"
+    if not repeatability and finding.repeatability:
+        repeatability = {"class": finding.repeatability}
+    return _ENV.get_template("failure.html.j2").render(
+        s=summary,
+        f=finding,
+        r=record,
+        divergences=divergences,
+        first=_first_divergent(record, divergences) if record is not None else None,
+        repeatability=repeatability,
+        repeat_source=repeat_source,
+        timeline=timeline,
+        elements=[_element_view(e) for e in (bundle_doc.evidence if bundle_doc else [])],
+        heatmaps=_heatmaps(arrays),
+        canaries=_canaries(arrays, divergences),
+        bundle=bundle_doc,
+        bundle_rel=bundle_rel,
+        bundle_files=bundle_files,
+        commands=commands,
+        commands_cwd=COMMANDS_CWD,
+        adapters=data.runs[finding.source].adapters,
+    )
+
+
+def _element_view(element: Mapping[str, Any]) -> dict[str, Any]:
+    """A worst element of bundle.json's `evidence` for the page: backends in report order,
+    and one row per input, or one per backend where the backends' inputs differ."""
+    order = {b: i for i, b in enumerate(("webgpu", "vulkan"))}
+    backends = sorted(element.get("backends", {}).items(), key=lambda kv: order.get(kv[0], 9))
+    inputs: list[dict[str, Any]] = []
+    slots = [i["slot"] for _, b in backends for i in b.get("inputs", [])]
+    for slot in dict.fromkeys(slots):
+        views = [
+            (name, i) for name, b in backends for i in b.get("inputs", []) if i["slot"] == slot
+        ]
+        if len(views) == len(backends) and all(v == views[0][1] for _, v in views):
+            inputs.append({"backend": "all", **views[0][1]})
+        else:
+            inputs += [{"backend": name, **view} for name, view in views]
+    return {**element, "backends": backends, "inputs": inputs}
+
+
+def _first_divergent(
+    record: CaseRecord, divergences: Sequence[DivergenceRecord]
+) -> dict[str, Any] | None:
+    """The harness's own record of the first divergent op, else the earliest divergence.
+
+    Earliest = lowest step, then the op's position in that step's contract dispatch order
+    (graph order), then per-op findings before end-to-end ones.
+    """
+    if record.first_divergent:
+        return {"source": "harness", **record.first_divergent}
+    if not divergences:
+        return None
+    order: dict[tuple[int, str], int] = {}
+    for step in record.timeline:
+        for k, dispatch in enumerate(step.model.dispatches):
+            order.setdefault((step.index, dispatch.op), k)
+
+    def key(d: DivergenceRecord) -> tuple[int, int, int]:
+        return (
+            d.step,
+            order.get((d.step, str(d.op)), 1 << 20),
+            0 if d.details.get("scope") == "op" else 1,
+        )
+
+    d = min(divergences, key=key)
+    first = {
+        "source": "earliest divergence",
+        "step": d.step,
+        "op": d.op,
+        "op_type": d.op_type,
+        "tensor": d.tensor,
+        "element": d.details.get("worst_index") or d.details.get("first_element"),
+        "kind": d.kind,
+        "blame": d.blame,
+    }
+    upstream = d.details.get("upstream")
+    if upstream:  # an op refused a wrong value: where that value was produced
+        first |= {
+            "op": upstream.get("op"),
+            "op_type": upstream.get("op_type"),
+            "tensor": upstream.get("value"),
+            "refused_by": d.op,
+        }
+    return first
+
+
+def _step_view(step: TimelineStep) -> dict[str, Any]:
+    """A step with rows for the side-by-side tables and mismatch flags."""
+    model, backends = step.model, step.backends
+    names = ["model", *backends]
+    sides = [model, *backends.values()]
+    tensors = sorted({t for side in sides for t in side.cur_dims})
+    dims_rows: list[dict[str, Any]] = []
+    for t in tensors:
+        want_dims = model.cur_dims.get(t)
+        cells = [side.cur_dims.get(t) for side in sides]
+        dims_rows.append(
+            {
+                "tensor": t,
+                "cells": [
+                    {"text": _dims(c), "bad": i > 0 and want_dims is not None and c != want_dims}
+                    for i, c in enumerate(cells)
+                ],
+            }
+        )
+    logs = [side.dispatches for side in sides]
+    dispatch_rows: list[dict[str, Any]] = []
+    for k in range(max((len(log) for log in logs), default=0)):
+        want = logs[0][k].logical() if k < len(logs[0]) else None
+        row = []
+        for i, log in enumerate(logs):
+            d = log[k] if k < len(log) else None
+            text = "-" if d is None else _dispatch_text(d)
+            row.append({"text": text, "bad": i > 0 and (d is None or d.logical() != want)})
+        op = next((log[k].op for log in logs if k < len(log)), "?")
+        dispatch_rows.append({"op": op, "cells": row})
+    return {
+        "index": step.index,
+        "inputs": step.inputs,
+        "names": names,
+        "errors": [side.error for side in sides],
+        "dims_rows": dims_rows,
+        "dispatch_rows": dispatch_rows,
+        "mismatch": any(c["bad"] for r in dims_rows + dispatch_rows for c in r["cells"]),
+        "utilization": {
+            name: sorted(b.utilization.items(), key=lambda kv: -_num(kv[1]))[:6]
+            for name, b in backends.items()
+        },
+        "validation": {n: b.validation_messages for n, b in backends.items()},
+        "divergences": step.divergences,
+    }
+
+
+def _num(value: float) -> float:
+    return -1.0 if value != value else value
+
+
+def _dispatch_text(d: LoggedDispatch) -> str:
+    text = f"{d.kernel} wg{_dims(d.wg)} ×{_dims(d.count)}"
+    if d.grid and d.grid != d.count:
+        text += f" grid{_dims(d.grid)}"
+    return text + ("" if d.ran else " skipped")
+
+
+def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Per (step, tensor): per backend, an error/budget heatmap and its statistics."""
+    groups: dict[tuple[int, str], dict[str, Any]] = {}
+    for key in sorted(arrays):
+        if not key.endswith("/actual"):
+            continue
+        step_part, rest = key.split("/", 1)
+        tensor, backend, _ = rest.rsplit("/", 2)
+        base = key[: -len("/actual")]
+        actual, ref = arrays[key], arrays[f"{base}/reference"]
+        util = images.utilization(actual, ref, arrays[f"{base}/budget"])
+        finite = util[np.isfinite(util)]
+        worst = np.unravel_index(int(np.argmax(np.where(np.isnan(util), np.inf, util))), util.shape)
+        group = groups.setdefault(
+            (int(step_part[1:]), tensor),
+            {"step": int(step_part[1:]), "tensor": tensor, "shape": list(actual.shape), "maps": []},
+        )
+        rows, cols = images.as_2d(util).shape
+        cell = max(2, min(24, 384 // max(cols, 1), 256 // max(rows, 1)))
+        group["maps"].append(
+            {
+                "backend": backend,
+                "width": max(24, min(cols, images.MAX_COLS) * cell),
+                "height": max(8, min(rows, images.MAX_ROWS) * cell),
+                "image": images.data_uri(images.heatmap(util)),
+                "max": float(np.max(util)) if util.size else 0.0,
+                "over": int(np.sum(~(util <= 1.0))),
+                "size": int(util.size),
+                "worst": [int(i) for i in worst],
+                "median": float(np.median(finite)) if finite.size else 0.0,
+            }
+        )
+    order = {b: i for i, b in enumerate(("webgpu", "vulkan"))}
+    for group in groups.values():
+        group["maps"].sort(key=lambda m: order.get(m["backend"], 9))
+    return [groups[k] for k in sorted(groups)]
+
+
+def _canaries(
+    arrays: Mapping[str, np.ndarray], divergences: Sequence[DivergenceRecord]
+) -> list[dict[str, Any]]:
+    """Canary hits: one row per CANARY_WRITE / STALE_READ divergence, with the map image."""
+    rows = []
+    for d in divergences:
+        if d.kind not in ("canary_write", "stale_read"):
+            continue
+        state = arrays.get(f"canary/s{d.step}/{d.tensor}/{d.blame}")
+        image = None
+        counts = None
+        if state is not None:
+            image = images.data_uri(images.canary_strip(state))
+            counts = {
+                "live": int(np.sum(state == 0)),
+                "intact": int(np.sum(state == 1)),
+                "written": int(np.sum(state == 2)),
+            }
+        rows.append({"d": d, "image": image, "counts": counts})
+    return rows
+
+
+def merged_meta(runs: Sequence[RunMeta], sources: Sequence[str]) -> MergeMeta:
+    """run.json of a merged folder: every shard's run.json, in order."""
+    return MergeMeta(runs=list(runs), sources=list(sources))

@@ -1,0 +1,489 @@
+"""From records to a run's summary (`summary.json`) and its JUnit XML.
+
+`summarize` reads nothing but run metadata (`run.json`, one per shard when merging) and the
+JSONL records, so a report can be rebuilt from a killed run, re-rendered later, or merged
+from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summary`) holds:
+
+- `status`, `complete`, `exit_status` (the exit status of the command that wrote the
+  summary: for `parity run` its own, from its tallies (0, 1, 3, 130); for `report` and
+  `merge` the records' verdict: 0 no unexpected divergence and every required coverage cell
+  filled, 1 otherwise);
+- `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
+  the run's exit status, duration), `adapters` (per backend: adapter, driver, API),
+  `versions`, `duration_s`;
+- `totals`: cases, steps, divergent / unexpected / known cases, divergences, findings,
+  bugs (a case is a distinct case id per device and a finding a distinct case and bug: see
+  harness.run.findings; the CLI's lines print the same numbers);
+- `per_family` and `per_op`: cases, steps, divergent cases, divergences by class;
+- `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
+  `coverage_required` (the profile's cells for the op types run), `coverage_checked` (a
+  complete run of every shard) and `coverage_missing` ((op, backend, cell) left empty);
+- `bugs`: failures grouped by bug key (`harness.check.divergence.BugKey`: op type, class, blamed
+  backend, numeric band) and expectation, with the regimes each showed in and its cases,
+  divergences and findings;
+- `findings`: the minimal failing cases, one per distinct case and bug, with their bundle
+  and every chunk that found them; provisional ones for a chunk that never finished (a
+  killed run);
+- `expectations`: each known-divergence entry with its status (matched, stale,
+  not_applicable, not_exercised) and match count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from harness.check.coverage import missing_cells
+from harness.check.divergence import BugKey
+from harness.run.expectations import entry_status
+from harness.run.findings import CLEAN, UNEXPECTED, finding_id, severity
+from harness.run.profiles import PROFILES
+from harness.run.records import (
+    BugGroup,
+    CaseRecord,
+    ChunkFinding,
+    ChunkRecord,
+    ExpectationStatus,
+    Finding,
+    Record,
+    RunLine,
+    RunMeta,
+    Stats,
+    Summary,
+    Totals,
+)
+
+
+def device_label(adapters: Mapping[str, Mapping[str, Any]]) -> str:
+    """A short name for the devices a run used, e.g. `llvmpipe (LLVM 15.0.6, 256 bits)`."""
+    names = sorted({str(a.get("adapter", "?")) for a in adapters.values()})
+    return " + ".join(names) or "?"
+
+
+def _case_size(record: CaseRecord) -> tuple[int, int]:
+    numel = 0
+    for step in record.step_shapes:
+        for value in step.values():
+            if isinstance(value, list):
+                n = 1
+                for d in value:
+                    n *= int(d)
+                numel += n
+    return (len(record.step_shapes), numel)
+
+
+@dataclass
+class DistinctCase:
+    """One distinct case (see harness.run.findings): its most severe run's record, where it ran.
+
+    Attributes:
+        source: the shard of the record kept; `device`: the devices it ran on.
+        chunks, families: every chunk (and family) that ran it.
+    """
+
+    record: CaseRecord
+    source: int
+    device: str
+    chunks: list[str] = field(default_factory=list)
+    families: list[str] = field(default_factory=list)
+
+
+def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> Summary:
+    """The summary of one run, or of several shards merged.
+
+    Args:
+        runs: each shard's run.json.
+        records: each shard's records (same order as `runs`).
+    """
+    first = runs[0]
+    cases = distinct_cases(runs, records)
+    chunk_records = _chunk_records(records)
+
+    totals = Stats()
+    per_family: dict[str, Stats] = {family: Stats() for family in first.families}
+    per_op: dict[str, Stats] = {}
+    coverage: dict[str, dict[str, dict[str, set[str]]]] = {}
+    by_bug: dict[tuple[BugKey, str | None], BugGroup] = {}
+    matches: Counter[str] = Counter()
+    ops_run: set[str] = set()
+    ops_folding: set[str] = set()  # run under a lowered workgroup limit
+    families_run: set[str] = set()
+
+    for c in cases:
+        r = c.record
+        for family in c.families:
+            families_run.add(family)
+            _count(per_family.setdefault(family, Stats()), r)
+        _count(totals, r)
+        for op in r.ops:
+            ops_run.add(op)
+            if r.max_workgroups_per_dim:
+                ops_folding.add(op)
+            _count(per_op.setdefault(op, Stats()), r, only_op=op)
+        for op, per_backend in r.coverage.items():
+            for backend, cell in per_backend.items():
+                target = coverage.setdefault(op, {}).setdefault(
+                    backend, {"regimes": set(), "variants": set()}
+                )
+                target["regimes"].update(cell.get("regimes", []))
+                target["variants"].update(cell.get("variants", []))
+        groups_hit: set[tuple[BugKey, str | None]] = set()
+        for d in r.divergences:
+            if d.expected:
+                matches[d.expected] += 1
+            # Known and unexpected occurrences of one bug are separate groups.
+            key = (d.bug, d.expected)
+            group = by_bug.setdefault(key, BugGroup(d.bug, d.expected, example=d.message))
+            group.divergences += 1
+            if d.regime not in group.regimes:
+                group.regimes.append(d.regime)
+            if key not in groups_hit:  # a case counts once per group, however many steps hit
+                groups_hit.add(key)
+                group.cases += 1
+
+    findings = _findings(runs, records, cases, chunk_records)
+    for f in findings:
+        for expected in [None] if f.unexpected else f.known:
+            found = by_bug.get((f.bug, expected))
+            if found is not None:
+                found.findings += 1
+                found.failures.append(f.id)
+
+    adapters_seen = [run.adapters for run in runs]
+    expectations = [
+        ExpectationStatus(
+            entry,
+            matches[entry.id],
+            entry_status(entry, matches[entry.id], adapters_seen, ops_run, families_run),
+        )
+        for entry in first.expectations
+    ]
+
+    chunk_status: dict[str, Counter[str]] = defaultdict(Counter)
+    for source, run in enumerate(runs):
+        for chunk_id in run.chunks:
+            rec = chunk_records.get((source, chunk_id))
+            family = chunk_id.rsplit("/", 1)[0]
+            chunk_status[family][rec.status if rec else "missing"] += 1
+    for family, counter in chunk_status.items():
+        per_family.setdefault(family, Stats()).chunks = dict(counter)
+
+    statuses = [run.status for run in runs]
+    complete = all(s == "complete" for s in statuses) and all(
+        (source, c) in chunk_records for source, run in enumerate(runs) for c in run.chunks
+    )
+    shards = sorted({(run.shard.index, run.shard.count) for run in runs})
+    # Required coverage cells (the profile's) are judged only on a complete run of every
+    # shard, and only for the op types the run exercised; a "fold" only of those it
+    # exercised under a lowered workgroup limit.
+    counts = {n for _, n in shards}
+    all_shards = not shards or (
+        len(counts) == 1 and {i for i, _ in shards} == set(range(1, next(iter(counts)) + 1))
+    )
+    profile = PROFILES.get(first.profile)
+    required = {
+        op: kept
+        for op, cells in (profile.required_coverage if profile else {}).items()
+        if op in ops_run and (kept := tuple(c for c in cells if c != "fold" or op in ops_folding))
+    }
+    coverage_checked = complete and all_shards
+    missing = missing_cells(coverage, required, sorted(first.adapters)) if coverage_checked else []
+    groups = sorted(by_bug.values(), key=lambda g: (g.expected is not None, -g.cases))
+    return Summary(
+        status=_overall_status(statuses, complete),
+        complete=complete,
+        exit_status=1 if totals.unexpected_cases or missing else 0,
+        profile=first.profile,
+        seed=first.seed,
+        families=list(first.families),
+        budgets=first.budgets,
+        shards=[f"{i}/{n}" for i, n in shards],
+        runs=[
+            RunLine(
+                shard=str(run.shard),
+                device=device_label(run.adapters),
+                status=run.status,
+                exit_status=run.exit_status,
+                stop_reason=run.stop_reason,
+                errors=list(run.errors),
+                duration_s=run.duration_s,
+                started=run.started,
+                git=run.git,
+                shader_overrides=dict(run.shader_overrides),
+            )
+            for run in runs
+        ],
+        adapters=first.adapters,
+        adapter_sets=_distinct(run.adapters for run in runs),
+        versions=first.versions,
+        duration_s=round(sum(float(run.duration_s or 0.0) for run in runs), 2),
+        totals=Totals(
+            cases=totals.cases,
+            steps=totals.steps,
+            divergent_cases=totals.divergent_cases,
+            unexpected_cases=totals.unexpected_cases,
+            known_cases=totals.known_cases,
+            divergences=sum(totals.divergences.values()),
+            findings=len(findings),
+            unexpected_findings=sum(1 for f in findings if f.unexpected),
+            bugs=len(by_bug),
+            max_utilization=totals.max_utilization,
+        ),
+        per_family=per_family,
+        per_op=per_op,
+        coverage={
+            op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in sorted(per.items())}
+            for op, per in sorted(coverage.items())
+        },
+        coverage_required={op: list(cells) for op, cells in sorted(required.items())},
+        coverage_checked=coverage_checked,
+        coverage_missing=[list(m) for m in missing],
+        bugs=groups,
+        findings=findings,
+        expectations=expectations,
+    )
+
+
+def _chunk_records(
+    records: Sequence[Sequence[Record]],
+) -> dict[tuple[int, str], ChunkRecord]:
+    """(shard source, chunk id) -> its chunk record."""
+    return {
+        (source, r.chunk): r
+        for source, recs in enumerate(records)
+        for r in recs
+        if isinstance(r, ChunkRecord)
+    }
+
+
+def _count(stats: Stats, r: CaseRecord, only_op: str | None = None) -> None:
+    stats.cases += 1
+    stats.steps += r.steps
+    divergences = [d for d in r.divergences if only_op is None or d.op_type == only_op]
+    util = r.max_utilization
+    if util == util and util > stats.max_utilization:  # NaN-safe
+        stats.max_utilization = util
+    for d in divergences:
+        stats.divergences[d.kind] = stats.divergences.get(d.kind, 0) + 1
+    level = severity(divergences)
+    if level != CLEAN:
+        stats.divergent_cases += 1
+        if level == UNEXPECTED:
+            stats.unexpected_cases += 1
+        else:
+            stats.known_cases += 1
+
+
+def distinct_cases(
+    runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]
+) -> list[DistinctCase]:
+    """One entry per distinct case (see harness.run.findings), in the order first seen.
+
+    A case is its `case_id` on one device: Hypothesis runs a case several times (shrinking,
+    the final replay) and several chunks may reach the same one. The record kept is the
+    most severe run of it (unexpected, then known, then clean; the first among equals).
+    """
+    out: dict[tuple[str, str], DistinctCase] = {}
+    for source, recs in enumerate(records):
+        device = device_label(runs[source].adapters)
+        for r in recs:
+            if not isinstance(r, CaseRecord):
+                continue
+            key = (device, r.case_id)
+            kept = out.get(key)
+            if kept is None:
+                kept = out[key] = DistinctCase(r, source, device)
+            elif severity(r.divergences) > severity(kept.record.divergences):
+                kept.record, kept.source = r, source
+            if r.chunk not in kept.chunks:
+                kept.chunks.append(r.chunk)
+            if r.family not in kept.families:
+                kept.families.append(r.family)
+    return list(out.values())
+
+
+def _chunk_order(chunk: str) -> tuple[str, int]:
+    family, _, index = chunk.rpartition("/")
+    return (family, int(index) if index.isdigit() else -1)
+
+
+def _findings(
+    runs: Sequence[RunMeta],
+    records: Sequence[Sequence[Record]],
+    cases: Sequence[DistinctCase],
+    chunk_records: Mapping[tuple[int, str], ChunkRecord],
+) -> list[Finding]:
+    """Findings from chunk records, plus provisional ones for chunks that never finished.
+
+    Chunk findings of the same case and bug on one device are one finding
+    (harness.run.findings.finding_id) listing every chunk that found it.
+    """
+    by_case = {(c.device, c.record.case_id): c.record for c in cases}
+    by_key: dict[tuple[str, str], Finding] = {}
+    ids: set[str] = set()
+
+    def add(source: int, chunk: str, found: ChunkFinding, provisional: bool) -> None:
+        device = device_label(runs[source].adapters)
+        record = by_case.get((device, found.case_id))
+        # A version 1 chunk record names no bug: the one its case stands for.
+        bug = found.bug or (record.bug if record is not None else None) or BugKey("-", "?", "?")
+        base = finding_id(found.case_id, bug)
+        known = by_key.get((device, base))
+        if known is not None:
+            if chunk not in known.chunks:
+                known.chunks.append(chunk)
+            if source not in known.sources:
+                known.sources.append(source)
+            known.bundle = known.bundle or found.bundle
+            known.shrunk = known.shrunk or found.shrunk
+            known.provisional = known.provisional and provisional
+            known.repeatability = known.repeatability or found.repeatability
+            return
+        # The same finding on another device (a merge of several devices' shards) gets its
+        # own page, named like the bundle `parity merge` copies for it.
+        fid = base if base not in ids else f"{base}-s{source}"
+        ids.add(fid)
+        divergences = record.divergences if record is not None else []
+        by_key[(device, base)] = Finding(
+            id=fid,
+            bug=bug,
+            case_id=found.case_id,
+            chunk=chunk,
+            family=chunk.rsplit("/", 1)[0],
+            device=device,
+            source=source,
+            chunks=[chunk],
+            sources=[source],
+            bundle=found.bundle,
+            shrunk=found.shrunk,
+            provisional=provisional,
+            repeatability=found.repeatability,
+            unexpected=found.unexpected,
+            known=sorted({d.expected for d in divergences if d.expected}),
+            steps=record.steps if record is not None else None,
+            step_shapes=record.step_shapes if record is not None else None,
+        )
+
+    ordered = sorted(chunk_records.items(), key=lambda kv: (kv[0][0], _chunk_order(kv[0][1])))
+    for (source, chunk), rec in ordered:
+        for f in rec.findings:
+            add(source, chunk, f, provisional=False)
+    # A chunk that never ended (a killed run): its smallest divergent case per bug.
+    best: dict[tuple[int, str, BugKey | None], CaseRecord] = {}
+    for source, recs in enumerate(records):
+        for r in recs:
+            if not isinstance(r, CaseRecord) or (source, r.chunk) in chunk_records:
+                continue
+            if not r.unexpected:
+                continue
+            # One provisional finding per bug, whatever regime it showed in: the case with a
+            # provisional bundle (replayable), else the smallest seen.
+            key = (source, r.chunk, r.bug)
+            if key not in best or _provisional_rank(r) < _provisional_rank(best[key]):
+                best[key] = r
+    for (source, chunk, _), r in sorted(best.items(), key=lambda kv: kv[0][:2]):
+        found = ChunkFinding(
+            case_id=r.case_id,
+            unexpected=r.unexpected,
+            bundle=r.provisional_bundle,
+            bug=r.bug,
+            shrunk=False,
+        )
+        add(source, chunk, found, provisional=True)
+    return list(by_key.values())
+
+
+def _provisional_rank(record: CaseRecord) -> tuple[int, tuple[int, int]]:
+    return (0 if record.provisional_bundle else 1, _case_size(record))
+
+
+def _overall_status(statuses: Sequence[str], complete: bool) -> str:
+    for status in ("running", "interrupted", "error", "time_budget"):
+        if status in statuses:
+            # A run.json still saying "running" was never finalized: the run was killed.
+            return "killed" if status == "running" else status
+    return "complete" if complete else "incomplete"
+
+
+def _distinct(items: Iterable[dict[str, dict[str, Any]]]) -> list[dict[str, dict[str, Any]]]:
+    out: list[dict[str, dict[str, Any]]] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def junit_xml(summary: Summary, records: Sequence[Sequence[Record]]) -> str:
+    """JUnit XML for CI dashboards: a suite per family, a test case per chunk.
+
+    A chunk fails when it found an unexpected divergence, errors when the harness failed or
+    the chunk never finished (a killed run), and is skipped when the time budget or a signal
+    stopped the run before it.
+    """
+    chunk_records = _chunk_records(records)
+    suites = ET.Element("testsuites", name="parity")
+    by_family: dict[str, list[tuple[str, ChunkRecord | None, int]]] = {
+        f: [] for f in summary.families
+    }
+    findings: dict[tuple[int, str], list[Finding]] = defaultdict(list)
+    for f in summary.findings:
+        # A finding fails every chunk that found it (a chunk id is unique on a device).
+        for source in f.sources:
+            for chunk in f.chunks:
+                findings[(source, chunk)].append(f)
+    for source, recs in enumerate(records):
+        ids = list(dict.fromkeys(r.chunk for r in recs))
+        for chunk in ids:
+            by_family.setdefault(chunk.rsplit("/", 1)[0], []).append(
+                (chunk, chunk_records.get((source, chunk)), source)
+            )
+    for family, chunks in by_family.items():
+        suite = ET.SubElement(suites, "testsuite", name=f"parity.{family}")
+        props = ET.SubElement(suite, "properties")
+        ET.SubElement(props, "property", name="profile", value=str(summary.profile))
+        ET.SubElement(props, "property", name="seed", value=str(summary.seed))
+        counts: Counter[str] = Counter()
+        for chunk, rec, source in chunks:
+            name = chunk + (f" [{summary.runs[source].shard}]" if len(summary.runs) > 1 else "")
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=f"parity.{family}",
+                name=name,
+                time=str(rec.duration_s if rec else 0),
+            )
+            counts["tests"] += 1
+            if rec is None:
+                counts["errors"] += 1
+                ET.SubElement(
+                    case, "error", message="no result: the run stopped before this chunk ended"
+                )
+                continue
+            unexpected = [f for f in findings[(source, chunk)] if f.unexpected]
+            if rec.status == "skipped":
+                counts["skipped"] += 1
+                ET.SubElement(case, "skipped", message=f"not run: {rec.reason}")
+            elif rec.status == "error":
+                counts["errors"] += 1
+                ET.SubElement(case, "error", message=str(rec.reason))
+            elif unexpected:
+                counts["failures"] += 1
+                failure = ET.SubElement(
+                    case,
+                    "failure",
+                    message=f"{len(unexpected)} unexpected finding(s): "
+                    + ", ".join(str(f.bug) for f in unexpected),
+                )
+                failure.text = "\n".join(f"{f.id}: bundle {f.bundle}" for f in unexpected)
+            known = [f for f in findings[(source, chunk)] if not f.unexpected]
+            if known:
+                ET.SubElement(case, "system-out").text = "known: " + ", ".join(
+                    k for f in known for k in f.known
+                )
+        for key in ("tests", "failures", "errors", "skipped"):
+            suite.set(key, str(counts[key]))
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode")

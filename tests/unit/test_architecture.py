@@ -1,0 +1,263 @@
+"""The architecture, asserted: import boundaries (by static analysis) and registries that agree.
+
+Import boundaries (read from every module's source with `ast`, so an import inside a function
+or under TYPE_CHECKING counts too):
+- the backends never import the harness or each other; `graph_format` imports neither;
+- the harness reaches the backends through one module, `harness/check/backends.py`;
+- each harness layer imports only the layers to its left:
+  model <- gen <- ops <- families <- check <- run (the public API, the package's `__init__`
+  and `harness/api.py`, and the `harness/cli.py` shim sit above them all), and the model
+  imports no hypothesis;
+- no import cycles among the modules of `graph_format` and `harness`.
+
+Registries: every op with a schema (`graph_format/ops/<op>.toml`) has a harness model, a
+WebGPU builder, a Vulkan implementation, a case family that exercises it and a random-graph
+generator, nothing is registered for an op without a schema, and every op reaches random
+graphs (drawn with a fixed seed). docs/adding-an-op.md's table of where each op lives
+matches the registries.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+
+import vulkan_ref.ops
+import webgpu_backend.ops
+from graph_format import SIGNATURES
+from harness.families import FAMILIES
+from harness.families.random import random_graph_cases
+from harness.gen.case import Case
+from harness.gen.graphgen import GENERATORS, emitted_ops
+from harness.ops import MODELS
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("graph_format", "webgpu_backend", "vulkan_ref", "harness")
+BACKENDS = ("webgpu_backend", "vulkan_ref")
+# The harness's layers, left to right: a layer may import itself and those to its left.
+LAYERS = ("model", "gen", "ops", "families", "check", "run")
+# Modules above every layer: the public API (`harness/__init__.py`, whose names resolve
+# lazily, and `harness/api.py`, which composes gen, ops and check: single_op_graph, op_budget,
+# run_case, check_case) and the `python -m harness.cli` shim. No layer may import them, so the
+# API can reach into any layer without creating a cycle.
+TOP = {"harness", "harness.api", "harness.cli"}
+THE_BACKENDS_MODULE = "harness.check.backends"
+
+
+def module_name(path: Path) -> str:
+    """`harness/check/backends.py` -> `harness.check.backends` (a package: its own name)."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the project's packages, by name."""
+    return {
+        module_name(path): path
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+    }
+
+
+def imports_of(name: str, path: Path) -> Iterator[tuple[int, str]]:
+    """(line, imported module) of every import statement in a module, relative ones resolved.
+
+    `from a.b import c` yields `a.b.c` when `a/b/c` is a module of the project, else `a.b`.
+    """
+    known = MODULES
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield node.lineno, full if full in known else base
+
+
+MODULES = modules()
+
+
+def top(imported: str) -> str:
+    return imported.split(".")[0]
+
+
+def layer_of(name: str) -> int:
+    """The index of a harness module's layer (len(LAYERS) for the modules above them)."""
+    if name in TOP:
+        return len(LAYERS)
+    parts = name.split(".")
+    assert len(parts) >= 2 and parts[1] in LAYERS, (
+        f"{name}: every harness module belongs to a layer {LAYERS} (or is one of {sorted(TOP)})"
+    )
+    return LAYERS.index(parts[1])
+
+
+def boundary_violations() -> list[str]:
+    """Every import that crosses a boundary, as `path:line: what`."""
+    problems = []
+    for name, path in MODULES.items():
+        where = path.relative_to(ROOT)
+        package = top(name)
+        for line, imported in imports_of(name, path):
+            target = top(imported)
+            if target not in PACKAGES:
+                if name.startswith("harness.model") and target == "hypothesis":
+                    problems.append(f"{where}:{line}: the op model imports hypothesis")
+                continue
+            if package == "graph_format" and target != "graph_format":
+                problems.append(f"{where}:{line}: graph_format imports {imported}")
+            elif package in BACKENDS and target not in (package, "graph_format"):
+                problems.append(f"{where}:{line}: backend {package} imports {imported}")
+            elif package == "harness" and target in BACKENDS and name != THE_BACKENDS_MODULE:
+                problems.append(
+                    f"{where}:{line}: imports {imported}; the harness reaches the backends "
+                    f"only through {THE_BACKENDS_MODULE}"
+                )
+            elif target == "harness" and layer_of(imported) > layer_of(name):
+                problems.append(
+                    f"{where}:{line}: {name} (layer {layer_of(name)}) imports {imported} "
+                    f"(layer {layer_of(imported)}), a layer to its right"
+                )
+    return problems
+
+
+def test_import_boundaries_hold() -> None:
+    problems = boundary_violations()
+    assert not problems, "import boundaries crossed:\n" + "\n".join(problems)
+
+
+def test_no_import_cycles_in_the_format_and_the_harness() -> None:
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        if top(name) in ("graph_format", "harness"):
+            graph[name] = {
+                imported
+                for _, imported in imports_of(name, path)
+                if imported in MODULES and imported != name and not name.startswith(imported)
+            }
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
+            elif nxt in graph and nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_every_harness_module_is_in_a_layer() -> None:
+    for name in MODULES:
+        if top(name) == "harness":
+            layer_of(name)
+
+
+# ---------------------------------------------------------------------------- registries
+
+
+def test_every_op_has_a_model_both_backends_a_family_and_a_generator() -> None:
+    ops = set(SIGNATURES)
+    exercised = set().union(*(f.exercises for f in FAMILIES.values()))
+    parts = {
+        "harness model (harness.model.register)": set(MODELS),
+        "WebGPU builder (@webgpu_backend.ops.register)": set(webgpu_backend.ops.OP_BUILDERS),
+        "Vulkan implementation (@vulkan_ref.ops.register)": set(vulkan_ref.ops.OP_IMPLS),
+        "case family exercising it (harness.gen.families)": exercised,
+        "random-graph generator (harness.gen.graphgen.generator)": set(
+            emitted_ops(GENERATORS.values())
+        ),
+    }
+    problems = [
+        f"{sorted(ops - have)} have no {what}" for what, have in parts.items() if ops - have
+    ] + [
+        f"{sorted(have - ops)} have a {what} but no schema in graph_format/ops/"
+        for what, have in parts.items()
+        if have - ops
+    ]
+    assert not problems, "registries disagree:\n" + "\n".join(problems)
+
+
+def test_every_op_reaches_random_graphs() -> None:
+    """Drawn with a fixed seed, the random family's graphs contain every op with a schema."""
+    seen: set[str] = set()
+
+    @settings(
+        max_examples=150,
+        database=None,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(case=random_graph_cases())
+    def draw(case: Case) -> None:
+        seen.update(node.op for node in case.graph.ops)
+
+    draw()
+    assert not set(SIGNATURES) - seen, (
+        f"no random graph of 150 contained {sorted(set(SIGNATURES) - seen)}"
+    )
+
+
+# ---------------------------------------------------------------------------- where ops live
+
+DOC = ROOT / "docs" / "adding-an-op.md"
+TABLE_ROW = re.compile(r"^\| `(\w+)` \| (.+) \|$", re.M)
+
+
+def where_each_op_lives() -> dict[str, list[str]]:
+    """Per op: its schema file, harness module, WebGPU module, Vulkan module and shader stems
+    (each kernel's WGSL and GLSL files share their stem)."""
+
+    def path(registered: object | None) -> str:
+        if registered is None:
+            return "none"
+        return f"`{registered.__module__.replace('.', '/')}.py`"
+
+    def stems(op: str) -> str:
+        specs = MODELS[op].kernels.values()
+        assert all(s.wgsl == s.glsl for s in specs), f"{op}: WGSL and GLSL stems differ"
+        return ", ".join(f"`{stem}`" for stem in sorted({s.wgsl for s in specs})) or "none"
+
+    return {
+        op: [
+            f"`graph_format/ops/{op}.toml`",
+            path(type(MODELS[op]) if op in MODELS else None),
+            path(webgpu_backend.ops.OP_BUILDERS.get(op)),
+            path(vulkan_ref.ops.OP_IMPLS.get(op)),
+            stems(op) if op in MODELS else "none",
+        ]
+        for op in sorted(SIGNATURES)
+    }
+
+
+def test_the_docs_say_where_each_op_lives() -> None:
+    documented = {
+        op: [cell.strip() for cell in cells.split("|")]
+        for op, cells in TABLE_ROW.findall(DOC.read_text())
+    }
+    expected = where_each_op_lives()
+    assert documented == expected, (
+        f"{DOC.relative_to(ROOT)}'s table of where each op lives is out of date; its rows "
+        "should be:\n"
+        + "\n".join(f"| `{op}` | {' | '.join(cells)} |" for op, cells in expected.items())
+    )

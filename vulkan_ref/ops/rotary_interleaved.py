@@ -1,0 +1,66 @@
+"""apply_rotary_emb_interleaved on Vulkan: one dispatch node, one invocation per vec4 texel.
+
+As upstream's `add_rotary_embedding_interleaved_node`: x [B, N, C] with C a multiple of 4,
+freqs_cis holding N * C (cos, sin) values, out resized to x's sizes. Unlike upstream, the
+freqs are [N, C] only, and the resize function checks them against x's live N (upstream
+checks the element count at build time only, so a stale table would be read silently); the
+global size is 1-D (numel / 4 texels) where upstream's is (C/4, N, B).
+"""
+
+from __future__ import annotations
+
+from graph_format import InputError, OpNode
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.ops import register
+
+LOCAL_SIZE = (64, 1, 1)
+TEXEL = 4
+
+
+@register("apply_rotary_emb_interleaved")
+def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the interleaved rotary node of `node`; freqs_cis is [N, C] at x's live N."""
+    x, freqs = graph.tensor_arg(node, "x"), graph.tensor_arg(node, "freqs_cis")
+    out = graph.output(node, "out")
+    for tensor in (x, freqs, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(
+                node, f"{node.op} is float32 only; {tensor.name!r} is not", tensor.name
+            )
+    if len(x.max_sizes) != 3:
+        raise graph.fail(node, f"x {list(x.max_sizes)} must have rank 3 [B, N, C]", x.name)
+    width = x.max_sizes[2]
+    if width % TEXEL:
+        raise graph.fail(node, f"C = {width} is not a multiple of {TEXEL}", tensor=x.name)
+    if freqs.max_sizes != x.max_sizes[1:]:
+        raise graph.fail(
+            node, f"freqs_cis {list(freqs.max_sizes)} must be [N, C] of x", tensor=freqs.name
+        )
+    if out.max_sizes != x.max_sizes:
+        raise graph.fail(node, f"out must be {list(x.max_sizes)}", tensor=out.name)
+
+    def fail(reason: str, message: str) -> InputError:
+        return InputError(node.name, reason, f"vulkan: {node.name}: {message}")
+
+    def resize_rotary_emb_interleaved_node(g: ComputeGraph) -> None:
+        sizes = g.sizes_of(x)
+        if sizes[2] != width:
+            raise fail("width", f"C must stay {width}; live x {list(sizes)}")
+        if g.sizes_of(freqs) != sizes[1:]:
+            raise fail(
+                "freqs_shape", f"freqs_cis {list(g.sizes_of(freqs))} must be {list(sizes[1:])}"
+            )
+        g.virtual_resize(out, sizes)
+
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(out.name, x.name, freqs.name),
+            resize_fn=resize_rotary_emb_interleaved_node,
+            pick_shader=lambda g: "rotary_emb_interleaved",
+            shaders={"rotary_emb_interleaved": "rotary_emb_interleaved"},
+            pick_global=lambda g: (x.numel // TEXEL, 1, 1),
+            local_size=LOCAL_SIZE,
+            bindings=(out, x, freqs, x.meta),
+        )
+    )

@@ -1,0 +1,70 @@
+"""apply_rotary_emb_interleaved on WebGPU: one dispatch, one invocation per vec4 texel of x.
+
+x is [B, N, C] with (real, imag) pairs along C, freqs_cis [N, C] with (cos, sin) pairs; C must
+be a multiple of 4 (two pairs per texel, as upstream's shader). The hook follows x and
+freqs_cis and checks their live shapes against each other: freqs_cis must be [N, C] for x's
+live N (upstream checks only the max sizes, at build time).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from graph_format import InputError, OpNode
+from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import register
+
+WORKGROUP_SIZE = 64
+TEXEL = 4
+# struct Params { texels, row_texels, tokens, _pad }
+PARAMS = struct.Struct("<4I")
+
+
+@register("apply_rotary_emb_interleaved")
+def build(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the interleaved rotary dispatch of `node` and its resize hook."""
+    x, freqs = graph.arg_tensor(node, "x"), graph.arg_tensor(node, "freqs_cis")
+    out = graph.output(node, "out")
+    for tensor in (x, freqs, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(
+                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor=tensor.name
+            )
+    if len(x.dims) != 3:
+        raise graph.fail(node, f"x must be [B, N, C], got {list(x.dims)}", tensor=x.name)
+    width = x.dims[2]
+    if width % TEXEL:
+        raise graph.fail(node, f"C = {width} must be a multiple of {TEXEL}", tensor=x.name)
+    if freqs.dims != x.dims[1:]:
+        raise graph.fail(
+            node, f"freqs_cis must be {list(x.dims[1:])}, got {list(freqs.dims)}", freqs.name
+        )
+    if out.dims != x.dims:
+        raise graph.fail(node, f"out must be {list(x.dims)}", tensor=out.name)
+    params = graph.create_params(PARAMS.size)
+    dispatch = graph.add_dispatch(
+        node,
+        "rotary_emb_interleaved",
+        workgroup_size=WORKGROUP_SIZE,
+        writes=[out],
+        reads=[x, freqs],
+        params=params,
+    )
+
+    def fail(reason: str, message: str) -> InputError:
+        return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
+
+    def resize() -> None:
+        dims = x.cur_dims
+        if dims[2] != width:
+            raise fail("width", f"live C {dims[2]} must stay {width}")
+        if freqs.cur_dims != dims[1:]:
+            raise fail(
+                "freqs_shape", f"live freqs_cis {list(freqs.cur_dims)} must be {list(dims[1:])}"
+            )
+        graph.set_cur_dims(out, dims)
+        texels = x.cur_numel // TEXEL
+        params.update(PARAMS.pack(texels, width // TEXEL, dims[1], 0))
+        dispatch.count = -(-texels // WORKGROUP_SIZE)
+
+    graph.add_resize_hook(node, [x.name, freqs.name], resize)
