@@ -1,0 +1,162 @@
+"""Cost of building graphs: `python -m benchmarks.graph_builds` (measured, never asserted).
+
+For each family (decoder and linear_q4gsw by default) the same deterministic set of
+generated cases is built and closed on each backend, one case after the other as a parity
+run does: the wall time of `load` + `close` per case, of `load` + the case's first
+`execute` + `close` (which includes anything a backend defers to its first execute), and
+the device allocations per case (Vulkan: `vkAllocateMemory` calls; WebGPU: `create_buffer`
+calls), counted by wrapping those entry points for the duration of the measurement. The
+first `--warmup` cases of each family are built once untimed, so pipeline creation (cached
+per device) and pool growth stay out of the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import vulkan as vk
+from hypothesis import HealthCheck, Phase, given, seed, settings
+
+from graph_format import Runtime
+from harness.backends import open_runtimes
+from harness.case import Case
+from harness.strategies import FAMILIES
+
+
+def generate(family: str, count: int, search_seed: int) -> list[Case]:
+    """`count` cases of `family`, the same ones for the same seed (no example database)."""
+    cases: list[Case] = []
+
+    @seed(search_seed)
+    @settings(
+        max_examples=count,
+        database=None,
+        phases=[Phase.generate],
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(FAMILIES[family]())
+    def collect(case: Case) -> None:
+        cases.append(case)
+
+    collect()
+    return cases[:count]
+
+
+class AllocationCounter:
+    """Counts the device allocations both APIs make while `counting()` is active."""
+
+    def __init__(self) -> None:
+        self.calls = {"vulkan": 0, "webgpu": 0}
+
+    @contextmanager
+    def counting(self, runtimes: list[Runtime]) -> Iterator[None]:
+        """Wrap vkAllocateMemory and each WebGPU device's create_buffer."""
+        original_allocate = vk.vkAllocateMemory
+
+        def allocate(*args: Any, **kwargs: Any) -> Any:
+            self.calls["vulkan"] += 1
+            return original_allocate(*args, **kwargs)
+
+        patched: list[Any] = []
+        for rt in runtimes:
+            device = getattr(getattr(rt, "device", None), "device", None)
+            if device is None:
+                continue
+            original_create = device.create_buffer
+
+            def create(*args: Any, _original: Any = original_create, **kwargs: Any) -> Any:
+                self.calls["webgpu"] += 1
+                return _original(*args, **kwargs)
+
+            device.create_buffer = create
+            patched.append((device, original_create))
+        vk.vkAllocateMemory = allocate
+        try:
+            yield
+        finally:
+            vk.vkAllocateMemory = original_allocate
+            for device, original_create in patched:
+                device.create_buffer = original_create
+
+
+def measure(
+    runtime: Runtime, cases: list[Case], counter: AllocationCounter, execute: bool
+) -> tuple[list[float], list[int]]:
+    """Per case: seconds for load (+ first execute) + close, and device allocations."""
+    times: list[float] = []
+    allocations: list[int] = []
+    for case in cases:
+        before = counter.calls[runtime.name]
+        start = time.perf_counter()
+        graph = runtime.load(case.graph)
+        try:
+            if execute:
+                graph.execute(case.steps[0])
+        finally:
+            graph.close()
+        times.append(time.perf_counter() - start)
+        allocations.append(counter.calls[runtime.name] - before)
+    return times, allocations
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print a Markdown table per family (and JSON with --json)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", default="decoder,linear_q4gsw")
+    parser.add_argument("--cases", type=int, default=30, help="cases per family (30)")
+    parser.add_argument("--warmup", type=int, default=5, help="untimed cases first (5)")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", help="also write the rows as JSON to this file")
+    args = parser.parse_args(argv)
+    runtimes = open_runtimes()
+    counter = AllocationCounter()
+    print(f"Adapter: {runtimes[0].info()['adapter']}\n")
+    print(
+        "| family | backend | cases | load+close ms (median / mean) "
+        "| load+execute+close ms (median / mean) | device allocations per case (mean) |"
+    )
+    print("|---|---|---|---|---|---|")
+    rows: list[dict[str, Any]] = []
+    fmt: Callable[[list[float]], str] = (
+        lambda xs: f"{1e3 * statistics.median(xs):.1f} / {1e3 * statistics.fmean(xs):.1f}"
+    )
+    for family in args.families.split(","):
+        cases = generate(family, args.cases + args.warmup, args.seed)
+        warm, timed = cases[: args.warmup], cases[args.warmup :]
+        for rt in runtimes:
+            with counter.counting(runtimes):
+                measure(rt, warm, counter, execute=True)
+                build, allocs = measure(rt, timed, counter, execute=False)
+                full, _ = measure(rt, timed, counter, execute=True)
+            row = {
+                "family": family,
+                "backend": rt.name,
+                "cases": len(timed),
+                "build_close_ms_median": 1e3 * statistics.median(build),
+                "build_close_ms_mean": 1e3 * statistics.fmean(build),
+                "build_execute_close_ms_median": 1e3 * statistics.median(full),
+                "build_execute_close_ms_mean": 1e3 * statistics.fmean(full),
+                "allocations_per_case": statistics.fmean(allocs),
+            }
+            rows.append(row)
+            print(
+                f"| {family} | {rt.name} | {len(timed)} | {fmt(build)} | {fmt(full)} "
+                f"| {row['allocations_per_case']:.1f} |",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
