@@ -17,7 +17,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -107,6 +107,11 @@ def measure(
     return times, allocations
 
 
+def fmt(seconds: list[float]) -> str:
+    """Median / mean in ms."""
+    return f"{1e3 * statistics.median(seconds):.1f} / {1e3 * statistics.fmean(seconds):.1f}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print a Markdown table per family (and JSON with --json)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -125,9 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|")
     rows: list[dict[str, Any]] = []
-    fmt: Callable[[list[float]], str] = (
-        lambda xs: f"{1e3 * statistics.median(xs):.1f} / {1e3 * statistics.fmean(xs):.1f}"
-    )
     for family in args.families.split(","):
         cases = generate(family, args.cases + args.warmup, args.seed)
         warm, timed = cases[: args.warmup], cases[args.warmup :]

@@ -449,14 +449,15 @@ class MemoryPool:
         self.frees += 1
 
     def stats(self) -> dict[str, int]:
-        """Counters and holdings: allocations, frees, blocks and bytes held, blocks in use,
-        descriptor sets allocated."""
+        """Counters and holdings: allocations, frees, blocks and bytes held (free bytes among
+        them), blocks in use, descriptor sets allocated."""
         held = self._held.blocks()
         return {
             "allocations": self.allocations,
             "frees": self.frees,
             "blocks": len(held),
             "bytes": sum(b.size for b in held),
+            "free_bytes": sum(b.size for b in [*self._held.free[False], *self._held.free[True]]),
             "blocks_in_use": len(self._held.in_use),
             "descriptor_sets": self._held.descriptors.sets_allocated,
         }

@@ -228,14 +228,15 @@ class BufferPool:
         self.drops += 1
 
     def stats(self) -> dict[str, int]:
-        """Counters and holdings: allocations, drops, blocks and bytes held, blocks in use,
-        bind groups cached."""
+        """Counters and holdings: allocations, drops, blocks and bytes held (free bytes among
+        them), blocks in use, bind groups cached."""
         held = [*self._free[STORAGE], *self._free[UNIFORM], *self._in_use.values()]
         return {
             "allocations": self.allocations,
             "drops": self.drops,
             "blocks": len(held),
             "bytes": sum(b.size for b in held),
+            "free_bytes": sum(b.size for b in [*self._free[STORAGE], *self._free[UNIFORM]]),
             "blocks_in_use": len(self._in_use),
             "bind_groups": len(self._bind_groups),
         }
