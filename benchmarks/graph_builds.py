@@ -2,10 +2,12 @@
 
 For each family (decoder and linear_q4gsw by default) the same deterministic set of
 generated cases is built and closed on each backend, one case after the other as a parity
-run does: the wall time of `load` + `close` per case, of `load` + the case's first
-`execute` + `close` (which includes anything a backend defers to its first execute), and
-the device allocations per case (Vulkan: `vkAllocateMemory` calls; WebGPU: `create_buffer`
-calls), counted by wrapping those entry points for the duration of the measurement. The
+run does: the time of `load` + `close` per case, of `load` + the case's first `execute` +
+`close` (which includes anything a backend defers to its first execute), each as wall time
+and as the process's CPU time (which includes lavapipe's threads and is less disturbed by
+other processes on a shared machine), and the device allocations per case (Vulkan:
+`vkAllocateMemory` calls; WebGPU: `create_buffer` calls), counted by wrapping those entry
+points for the duration of the measurement. The
 first `--warmup` cases of each family are built once untimed, so pipeline creation (cached
 per device) and pool growth stay out of the figures.
 """
@@ -89,27 +91,30 @@ class AllocationCounter:
 
 def measure(
     runtime: Runtime, cases: list[Case], counter: AllocationCounter, execute: bool
-) -> tuple[list[float], list[int]]:
-    """Per case: seconds for load (+ first execute) + close, and device allocations."""
-    times: list[float] = []
+) -> tuple[list[float], list[float], list[int]]:
+    """Per case: wall and CPU seconds for load (+ first execute) + close, and device
+    allocations."""
+    wall: list[float] = []
+    cpu: list[float] = []
     allocations: list[int] = []
     for case in cases:
         before = counter.calls[runtime.name]
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         graph = runtime.load(case.graph)
         try:
             if execute:
                 graph.execute(case.steps[0])
         finally:
             graph.close()
-        times.append(time.perf_counter() - start)
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - start_cpu)
         allocations.append(counter.calls[runtime.name] - before)
-    return times, allocations
+    return wall, cpu, allocations
 
 
-def fmt(seconds: list[float]) -> str:
-    """Median / mean in ms."""
-    return f"{1e3 * statistics.median(seconds):.1f} / {1e3 * statistics.fmean(seconds):.1f}"
+def ms(seconds: list[float]) -> float:
+    """The median in milliseconds."""
+    return 1e3 * statistics.median(seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,8 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     counter = AllocationCounter()
     print(f"Adapter: {runtimes[0].info()['adapter']}\n")
     print(
-        "| family | backend | cases | load+close ms (median / mean) "
-        "| load+execute+close ms (median / mean) | device allocations per case (mean) |"
+        "| family | backend | cases | load+close ms: wall / CPU (medians) "
+        "| load+execute+close ms: wall / CPU (medians) | device allocations per case (mean) |"
     )
     print("|---|---|---|---|---|---|")
     rows: list[dict[str, Any]] = []
@@ -136,21 +141,23 @@ def main(argv: list[str] | None = None) -> int:
         for rt in runtimes:
             with counter.counting(runtimes):
                 measure(rt, warm, counter, execute=True)
-                build, allocs = measure(rt, timed, counter, execute=False)
-                full, _ = measure(rt, timed, counter, execute=True)
+                build, build_cpu, allocs = measure(rt, timed, counter, execute=False)
+                full, full_cpu, _ = measure(rt, timed, counter, execute=True)
             row = {
                 "family": family,
                 "backend": rt.name,
                 "cases": len(timed),
-                "build_close_ms_median": 1e3 * statistics.median(build),
-                "build_close_ms_mean": 1e3 * statistics.fmean(build),
-                "build_execute_close_ms_median": 1e3 * statistics.median(full),
-                "build_execute_close_ms_mean": 1e3 * statistics.fmean(full),
+                "build_close_ms": ms(build),
+                "build_close_cpu_ms": ms(build_cpu),
+                "build_execute_close_ms": ms(full),
+                "build_execute_close_cpu_ms": ms(full_cpu),
                 "allocations_per_case": statistics.fmean(allocs),
             }
             rows.append(row)
             print(
-                f"| {family} | {rt.name} | {len(timed)} | {fmt(build)} | {fmt(full)} "
+                f"| {family} | {rt.name} | {len(timed)} "
+                f"| {row['build_close_ms']:.1f} / {row['build_close_cpu_ms']:.1f} "
+                f"| {row['build_execute_close_ms']:.1f} / {row['build_execute_close_cpu_ms']:.1f} "
                 f"| {row['allocations_per_case']:.1f} |",
                 flush=True,
             )

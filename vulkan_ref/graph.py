@@ -73,6 +73,17 @@ def pipeline_cache(ctx: VulkanContext) -> PipelineCache:
 
 INT32_RANGE = range(-(1 << 31), 1 << 31)
 
+_DEVICE_LIMITS: dict[int, tuple[int, WG]] = {}
+
+
+def _device_limits(ctx: VulkanContext) -> tuple[int, WG]:
+    """(max invocations per workgroup, max workgroup count) of a context, read once: each
+    read of the properties struct through the vulkan package costs ~35 µs."""
+    limits = _DEVICE_LIMITS.get(id(ctx))
+    if limits is None:
+        limits = _DEVICE_LIMITS[id(ctx)] = (ctx.max_invocations, ctx.max_workgroup_count)
+    return limits
+
 
 class SymInt:
     """A SymInt value with an int UBO that shaders may bind (as upstream's ParamsBuffer).
@@ -364,11 +375,12 @@ class ComputeGraph:
             GraphBuildError: the workgroup size is above the device's.
             KernelBuildError: a variant's shader does not compile (naming the node's op).
         """
-        if math.prod(node.local_size) > self.ctx.max_invocations:
+        max_invocations, _ = _device_limits(self.ctx)
+        if math.prod(node.local_size) > max_invocations:
             raise GraphBuildError(
                 node.op,
                 f"local size {node.local_size} exceeds the device's "
-                f"{self.ctx.max_invocations} invocations per workgroup",
+                f"{max_invocations} invocations per workgroup",
             )
         if not node.shaders:
             raise ValueError(f"{node.op}: a dispatch node must list its kernel variants")
@@ -473,7 +485,7 @@ class ComputeGraph:
     @property
     def workgroup_limits(self) -> WG:
         """Workgroups per axis a dispatch may have: the device's, or the lowered limit."""
-        device = self.ctx.max_workgroup_count
+        _, device = _device_limits(self.ctx)
         if self.max_workgroups_per_dim is None:
             return device
         limit = self.max_workgroups_per_dim
