@@ -161,6 +161,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {row['allocations_per_case']:.1f} |",
                 flush=True,
             )
+    for rt in runtimes:
+        pool = getattr(rt, "pool", None)  # runtimes without pooled memory have none
+        if pool is not None:
+            stats = pool.stats()
+            print(
+                f"\n{rt.name} pool after the run: {stats['allocations']} device allocations in "
+                f"all, {stats['blocks']} blocks, {stats['bytes'] / 2**20:.1f} MiB held",
+                end="",
+            )
+    print()
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)

@@ -195,7 +195,13 @@ class DescriptorCache:
         excess = len(self._entries) - self.capacity
         if excess <= 0:
             return
-        for key in [k for k, e in self._entries.items() if e.refs <= 0][:excess]:
+        idle: list[tuple[Any, ...]] = []
+        for key, entry in self._entries.items():  # least recently used first
+            if entry.refs <= 0:
+                idle.append(key)
+                if len(idle) == excess:
+                    break
+        for key in idle:
             self._retire(key)
 
     def forget_block(self, block: MemoryBlock) -> None:
