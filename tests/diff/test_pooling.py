@@ -262,6 +262,37 @@ def test_building_graphs_in_a_loop_does_not_grow_the_pool(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_recycled_descriptors_bind_the_new_graphs_buffers(backend: str) -> None:
+    """With a cache far smaller than the graphs built, descriptor sets are rewritten for the
+    next graph (Vulkan) and bind groups made anew (WebGPU); outputs stay right and Vulkan
+    allocates no more sets once the cache is full."""
+    runtime = open_runtime(backend)
+    pool = runtime.pool  # type: ignore[attr-defined]
+    if backend == "vulkan":
+        pool.descriptors.capacity = 2
+    else:
+        pool.bind_group_capacity = 2
+    rng = np.random.default_rng(10)
+    allocated = []
+    for _ in range(3):
+        for rows in (3, 9, 17, 40, 2, 100):
+            graph = runtime.load(_rows_graph(rows))
+            try:
+                x = rng.standard_normal((rows, 64)).astype(np.float32)
+                out = graph.execute({"x": x}).outputs["scaled.out"]
+            finally:
+                graph.close()
+            x64 = x.astype(np.float64)
+            norm = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + 1e-6)
+            weight = np.linspace(0.5, 1.5, 64)
+            np.testing.assert_allclose(out, norm * weight * x64, rtol=1e-5, atol=1e-5)
+        if backend == "vulkan":
+            allocated.append(pool.descriptors.sets_allocated)
+    if backend == "vulkan":
+        assert allocated[0] == allocated[-1], allocated
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_free_memory_beyond_the_retention_limit_is_given_back(backend: str) -> None:
     runtime = open_runtime(backend)
     pool = runtime.pool  # type: ignore[attr-defined]
