@@ -36,10 +36,11 @@ that would is split over several blocks), and a binding (allocation + guard) nev
 Guards. Every storage slot is followed by a guard of `GUARD_MIN_BYTES`, written with
 `GUARD_WORD` when the graph is built and checked after every execute. The binding of a
 tensor covers its allocation *and* its guard. wgpu applies robust buffer access to every
-binding: an access past the binding is clamped into it (naga's `Restrict` policy) or, where
-the driver offers robustBufferAccess2 (lavapipe), a write past it is dropped and a read
-returns zero. With the guard inside the binding a write just past the allocation lands in
-the guard on every device, instead of vanishing or landing on the tensor's own last element.
+binding: naga clamps an index past the binding into it, or leaves the bounds to the
+driver's robustBufferAccess2, which drops such a write (seen on lavapipe: a kernel writing
+128 floats into a 64-float binding changed nothing past it). With the guard inside the
+binding a write just past the allocation lands in the guard on every device, instead of
+vanishing or landing on the tensor's own last element.
 No kernel reads its binding's length.
 """
 
