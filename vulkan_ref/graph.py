@@ -57,7 +57,7 @@ from vulkan_ref.cdata import CData
 from vulkan_ref.instance import FENCE_TIMEOUT_NS, VulkanContext
 from vulkan_ref.memory import Buffer
 from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
-from vulkan_ref.pool import GUARD_WORD, Arena, MemoryPool, StorageSlot
+from vulkan_ref.pool import GUARD_WORD, Arena, DescriptorKey, MemoryPool, StorageSlot
 from vulkan_ref.tensor import VTensor
 
 Sizes = tuple[int, ...]
@@ -232,7 +232,7 @@ class ComputeGraph:
         self.nodes: list[ExecuteNode] = []
         self._scratch: list[VTensor] = []
         self._input_checks: list[_InputCheck] = []
-        self._descriptor_keys: list[tuple[object, ...]] = []
+        self._descriptor_keys: list[DescriptorKey] = []
         self._closed = False
         self._device_lost = False
         try:
@@ -742,9 +742,24 @@ class ComputeGraph:
         grids: Sequence[WG | None],
     ) -> list[DispatchRecord]:
         cb = self.pool.command_buffer
+        vk.vkBeginCommandBuffer(cb, _ONE_TIME)
+        try:
+            return self._record_commands(cb, staging, writes, reads, fill, grids)
+        finally:
+            # Ended even when recording failed: the runtime's next execute begins it again.
+            vk.vkEndCommandBuffer(cb)
+
+    def _record_commands(
+        self,
+        cb: CData,
+        staging: CData,
+        writes: _Writes,
+        reads: _Reads,
+        fill: Mapping[str, tuple[int, int]],
+        grids: Sequence[WG | None],
+    ) -> list[DispatchRecord]:
         block = self.arena.block
         assert block is not None
-        vk.vkBeginCommandBuffer(cb, _ONE_TIME)
         if writes.zero:
             # Reused memory starts as a fresh allocation does: zeros, then initial data.
             vk.vkCmdFillBuffer(cb, block.buffer, 0, (writes.zero + 3) // 4 * 4, 0)
@@ -825,7 +840,6 @@ class ComputeGraph:
             vk.VK_ACCESS_TRANSFER_WRITE_BIT,
             vk.VK_ACCESS_HOST_READ_BIT,
         )
-        vk.vkEndCommandBuffer(cb)
         return records
 
     @staticmethod

@@ -263,13 +263,24 @@ def _pick_physical_device(instance: CData) -> CData:
     return min(devices, key=rank)
 
 
+# The vulkan package routes every debug-utils messenger of the process to one module-global
+# Python callback, the last one installed: a second context (the robust one of the
+# benchmarks) used to take every message of the first. So each messenger carries the id of
+# its context's message list as pUserData, and one dispatcher delivers by that id.
+_MESSAGE_SINKS: dict[int, list[str]] = {}
+
+
+def _on_message(severity: int, types: int, data: CData, user: CData) -> int:
+    sink = _MESSAGE_SINKS.get(int(vk.ffi.cast("uintptr_t", user)))
+    if sink is not None:
+        sink.append(vk.ffi.string(data.pMessage).decode(errors="replace"))
+    return 0  # VK_FALSE: never abort the call
+
+
 def _install_messenger(instance: CData, messages: list[str]) -> object:
     """Route validation-layer warnings and errors into `messages`; returns what must stay alive."""
-
-    def on_message(severity: int, types: int, data: CData, user: CData) -> int:
-        messages.append(vk.ffi.string(data.pMessage).decode(errors="replace"))
-        return 0  # VK_FALSE: never abort the call
-
+    sink = len(_MESSAGE_SINKS) + 1
+    _MESSAGE_SINKS[sink] = messages
     create = vk.vkGetInstanceProcAddr(instance, "vkCreateDebugUtilsMessengerEXT")
     info = vk.VkDebugUtilsMessengerCreateInfoEXT(
         messageSeverity=vk.VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT
@@ -277,7 +288,8 @@ def _install_messenger(instance: CData, messages: list[str]) -> object:
         messageType=vk.VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT
         | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT
         | vk.VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
-        pfnUserCallback=on_message,
+        pfnUserCallback=_on_message,
+        pUserData=vk.ffi.cast("void *", sink),
     )
     messenger = create(instance, info, None)
-    return (messenger, on_message, info)
+    return (messenger, info)

@@ -42,7 +42,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 import vulkan as vk
@@ -73,6 +73,23 @@ _DESCRIPTOR_TYPES = {
     "storage": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
     "uniform": vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER,
 }
+
+
+class BoundRange(Protocol):
+    """What a descriptor binds: a `StorageSlot` (allocation and guard) or a UBO `Buffer`."""
+
+    @property
+    def handle(self) -> CData: ...
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def binding_size(self) -> int: ...
+
+
+# (descriptor kinds, (buffer handle as an int, offset, range) of every binding)
+DescriptorKey = tuple[tuple[DescriptorKind, ...], tuple[tuple[int, int, int], ...]]
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -144,7 +161,7 @@ class DescriptorCache:
     def __init__(self, ctx: VulkanContext, capacity: int = 2048) -> None:
         self.ctx = ctx
         self.capacity = capacity
-        self._entries: OrderedDict[tuple[Any, ...], _CachedSet] = OrderedDict()
+        self._entries: OrderedDict[DescriptorKey, _CachedSet] = OrderedDict()
         self._spare: dict[tuple[DescriptorKind, ...], list[CData]] = {}
         self._pools: list[_DescriptorPool] = []
         self.sets_allocated = 0
@@ -152,41 +169,42 @@ class DescriptorCache:
         self.misses = 0
 
     def acquire(
-        self,
-        requests: Sequence[tuple[tuple[DescriptorKind, ...], CData, Sequence[StorageSlot | Any]]],
-    ) -> list[tuple[tuple[Any, ...], CData]]:
-        """(key, set) per (kinds, set layout, bound ranges) request, in order.
-
-        A bound range is anything with `handle`, `offset` and `binding_size` (a `StorageSlot`
-        or a `Buffer`). Every miss is written in one `vkUpdateDescriptorSets`.
-        """
-        out: list[tuple[tuple[Any, ...], CData]] = []
-        misses: list[tuple[int, tuple[DescriptorKind, ...], CData, Sequence[Any]]] = []
+        self, requests: Sequence[tuple[tuple[DescriptorKind, ...], CData, Sequence[BoundRange]]]
+    ) -> list[tuple[DescriptorKey, CData]]:
+        """(key, set) per (kinds, set layout, bound ranges) request, in order; every miss is
+        written in one `vkUpdateDescriptorSets`. Requests with the same key share a set."""
+        out: list[tuple[DescriptorKey, CData]] = []
+        misses: dict[DescriptorKey, tuple[tuple[DescriptorKind, ...], CData, Sequence[BoundRange]]]
+        misses = {}
         for kinds, layout, ranges in requests:
             key = (kinds, tuple((_address(r.handle), r.offset, r.binding_size) for r in ranges))
+            out.append((key, None))
             entry = self._entries.get(key)
             if entry is not None:
                 self.hits += 1
                 entry.refs += 1
                 self._entries.move_to_end(key)
-                out.append((key, entry.handle))
-                continue
-            self.misses += 1
-            misses.append((len(out), kinds, layout, ranges))
-            out.append((key, None))
-        if not misses:
-            return out
-        handles = self._take([(kinds, layout) for _, kinds, layout, _ in misses])
-        self._write(
-            [(h, kinds, ranges) for h, (_, kinds, _, ranges) in zip(handles, misses, strict=True)]
-        )
-        for handle, (index, kinds, _, _) in zip(handles, misses, strict=True):
-            key = out[index][0]
-            self._entries[key] = _CachedSet(handle, kinds, refs=1)
-            out[index] = (key, handle)
+            elif key not in misses:
+                self.misses += 1
+                misses[key] = (kinds, layout, ranges)
+        if misses:
+            handles = self._take([(kinds, layout) for kinds, layout, _ in misses.values()])
+            self._write(
+                [
+                    (handle, kinds, ranges)
+                    for handle, (kinds, _, ranges) in zip(handles, misses.values(), strict=True)
+                ]
+            )
+            for handle, (key, (kinds, _, _)) in zip(handles, misses.items(), strict=True):
+                self._entries[key] = _CachedSet(handle, kinds)
+        for i, (key, _) in enumerate(out):
+            entry = self._entries[key]
+            if key in misses:
+                entry.refs += 1  # hits counted theirs above
+            out[i] = (key, entry.handle)
         return out
 
-    def release(self, keys: Sequence[tuple[Any, ...]]) -> None:
+    def release(self, keys: Sequence[DescriptorKey]) -> None:
         """A graph no longer uses these sets; idle ones beyond `capacity` become spare."""
         for key in keys:
             entry = self._entries.get(key)
@@ -195,7 +213,7 @@ class DescriptorCache:
         excess = len(self._entries) - self.capacity
         if excess <= 0:
             return
-        idle: list[tuple[Any, ...]] = []
+        idle: list[DescriptorKey] = []
         for key, entry in self._entries.items():  # least recently used first
             if entry.refs <= 0:
                 idle.append(key)
@@ -215,7 +233,7 @@ class DescriptorCache:
         ]:
             self._retire(key)
 
-    def _retire(self, key: tuple[Any, ...]) -> None:
+    def _retire(self, key: DescriptorKey) -> None:
         entry = self._entries.pop(key)
         self._spare.setdefault(entry.kinds, []).append(entry.handle)
 
@@ -244,7 +262,8 @@ class DescriptorCache:
             for j, i in enumerate(batch):
                 handles[i] = sets[j]
             self.sets_allocated += len(batch)
-            fresh = [i for i in fresh if i not in set(batch)]
+            taken = set(batch)
+            fresh = [i for i in fresh if i not in taken]
         return handles
 
     def _pool_for(self, kinds: list[tuple[DescriptorKind, ...]]) -> _DescriptorPool:
@@ -267,7 +286,9 @@ class DescriptorCache:
         self._pools.append(pool)
         return pool
 
-    def _write(self, sets: list[tuple[CData, tuple[DescriptorKind, ...], Sequence[Any]]]) -> None:
+    def _write(
+        self, sets: list[tuple[CData, tuple[DescriptorKind, ...], Sequence[BoundRange]]]
+    ) -> None:
         """One vkUpdateDescriptorSets for every binding of these sets (structs built raw:
         the vulkan package's keyword constructors cost ~30 µs each)."""
         total = sum(len(kinds) for _, kinds, _ in sets)
