@@ -9,6 +9,8 @@ Each test runs on fresh runtimes (fresh pools), so that which memory is reused i
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
@@ -316,3 +318,20 @@ def test_pooled_decoder_cases_are_clean_with_validation_on(fresh_runner: Lockste
     descriptors = vulkan.pool.descriptors  # type: ignore[attr-defined]
     assert descriptors.hits > 0  # the second build reused the first's descriptor sets
     assert fresh_runner.runtimes[0].pool.bind_group_hits > 0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_pool_goes_with_its_runtime(backend: str) -> None:
+    runtime = open_runtime(backend)
+    graph = runtime.load(_rows_graph(16))
+    graph.execute({"x": np.ones((16, 64), np.float32)})
+    graph.close()
+    pool = weakref.ref(runtime.pool)  # type: ignore[attr-defined]
+    held = pool_stats(runtime)
+    assert held["blocks"] > 0
+    finalizer = getattr(runtime.pool, "_finalizer", None)  # type: ignore[attr-defined]
+    del runtime, graph
+    gc.collect()
+    assert pool() is None  # nothing but the runtime and its graphs keeps a pool alive
+    if finalizer is not None:  # Vulkan frees its blocks in the finalizer, which has run
+        assert not finalizer.alive
