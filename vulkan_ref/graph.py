@@ -73,17 +73,6 @@ def pipeline_cache(ctx: VulkanContext) -> PipelineCache:
 
 INT32_RANGE = range(-(1 << 31), 1 << 31)
 
-_DEVICE_LIMITS: dict[int, tuple[int, WG]] = {}
-
-
-def _device_limits(ctx: VulkanContext) -> tuple[int, WG]:
-    """(max invocations per workgroup, max workgroup count) of a context, read once: each
-    read of the properties struct through the vulkan package costs ~35 µs."""
-    limits = _DEVICE_LIMITS.get(id(ctx))
-    if limits is None:
-        limits = _DEVICE_LIMITS[id(ctx)] = (ctx.max_invocations, ctx.max_workgroup_count)
-    return limits
-
 
 class SymInt:
     """A SymInt value with an int UBO that shaders may bind (as upstream's ParamsBuffer).
@@ -222,6 +211,9 @@ class ComputeGraph:
         self.ctx = ctx
         self.pool = pool
         self.arena = Arena(pool)
+        # Read once per graph: each read of the properties struct through the vulkan package
+        # costs ~35 µs, and every dispatch node checks its workgroup size.
+        self._device_limits = (ctx.max_invocations, ctx.max_workgroup_count)
         self.graph = graph
         self.glsl_dir = glsl_dir  # another folder laid out like glsl/; None: the repo's
         # A limit below the device's, on every axis (None: the device's own).
@@ -375,7 +367,7 @@ class ComputeGraph:
             GraphBuildError: the workgroup size is above the device's.
             KernelBuildError: a variant's shader does not compile (naming the node's op).
         """
-        max_invocations, _ = _device_limits(self.ctx)
+        max_invocations = self._device_limits[0]
         if math.prod(node.local_size) > max_invocations:
             raise GraphBuildError(
                 node.op,
@@ -485,7 +477,7 @@ class ComputeGraph:
     @property
     def workgroup_limits(self) -> WG:
         """Workgroups per axis a dispatch may have: the device's, or the lowered limit."""
-        _, device = _device_limits(self.ctx)
+        device = self._device_limits[1]
         if self.max_workgroups_per_dim is None:
             return device
         limit = self.max_workgroups_per_dim
