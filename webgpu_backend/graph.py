@@ -56,7 +56,16 @@ from graph_format import (
     TensorValue,
 )
 from webgpu_backend.device import BindingKind, Pipeline, WebGPUDevice
-from webgpu_backend.pool import GUARD_WORD, Arena, Block, BufferPool, Slot, align_up
+from webgpu_backend.pool import (
+    GUARD_WORD,
+    STORAGE,
+    UNIFORM,
+    Arena,
+    Block,
+    BufferPool,
+    Slot,
+    align_up,
+)
 from webgpu_backend.tensor import Dims, WebGPUTensor, storage_size
 
 
@@ -245,7 +254,7 @@ class WebGPUGraph:
                 initial[tensor.slot] = np.ascontiguousarray(data, DTYPES[value.dtype])
         queue = self.dev.device.queue
         for placed in self.arena.blocks:
-            if placed.block.kind != "storage":
+            if placed.block.kind != STORAGE:
                 continue
             # Reused memory starts as a new WebGPU buffer does (zeros), then initial data and
             # guards: one write per block.
@@ -265,7 +274,7 @@ class WebGPUGraph:
         self._uniform_images = {
             p.block.serial: np.zeros(p.used, np.uint8)
             for p in self.arena.blocks
-            if p.block.kind == "uniform"
+            if p.block.kind == UNIFORM
         }
 
     def _upload(self, tensor: WebGPUTensor, data: np.ndarray) -> None:
@@ -696,7 +705,7 @@ class WebGPUGraph:
             nbytes = tensor.alloc_nbytes if kind == "raw" else storage_size(tensor.cur_nbytes)
             need[tensor.slot] = max(need.get(tensor.slot, 0), nbytes)
         for placed in self.arena.blocks:
-            if placed.block.kind != "storage":
+            if placed.block.kind != STORAGE:
                 continue
             current: _Copy | None = None  # the copy being extended
             for slot in placed.slots:
