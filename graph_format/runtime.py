@@ -53,6 +53,11 @@ class StepResult:
         tensors: tensors asked for with `read=`, at their live dims (intermediates included).
         raw: whole allocations asked for with `read_raw=`, as bytes (uint8 arrays).
         validation_messages: driver or API validation messages raised during the step.
+        guard_writes: tensor -> 32-bit words found changed in the guard region that follows
+            its allocation (a write past the allocation, whatever the live size); each
+            runtime poisons its guards when a graph is built, reads them back with the
+            step's other results and re-poisons damaged ones before the next step. Keys are
+            tensor names, or `<op node>.<label>` for an op's private scratch buffers.
     """
 
     outputs: dict[str, np.ndarray]
@@ -62,6 +67,7 @@ class StepResult:
     tensors: dict[str, np.ndarray] = field(default_factory=dict)
     raw: dict[str, np.ndarray] = field(default_factory=dict)
     validation_messages: list[str] = field(default_factory=list)
+    guard_writes: dict[str, int] = field(default_factory=dict)
 
 
 class LoadedGraph(Protocol):

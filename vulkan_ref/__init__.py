@@ -14,6 +14,7 @@ from typing import Any
 from graph_format import Graph, GraphBuildError
 from vulkan_ref.graph import ComputeGraph
 from vulkan_ref.instance import VulkanContext, get_context
+from vulkan_ref.pool import MemoryPool
 
 __all__ = ["ComputeGraph", "VulkanRuntime"]
 
@@ -28,6 +29,10 @@ class VulkanRuntime:
         max_workgroups_per_dim: a per-axis workgroup count limit below the device's, which
             every graph honours as if the device had it (counts above it fold into rows;
             counts no grid can hold are refused), so the fold is tested on any device.
+
+    Attributes:
+        pool: the memory, descriptor sets and submit objects every graph of this runtime
+            shares (`vulkan_ref.pool`); released when the runtime and its graphs are dropped.
 
     Raises:
         ValueError: a limit below 1 or above the device's.
@@ -50,6 +55,7 @@ class VulkanRuntime:
                 f"asked for; {self.context.info()['adapter']} allows 1 to {device}"
             )
         self.max_workgroups_per_dim = max_workgroups_per_dim
+        self.pool = MemoryPool(self.context)
 
     def info(self) -> dict[str, Any]:
         """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour."""
@@ -71,4 +77,6 @@ class VulkanRuntime:
         for node in graph.ops:
             if node.op not in OP_IMPLS:
                 raise GraphBuildError(node.name, f"vulkan has no implementation of {node.op!r}")
-        return ComputeGraph(self.context, graph, self.shader_dir, self.max_workgroups_per_dim)
+        return ComputeGraph(
+            self.context, graph, self.shader_dir, self.max_workgroups_per_dim, pool=self.pool
+        )

@@ -13,6 +13,14 @@ Resize model (reference §2, ExecuTorch's `ComputeGraph`):
   rows) is computed with the resize, so a count no grid can hold is refused like any input.
 - The command buffer is recorded anew for every execute, with a memory barrier after each
   dispatch; the whole step is one submit and one fence wait.
+- Memory comes from the runtime's pool (`vulkan_ref.pool`): every tensor, scratch buffer
+  and UBO of a graph is a range of a pooled block, descriptor sets are recycled by the
+  ranges they bind, and the command buffer and fence are the runtime's. What a fresh
+  build guarantees holds on reused memory: the first submit of a graph zeroes its storage,
+  uploads its constants and state initial data and poisons the guard after every
+  allocation (one fill and one copy at the head of that submit, no submit of its own);
+  every execute reads the guards back with the rest and reports damaged ones
+  (`StepResult.guard_writes`), then re-poisons them at the next submit.
 - Any error while resizing restores every size and SymInt to the state before the step;
   SymInt UBOs are written only once the step's resize succeeded, and a SymInt the int32 UBO
   cannot hold is refused (`InputError`, key "int_range") after every op's own checks.
@@ -20,6 +28,8 @@ Resize model (reference §2, ExecuTorch's `ComputeGraph`):
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,8 +55,9 @@ from graph_format import (
 )
 from vulkan_ref.cdata import CData
 from vulkan_ref.instance import FENCE_TIMEOUT_NS, VulkanContext
-from vulkan_ref.memory import STAGING_USAGE, UNIFORM_USAGE, Buffer
+from vulkan_ref.memory import Buffer
 from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
+from vulkan_ref.pool import GUARD_WORD, Arena, DescriptorKey, MemoryPool, StorageSlot
 from vulkan_ref.tensor import VTensor
 
 Sizes = tuple[int, ...]
@@ -71,11 +82,11 @@ class SymInt:
     cannot hold) leaves the UBO as it was.
     """
 
-    def __init__(self, ctx: VulkanContext, name: str) -> None:
+    def __init__(self, arena: Arena, name: str) -> None:
         self.name = name
         self.value = 0  # serialized SymInts start at 0
         self._written = 0
-        self.ubo = Buffer.create(ctx, 16, UNIFORM_USAGE, True)
+        self.ubo = arena.uniform(16)
         self.ubo.write(0, bytes(16))
 
     def set(self, value: int) -> bool:
@@ -192,10 +203,17 @@ class ComputeGraph:
         graph: Graph,
         glsl_dir: str | None = None,
         max_workgroups_per_dim: int | None = None,
+        *,
+        pool: MemoryPool,
     ) -> None:
         from vulkan_ref.ops import OP_IMPLS  # the registry imports this module
 
         self.ctx = ctx
+        self.pool = pool
+        self.arena = Arena(pool)
+        # Read once per graph: each read of the properties struct through the vulkan package
+        # costs ~35 µs, and every dispatch node checks its workgroup size.
+        self._device_limits = (ctx.max_invocations, ctx.max_workgroup_count)
         self.graph = graph
         self.glsl_dir = glsl_dir  # another folder laid out like glsl/; None: the repo's
         # A limit below the device's, on every axis (None: the device's own).
@@ -205,138 +223,57 @@ class ComputeGraph:
         self.symints: dict[str, SymInt] = {}
         self.nodes: list[ExecuteNode] = []
         self._scratch: list[VTensor] = []
-        self._constant_ubos: list[Buffer] = []
         self._input_checks: list[_InputCheck] = []
-        self._staging: Buffer | None = None
+        self._descriptor_keys: list[DescriptorKey] = []
         self._closed = False
-        for value in graph.values.values():
-            if isinstance(value, TensorValue):
-                self.tensors[value.name] = self._create_tensor(value)
-            elif isinstance(value, SymIntValue):
-                self.symints[value.name] = SymInt(ctx, value.name)
-        for node in graph.ops:
-            OP_IMPLS[node.op](self, node)
-        self._allocate_descriptor_sets()
+        self._device_lost = False
+        try:
+            for value in graph.values.values():
+                if isinstance(value, TensorValue):
+                    self.tensors[value.name] = self._create_tensor(value)
+                elif isinstance(value, SymIntValue):
+                    self.symints[value.name] = SymInt(self.arena, value.name)
+            for node in graph.ops:
+                OP_IMPLS[node.op](self, node)
+            self.arena.place()
+            self._allocate_descriptor_sets()
+        except BaseException:
+            self.close()
+            raise
+        # Every storage tensor, scratch included, with its slot, in placement order.
+        self._storage: list[VTensor] = [*self.tensors.values(), *self._scratch]
+        # Zeroing, initial data and guards go at the head of the first submit; guards found
+        # damaged go at the head of the next one.
+        self._needs_init = True
+        self._repoison: list[StorageSlot] = []
         # Everything counts as updated before the first execute, so every node sizes itself.
         self.updated: set[str] = set(self.tensors) | set(self.symints)
-        cb_info = vk.VkCommandBufferAllocateInfo(
-            commandPool=ctx.command_pool,
-            level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-            commandBufferCount=1,
-        )
-        self._cmd = vk.vkAllocateCommandBuffers(ctx.device, cb_info)[0]
-        self._fence = vk.vkCreateFence(ctx.device, vk.VkFenceCreateInfo(), None)
 
     # ------------------------------------------------------------------ construction
 
     def _create_tensor(self, value: TensorValue) -> VTensor:
-        dtype = DTYPES[value.dtype]
-        tensor = VTensor(
-            self.ctx,
+        return VTensor(
+            self.arena,
             value.name,
             value.dtype,
-            dtype.itemsize,
+            DTYPES[value.dtype].itemsize,
             value.dims,
             is_constant=value.constant is not None,
             is_state=value.state,
         )
-        data = self.graph.initial_data(value)
-        if data is not None:
-            self._upload_now(tensor, np.ascontiguousarray(data, dtype).tobytes())
-        return tensor
-
-    def _upload_now(self, tensor: VTensor, raw: bytes) -> None:
-        """Copy bytes into a device-local tensor through a temporary staging buffer."""
-        staging = Buffer.create(self.ctx, len(raw), STAGING_USAGE, True)
-        try:
-            staging.write(0, raw)
-            self._one_shot(
-                lambda cb: vk.vkCmdCopyBuffer(
-                    cb,
-                    staging.handle,
-                    tensor.buffer.handle,
-                    1,
-                    [vk.VkBufferCopy(srcOffset=0, dstOffset=0, size=staging.size)],
-                )
-            )
-        finally:
-            staging.destroy()
-
-    def _one_shot(self, record: Callable[[CData], None]) -> None:
-        info = vk.VkCommandBufferAllocateInfo(
-            commandPool=self.ctx.command_pool,
-            level=vk.VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-            commandBufferCount=1,
-        )
-        cb = vk.vkAllocateCommandBuffers(self.ctx.device, info)[0]
-        vk.vkBeginCommandBuffer(
-            cb, vk.VkCommandBufferBeginInfo(flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
-        )
-        record(cb)
-        vk.vkEndCommandBuffer(cb)
-        fence = vk.vkCreateFence(self.ctx.device, vk.VkFenceCreateInfo(), None)
-        try:
-            vk.vkQueueSubmit(
-                self.ctx.queue,
-                1,
-                [vk.VkSubmitInfo(commandBufferCount=1, pCommandBuffers=[cb])],
-                fence,
-            )
-            vk.vkWaitForFences(self.ctx.device, 1, [fence], vk.VK_TRUE, FENCE_TIMEOUT_NS)
-        finally:
-            vk.vkDestroyFence(self.ctx.device, fence, None)
-            vk.vkFreeCommandBuffers(self.ctx.device, self.ctx.command_pool, 1, [cb])
 
     def _allocate_descriptor_sets(self) -> None:
+        """A descriptor set per dispatch node, from the runtime's cache (see pool.py)."""
         dispatches = [n for n in self.nodes if isinstance(n, DispatchNode)]
-        counts = {"storage": 0, "uniform": 0}
+        requests = []
         for node in dispatches:
-            for kind in descriptor_kinds(node.bindings):
-                counts[kind] += 1
-        sizes = [
-            vk.VkDescriptorPoolSize(type=t, descriptorCount=max(1, counts[k]))
-            for k, t in (
-                ("storage", vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER),
-                ("uniform", vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER),
-            )
-        ]
-        self._pool = vk.vkCreateDescriptorPool(
-            self.ctx.device,
-            vk.VkDescriptorPoolCreateInfo(
-                maxSets=max(1, len(dispatches)), poolSizeCount=len(sizes), pPoolSizes=sizes
-            ),
-            None,
-        )
-        for node in dispatches:
-            layout = self.pipelines.set_layout(descriptor_kinds(node.bindings))
-            node.descriptor_set = vk.vkAllocateDescriptorSets(
-                self.ctx.device,
-                vk.VkDescriptorSetAllocateInfo(
-                    descriptorPool=self._pool, descriptorSetCount=1, pSetLayouts=[layout]
-                ),
-            )[0]
-            buffers = [b.buffer if isinstance(b, VTensor) else b for b in node.bindings]
-            infos = [
-                vk.VkDescriptorBufferInfo(buffer=buf.handle, offset=0, range=buf.size)
-                for buf in buffers
-            ]
-            writes = [
-                vk.VkWriteDescriptorSet(
-                    dstSet=node.descriptor_set,
-                    dstBinding=i,
-                    descriptorCount=1,
-                    descriptorType=(
-                        vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER
-                        if kind == "storage"
-                        else vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER
-                    ),
-                    pBufferInfo=[info],
-                )
-                for i, (kind, info) in enumerate(
-                    zip(descriptor_kinds(node.bindings), infos, strict=True)
-                )
-            ]
-            vk.vkUpdateDescriptorSets(self.ctx.device, len(writes), writes, 0, None)
+            kinds = descriptor_kinds(node.bindings)
+            ranges = [b.buffer if isinstance(b, VTensor) else b for b in node.bindings]
+            requests.append((kinds, self.pipelines.set_layout(kinds), ranges))
+        acquired = self.pool.descriptors.acquire(requests)
+        for node, (key, handle) in zip(dispatches, acquired, strict=True):
+            node.descriptor_set = handle
+            self._descriptor_keys.append(key)
 
     # ------------------------------------------------------------------ builder API
 
@@ -371,9 +308,8 @@ class ComputeGraph:
         value = self.symint_arg(node, slot)
         if isinstance(value, SymInt):
             return value.ubo
-        ubo = Buffer.create(self.ctx, 16, UNIFORM_USAGE, True)
+        ubo = self.arena.uniform(16)
         ubo.write(0, int(value).to_bytes(4, "little", signed=True).ljust(16, b"\0"))
-        self._constant_ubos.append(ubo)
         return ubo
 
     def extract_int_or_symint_list(self, node: OpNode, slot: str) -> tuple[int, ...]:
@@ -409,7 +345,7 @@ class ComputeGraph:
         `cur_dims`.
         """
         tensor = VTensor(
-            self.ctx, f"{node.name}.{label}", dtype, DTYPES[dtype].itemsize, tuple(max_sizes)
+            self.arena, f"{node.name}.{label}", dtype, DTYPES[dtype].itemsize, tuple(max_sizes)
         )
         self._scratch.append(tensor)
         return tensor
@@ -431,11 +367,12 @@ class ComputeGraph:
             GraphBuildError: the workgroup size is above the device's.
             KernelBuildError: a variant's shader does not compile (naming the node's op).
         """
-        if math.prod(node.local_size) > self.ctx.max_invocations:
+        max_invocations = self._device_limits[0]
+        if math.prod(node.local_size) > max_invocations:
             raise GraphBuildError(
                 node.op,
                 f"local size {node.local_size} exceeds the device's "
-                f"{self.ctx.max_invocations} invocations per workgroup",
+                f"{max_invocations} invocations per workgroup",
             )
         if not node.shaders:
             raise ValueError(f"{node.op}: a dispatch node must list its kernel variants")
@@ -540,7 +477,7 @@ class ComputeGraph:
     @property
     def workgroup_limits(self) -> WG:
         """Workgroups per axis a dispatch may have: the device's, or the lowered limit."""
-        device = self.ctx.max_workgroup_count
+        device = self._device_limits[1]
         if self.max_workgroups_per_dim is None:
             return device
         limit = self.max_workgroups_per_dim
@@ -658,90 +595,180 @@ class ComputeGraph:
             symint.flush()
         self.updated.clear()
 
-        # Staging layout: uploads first, then every read-back region.
-        uploads = [(t, a.tobytes()) for t, a in tensor_inputs]
-        wanted = [("output", n) for n in self.graph.outputs]
-        wanted += [("tensor", n) for n in read] + [("raw", n) for n in read_raw]
-        offset = 0
-        upload_regions = []
-        for tensor, raw in uploads:
-            upload_regions.append((tensor, raw, offset))
-            offset += (len(raw) + 15) // 16 * 16
-        read_regions = []
-        for kind, name in wanted:
-            tensor = self.tensors[name]
-            nbytes = tensor.buffer.size if kind == "raw" else (tensor.nbytes + 3) // 4 * 4
-            read_regions.append((kind, tensor, nbytes, offset))
-            offset += (nbytes + 15) // 16 * 16
-        staging = self._staging_buffer(offset)
-        for _tensor, raw, off in upload_regions:
-            staging.write(off, raw)
+        staging_plan = _StagingPlan()
+        writes = self._plan_writes(staging_plan, tensor_inputs)
+        reads = self._plan_reads(staging_plan, read, read_raw)
+        staging = self.pool.staging(staging_plan.size)
+        assert staging.view is not None
+        for offset, data in writes.host:
+            staging.view[offset : offset + len(data)] = data
 
         self.ctx.drain_messages()
-        records = self._record(staging, upload_regions, read_regions, fill or {}, grids)
-        vk.vkQueueSubmit(
-            self.ctx.queue,
-            1,
-            [vk.VkSubmitInfo(commandBufferCount=1, pCommandBuffers=[self._cmd])],
-            self._fence,
-        )
+        records = self._record(staging.buffer, writes, reads, fill or {}, grids)
+        vk.vkQueueSubmit(self.ctx.queue, 1, self._submit_info, self.pool.fence)
         try:
-            vk.vkWaitForFences(self.ctx.device, 1, [self._fence], vk.VK_TRUE, FENCE_TIMEOUT_NS)
+            vk.vkWaitForFences(self.ctx.device, 1, [self.pool.fence], vk.VK_TRUE, FENCE_TIMEOUT_NS)
         except vk.VkError as err:
+            self._device_lost = True
             raise DeviceError("vulkan", [f"fence wait failed: {type(err).__name__}"]) from None
         finally:
-            vk.vkResetFences(self.ctx.device, 1, [self._fence])
+            vk.vkResetFences(self.ctx.device, 1, [self.pool.fence])
+        self._needs_init = False
+        self._repoison = []
 
+        view = staging.view
         result = StepResult(
             outputs={},
             cur_dims=self.cur_dims(),
             symints={n: s.value for n, s in self.symints.items()},
             dispatches=records,
             validation_messages=self.ctx.drain_messages(),
+            guard_writes=self._check_guards(view, reads.guards),
         )
-        for kind, tensor, nbytes, off in read_regions:
-            raw = staging.read(off, nbytes)
+        for kind, tensor in reads.wanted:
+            offset = reads.at[tensor.name]
             if kind == "raw":
-                result.raw[tensor.name] = np.frombuffer(raw, np.uint8).copy()
+                result.raw[tensor.name] = view[offset : offset + tensor.buffer.size].copy()
                 continue
-            array = np.frombuffer(raw[: tensor.nbytes], DTYPES[tensor.dtype]).reshape(tensor.sizes)
-            (result.outputs if kind == "output" else result.tensors)[tensor.name] = array.copy()
+            raw = view[offset : offset + tensor.nbytes]
+            array = raw.view(DTYPES[tensor.dtype]).reshape(tensor.sizes).copy()
+            (result.outputs if kind == "output" else result.tensors)[tensor.name] = array
         return result
 
-    def _staging_buffer(self, nbytes: int) -> Buffer:
-        if self._staging is None or self._staging.size < nbytes:
-            if self._staging is not None:
-                self._staging.destroy()
-            self._staging = Buffer.create(self.ctx, max(nbytes, 256), STAGING_USAGE, True)
-        return self._staging
+    @functools.cached_property
+    def _submit_info(self) -> CData:
+        return vk.VkSubmitInfo(commandBufferCount=1, pCommandBuffers=[self.pool.command_buffer])
+
+    @functools.cached_property
+    def _guard_pattern(self) -> bytes:
+        longest = max((t.buffer.guard for t in self._storage), default=0)
+        return np.full(longest // 4, GUARD_WORD, np.uint32).tobytes()
+
+    def _plan_writes(
+        self, plan: _StagingPlan, tensor_inputs: list[tuple[VTensor, np.ndarray]]
+    ) -> _Writes:
+        """Staging regions and copies of this step's uploads, plus (first submit) the
+        initial data and guards of every slot, or (later) the guards found damaged."""
+        writes = _Writes()
+        poison = [t.buffer for t in self._storage] if self._needs_init else self._repoison
+        if poison:
+            pattern = plan.take(len(self._guard_pattern))
+            writes.host.append((pattern, np.frombuffer(self._guard_pattern, np.uint8)))
+            writes.copies += [(pattern, slot.guard_offset, slot.guard) for slot in poison]
+        if self._needs_init:
+            assert self.arena.block is not None
+            writes.zero = self.arena.used
+            for name, tensor in self.tensors.items():
+                value = self.graph.values[name]
+                assert isinstance(value, TensorValue)
+                data = self.graph.initial_data(value)
+                if data is not None:
+                    self._stage(
+                        plan, writes, tensor, np.ascontiguousarray(data, DTYPES[value.dtype])
+                    )
+        for tensor, array in tensor_inputs:
+            self._stage(plan, writes, tensor, array)
+        return writes
+
+    @staticmethod
+    def _stage(plan: _StagingPlan, writes: _Writes, tensor: VTensor, array: np.ndarray) -> None:
+        raw = array.reshape(-1).view(np.uint8)
+        if raw.size:
+            offset = plan.take(raw.size)
+            writes.host.append((offset, raw))
+            writes.copies.append((offset, tensor.buffer.offset, raw.size))
+
+    def _plan_reads(
+        self, plan: _StagingPlan, read: Sequence[str], read_raw: Sequence[str]
+    ) -> _Reads:
+        """One copy region per slot: its guard, and the live bytes or the whole allocation
+        where asked for (a slot asked for both, or whose slack is short, is copied whole)."""
+        reads = _Reads()
+        live: dict[str, int] = {}
+        wanted = [("output", n) for n in self.graph.outputs]
+        wanted += [("tensor", n) for n in read] + [("raw", n) for n in read_raw]
+        for kind, name in wanted:
+            tensor = self.tensors[name]
+            reads.wanted.append((kind, tensor))
+            need = tensor.buffer.size if kind == "raw" else (tensor.nbytes + 3) // 4 * 4
+            live[name] = max(live.get(name, 0), need)
+        for tensor in self._storage:
+            slot = tensor.buffer
+            need = live.get(tensor.name, 0) if self.tensors.get(tensor.name) is tensor else 0
+            if need and slot.size - need <= _WHOLE_COPY_SLACK:
+                offset = plan.take(slot.binding_size)
+                reads.copies.append((slot.offset, offset, slot.binding_size))
+                reads.at[tensor.name] = offset
+                reads.guards.append((tensor, offset + slot.size))
+                continue
+            if need:
+                offset = plan.take(need)
+                reads.copies.append((slot.offset, offset, need))
+                reads.at[tensor.name] = offset
+            offset = plan.take(slot.guard)
+            reads.copies.append((slot.guard_offset, offset, slot.guard))
+            reads.guards.append((tensor, offset))
+        return reads
+
+    def _check_guards(
+        self, view: np.ndarray, guards: Sequence[tuple[VTensor, int]]
+    ) -> dict[str, int]:
+        """Damaged words per guard read back; damaged guards are re-poisoned next submit."""
+        pattern = self._guard_pattern
+        damaged: dict[str, int] = {}
+        for tensor, offset in guards:
+            slot = tensor.buffer
+            got = view[offset : offset + slot.guard]
+            if got.tobytes() == pattern[: slot.guard]:
+                continue
+            damaged[tensor.name] = int(np.count_nonzero(got.view(np.uint32) != GUARD_WORD))
+            self._repoison.append(slot)
+        return damaged
 
     def _record(
         self,
-        staging: Buffer,
-        upload_regions: list[tuple[VTensor, bytes, int]],
-        read_regions: list[tuple[str, VTensor, int, int]],
+        staging: CData,
+        writes: _Writes,
+        reads: _Reads,
         fill: Mapping[str, tuple[int, int]],
         grids: Sequence[WG | None],
     ) -> list[DispatchRecord]:
-        cb = self._cmd
-        vk.vkBeginCommandBuffer(
-            cb, vk.VkCommandBufferBeginInfo(flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
-        )
+        cb = self.pool.command_buffer
+        vk.vkBeginCommandBuffer(cb, _ONE_TIME)
+        try:
+            return self._record_commands(cb, staging, writes, reads, fill, grids)
+        finally:
+            # Ended even when recording failed: the runtime's next execute begins it again.
+            vk.vkEndCommandBuffer(cb)
+
+    def _record_commands(
+        self,
+        cb: CData,
+        staging: CData,
+        writes: _Writes,
+        reads: _Reads,
+        fill: Mapping[str, tuple[int, int]],
+        grids: Sequence[WG | None],
+    ) -> list[DispatchRecord]:
+        block = self.arena.block
+        assert block is not None
+        if writes.zero:
+            # Reused memory starts as a fresh allocation does: zeros, then initial data.
+            vk.vkCmdFillBuffer(cb, block.buffer, 0, (writes.zero + 3) // 4 * 4, 0)
+            self._barrier(
+                cb,
+                vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
+                vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
+                vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+                vk.VK_ACCESS_TRANSFER_WRITE_BIT,
+            )
         for name, (offset, word) in fill.items():
-            tensor = self.tensors[name]
-            if offset < tensor.buffer.size:
-                vk.vkCmdFillBuffer(
-                    cb, tensor.buffer.handle, offset, tensor.buffer.size - offset, word
-                )
-        for tensor, raw, off in upload_regions:
-            if raw:
-                vk.vkCmdCopyBuffer(
-                    cb,
-                    staging.handle,
-                    tensor.buffer.handle,
-                    1,
-                    [vk.VkBufferCopy(srcOffset=off, dstOffset=0, size=len(raw))],
-                )
+            slot = self.tensors[name].buffer
+            if offset < slot.size:
+                vk.vkCmdFillBuffer(cb, block.buffer, slot.offset + offset, slot.size - offset, word)
+        if writes.copies:
+            regions = _copy_regions(writes.copies)
+            vk.vkCmdCopyBuffer(cb, staging, block.buffer, len(writes.copies), regions)
         self._barrier(
             cb,
             vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -796,14 +823,8 @@ class ComputeGraph:
             vk.VK_ACCESS_SHADER_WRITE_BIT | vk.VK_ACCESS_TRANSFER_WRITE_BIT,
             vk.VK_ACCESS_TRANSFER_READ_BIT,
         )
-        for _kind, tensor, nbytes, off in read_regions:
-            vk.vkCmdCopyBuffer(
-                cb,
-                tensor.buffer.handle,
-                staging.handle,
-                1,
-                [vk.VkBufferCopy(srcOffset=0, dstOffset=off, size=nbytes)],
-            )
+        regions = _copy_regions(reads.copies)
+        vk.vkCmdCopyBuffer(cb, block.buffer, staging, len(reads.copies), regions)
         self._barrier(
             cb,
             vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
@@ -811,32 +832,74 @@ class ComputeGraph:
             vk.VK_ACCESS_TRANSFER_WRITE_BIT,
             vk.VK_ACCESS_HOST_READ_BIT,
         )
-        vk.vkEndCommandBuffer(cb)
         return records
 
     @staticmethod
     def _barrier(cb: CData, src_stage: int, dst_stage: int, src: int, dst: int) -> None:
-        barrier = vk.VkMemoryBarrier(srcAccessMask=src, dstAccessMask=dst)
-        vk.vkCmdPipelineBarrier(cb, src_stage, dst_stage, 0, 1, [barrier], 0, None, 0, None)
+        barrier = _BARRIERS.get((src, dst))
+        if barrier is None:  # built once: the package's struct constructors are slow
+            barrier = _BARRIERS[(src, dst)] = vk.VkMemoryBarrier(
+                srcAccessMask=src, dstAccessMask=dst
+            )
+        vk.vkCmdPipelineBarrier(cb, src_stage, dst_stage, 0, 1, barrier, 0, None, 0, None)
 
     def close(self) -> None:
-        """Free this graph's device objects (idempotent)."""
+        """Hand this graph's memory and descriptor sets back to the pool (idempotent)."""
         if self._closed:
             return
         self._closed = True
-        device = self.ctx.device
-        vk.vkDeviceWaitIdle(device)
-        vk.vkDestroyFence(device, self._fence, None)
-        vk.vkFreeCommandBuffers(device, self.ctx.command_pool, 1, [self._cmd])
-        vk.vkDestroyDescriptorPool(device, self._pool, None)
-        for tensor in [*self.tensors.values(), *self._scratch]:
-            tensor.destroy()
-        for symint in self.symints.values():
-            symint.ubo.destroy()
-        for ubo in self._constant_ubos:
-            ubo.destroy()
-        if self._staging is not None:
-            self._staging.destroy()
+        if self._device_lost:  # a submit may still be running over this graph's memory
+            with contextlib.suppress(vk.VkError):
+                vk.vkDeviceWaitIdle(self.ctx.device)
+        self.pool.descriptors.release(self._descriptor_keys)
+        self.arena.release()
+
+
+# A slot whose live bytes leave at most this much slack is read back whole with its guard
+# (one copy region instead of two).
+_WHOLE_COPY_SLACK = 4096
+_BARRIERS: dict[tuple[int, int], CData] = {}
+_ONE_TIME = vk.VkCommandBufferBeginInfo(flags=vk.VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT)
+
+
+@dataclass
+class _StagingPlan:
+    """Offsets in the runtime's staging block for one submit (16-byte aligned regions)."""
+
+    size: int = 0
+
+    def take(self, nbytes: int) -> int:
+        offset = self.size
+        self.size += (nbytes + 15) // 16 * 16
+        return offset
+
+
+@dataclass
+class _Writes:
+    """Host data to stage (offset, bytes) and staging -> block copies (src, dst, size)."""
+
+    host: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    copies: list[tuple[int, int, int]] = field(default_factory=list)
+    zero: int = 0  # bytes of the block to zero first (the first submit of a graph)
+
+
+@dataclass
+class _Reads:
+    """Block -> staging copies, where each tensor's bytes land, and each guard's copy."""
+
+    wanted: list[tuple[str, VTensor]] = field(default_factory=list)
+    copies: list[tuple[int, int, int]] = field(default_factory=list)
+    at: dict[str, int] = field(default_factory=dict)
+    guards: list[tuple[VTensor, int]] = field(default_factory=list)
+
+
+def _copy_regions(regions: Sequence[tuple[int, int, int]]) -> CData:
+    """A VkBufferCopy array of (src offset, dst offset, size), built raw (fast)."""
+    array = vk.ffi.new("VkBufferCopy[]", len(regions))
+    for i, (src, dst, size) in enumerate(regions):
+        region = array[i]
+        region.srcOffset, region.dstOffset, region.size = src, dst, size
+    return array
 
 
 def _fold(count: WG, limits: WG) -> WG:

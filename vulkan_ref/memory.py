@@ -1,9 +1,14 @@
-"""Vulkan buffers with their own memory: device-local for tensors, host-visible for the rest."""
+"""Vulkan buffers: a range of a pooled block (`vulkan_ref.pool`) or one with its own memory.
+
+Graphs take every buffer from their runtime's pool (`Arena.uniform`); `Buffer.create` gives
+a buffer its own allocation, for benchmarks that want nothing shared.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import vulkan as vk
 
 from vulkan_ref.cdata import CData
@@ -21,17 +26,25 @@ HOST_VISIBLE = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HO
 
 @dataclass
 class Buffer:
-    """A VkBuffer bound to its own allocation; host-visible buffers stay mapped."""
+    """`size` bytes at `offset` of a VkBuffer; host-visible ones stay mapped.
+
+    Attributes:
+        mapped: the whole mapping of `memory` as a writable uint8 array (host-visible only).
+        owned: the buffer and memory are this object's own (`create`), freed by `destroy`;
+            otherwise they belong to a pool block, which outlives the range.
+    """
 
     ctx: VulkanContext
     handle: CData
     memory: CData
     size: int
-    mapped: CData = None  # cffi buffer over the whole allocation when host-visible
+    mapped: np.ndarray | None = None
+    offset: int = 0
+    owned: bool = True
 
     @classmethod
     def create(cls, ctx: VulkanContext, size: int, usage: int, host_visible: bool) -> Buffer:
-        """Allocate `size` bytes (rounded up to 4) with `usage`."""
+        """Allocate `size` bytes (rounded up to 4) with `usage`, in memory of its own."""
         size = max(4, (size + 3) // 4 * 4)
         info = vk.VkBufferCreateInfo(
             size=size, usage=usage, sharingMode=vk.VK_SHARING_MODE_EXCLUSIVE
@@ -44,24 +57,35 @@ class Buffer:
         )
         memory = vk.vkAllocateMemory(ctx.device, alloc, None)
         vk.vkBindBufferMemory(ctx.device, handle, memory, 0)
-        mapped = vk.vkMapMemory(ctx.device, memory, 0, size, 0) if host_visible else None
+        mapped = None
+        if host_visible:
+            mapped = np.frombuffer(vk.vkMapMemory(ctx.device, memory, 0, size, 0), np.uint8)
         return cls(ctx, handle, memory, size, mapped)
 
+    @property
+    def binding_size(self) -> int:
+        """Bytes a descriptor binds."""
+        return self.size
+
     def write(self, offset: int, data: bytes | memoryview) -> None:
-        """Copy host bytes into a mapped buffer."""
-        self.mapped[offset : offset + len(data)] = data
+        """Copy host bytes into a mapped buffer, `offset` bytes into its range."""
+        assert self.mapped is not None, "write to a buffer that is not host-visible"
+        start = self.offset + offset
+        self.mapped[start : start + len(data)] = np.frombuffer(data, np.uint8)
 
     def read(self, offset: int, size: int) -> bytes:
-        """Copy bytes out of a mapped buffer."""
-        return bytes(self.mapped[offset : offset + size])
+        """Copy bytes out of a mapped buffer, `offset` bytes into its range."""
+        assert self.mapped is not None, "read from a buffer that is not host-visible"
+        start = self.offset + offset
+        return self.mapped[start : start + size].tobytes()
 
     def destroy(self) -> None:
-        """Free the buffer and its memory (idempotent)."""
-        if self.handle is None:
+        """Free the buffer and its memory if they are its own (idempotent)."""
+        if self.handle is None or not self.owned:
             return
         if self.mapped is not None:
-            vk.vkUnmapMemory(self.ctx.device, self.memory)
             self.mapped = None
+            vk.vkUnmapMemory(self.ctx.device, self.memory)
         vk.vkDestroyBuffer(self.ctx.device, self.handle, None)
         vk.vkFreeMemory(self.ctx.device, self.memory, None)
         self.handle = None

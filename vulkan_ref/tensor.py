@@ -1,4 +1,7 @@
-"""Vulkan tensors: a device-local buffer at the max size plus a metadata UBO of live sizes.
+"""Vulkan tensors: a device-local slot at the max size plus a metadata UBO of live sizes.
+
+Both come from the graph's arena (`vulkan_ref.pool`): the slot is placed in the graph's
+device block once every op is built, the UBO at once (it is written here).
 
 As in ExecuTorch's `vTensor`, `virtual_resize` changes the live sizes inside the fixed
 allocation and rewrites the metadata UBO at once; shaders read live sizes from that UBO.
@@ -18,8 +21,7 @@ import math
 import struct
 
 from graph_format import ResizeError
-from vulkan_ref.instance import VulkanContext
-from vulkan_ref.memory import STORAGE_USAGE, UNIFORM_USAGE, Buffer
+from vulkan_ref.pool import Arena
 
 META_NBYTES = 48
 _META = struct.Struct("<4I4I2I")
@@ -43,7 +45,7 @@ class VTensor:
 
     def __init__(
         self,
-        ctx: VulkanContext,
+        arena: Arena,
         name: str,
         dtype: str,
         itemsize: int,
@@ -59,8 +61,8 @@ class VTensor:
         self.sizes = max_sizes
         self.is_constant = is_constant
         self.is_state = is_state
-        self.buffer = Buffer.create(ctx, math.prod(max_sizes) * itemsize, STORAGE_USAGE, False)
-        self.meta = Buffer.create(ctx, META_NBYTES, UNIFORM_USAGE, True)
+        self.buffer = arena.storage(name, math.prod(max_sizes) * itemsize)
+        self.meta = arena.uniform(META_NBYTES)
         self.meta.write(0, whcn_meta(self.sizes))
 
     @property
@@ -91,8 +93,3 @@ class VTensor:
         self.sizes = sizes
         self.meta.write(0, whcn_meta(sizes))
         return True
-
-    def destroy(self) -> None:
-        """Free the buffers."""
-        self.buffer.destroy()
-        self.meta.destroy()

@@ -13,6 +13,7 @@ from typing import Any
 from graph_format import Graph, GraphBuildError
 from webgpu_backend.device import WebGPUDevice, get_device
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.pool import BufferPool
 
 __all__ = ["WebGPUGraph", "WebGPURuntime"]
 
@@ -27,6 +28,10 @@ class WebGPURuntime:
         max_workgroups_per_dim: a per-dimension workgroup count limit below the device's,
             which every graph honours as if the device had it (counts above it fold into a
             2-D grid; counts no grid can hold are refused), so the fold is tested anywhere.
+
+    Attributes:
+        pool: the buffers and bind groups every graph of this runtime shares
+            (`webgpu_backend.pool`); released when the runtime and its graphs are dropped.
 
     Raises:
         ValueError: a limit below 1 or above the device's.
@@ -49,6 +54,7 @@ class WebGPURuntime:
                 f"asked for; {self.device.info()['adapter']} allows 1 to {limit}"
             )
         self.max_workgroups_per_dim = max_workgroups_per_dim
+        self.pool = BufferPool(self.device.device)
 
     def info(self) -> dict[str, Any]:
         """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour."""
@@ -70,4 +76,6 @@ class WebGPURuntime:
         for node in graph.ops:
             if node.op not in OP_BUILDERS:
                 raise GraphBuildError(node.name, f"webgpu has no implementation of {node.op!r}")
-        return WebGPUGraph(self.device, graph, self.shader_dir, self.max_workgroups_per_dim)
+        return WebGPUGraph(
+            self.device, graph, self.shader_dir, self.max_workgroups_per_dim, pool=self.pool
+        )

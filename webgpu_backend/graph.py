@@ -18,18 +18,26 @@ Resize model (reference §1, with its known divergences fixed):
   is refused with the graph restored, like any other input.
   A SymInt outside int32 (what kernels read) is refused (`InputError`, key "int_range")
   after every op's own checks and the grids.
+- Buffers come from the runtime's pool (`webgpu_backend.pool`): every tensor, scratch
+  buffer and params uniform is a range of a pooled GPUBuffer, bound as (buffer, offset,
+  size), and bind groups are cached by the ranges they bind. What a fresh build guarantees
+  holds on reused memory: a graph's blocks are written whole when it is built (zeros, as
+  WebGPU gives a new buffer, with its constants, state initial data and a poisoned guard
+  after every slot); every execute reads the guards back with the rest and reports damaged
+  ones (`StepResult.guard_writes`), then re-poisons them.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import wgpu
-from wgpu.classes import GPUBindGroup, GPUBuffer, GPUCommandEncoder, GPUValidationError
+from wgpu.classes import GPUBindGroup, GPUBuffer, GPUValidationError
 
 from graph_format import (
     DTYPES,
@@ -48,16 +56,24 @@ from graph_format import (
     TensorValue,
 )
 from webgpu_backend.device import BindingKind, Pipeline, WebGPUDevice
+from webgpu_backend.pool import (
+    GUARD_WORD,
+    STORAGE,
+    UNIFORM,
+    Arena,
+    Block,
+    BufferPool,
+    Slot,
+    align_up,
+)
 from webgpu_backend.tensor import Dims, WebGPUTensor, storage_size
-
-_STORAGE_USAGE = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
 @dataclass
 class ParamsBuffer:
     """An op's params uniform. `update` marks it for upload only when the bytes change."""
 
-    buffer: GPUBuffer
+    slot: Slot
     data: bytes
     dirty: bool = True
 
@@ -73,8 +89,12 @@ class ScratchBuffer:
     """A private buffer of one op (attention scores, split-K partials): not a graph value."""
 
     name: str
-    buffer: GPUBuffer
-    alloc_nbytes: int
+    slot: Slot
+
+    @property
+    def alloc_nbytes(self) -> int:
+        """Bytes allocated (not counting the guard after them)."""
+        return self.slot.size
 
 
 @dataclass
@@ -90,8 +110,17 @@ class Dispatch:
     kernel: str
     workgroup_size: int
     pipelines: dict[str, Pipeline]
-    bind_group: GPUBindGroup
+    slots: list[Slot]  # bound in order: written, read, params
+    written: int  # how many of `slots` the kernels write
     count: int = 0
+    _bind_group: GPUBindGroup | None = None
+
+    @property
+    def bind_group(self) -> GPUBindGroup:
+        """The bind group (made once the graph has placed its buffers)."""
+        if self._bind_group is None:
+            raise RuntimeError(f"webgpu: {self.op}: the graph is still being built")
+        return self._bind_group
 
     def select(self, kernel: str) -> None:
         """Make `kernel` (one of the variants built for this slot) the one that runs."""
@@ -122,12 +151,6 @@ class _Snapshot:
     counts: list[tuple[str, int]]
     params: list[tuple[bytes, bool]]
     dirty: set[str]
-
-
-@dataclass
-class _Staging:
-    buffer: GPUBuffer | None = None
-    size: int = 0
 
 
 def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
@@ -162,10 +185,14 @@ class WebGPUGraph:
         graph: Graph,
         shader_dir: Path | None = None,
         max_workgroups_per_dim: int | None = None,
+        *,
+        pool: BufferPool,
     ) -> None:
         from webgpu_backend.ops import OP_BUILDERS  # the registry imports this module
 
         self.dev = dev
+        self.pool = pool
+        self.arena = Arena(pool)
         self.graph = graph
         self.shader_dir = shader_dir  # None: the repo's wgsl/
         self.max_workgroups_per_dim = max_workgroups_per_dim  # None: the device's limit
@@ -177,7 +204,6 @@ class WebGPUGraph:
         self._hooks: list[_Hook] = []
         self._input_checks: list[_InputCheck] = []
         self._pending: dict[int, ParityError] = {}  # hook order -> error held until convergence
-        self._staging = _Staging()
         self._closed = False
 
         for value in graph.values.values():
@@ -185,37 +211,77 @@ class WebGPUGraph:
                 self.tensors[value.name] = self._create_tensor(value)
             elif isinstance(value, SymIntValue):
                 self.symints[value.name] = 0  # serialized SymInts start at 0, as upstream
-        for node in graph.ops:
-            OP_BUILDERS[node.op](self, node)
+        try:
+            for node in graph.ops:
+                OP_BUILDERS[node.op](self, node)
+            self._place()
+        except BaseException:
+            self.close()
+            raise
+        # Every storage slot with the name guard damage is reported under.
+        self._guarded: list[tuple[str, Slot]] = [
+            *((t.name, t.slot) for t in self.tensors.values()),
+            *((s.name, s.slot) for s in self._scratch),
+        ]
+        self._repoison: list[Slot] = []
         # Every hook runs once at the first execute: all values start dirty.
         self._dirty: set[str] = set(self.tensors) | set(self.symints)
 
     # ------------------------------------------------------------------ construction
 
     def _create_tensor(self, value: TensorValue) -> WebGPUTensor:
-        dtype = DTYPES[value.dtype]
-        tensor = WebGPUTensor(
+        return WebGPUTensor(
             name=value.name,
             dtype=value.dtype,
-            elem_size=dtype.itemsize,
+            elem_size=DTYPES[value.dtype].itemsize,
             dims=value.dims,
             cur_dims=value.dims,
-            buffer=self.dev.device.create_buffer(
-                label=value.name, size=storage_size(value.nbytes), usage=_STORAGE_USAGE
-            ),
+            slot=self.arena.storage(value.name, value.nbytes),
             is_constant=value.constant is not None,
             is_state=value.state,
         )
-        data = self.graph.initial_data(value)
-        if data is not None:
-            self._upload(tensor, np.ascontiguousarray(data, dtype))
-        return tensor
+
+    def _place(self) -> None:
+        """Place every buffer, write each storage block's initial contents and make the bind
+        groups (all known once every op is built)."""
+        self.arena.place([(d.slots[: d.written], d.slots[d.written :]) for d in self.dispatches])
+        initial: dict[Slot, np.ndarray] = {}
+        for tensor in self.tensors.values():
+            value = self.graph.values[tensor.name]
+            assert isinstance(value, TensorValue)
+            data = self.graph.initial_data(value)
+            if data is not None:
+                initial[tensor.slot] = np.ascontiguousarray(data, DTYPES[value.dtype])
+        queue = self.dev.device.queue
+        for placed in self.arena.blocks:
+            if placed.block.kind != STORAGE:
+                continue
+            # Reused memory starts as a new WebGPU buffer does (zeros), then initial data and
+            # guards: one write per block.
+            image = np.zeros(placed.used, np.uint8)
+            words = image.view(np.uint32)
+            for slot in placed.slots:
+                words[slot.guard_offset // 4 : (slot.guard_offset + slot.guard) // 4] = GUARD_WORD
+                data = initial.get(slot)
+                if data is not None:
+                    raw = data.reshape(-1).view(np.uint8)
+                    image[slot.offset : slot.offset + raw.size] = raw
+            queue.write_buffer(placed.block.buffer, 0, image)
+        for d in self.dispatches:
+            layout = next(iter(d.pipelines.values())).layout
+            d._bind_group = self.pool.bind_group(layout, d.slots)
+        # Host images of the uniform blocks, which params writes are batched through.
+        self._uniform_images = {
+            p.block.serial: np.zeros(p.used, np.uint8)
+            for p in self.arena.blocks
+            if p.block.kind == UNIFORM
+        }
 
     def _upload(self, tensor: WebGPUTensor, data: np.ndarray) -> None:
         raw = data.tobytes()
         if len(raw) % 4:
             raw += bytes(4 - len(raw) % 4)  # WebGPU copies whole 4-byte words
-        self.dev.device.queue.write_buffer(tensor.buffer, 0, raw)
+        self.dev.device.queue.write_buffer(tensor.slot.buffer, tensor.slot.offset, raw)
 
     # ------------------------------------------------------------------ builder API
 
@@ -257,21 +323,15 @@ class WebGPUGraph:
 
     def create_params(self, nbytes: int) -> ParamsBuffer:
         """A params uniform of `nbytes` bytes (rounded up to 16, as uniform layout wants)."""
-        size = max(16, (nbytes + 15) // 16 * 16)
-        buffer = self.dev.device.create_buffer(
-            size=size, usage=wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
-        )
-        params = ParamsBuffer(buffer, bytes(size))
+        slot = self.arena.uniform(f"params.{len(self._params)}", nbytes)
+        params = ParamsBuffer(slot, bytes(slot.size))
         self._params.append(params)
         return params
 
     def create_scratch(self, node: OpNode, label: str, nbytes: int) -> ScratchBuffer:
         """A private storage buffer of `nbytes` for `node`, usable in `add_dispatch`."""
-        size = storage_size(nbytes)
-        buffer = self.dev.device.create_buffer(
-            label=f"{node.name}.{label}", size=size, usage=_STORAGE_USAGE
-        )
-        scratch = ScratchBuffer(f"{node.name}.{label}", buffer, size)
+        name = f"{node.name}.{label}"
+        scratch = ScratchBuffer(name, self.arena.storage(name, nbytes))
         self._scratch.append(scratch)
         return scratch
 
@@ -306,10 +366,10 @@ class WebGPUGraph:
         kinds: list[BindingKind] = []
         kinds += ["storage_rw"] * len(writes)
         kinds += ["storage_ro"] * len(reads)
-        resources = [t.buffer for t in [*writes, *reads]]
+        slots = [t.slot for t in [*writes, *reads]]
         if params is not None:
             kinds.append("uniform")
-            resources.append(params.buffer)
+            slots.append(params.slot)
         all_constants = {"wg_size": workgroup_size, **(constants or {})}
         try:
             pipelines = {
@@ -318,15 +378,10 @@ class WebGPUGraph:
             }
         except KernelBuildError as err:
             raise err.for_op(node.name) from None
-        first = next(iter(pipelines.values()))
-        bind_group = self.dev.device.create_bind_group(
-            layout=first.layout,
-            entries=[
-                {"binding": i, "resource": {"buffer": b, "offset": 0, "size": b.size}}
-                for i, b in enumerate(resources)
-            ],
+        # The bind group is made once the graph has placed its buffers (`_place`).
+        dispatch = Dispatch(
+            node.name, next(iter(variants)), workgroup_size, pipelines, slots, len(writes)
         )
-        dispatch = Dispatch(node.name, next(iter(variants)), workgroup_size, pipelines, bind_group)
         self.dispatches.append(dispatch)
         return dispatch
 
@@ -548,15 +603,17 @@ class WebGPUGraph:
             raise
 
         queue = self.dev.device.queue
-        for params in self._params:
-            if params.dirty:
-                queue.write_buffer(params.buffer, 0, params.data)
-                params.dirty = False
+        self._flush_params()
+        for slot in self._repoison:
+            queue.write_buffer(slot.buffer, slot.guard_offset, self._guard_pattern[: slot.guard])
+        self._repoison = []
         for name, (offset, word) in (fill or {}).items():
             tensor = self.tensors[name]
             words = (tensor.alloc_nbytes - offset) // 4
             if words > 0:
-                queue.write_buffer(tensor.buffer, offset, np.full(words, word, np.uint32))
+                queue.write_buffer(
+                    tensor.slot.buffer, tensor.slot.offset + offset, np.full(words, word, np.uint32)
+                )
         for tensor, data in tensor_inputs:
             self._upload(tensor, data)
 
@@ -574,9 +631,14 @@ class WebGPUGraph:
                 cpass.dispatch_workgroups(*grid)
                 records.append(DispatchRecord(d.op, d.kernel, wg, (d.count, 1, 1), grid, True))
             cpass.end()
-            reads, staging = self._encode_reads(encoder, read, read_raw)
+            reads = self._plan_reads(read, read_raw)
+            readback = self.pool.readback(reads.size)
+            for copy in reads.copies:
+                encoder.copy_buffer_to_buffer(
+                    copy.block.buffer, copy.src, readback, copy.dst, copy.size
+                )
             queue.submit([encoder.finish()])
-            blob = self._map_staging(staging, reads[-1][3] + reads[-1][2])
+            blob = self._map(readback, reads.size)
         except GPUValidationError as err:
             raise DeviceError("webgpu", [str(err)]) from None
 
@@ -585,70 +647,147 @@ class WebGPUGraph:
             cur_dims=self.cur_dims(),
             symints=dict(self.symints),
             dispatches=records,
+            guard_writes=self._check_guards(blob, reads.guards),
         )
-        for kind, name, nbytes, offset in reads:
-            raw = blob[offset : offset + nbytes]
+        for kind, tensor in reads.wanted:
+            offset = reads.at[tensor.name]
             if kind == "raw":
-                result.raw[name] = np.frombuffer(raw, np.uint8).copy()
+                raw = blob[offset : offset + tensor.alloc_nbytes]
+                result.raw[tensor.name] = np.frombuffer(raw, np.uint8).copy()
                 continue
-            tensor = self.tensors[name]
-            array = np.frombuffer(raw[: tensor.cur_nbytes], DTYPES[tensor.dtype])
-            array = array.reshape(tensor.cur_dims).copy()
-            (result.outputs if kind == "output" else result.tensors)[name] = array
+            raw = blob[offset : offset + tensor.cur_nbytes]
+            array = np.frombuffer(raw, DTYPES[tensor.dtype]).reshape(tensor.cur_dims).copy()
+            (result.outputs if kind == "output" else result.tensors)[tensor.name] = array
         return result
 
-    def _encode_reads(
-        self, encoder: GPUCommandEncoder, read: Sequence[str], read_raw: Sequence[str]
-    ) -> tuple[list[tuple[str, str, int, int]], GPUBuffer]:
-        """Copy outputs, extra tensors and raw allocations into one staging buffer.
+    def _flush_params(self) -> None:
+        """Write every params uniform that changed: one write per uniform block, spanning
+        the changed ones (a host image of the block keeps the bytes in between)."""
+        spans: dict[int, tuple[Slot, int, int]] = {}
+        for params in self._params:
+            if not params.dirty:
+                continue
+            slot = params.slot
+            image = self._uniform_images[slot.block_serial]
+            image[slot.offset : slot.offset + len(params.data)] = np.frombuffer(
+                params.data, np.uint8
+            )
+            params.dirty = False
+            _, lo, hi = spans.get(slot.block_serial, (slot, slot.offset, 0))
+            spans[slot.block_serial] = (
+                slot,
+                min(lo, slot.offset),
+                max(hi, slot.offset + slot.size),
+            )
+        for serial, (slot, lo, hi) in spans.items():
+            self.dev.device.queue.write_buffer(slot.buffer, lo, self._uniform_images[serial][lo:hi])
 
-        Returns:
-            (kind, name, bytes, offset) of every region, and the staging buffer.
+    @functools.cached_property
+    def _guard_pattern(self) -> bytes:
+        longest = max((slot.guard for _, slot in self._guarded), default=0)
+        return np.full(longest // 4, GUARD_WORD, np.uint32).tobytes()
+
+    def _plan_reads(self, read: Sequence[str], read_raw: Sequence[str]) -> _Reads:
+        """Copies into the read-back buffer of every guard and of the bytes asked for.
+
+        A slot asked for whole (`read_raw`), or whose live bytes leave a short slack, is
+        copied with its guard in one piece; regions close together in a block are merged
+        into one copy (the bytes between come along), so a graph whose tensors are all read
+        costs about one copy per block.
         """
+        reads = _Reads()
+        need: dict[Slot, int] = {}
         wanted = [("output", n) for n in self.graph.outputs]
-        wanted += [("tensor", n) for n in read]
-        wanted += [("raw", n) for n in read_raw]
-        layout: list[tuple[str, str, int, int]] = []
-        offset = 0
+        wanted += [("tensor", n) for n in read] + [("raw", n) for n in read_raw]
         for kind, name in wanted:
             tensor = self.tensors[name]
+            reads.wanted.append((kind, tensor))
             nbytes = tensor.alloc_nbytes if kind == "raw" else storage_size(tensor.cur_nbytes)
-            layout.append((kind, name, nbytes, offset))
-            offset += (nbytes + 7) // 8 * 8  # map offsets must be multiples of 8
-        # Never empty: a graph has at least one output, and every region at least 4 bytes.
-        staging = self._staging.buffer
-        if staging is None or offset > self._staging.size:
-            if staging is not None:
-                staging.destroy()
-            staging = self.dev.device.create_buffer(
-                size=offset, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
-            )
-            self._staging = _Staging(staging, offset)
-        for _kind, name, nbytes, off in layout:
-            encoder.copy_buffer_to_buffer(self.tensors[name].buffer, 0, staging, off, nbytes)
-        return layout, staging
+            need[tensor.slot] = max(need.get(tensor.slot, 0), nbytes)
+        for placed in self.arena.blocks:
+            if placed.block.kind != STORAGE:
+                continue
+            current: _Copy | None = None  # the copy being extended
+            for slot in placed.slots:
+                nbytes = need.get(slot, 0)
+                if nbytes and slot.size - nbytes <= _WHOLE_COPY_SLACK:
+                    pieces = [(slot.offset, slot.binding_size)]
+                else:
+                    pieces = [(slot.offset, nbytes)] if nbytes else []
+                    pieces += [(slot.guard_offset, slot.guard)] if slot.guard else []
+                for src, size in pieces:
+                    gap = src - (current.src + current.size) if current else -1
+                    if current is not None and 0 <= gap <= _MERGE_GAP:
+                        dst = current.dst + current.size + gap
+                        current.size += gap + size
+                    else:
+                        dst = reads.size
+                        current = _Copy(placed.block, src, dst, size)
+                        reads.copies.append(current)
+                    reads.size = max(reads.size, align_up(dst + size, 8))
+                    if src == slot.offset:
+                        reads.at[slot.name] = dst
+                        if slot.guard and size >= slot.binding_size:
+                            reads.guards.append((slot, dst + slot.size))
+                    elif slot.guard:
+                        reads.guards.append((slot, dst))
+        return reads
+
+    def _check_guards(self, blob: bytes, guards: Sequence[tuple[Slot, int]]) -> dict[str, int]:
+        """Damaged words per guard read back; damaged guards are re-poisoned next execute."""
+        pattern = self._guard_pattern
+        damaged: dict[str, int] = {}
+        for slot, offset in guards:
+            got = blob[offset : offset + slot.guard]
+            if got == pattern[: slot.guard]:
+                continue
+            words = np.frombuffer(got, np.uint32)
+            damaged[slot.name] = int(np.count_nonzero(words != GUARD_WORD))
+            self._repoison.append(slot)
+        return damaged
 
     @staticmethod
-    def _map_staging(staging: GPUBuffer, nbytes: int) -> bytes:
-        staging.map_sync(wgpu.MapMode.READ, 0, (nbytes + 7) // 8 * 8)
+    def _map(readback: GPUBuffer, nbytes: int) -> bytes:
+        readback.map_sync(wgpu.MapMode.READ, 0, nbytes)
         try:
-            return bytes(staging.read_mapped(0, (nbytes + 7) // 8 * 8))
+            return bytes(readback.read_mapped(0, nbytes))
         finally:
-            staging.unmap()
+            readback.unmap()
 
     def close(self) -> None:
-        """Release this graph's buffers (pipelines stay cached on the device)."""
+        """Hand this graph's buffers back to the pool (pipelines stay cached on the device)."""
         if self._closed:
             return
         self._closed = True
-        for tensor in self.tensors.values():
-            tensor.buffer.destroy()
-        for params in self._params:
-            params.buffer.destroy()
-        for scratch in self._scratch:
-            scratch.buffer.destroy()
-        if self._staging.buffer is not None:
-            self._staging.buffer.destroy()
+        self.arena.release()
+
+
+# A slot whose live bytes leave at most this much slack is read back whole with its guard;
+# read-back regions at most this far apart in a block are merged into one copy.
+_WHOLE_COPY_SLACK = 4096
+_MERGE_GAP = 4096
+
+
+@dataclass
+class _Copy:
+    """One copy from a block into the read-back buffer."""
+
+    block: Block
+    src: int
+    dst: int
+    size: int
+
+
+@dataclass
+class _Reads:
+    """The read-back plan of one execute: what was asked for, the copies, where each slot's
+    bytes and each guard land, and the bytes in all."""
+
+    wanted: list[tuple[str, WebGPUTensor]] = field(default_factory=list)
+    copies: list[_Copy] = field(default_factory=list)
+    at: dict[str, int] = field(default_factory=dict)
+    guards: list[tuple[Slot, int]] = field(default_factory=list)
+    size: int = 0
 
 
 def _host_array(name: str, dtype: str, value: object) -> np.ndarray:

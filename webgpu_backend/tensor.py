@@ -1,13 +1,15 @@
-"""WebGPU tensors: one storage buffer at the max size, with live dims that change in place."""
+"""WebGPU tensors: a storage slot at the max size, with live dims that change in place.
+
+The slot is a range of one of the runtime's pooled buffers (`webgpu_backend.pool`).
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from wgpu.classes import GPUBuffer
-
 from graph_format import ResizeError
+from webgpu_backend.pool import Slot
 
 Dims = tuple[int, ...]
 
@@ -26,7 +28,7 @@ class WebGPUTensor:
     elem_size: int
     dims: Dims
     cur_dims: Dims
-    buffer: GPUBuffer
+    slot: Slot
     is_constant: bool = False
     is_state: bool = False
 
@@ -47,8 +49,8 @@ class WebGPUTensor:
 
     @property
     def alloc_nbytes(self) -> int:
-        """Bytes actually allocated."""
-        return storage_size(self.nbytes)
+        """Bytes actually allocated (not counting the guard after them)."""
+        return self.slot.size
 
     def check_dims(self, dims: Dims) -> None:
         """Reject a live shape that changes the rank, has a dim < 1 or above its max.

@@ -459,8 +459,8 @@ def check_canaries(
     results: Mapping[str, StepResult],
     fill: Mapping[str, tuple[int, int]],
 ) -> list[Divergence]:
-    """Slack unchanged after the step (no write past the live size), and no poison in any
-    live value read back (no stale read)."""
+    """Slack unchanged after the step (no write past the live size), no guard damaged (no
+    write past the allocation), and no poison in any live value read back (no stale read)."""
     out: list[Divergence] = []
     canaried = list(fill)
     for name, res in results.items():
@@ -489,6 +489,22 @@ def check_canaries(
                         "live_numel": live_numel,
                         "max_numel": int(np.prod(graph.tensor(tensor).dims)),
                     },
+                )
+            )
+        # A write past the allocation itself, found in the guard the runtime keeps after it
+        # (StepResult.guard_writes); a scratch buffer is named `<op node>.<label>`.
+        for tensor, words in res.guard_writes.items():
+            owner = next((n.name for n in graph.ops if tensor.startswith(f"{n.name}.")), None)
+            out.append(
+                Divergence(
+                    step,
+                    Kind.CANARY_WRITE,
+                    name,
+                    f"{name} wrote {words} word(s) past the allocation of {tensor!r} (into the "
+                    "guard that follows it)",
+                    op=producer(graph, tensor) or owner or consumer(graph, tensor),
+                    tensor=tensor,
+                    details={"words": words, "past_allocation": True},
                 )
             )
         for tensor, array in {**res.outputs, **res.tensors}.items():

@@ -175,10 +175,12 @@ def test_stale_read_is_caught(runner: LockstepRunner) -> None:
     assert hits[0].details["origins"][0][0] == "b"
 
 
-def test_validation_message_is_caught(runner: LockstepRunner) -> None:
-    def push_too_much(graph: ComputeGraph, node: DispatchNode) -> None:
-        node.push_constants = lambda g: struct.pack("<ff", 1e-6, 0.0)  # range is 4 bytes
+def push_too_much(graph: ComputeGraph, node: DispatchNode) -> None:
+    """Push 8 bytes where the pipeline's push-constant range is 4."""
+    node.push_constants = lambda g: struct.pack("<ff", 1e-6, 0.0)
 
+
+def test_validation_message_is_caught(runner: LockstepRunner) -> None:
     with vulkan_node_patch("rms_norm", push_too_much):
         hits = assert_found(runner, rms_norm_case(), Kind.VALIDATION, "vulkan")
     assert "push" in hits[0].message.lower()
