@@ -602,3 +602,16 @@ def test_a_count_is_a_non_negative_int() -> None:
     assert entry.dispatches[0].workgroups({"workgroups": 5}) == 5
     with pytest.raises(ExpressionError, match="negative workgroup count -1"):
         entry.dispatches[0].workgroups({"workgroups": -1})
+
+
+def test_the_reference_s_example_manifest_parses() -> None:
+    """docs/bring-your-own-kernels.md's example stays a valid manifest."""
+    page = (Path(__file__).parents[2] / "docs" / "bring-your-own-kernels.md").read_text()
+    (example,) = [
+        block
+        for block in re.findall(r"```toml\n(.*?)```", page, re.S)
+        if block.startswith('format = "parity-kernels/1"')
+    ]
+    manifest = parse_manifest(example, Path("kernels") / MANIFEST_NAME, check_files=False)
+    assert manifest.slots("webgpu") == ("q4gsw_gemv", "rotary_emb_hf")
+    assert manifest.slots("vulkan") == ("rms_norm",)
