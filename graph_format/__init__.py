@@ -29,13 +29,14 @@ from graph_format.graph import (
     Value,
 )
 from graph_format.runtime import Dims, DispatchRecord, Grid, LoadedGraph, Runtime, StepResult
-from graph_format.signatures import SIGNATURES, ArgSlot, OpSignature
+from graph_format.signatures import SIGNATURES, SLOTS, ArgSlot, OpSignature, SlotInterface
 
 __all__ = [
     "DTYPES",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "SIGNATURES",
+    "SLOTS",
     "Arg",
     "ArgSlot",
     "BackendUnavailable",
@@ -56,6 +57,7 @@ __all__ = [
     "ResizeError",
     "Runtime",
     "ScalarValue",
+    "SlotInterface",
     "StepResult",
     "SymIntValue",
     "TensorValue",

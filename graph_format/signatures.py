@@ -1,18 +1,26 @@
-"""Op signatures of graph format version 1: which arguments and outputs each op type takes.
+"""Op signatures of graph format version 1: which arguments and outputs each op type takes,
+and the interface of each of its kernel slots.
 
 Each op's signature is its own schema file, `graph_format/ops/<op>.toml` (its `args`: name,
-kind and whether optional, in order; its `outputs`: name and kind), read once at import; an
-op exists for the format when its file does. This is schema, not behaviour: it lets the
-loader reject a malformed graph (an unknown op, a missing or misspelt argument, an argument
-of the wrong kind) with an error that says where, before either backend sees it. What an op
-computes, how it resizes and how it is dispatched is owned separately by each backend and by
-the harness's contract model.
+kind and whether optional, in order; its `outputs`: name and kind; its `slots`), read once at
+import; an op exists for the format when its file does. This is schema, not behaviour: it
+lets the loader reject a malformed graph (an unknown op, a missing or misspelt argument, an
+argument of the wrong kind) with an error that says where, before either backend sees it.
+What an op computes, how it resizes and how it is dispatched is owned separately by each
+backend and by the harness's contract model.
+
+A slot (DESIGN.md §9) is one kernel variant of an op as the contract knows it (`add_flat`,
+`q4gsw_gemv`): a kernel of it binds the slot's tensors by role and reads the values the op
+offers it by name. `[slots.<slot>]` declares `tensors` (roles, outputs first, scratch buffers
+too), `values` (every name the op offers: params members, overrides, specialization and push
+constants, `workgroup_size`, the dispatch count `workgroups`) and a one-line `doc.<value>`
+for each. Each implementation computes the values itself; only the names are shared.
 """
 
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Literal, get_args
 
@@ -38,16 +46,43 @@ class ArgSlot:
 
 
 @dataclass(frozen=True)
+class SlotInterface:
+    """What a kernel of one slot may bind and read: the contract between op and kernel.
+
+    Attributes:
+        op: the op type the slot belongs to.
+        name: the slot's name, unique over all ops (the harness's kernel variant name).
+        tensors: the roles a kernel binds, in the project's binding order (outputs first).
+        values: every name the op offers a kernel of this slot, in declaration order.
+        doc: a one-line description of each value, with its unit where units matter.
+    """
+
+    op: str
+    name: str
+    tensors: tuple[str, ...]
+    values: tuple[str, ...]
+    doc: dict[str, str]
+
+
+@dataclass(frozen=True)
 class OpSignature:
-    """The arguments and outputs of one op type."""
+    """The arguments, outputs and kernel slots of one op type."""
 
     op: str
     args: tuple[ArgSlot, ...]
     outputs: tuple[tuple[str, OutputKind], ...]
+    slots: dict[str, SlotInterface] = field(default_factory=dict)
 
     def arg(self, name: str) -> ArgSlot | None:
         """The slot called `name`, or None."""
         return next((slot for slot in self.args if slot.name == name), None)
+
+    @property
+    def tensors(self) -> tuple[str, ...]:
+        """The names of the op's tensor arguments and outputs (each has live metadata)."""
+        return tuple(a.name for a in self.args if a.kind == "tensor") + tuple(
+            name for name, kind in self.outputs if kind == "tensor"
+        )
 
 
 SCHEMA_DIR = "ops"  # inside the graph_format package
@@ -81,9 +116,9 @@ def parse_signature(op: str, text: str, path: str) -> OpSignature:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise SchemaError(f"{path}: not TOML: {err}") from None
-    if set(doc) - {"args", "outputs"} or not doc.get("outputs"):
+    if set(doc) - {"args", "outputs", "slots"} or not doc.get("outputs"):
         raise SchemaError(
-            f"{path}: expected the keys args and outputs (at least one), got {set(doc)}"
+            f"{path}: expected the keys args, outputs (at least one) and slots, got {sorted(doc)}"
         )
     args = tuple(
         ArgSlot(e["name"], e["kind"], bool(e.get("optional", False)))
@@ -99,7 +134,63 @@ def parse_signature(op: str, text: str, path: str) -> OpSignature:
     names = [a.name for a in args] + [name for name, _ in outputs]
     if len(set(names)) != len(names):
         raise SchemaError(f"{path}: a slot name is used twice in {names}")
-    return OpSignature(op, args, outputs)
+    slots = doc.get("slots", {})
+    if not isinstance(slots, dict):
+        raise SchemaError(f"{path}: slots: expected a table of [slots.<name>] tables")
+    return OpSignature(
+        op,
+        args,
+        outputs,
+        {name: _slot_interface(path, op, name, table) for name, table in slots.items()},
+    )
+
+
+SLOT_KEYS = ("tensors", "values", "doc")
+
+
+def _names(path: str, key: str, entry: Any) -> tuple[str, ...]:
+    """A non-empty list of distinct identifiers at `key`, checked."""
+    if (
+        not isinstance(entry, list)
+        or not entry
+        or not all(isinstance(n, str) and n.isidentifier() for n in entry)
+    ):
+        raise SchemaError(f"{path}: {key}: expected a non-empty list of names, got {entry!r}")
+    if len(set(entry)) != len(entry):
+        twice = sorted({n for n in entry if entry.count(n) > 1})
+        raise SchemaError(f"{path}: {key}: names {twice} are listed twice")
+    return tuple(entry)
+
+
+def _slot_interface(path: str, op: str, name: str, table: Any) -> SlotInterface:
+    """One `[slots.<name>]` table, checked; errors name the file and the key."""
+    where = f"slots.{name}"
+    if not isinstance(table, dict):
+        raise SchemaError(f"{path}: {where}: expected a table, got {table!r}")
+    unknown = sorted(set(table) - set(SLOT_KEYS))
+    missing = [key for key in SLOT_KEYS if key not in table]
+    if unknown or missing:
+        raise SchemaError(
+            f"{path}: {where}: expected the keys {list(SLOT_KEYS)}, "
+            + (f"unknown {unknown}" if unknown else f"missing {missing}")
+        )
+    tensors = _names(path, f"{where}.tensors", table["tensors"])
+    values = _names(path, f"{where}.values", table["values"])
+    docs = table["doc"]
+    if not isinstance(docs, dict):
+        raise SchemaError(f'{path}: {where}.doc: expected doc.<value> = "..." lines')
+    for value, text in docs.items():
+        if value not in values:
+            raise SchemaError(
+                f"{path}: {where}.doc.{value}: {value!r} is not one of the slot's values "
+                f"{list(values)}"
+            )
+        if not isinstance(text, str) or not text.strip() or "\n" in text:
+            raise SchemaError(f"{path}: {where}.doc.{value}: expected one line, got {text!r}")
+    undocumented = [v for v in values if v not in docs]
+    if undocumented:
+        raise SchemaError(f"{path}: {where}.doc: values {undocumented} have no doc line")
+    return SlotInterface(op, name, tensors, values, {v: docs[v] for v in values})
 
 
 def load_signatures() -> dict[str, OpSignature]:
@@ -114,4 +205,23 @@ def load_signatures() -> dict[str, OpSignature]:
     }
 
 
+def index_slots(signatures: dict[str, OpSignature]) -> dict[str, SlotInterface]:
+    """Every op's slots by slot name.
+
+    Raises:
+        SchemaError: two ops declare a slot of the same name (a manifest names slots alone).
+    """
+    slots: dict[str, SlotInterface] = {}
+    for signature in signatures.values():
+        for name, interface in signature.slots.items():
+            if name in slots:
+                raise SchemaError(
+                    f"graph_format/{SCHEMA_DIR}/{signature.op}.toml: slots.{name}: slot "
+                    f"{name!r} is already declared by op {slots[name].op!r}"
+                )
+            slots[name] = interface
+    return slots
+
+
 SIGNATURES: dict[str, OpSignature] = load_signatures()
+SLOTS: dict[str, SlotInterface] = index_slots(SIGNATURES)

@@ -328,10 +328,14 @@ def test_list_shows_families_ops_variants_and_adapters(capsys: pytest.CaptureFix
     assert status == 0
     for text in ("rms_norm", "rms_norm_vec4", "dag", "nightly", "webgpu", "vulkan", "driver"):
         assert text in out
+    assert "roles:  out, x, weight, scales, bias\n      values: m, n, k, k_words," in out
     status, out, _ = _main(capsys, "list", "--json")
     doc = json.loads(out)
     assert doc["adapters"]["vulkan"]["available"] and doc["adapters"]["webgpu"]["available"]
     assert "rms_norm_vec4" in doc["ops"]["rms_norm"]
+    gemv = doc["ops"]["linear_q4gsw"]["q4gsw_gemv"]  # each slot's interface, with its docs
+    assert gemv["tensors"] == ["out", "x", "weight", "scales", "bias"]
+    assert gemv["values"]["k_words"].startswith("K in u32 words")
 
 
 def test_usage_errors_exit_2_with_a_message(

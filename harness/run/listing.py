@@ -1,4 +1,5 @@
-"""`parity list`: the case families, ops and kernel variants, profiles and adapters."""
+"""`parity list`: the case families, ops and kernel slots (their files and interfaces),
+profiles and adapters."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 import os
 from typing import Any
 
-from graph_format import BackendUnavailable
+from graph_format import SLOTS, BackendUnavailable
 from harness.check.backends import BACKENDS, open_runtime
 from harness.families import FAMILIES, family_for_op
 from harness.run import console
@@ -35,6 +36,10 @@ def list_command(args: argparse.Namespace) -> int:
                     )
                     if not p.exists()
                 ],
+                # The slot's interface (graph_format/ops/<op>.toml): what a kernel of it binds
+                # and reads; a manifest maps a foreign kernel onto these names.
+                "tensors": list(SLOTS[name].tensors),
+                "values": dict(SLOTS[name].doc),
             }
             for name, spec in model.kernels.items()
         }
@@ -75,12 +80,14 @@ def list_command(args: argparse.Namespace) -> int:
     console.out("Case families (parity run --families):")
     for name in FAMILIES:
         console.out(f"  {name}")
-    console.out("Ops and kernel variants (parity run --ops):")
+    console.out("Ops and kernel slots (parity run --ops; roles and values a kernel binds):")
     for op, kernels in doc["ops"].items():
         console.out(f"  {op}  (runs family {doc['op_families'][op]})")
         for name, k in kernels.items():
             missing = f"  MISSING {', '.join(k['missing'])}" if k["missing"] else ""
             console.out(f"    {name:<22} {k['wgsl']:<28} {k['glsl']}{missing}")
+            console.out(f"      roles:  {', '.join(k['tensors'])}")
+            console.out(f"      values: {', '.join(k['values'])}")
     console.out("Profiles (parity run --profile):")
     for name, p in doc["profiles"].items():
         console.out(

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graph_format import SIGNATURES, Graph, GraphFormatError
-from graph_format.signatures import SchemaError, parse_signature
+from graph_format import SIGNATURES, SLOTS, Graph, GraphFormatError, SlotInterface
+from graph_format.signatures import SchemaError, index_slots, parse_signature
 from harness.gen.builder import GraphBuilder
 
 
@@ -170,3 +170,79 @@ def test_a_schema_file_is_an_op_s_signature() -> None:
     signature = SIGNATURES["linear_q4gsw"]
     assert [(a.name, a.kind, a.optional) for a in signature.args][-1] == ("bias", "tensor", True)
     assert signature.outputs == (("out", "tensor"),)
+
+
+_SLOT_OP = (
+    'args = [{ name = "x", kind = "tensor" }]\noutputs = [{ name = "out", kind = "tensor" }]\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("slot", "where", "what"),
+    [
+        ("slots = 1", "slots", "expected a table of [slots.<name>] tables"),
+        (
+            '[slots.k]\ntensors = ["out"]\nvalues = ["n"]',
+            "slots.k",
+            "expected the keys ['tensors', 'values', 'doc'], missing ['doc']",
+        ),
+        (
+            '[slots.k]\ntensors = ["out"]\nvalues = ["n"]\ndoc.n = "n"\nkernel = "k"',
+            "slots.k",
+            "unknown ['kernel']",
+        ),
+        ('[slots.k]\ntensors = []\nvalues = ["n"]\ndoc.n = "n"', "slots.k.tensors", "non-empty"),
+        (
+            '[slots.k]\ntensors = ["out"]\nvalues = ["n", "n"]\ndoc.n = "n"',
+            "slots.k.values",
+            "names ['n'] are listed twice",
+        ),
+        (
+            '[slots.k]\ntensors = ["out"]\nvalues = ["n-1"]\ndoc.n = "n"',
+            "slots.k.values",
+            "a non-empty list of names",
+        ),
+        (
+            '[slots.k]\ntensors = ["out"]\nvalues = ["n"]\ndoc.n = "n"\ndoc.m = "m"',
+            "slots.k.doc.m",
+            "'m' is not one of the slot's values ['n']",
+        ),
+        (
+            '[slots.k]\ntensors = ["out"]\nvalues = ["n", "m"]\ndoc.n = "n"',
+            "slots.k.doc",
+            "values ['m'] have no doc line",
+        ),
+        (
+            '[slots.k]\ntensors = ["out"]\nvalues = ["n"]\ndoc.n = ""',
+            "slots.k.doc.n",
+            "expected one line",
+        ),
+    ],
+)
+def test_a_malformed_slot_names_its_file_and_key(slot: str, where: str, what: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        parse_signature("my_op", _SLOT_OP + slot, "graph_format/ops/my_op.toml")
+    assert str(info.value).startswith(f"graph_format/ops/my_op.toml: {where}: "), info.value
+    assert what in str(info.value)
+
+
+def test_a_slot_is_declared_once_over_all_ops() -> None:
+    slot = '[slots.k]\ntensors = ["out"]\nvalues = ["n"]\ndoc.n = "n"\n'
+    one, two = (parse_signature(op, _SLOT_OP + slot, f"{op}.toml") for op in ("a", "b"))
+    assert index_slots({"a": one})["k"] == SlotInterface("a", "k", ("out",), ("n",), {"n": "n"})
+    with pytest.raises(
+        SchemaError, match=r"ops/b\.toml: slots\.k: slot 'k' is already declared by op 'a'"
+    ):
+        index_slots({"a": one, "b": two})
+
+
+def test_every_slot_parses_with_a_doc_line_per_value() -> None:
+    assert set(SLOTS) == {s for sig in SIGNATURES.values() for s in sig.slots}
+    for name, slot in SLOTS.items():
+        assert SIGNATURES[slot.op].slots[name] is slot
+        assert list(slot.doc) == list(slot.values)
+        assert "workgroups" in slot.values and "workgroup_size" in slot.values
+        assert "max_workgroups_per_dim" not in slot.values  # every expression's own name
+    assert SIGNATURES["sym_size"].slots == {}  # no kernel: a host-side op
+    assert SLOTS["q4gsw_gemv"].doc["k_words"].startswith("K in u32 words")
+    assert SIGNATURES["sdpa_with_kv_cache"].tensors == ("q", "k", "v", "k_cache", "v_cache", "out")

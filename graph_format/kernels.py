@@ -1,0 +1,1110 @@
+"""Kernel manifests: which kernel implements which slot on which backend, and how it binds.
+
+A user's kernel folder holds `kernels.toml` (format `parity-kernels/1`, DESIGN.md §9): one
+`[<backend>.<slot>]` table per replaced slot names the shader file and maps the kernel's own
+declarations (bindings, params members, overrides, specialization and push constants) onto
+the slot's interface (`graph_format/ops/<op>.toml`: roles and offered values), with the
+dispatch count as an expression over those values. The project's own kernels are described
+by the same dataclasses (`builtin_entry`), so a backend binds every kernel through one path:
+reflect the kernel, then ask its `KernelEntry` what fills each declaration.
+
+This module is the shared DATA layer: the file format, its frozen dataclasses, a safe
+expression evaluator and the rules that fill a kernel's declarations by name. It knows no
+backend API; what a kernel declares comes in as plain names and indices from each backend's
+own reflection. docs/bring-your-own-kernels.md is the reference for users.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import math
+import re
+import tomllib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from graph_format.errors import GraphFormatError, ParityError
+from graph_format.signatures import SIGNATURES, SLOTS, SlotInterface
+
+MANIFEST_FORMAT = "parity-kernels/1"
+MANIFEST_NAME = "kernels.toml"
+
+Backend = Literal["webgpu", "vulkan"]
+BACKENDS: tuple[Backend, ...] = ("webgpu", "vulkan")
+SourceKind = Literal["wgsl", "glsl", "spirv"]
+# What a value of a slot is: a number, or a vector (a vec4<u32> params member); a vector can
+# only be passed whole, by a bare name.
+Value = int | float | tuple[int | float, ...]
+# A dispatch count: 1-D logical workgroups, or an explicit [x, y, z] grid.
+Count = int | tuple[int, int, int]
+
+# Names every expression may use besides its slot's values: the per-dimension workgroup
+# limit the backend honours (its device's, or a lower one a run asks for).
+BUILTIN_NAMES: tuple[str, ...] = ("max_workgroups_per_dim",)
+# Binding targets besides a slot's roles: the params uniform packed by member name from the
+# values, and (Vulkan) the project's TensorMeta uniform of an op tensor, `<role>.meta`.
+PARAMS_TARGET = "params"
+META_SUFFIX = ".meta"
+# The project's kernels: members matching this are zero padding; their workgroup-size
+# override (WGSL) is wg_size; the count is the op's own.
+PROJECT_PADDING = r"^_pad"
+PROJECT_WORKGROUP_OVERRIDE = "wg_size"
+WORKGROUP_SIZE_VALUE = "workgroup_size"
+WORKGROUPS_VALUE = "workgroups"
+
+# |int| above this in an expression is an error: no dispatch or params value is near it, and
+# it keeps a hostile manifest from building huge numbers by repeated multiplication.
+_INT_LIMIT = 1 << 64
+_MAX_EXPRESSION_CHARS = 1000
+
+
+class ExpressionError(ParityError, ValueError):
+    """An expression that is not in the language, or that cannot be evaluated on its values.
+
+    Attributes:
+        expression: the expression's text.
+        reason: what is wrong, and what was expected.
+    """
+
+    def __init__(self, expression: str, reason: str) -> None:
+        super().__init__(f"expression {expression!r}: {reason}")
+        self.expression = expression
+        self.reason = reason
+
+
+class KernelManifestError(GraphFormatError):
+    """A `kernels.toml` that is malformed or does not fit the slots it names (bad input).
+
+    The message is `<file>:<line>: <what>` for a TOML syntax error, else
+    `<file>: <backend>.<slot>.<field>: <what>` (what was expected and what arrived).
+
+    Attributes:
+        path: the manifest file.
+        where: the field (`webgpu.q4gsw_gemv.params.K_bytes`), or None.
+        line: the line of a TOML syntax error, or None.
+        what: what is wrong.
+    """
+
+    def __init__(
+        self, path: Path | str, what: str, *, where: str | None = None, line: int | None = None
+    ) -> None:
+        place = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{place}: {where}: {what}" if where else f"{place}: {what}")
+        self.path = str(path)
+        self.where = where
+        self.line = line
+        self.what = what
+
+
+class KernelInterfaceError(ParityError, ValueError):
+    """A kernel's declarations do not fit its entry: a binding no role fills, a params member
+    the op does not offer, an override the kernel does not declare. A backend raises it as
+    its own KernelBuildError naming the kernel (the message says file, field, what the kernel
+    declares and what the op offers).
+
+    Attributes:
+        slot: the slot.
+        source: the kernel's file.
+    """
+
+    def __init__(self, slot: str, source: Path | str, message: str) -> None:
+        super().__init__(f"{slot}: {message}")
+        self.slot = slot
+        self.source = str(source)
+
+
+# --- expressions -----------------------------------------------------------------------------
+
+
+def _check_int(expression: str, value: int | float) -> int | float:
+    if isinstance(value, int) and abs(value) > _INT_LIMIT:
+        raise ExpressionError(expression, f"an intermediate value exceeds 2**64 ({value:.3e})")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ExpressionError(expression, f"an intermediate value is {value}")
+    return value
+
+
+def _div_up(a: int | float, b: int | float) -> int:
+    if isinstance(a, int) and isinstance(b, int):
+        return -(-a // b)
+    return math.ceil(a / b)
+
+
+# name -> (function, number of arguments: exact, or minimum when negative)
+_FUNCTIONS: dict[str, tuple[Callable[..., int | float], int]] = {
+    "ceil": (math.ceil, 1),
+    "floor": (math.floor, 1),
+    "min": (min, -2),
+    "max": (max, -2),
+    "div_up": (_div_up, 2),
+}
+FUNCTIONS: tuple[str, ...] = tuple(_FUNCTIONS)
+
+_BINARY: dict[type[ast.operator], tuple[str, Callable[[Any, Any], Any]]] = {
+    ast.Add: ("+", lambda a, b: a + b),
+    ast.Sub: ("-", lambda a, b: a - b),
+    ast.Mult: ("*", lambda a, b: a * b),
+    ast.Div: ("/", lambda a, b: a / b),
+    ast.FloorDiv: ("//", lambda a, b: a // b),
+    ast.Mod: ("%", lambda a, b: a % b),
+}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
+    ast.Eq: lambda a, b: a == b,
+    ast.NotEq: lambda a, b: a != b,
+    ast.Lt: lambda a, b: a < b,
+    ast.LtE: lambda a, b: a <= b,
+    ast.Gt: lambda a, b: a > b,
+    ast.GtE: lambda a, b: a >= b,
+}
+_LANGUAGE = (
+    "integers and floats, value names, + - * / // % and unary -, parentheses, and calls of "
+    + ", ".join(FUNCTIONS)
+)
+_CONDITIONS = "; a condition adds == != < <= > >=, and, or, not"
+
+
+def _describe(node: ast.AST) -> str:
+    """What a refused node is, for the error message."""
+    described = {
+        ast.Attribute: "attribute access",
+        ast.Subscript: "a subscript",
+        ast.Lambda: "a lambda",
+        ast.Pow: "'**'",
+        ast.Compare: "a comparison",
+        ast.BoolOp: "and/or",
+        ast.IfExp: "a conditional",
+        ast.JoinedStr: "an f-string",
+    }
+    for kind, text in described.items():
+        if isinstance(node, kind):
+            return text
+    if isinstance(node, ast.Constant):
+        return f"the literal {node.value!r}"
+    if isinstance(node, ast.BinOp):
+        return f"the operator {type(node.op).__name__}"
+    return type(node).__name__
+
+
+class _Checker(ast.NodeVisitor):
+    """Refuses every node outside the language; collects the value names."""
+
+    def __init__(self, text: str, condition: bool) -> None:
+        self.text = text
+        self.condition = condition
+        self.names: set[str] = set()
+
+    def refuse(self, node: ast.AST) -> None:
+        allowed = _LANGUAGE + (_CONDITIONS if self.condition else "")
+        raise ExpressionError(self.text, f"{_describe(node)} is not allowed; expected {allowed}")
+
+    def generic_visit(self, node: ast.AST) -> None:
+        self.refuse(node)
+
+    def visit_Expression(self, node: ast.Expression) -> None:
+        self.visit(node.body)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if type(node.value) not in (int, float):  # bool is an int subclass: refused too
+            self.refuse(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        self.names.add(node.id)
+
+    def visit_BinOp(self, node: ast.BinOp) -> None:
+        if type(node.op) not in _BINARY:
+            self.refuse(node.op if isinstance(node.op, ast.Pow) else node)
+        self.visit(node.left)
+        self.visit(node.right)
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
+        if not isinstance(node.op, ast.USub | ast.UAdd) and not (
+            self.condition and isinstance(node.op, ast.Not)
+        ):
+            self.refuse(node)
+        self.visit(node.operand)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if not isinstance(node.func, ast.Name):
+            self.refuse(node.func)  # a method, a lambda, a call's result
+        assert isinstance(node.func, ast.Name)
+        if node.func.id not in _FUNCTIONS:
+            raise ExpressionError(
+                self.text, f"calls {node.func.id!r}; expected one of {', '.join(FUNCTIONS)}"
+            )
+        if node.keywords or any(isinstance(a, ast.Starred) for a in node.args):
+            raise ExpressionError(self.text, f"{node.func.id}() takes plain arguments")
+        _, arity = _FUNCTIONS[node.func.id]
+        if (arity >= 0 and len(node.args) != arity) or (arity < 0 and len(node.args) < -arity):
+            wanted = f"{arity}" if arity >= 0 else f"at least {-arity}"
+            raise ExpressionError(
+                self.text, f"{node.func.id}() takes {wanted} arguments, got {len(node.args)}"
+            )
+        for arg in node.args:
+            self.visit(arg)
+
+    def visit_Compare(self, node: ast.Compare) -> None:
+        if not self.condition or any(type(op) not in _COMPARE for op in node.ops):
+            self.refuse(node)
+        self.visit(node.left)
+        for comparator in node.comparators:
+            self.visit(comparator)
+
+    def visit_BoolOp(self, node: ast.BoolOp) -> None:
+        if not self.condition:
+            self.refuse(node)
+        for value in node.values:
+            self.visit(value)
+
+
+@dataclass(frozen=True)
+class Expression:
+    """An arithmetic expression over a slot's values, compiled once and evaluated many times.
+
+    The language: int and float literals, value names, `+ - * / // %`, unary `-`,
+    parentheses, and `ceil(x)`, `floor(x)`, `min(a, b, ...)`, `max(a, b, ...)`,
+    `div_up(a, b)` (= ceil(a / b), exact on ints). `/` is true division (a float); `//` and
+    `%` floor as in Python. A condition (`requires`) adds comparisons and `and`/`or`/`not`.
+    Nothing else parses: no attributes, subscripts, other calls, lambdas or `**`.
+
+    Attributes:
+        text: the expression as written (what equality compares).
+        names: the value names it reads.
+        condition: whether it is a condition.
+    """
+
+    text: str
+    condition: bool = False
+    names: frozenset[str] = field(init=False, compare=False)
+    _tree: ast.Expression = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.text) > _MAX_EXPRESSION_CHARS:
+            raise ExpressionError(self.text[:40] + "...", f"longer than {_MAX_EXPRESSION_CHARS}")
+        try:
+            tree = ast.parse(self.text.strip(), mode="eval")
+        except SyntaxError as err:
+            raise ExpressionError(self.text, f"not an expression: {err.msg}") from None
+        except (RecursionError, MemoryError):
+            raise ExpressionError(self.text, "nested too deeply") from None
+        checker = _Checker(self.text, self.condition)
+        try:
+            checker.visit(tree)
+        except RecursionError:
+            raise ExpressionError(self.text, "nested too deeply") from None
+        object.__setattr__(self, "names", frozenset(checker.names))
+        object.__setattr__(self, "_tree", tree)
+
+    @classmethod
+    def compile(cls, text: str | int | float, *, condition: bool = False) -> Expression:
+        """Parse and check `text` once (a number is taken as its literal).
+
+        Raises:
+            ExpressionError: not an expression of the language (the message says what is
+                not allowed and what is).
+        """
+        if isinstance(text, bool) or not isinstance(text, str | int | float):
+            raise ExpressionError(repr(text), "expected a string, an integer or a float")
+        return cls(text if isinstance(text, str) else repr(text), condition)
+
+    def __str__(self) -> str:
+        return self.text
+
+    def evaluate(self, values: Mapping[str, Value]) -> Value | bool:
+        """The expression's value for these values (a condition's: a bool).
+
+        Raises:
+            ExpressionError: a name without a value, a division by zero, a vector in
+                arithmetic, an intermediate value past 2**64.
+        """
+        body = self._tree.body
+        if isinstance(body, ast.Name):  # a bare name may pass a vector through
+            return self._lookup(body.id, values)
+        result: Value | bool = self._eval(body, values)
+        return result
+
+    def _lookup(self, name: str, values: Mapping[str, Value]) -> Value:
+        try:
+            return values[name]
+        except KeyError:
+            raise ExpressionError(
+                self.text, f"no value {name!r} (given: {', '.join(sorted(values))})"
+            ) from None
+
+    def _eval(self, node: ast.expr, values: Mapping[str, Value]) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            value = self._lookup(node.id, values)
+            if isinstance(value, tuple):
+                raise ExpressionError(
+                    self.text, f"{node.id!r} is a vector {value}; only a bare name passes it"
+                )
+            return value
+        if isinstance(node, ast.BinOp):
+            symbol, apply = _BINARY[type(node.op)]
+            left, right = self._eval(node.left, values), self._eval(node.right, values)
+            if symbol in ("/", "//", "%") and right == 0:
+                raise ExpressionError(self.text, f"division by zero in {symbol}")
+            return _check_int(self.text, apply(left, right))
+        if isinstance(node, ast.UnaryOp):
+            operand = self._eval(node.operand, values)
+            if isinstance(node.op, ast.Not):
+                return not operand
+            return -operand if isinstance(node.op, ast.USub) else operand
+        if isinstance(node, ast.Call):
+            assert isinstance(node.func, ast.Name)
+            function, _ = _FUNCTIONS[node.func.id]
+            args = [self._eval(a, values) for a in node.args]
+            if node.func.id == "div_up" and args[1] == 0:
+                raise ExpressionError(self.text, "division by zero in div_up")
+            return _check_int(self.text, function(*args))
+        if isinstance(node, ast.Compare):
+            left = self._eval(node.left, values)
+            for op, comparator in zip(node.ops, node.comparators, strict=True):
+                right = self._eval(comparator, values)
+                if not _COMPARE[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        if isinstance(node, ast.BoolOp):
+            results = (bool(self._eval(v, values)) for v in node.values)
+            return all(results) if isinstance(node.op, ast.And) else any(results)
+        raise AssertionError(f"unchecked node {ast.dump(node)}")  # _Checker refused it
+
+    def evaluate_int(self, values: Mapping[str, Value]) -> int:
+        """The value as an int (a count, an override): a float result is an error.
+
+        Raises:
+            ExpressionError: as `evaluate`, or a result that is not an int.
+        """
+        value = self.evaluate(values)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ExpressionError(
+                self.text,
+                f"gave {value!r}, expected an integer ('/' is true division: use //, ceil() "
+                "or div_up())",
+            )
+        return value
+
+
+# --- manifest dataclasses --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AdapterRef:
+    """An adapter class named by a manifest (`adapter = "adapters.py:GemvAdapter"`).
+
+    Attributes:
+        file: the Python module's path (inside the manifest's folder).
+        name: the class's name in it.
+    """
+
+    file: Path
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.file.name}:{self.name}"
+
+
+@dataclass(frozen=True)
+class KernelDispatch:
+    """One dispatch of a slot's kernel (a split slot has several, e.g. one per output).
+
+    Attributes:
+        bindings: explicit kernel binding (name, or index as an int) -> target: a role of
+            the slot, `"params"`, or (Vulkan) `"<op tensor>.meta"`. Bindings not listed
+            follow the default rule (`KernelEntry.resolve_bindings`).
+        params: explicit params member -> expression; others take the same-name value.
+        push: (Vulkan) explicit push-constant member -> expression; others as params.
+        count: the logical workgroup count (1-D), or an explicit [x, y, z] grid.
+    """
+
+    bindings: dict[str | int, str]
+    params: dict[str, Expression]
+    push: dict[str, Expression]
+    count: Expression | tuple[Expression, Expression, Expression]
+
+    def workgroups(self, values: Mapping[str, Value]) -> Count:
+        """The count for these values: an int >= 0, or a grid of three.
+
+        Raises:
+            ExpressionError: an expression fails, or gives a float or a negative count.
+        """
+        exprs = self.count if isinstance(self.count, tuple) else (self.count,)
+        counts = [e.evaluate_int(values) for e in exprs]
+        for expr, count in zip(exprs, counts, strict=True):
+            if count < 0:
+                raise ExpressionError(expr.text, f"gave a negative workgroup count {count}")
+        if isinstance(self.count, tuple):
+            return (counts[0], counts[1], counts[2])
+        return counts[0]
+
+
+def _default_target(name: str, backend: Backend, slot: SlotInterface) -> str | None:
+    """The target a binding called `name` takes by default, or None."""
+    for role in slot.tensors:
+        if name in (role, f"t_{role}"):
+            return role
+    if name == PARAMS_TARGET or name in slot.values:  # a uniform of one value: packed too
+        return PARAMS_TARGET
+    role = name.removesuffix("_meta")
+    if backend == "vulkan" and name != role and role in SIGNATURES[slot.op].tensors:
+        return role + META_SUFFIX
+    return None
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    """How one kernel implements one slot on one backend: a manifest's `[<backend>.<slot>]`
+    table, or the project's own kernel (`builtin_entry`).
+
+    Attributes:
+        backend: "webgpu" or "vulkan".
+        slot: the slot's name (`interface` is its declaration).
+        source: the shader file: WGSL, GLSL, or a SPIR-V module.
+        kind: "wgsl", "glsl" or "spirv".
+        entry: the entry point.
+        overrides: (WebGPU) override -> expression, ONLY these are passed; None: the project
+            rule (wg_size from `workgroup_size`, every other declared override that names a
+            value from that value).
+        spec: (Vulkan) specialization constant (name, or id as an int) -> expression, ONLY
+            these are set; None: the project rule (local-size spec ids from
+            `workgroup_size`, a named constant from the value of its name in lower case).
+        padding: params/push members written as zero.
+        padding_pattern: a regex: matching members are zero too (the project's `^_pad`).
+        fold: the kernel recovers a 1-D workgroup index from a 2-D grid
+            (wid.x + wid.y * num_workgroups.x), so a count past the per-dimension limit may
+            be folded.
+        requires: conditions over the values; a case breaking one is an expected refusal of
+            this backend.
+        adapter: a Python class for structural differences, or None.
+        dispatches: one per dispatch, in order (one unless the manifest splits the slot).
+        builtin: the project's own kernel.
+    """
+
+    backend: Backend
+    slot: str
+    source: Path
+    kind: SourceKind
+    dispatches: tuple[KernelDispatch, ...]
+    entry: str = "main"
+    overrides: dict[str, Expression] | None = None
+    spec: dict[str | int, Expression] | None = None
+    padding: tuple[str, ...] = ()
+    padding_pattern: str | None = None
+    fold: bool = False
+    requires: tuple[Expression, ...] = ()
+    adapter: AdapterRef | None = None
+    builtin: bool = False
+
+    @property
+    def interface(self) -> SlotInterface:
+        """The slot's declared interface."""
+        return SLOTS[self.slot]
+
+    def unmet_requirements(self, values: Mapping[str, Value]) -> list[str]:
+        """The `requires` conditions these values break (empty: the kernel takes the case).
+
+        Raises:
+            ExpressionError: a condition cannot be evaluated on these values.
+        """
+        return [r.text for r in self.requires if not r.evaluate(values)]
+
+    def is_padding(self, member: str) -> bool:
+        """Whether `member` of the params or push block is written as zero."""
+        if member in self.padding:
+            return True
+        return (
+            self.padding_pattern is not None and re.search(self.padding_pattern, member) is not None
+        )
+
+    def resolve_members(
+        self,
+        declared: Sequence[str],
+        *,
+        dispatch: int = 0,
+        block: Literal["params", "push"] = "params",
+    ) -> dict[str, Expression | None]:
+        """What fills each member the kernel's params (or push-constant) block declares:
+        its expression, or None for zero padding.
+
+        A member takes, in order: its explicit `params.<member>` (`push.<member>`)
+        expression; zero if it is padding; the value of the same name.
+
+        Raises:
+            KernelInterfaceError: an explicit member the block does not declare, or a member
+                that is neither mapped, padding, nor a value the op offers.
+        """
+        explicit = getattr(self.dispatches[dispatch], block)
+        for member in explicit:
+            if member not in declared:
+                raise KernelInterfaceError(
+                    self.slot,
+                    self.source,
+                    f"{block}.{member}: the {block} block of {self.source} declares no member "
+                    f"{member!r} (declared: {', '.join(declared) or 'none'})",
+                )
+        resolved: dict[str, Expression | None] = {}
+        for member in declared:
+            if member in explicit:
+                resolved[member] = explicit[member]
+            elif self.is_padding(member):
+                resolved[member] = None
+            elif member in self.interface.values:
+                resolved[member] = Expression.compile(member)
+            else:
+                raise KernelInterfaceError(
+                    self.slot,
+                    self.source,
+                    f"{block} member {member!r} of {self.source} is not a value the op offers "
+                    f"(offered: {', '.join(self.interface.values)}); map it with "
+                    f'{block}.{member} = "<expression>" or list it in padding',
+                )
+        return resolved
+
+    def resolve_bindings(
+        self, declared: Sequence[tuple[int, str | None]], *, dispatch: int = 0
+    ) -> dict[int, str]:
+        """The target of each binding the kernel declares, as (index, name or None), by
+        index: a role, "params" or (Vulkan) "<role>.meta".
+
+        A binding takes, in order: an explicit `bindings` entry by index, then by name; the
+        role of its name or of its name minus a `t_` prefix; "params" for a binding named
+        `params` or after one of the slot's values (a uniform of one value, such as the
+        project GLSL's `input_pos`); (Vulkan) `<tensor>.meta` for a name `<tensor>_meta` of an
+        op tensor.
+
+        Raises:
+            KernelInterfaceError: an explicit entry the kernel does not declare, or a binding
+                no rule fills.
+        """
+        explicit = self.dispatches[dispatch].bindings
+        names = {name: index for index, name in declared if name is not None}
+        indices = {index for index, _ in declared}
+        listed = ", ".join(f"{i} {n!r}" if n else str(i) for i, n in declared) or "none"
+        for key in explicit:
+            if key not in (indices if isinstance(key, int) else names):
+                raise KernelInterfaceError(
+                    self.slot,
+                    self.source,
+                    f"bindings.{key}: {self.source} declares no binding {key!r} "
+                    f"(declared: {listed})",
+                )
+        resolved: dict[int, str] = {}
+        for index, name in declared:
+            target = explicit.get(index)
+            if target is None and name is not None:
+                target = explicit.get(name) or _default_target(name, self.backend, self.interface)
+            if target is None:
+                shown = f"{index} ({name!r})" if name else f"{index} (unnamed)"
+                raise KernelInterfaceError(
+                    self.slot,
+                    self.source,
+                    f"binding {shown} of {self.source} fills no role of the slot (roles: "
+                    f"{', '.join(self.interface.tensors)}; or 'params'); map it with "
+                    f'bindings = {{ {name or index} = "<role>" }}',
+                )
+            resolved[index] = target
+        return resolved
+
+    def resolve_overrides(self, declared: Sequence[str]) -> dict[str, Expression]:
+        """The overrides to pass, by the name the kernel declares (WebGPU).
+
+        Raises:
+            KernelInterfaceError: an override of the entry that the kernel does not declare.
+        """
+        if self.overrides is None:
+            rule = {PROJECT_WORKGROUP_OVERRIDE: WORKGROUP_SIZE_VALUE}
+            return {
+                name: Expression.compile(rule.get(name, name))
+                for name in declared
+                if rule.get(name, name) in self.interface.values
+            }
+        for name in self.overrides:
+            if name not in declared:
+                raise KernelInterfaceError(
+                    self.slot,
+                    self.source,
+                    f"override {name!r} is not declared in {self.source} (declared: "
+                    f"{', '.join(declared) or 'none'})",
+                )
+        return dict(self.overrides)
+
+    def resolve_spec(
+        self, declared: Sequence[tuple[int, str | None]], local_size_ids: Iterable[int] = ()
+    ) -> dict[int, Expression]:
+        """The specialization constants to set, by id (Vulkan). `declared` are the named
+        constants as (id, name or None); `local_size_ids` the spec ids of the local size.
+
+        Raises:
+            KernelInterfaceError: a constant of the entry that the kernel does not declare.
+        """
+        local_ids = set(local_size_ids)
+        if self.spec is None:
+            rule = {i: Expression.compile(WORKGROUP_SIZE_VALUE) for i in sorted(local_ids)}
+            for spec_id, name in declared:
+                for candidate in (name, name.lower()) if name else ():
+                    if spec_id not in rule and candidate in self.interface.values:
+                        rule[spec_id] = Expression.compile(candidate)
+            return rule
+        by_name = {name: spec_id for spec_id, name in declared if name is not None}
+        ids = {spec_id for spec_id, _ in declared} | local_ids
+        resolved: dict[int, Expression] = {}
+        for key, expr in self.spec.items():
+            found = key if isinstance(key, int) else by_name.get(key)
+            if found is None or found not in ids:
+                listed = [f"{i} {n!r}" if n else str(i) for i, n in declared]
+                listed += [f"{i} (local size)" for i in sorted(local_ids)]
+                raise KernelInterfaceError(
+                    self.slot,
+                    self.source,
+                    f"specialization constant {key!r} is not declared in {self.source} "
+                    f"(declared: {', '.join(listed) or 'none'})",
+                )
+            resolved[found] = expr
+        return resolved
+
+
+@dataclass(frozen=True)
+class KernelManifest:
+    """A parsed `kernels.toml`: the slots it replaces on each backend.
+
+    Attributes:
+        path: the manifest file.
+        entries: by (backend, slot).
+    """
+
+    path: Path
+    entries: dict[tuple[Backend, str], KernelEntry]
+
+    @property
+    def folder(self) -> Path:
+        """The kernel folder: every path of the manifest is relative to it."""
+        return self.path.parent
+
+    def entry(self, backend: Backend, slot: str) -> KernelEntry | None:
+        """The entry replacing `slot` on `backend`, or None (the project's kernel runs)."""
+        return self.entries.get((backend, slot))
+
+    def slots(self, backend: Backend) -> tuple[str, ...]:
+        """The slots replaced on `backend`."""
+        return tuple(slot for b, slot in self.entries if b == backend)
+
+    def files(self) -> tuple[Path, ...]:
+        """The manifest and every file it names (shaders, adapter modules): what a bundle
+        carries, each once."""
+        files = [self.path]
+        for entry in self.entries.values():
+            files.append(entry.source)
+            if entry.adapter is not None:
+                files.append(entry.adapter.file)
+        return tuple(dict.fromkeys(files))
+
+    def to_doc(self) -> dict[str, Any]:
+        """The manifest as TOML data (what `parse_manifest` reads back to an equal one)."""
+        doc: dict[str, Any] = {"format": MANIFEST_FORMAT}
+        for (backend, slot), entry in self.entries.items():
+            doc.setdefault(backend, {})[slot] = _entry_doc(entry, self.folder)
+        return doc
+
+
+def _exprs_doc(exprs: Mapping[Any, Expression]) -> dict[str, str]:
+    return {str(key): expr.text for key, expr in exprs.items()}
+
+
+def _dispatch_doc(dispatch: KernelDispatch) -> dict[str, Any]:
+    doc: dict[str, Any] = {}
+    if dispatch.bindings:
+        doc["bindings"] = {str(k): v for k, v in dispatch.bindings.items()}
+    if dispatch.params:
+        doc["params"] = _exprs_doc(dispatch.params)
+    if dispatch.push:
+        doc["push"] = _exprs_doc(dispatch.push)
+    count = dispatch.count
+    doc["dispatch"] = [e.text for e in count] if isinstance(count, tuple) else count.text
+    return doc
+
+
+def _entry_doc(entry: KernelEntry, folder: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "file" if entry.kind == "wgsl" else entry.kind: entry.source.relative_to(folder).as_posix()
+    }
+    if entry.entry != "main":
+        doc["entry"] = entry.entry
+    if entry.overrides:
+        doc["overrides"] = _exprs_doc(entry.overrides)
+    if entry.spec:
+        doc["spec"] = _exprs_doc(entry.spec)
+    if entry.padding:
+        doc["padding"] = list(entry.padding)
+    if entry.fold:
+        doc["fold"] = True
+    if entry.requires:
+        doc["requires"] = [r.text for r in entry.requires]
+    if entry.adapter is not None:
+        doc["adapter"] = f"{entry.adapter.file.relative_to(folder).as_posix()}:{entry.adapter.name}"
+    if len(entry.dispatches) == 1:
+        doc.update(_dispatch_doc(entry.dispatches[0]))
+    else:
+        doc["dispatch_list"] = [_dispatch_doc(d) for d in entry.dispatches]
+    return doc
+
+
+def builtin_entry(backend: Backend, slot: str, source: Path) -> KernelEntry:
+    """The implicit manifest entry of the project's own kernel of `slot` in `source`.
+
+    Params and push members by the same-name value, members matching `^_pad` zero, bindings
+    by the default rule, overrides and specialization constants by the project rule (see
+    `KernelEntry`), one dispatch of the op's own `workgroups` count, folded when past the
+    per-dimension limit (every project kernel recovers its 1-D index).
+
+    Raises:
+        KeyError: `slot` is not a slot of any op.
+    """
+    if slot not in SLOTS:
+        raise KeyError(f"no slot {slot!r}; known: {sorted(SLOTS)}")
+    return KernelEntry(
+        backend=backend,
+        slot=slot,
+        source=source,
+        kind="wgsl" if backend == "webgpu" else "glsl",
+        dispatches=(KernelDispatch({}, {}, {}, Expression.compile(WORKGROUPS_VALUE)),),
+        overrides=None if backend == "webgpu" else {},
+        spec=None if backend == "vulkan" else {},
+        padding_pattern=PROJECT_PADDING,
+        fold=True,
+        builtin=True,
+    )
+
+
+# --- parsing ---------------------------------------------------------------------------------
+
+_SOURCE_KEYS: dict[Backend, tuple[str, ...]] = {"webgpu": ("file",), "vulkan": ("glsl", "spirv")}
+_COMMON_KEYS = ("entry", "params", "padding", "bindings", "dispatch", "fold", "requires")
+_SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
+    "webgpu": ("file", *_COMMON_KEYS, "overrides", "adapter", "dispatch_list"),
+    "vulkan": ("glsl", "spirv", *_COMMON_KEYS, "spec", "push", "adapter", "dispatch_list"),
+}
+_DISPATCH_KEYS: dict[Backend, tuple[str, ...]] = {
+    "webgpu": ("bindings", "params", "dispatch"),
+    "vulkan": ("bindings", "params", "push", "dispatch"),
+}
+# A key of the other backend, and what to write instead.
+_WRONG_BACKEND = {
+    ("webgpu", "glsl"): 'a webgpu kernel is WGSL: file = "<name>.wgsl"',
+    ("webgpu", "spirv"): 'a webgpu kernel is WGSL: file = "<name>.wgsl"',
+    ("webgpu", "spec"): 'WGSL has overrides: overrides = { <name> = "<expression>" }',
+    ("webgpu", "push"): "WGSL has no push constants: use params.<member>",
+    ("vulkan", "file"): 'a vulkan kernel is glsl = "<name>.comp" or spirv = "<name>.spv"',
+    ("vulkan", "overrides"): "Vulkan has specialization constants: spec.<name-or-id>",
+}
+
+
+class _Parser:
+    """Checks one manifest's data; every error names the file and the field."""
+
+    def __init__(self, path: Path, check_files: bool) -> None:
+        self.path = path
+        self.folder = path.parent
+        self.check_files = check_files
+
+    def fail(self, where: str | None, what: str) -> KernelManifestError:
+        return KernelManifestError(self.path, what, where=where)
+
+    def table(self, where: str, value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"expected a table, got {_shown(value)}")
+        return value
+
+    def keys(self, where: str, table: Mapping[str, Any], allowed: Sequence[str]) -> None:
+        for key in table:
+            if key not in allowed:
+                hint = _suggest(key, allowed)
+                raise self.fail(
+                    f"{where}.{key}" if where else key,
+                    f"unknown key {key!r}{hint}; expected one of {', '.join(allowed)}",
+                )
+
+    def manifest(self, doc: dict[str, Any]) -> KernelManifest:
+        if "format" not in doc:
+            raise self.fail(
+                "format", f'missing; the first line must be format = "{MANIFEST_FORMAT}"'
+            )
+        if doc["format"] != MANIFEST_FORMAT:
+            raise self.fail(
+                "format",
+                f"expected {MANIFEST_FORMAT!r}, got {_shown(doc['format'])} (this version "
+                f"reads {MANIFEST_FORMAT} only)",
+            )
+        self.keys("", doc, ("format", *BACKENDS))
+        entries: dict[tuple[Backend, str], KernelEntry] = {}
+        for backend in BACKENDS:
+            for slot, section in self.table(backend, doc.get(backend, {})).items():
+                if slot not in SLOTS:
+                    raise self.fail(
+                        f"{backend}.{slot}",
+                        f"unknown slot {slot!r}{_suggest(slot, SLOTS)}; expected a slot of "
+                        "`parity list` (graph_format/ops/*.toml)",
+                    )
+                entries[(backend, slot)] = self.entry(backend, SLOTS[slot], section)
+        if not entries:
+            raise self.fail(None, "names no slot; expected [webgpu.<slot>] or [vulkan.<slot>]")
+        return KernelManifest(self.path, entries)
+
+    def entry(self, backend: Backend, slot: SlotInterface, section: Any) -> KernelEntry:
+        where = f"{backend}.{slot.name}"
+        section = self.table(where, section)
+        for key in section:
+            if (backend, key) in _WRONG_BACKEND:
+                raise self.fail(
+                    f"{where}.{key}", f"not a {backend} key: {_WRONG_BACKEND[(backend, key)]}"
+                )
+        self.keys(where, section, _SECTION_KEYS[backend])
+        given = [k for k in _SOURCE_KEYS[backend] if k in section]
+        if len(given) != 1:
+            keys = " or ".join(f"{k} = ..." for k in _SOURCE_KEYS[backend])
+            raise self.fail(
+                where,
+                f"expected exactly one of {keys}, got "
+                + (" and ".join(given) if given else "none"),
+            )
+        source_key = given[0]
+        source = self.file(f"{where}.{source_key}", section[source_key])
+        kind: SourceKind = "wgsl" if source_key == "file" else cast(SourceKind, source_key)
+        entry_point = section.get("entry", "main")
+        if not isinstance(entry_point, str) or not entry_point.isidentifier():
+            raise self.fail(
+                f"{where}.entry", f"expected a function name, got {_shown(entry_point)}"
+            )
+
+        overrides = self.exprs(where, "overrides", section, slot) if backend == "webgpu" else {}
+        spec = (
+            {_name_or_index(k): e for k, e in self.exprs(where, "spec", section, slot).items()}
+            if backend == "vulkan"
+            else {}
+        )
+        padding = section.get("padding", [])
+        if not isinstance(padding, list) or not all(isinstance(p, str) for p in padding):
+            raise self.fail(
+                f"{where}.padding", f"expected a list of member names, got {_shown(padding)}"
+            )
+        fold = section.get("fold", False)
+        if not isinstance(fold, bool):
+            raise self.fail(f"{where}.fold", f"expected true or false, got {_shown(fold)}")
+        requires = section.get("requires", [])
+        if not isinstance(requires, list):
+            raise self.fail(
+                f"{where}.requires", f"expected a list of conditions, got {_shown(requires)}"
+            )
+        conditions = tuple(
+            self.expr(f"{where}.requires[{i}]", text, slot, condition=True)
+            for i, text in enumerate(requires)
+        )
+        adapter = (
+            self.adapter(f"{where}.adapter", section["adapter"]) if "adapter" in section else None
+        )
+
+        shared = self.dispatch(backend, where, section, slot, fallback=None)
+        if "dispatch_list" in section:
+            items = section["dispatch_list"]
+            if not isinstance(items, list) or not items:
+                raise self.fail(
+                    f"{where}.dispatch_list",
+                    f"expected [[{where}.dispatch_list]] tables, one per dispatch, got "
+                    f"{_shown(items)}",
+                )
+            dispatches = tuple(
+                self.dispatch(
+                    backend,
+                    f"{where}.dispatch_list[{i}]",
+                    self.table(f"{where}.dispatch_list[{i}]", item),
+                    slot,
+                    fallback=shared,
+                    keys=_DISPATCH_KEYS[backend],
+                )
+                for i, item in enumerate(items)
+            )
+        else:
+            dispatches = (shared,)
+        for i, d in enumerate(dispatches):
+            if fold and isinstance(d.count, tuple):
+                index = f".dispatch_list[{i}]" if "dispatch_list" in section else ""
+                raise self.fail(
+                    f"{where}{index}.dispatch",
+                    "fold = true folds a 1-D count; an [x, y, z] grid is dispatched as written",
+                )
+        return KernelEntry(
+            backend=backend,
+            slot=slot.name,
+            source=source,
+            kind=kind,
+            dispatches=dispatches,
+            entry=entry_point,
+            overrides=overrides if backend == "webgpu" else {},
+            spec=spec if backend == "vulkan" else {},
+            padding=tuple(padding),
+            fold=fold,
+            requires=conditions,
+            adapter=adapter,
+        )
+
+    def dispatch(
+        self,
+        backend: Backend,
+        where: str,
+        table: Mapping[str, Any],
+        slot: SlotInterface,
+        *,
+        fallback: KernelDispatch | None,
+        keys: Sequence[str] | None = None,
+    ) -> KernelDispatch:
+        """A dispatch from `table`'s keys; a split's entry inherits the section's."""
+        if keys is not None:
+            self.keys(where, table, keys)
+        bindings = dict(fallback.bindings) if fallback else {}
+        bindings.update(self.bindings(backend, where, table, slot))
+        params = dict(fallback.params) if fallback else {}
+        params.update(self.exprs(where, "params", table, slot))
+        push = dict(fallback.push) if fallback else {}
+        if backend == "vulkan":
+            push.update(self.exprs(where, "push", table, slot))
+        if "dispatch" in table:
+            count = self.count(f"{where}.dispatch", table["dispatch"], slot)
+        elif fallback is not None:
+            count = fallback.count
+        else:
+            count = Expression.compile(WORKGROUPS_VALUE)
+        return KernelDispatch(bindings, params, push, count)
+
+    def count(
+        self, where: str, value: Any, slot: SlotInterface
+    ) -> Expression | tuple[Expression, Expression, Expression]:
+        if isinstance(value, list):
+            if len(value) != 3:
+                raise self.fail(
+                    where, f"expected one expression or [x, y, z], got {len(value)} items"
+                )
+            x, y, z = (self.expr(f"{where}[{i}]", v, slot) for i, v in enumerate(value))
+            return (x, y, z)
+        return self.expr(where, value, slot)
+
+    def bindings(
+        self, backend: Backend, where: str, table: Mapping[str, Any], slot: SlotInterface
+    ) -> dict[str | int, str]:
+        where = f"{where}.bindings"
+        raw = self.table(where, table.get("bindings", {}))
+        metas = SIGNATURES[slot.op].tensors
+        targets = [*slot.tensors, PARAMS_TARGET]
+        if backend == "vulkan":
+            targets += [t + META_SUFFIX for t in metas]
+        out: dict[str | int, str] = {}
+        for key, target in raw.items():
+            if not isinstance(target, str) or target not in targets:
+                expected = f"a role of slot {slot.name} ({', '.join(slot.tensors)}) or 'params'"
+                if backend == "vulkan":
+                    expected += f", or '<tensor>.meta' of an op tensor ({', '.join(metas)})"
+                elif isinstance(target, str) and target.endswith(META_SUFFIX):
+                    expected += " (WebGPU kernels have no metadata buffers)"
+                raise self.fail(f"{where}.{key}", f"expected {expected}, got {_shown(target)}")
+            out[_name_or_index(key)] = target
+        return out
+
+    def exprs(
+        self, where: str, key: str, table: Mapping[str, Any], slot: SlotInterface
+    ) -> dict[str, Expression]:
+        raw = self.table(f"{where}.{key}", table.get(key, {}))
+        return {name: self.expr(f"{where}.{key}.{name}", text, slot) for name, text in raw.items()}
+
+    def expr(
+        self, where: str, text: Any, slot: SlotInterface, *, condition: bool = False
+    ) -> Expression:
+        try:
+            expr = Expression.compile(text, condition=condition)
+        except ExpressionError as err:
+            raise self.fail(where, str(err)) from None
+        for name in sorted(expr.names):
+            if name not in slot.values and name not in BUILTIN_NAMES:
+                raise self.fail(
+                    where,
+                    f"{expr.text!r} reads {name!r}{_suggest(name, slot.values)}, which slot "
+                    f"{slot.name} does not offer; expected one of {', '.join(slot.values)} "
+                    f"(or {', '.join(BUILTIN_NAMES)})",
+                )
+        return expr
+
+    def file(self, where: str, value: Any, *, suffix: str | None = None) -> Path:
+        if not isinstance(value, str) or not value:
+            raise self.fail(where, f"expected a file name, got {_shown(value)}")
+        path = self.folder / value
+        if Path(value).is_absolute() or ".." in Path(value).parts:
+            raise self.fail(where, f"expected a path inside the manifest's folder, got {value!r}")
+        if suffix is not None and path.suffix != suffix:
+            raise self.fail(where, f"expected a {suffix} file, got {value!r}")
+        if self.check_files and not path.is_file():
+            raise self.fail(where, f"no file {value!r} in {self.folder}")
+        return path
+
+    def adapter(self, where: str, value: Any) -> AdapterRef:
+        module, _, name = value.partition(":") if isinstance(value, str) else ("", "", "")
+        if not module or not name.isidentifier():
+            raise self.fail(where, f'expected "<module>.py:<Class>", got {_shown(value)}')
+        return AdapterRef(self.file(where, module, suffix=".py"), name)
+
+
+def _name_or_index(key: str) -> str | int:
+    """A binding or spec-constant key: a decimal number is an index (TOML keys are text)."""
+    return int(key) if key.isdecimal() else key
+
+
+def _shown(value: Any) -> str:
+    """A value as the user wrote it, with its TOML type."""
+    kinds = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array"}
+    return f"{kinds.get(type(value), 'table')} {value!r}"
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str:
+    """ " (did you mean 'x'?)" for a near miss (another case, a typo), else ""."""
+    choices = list(choices)
+    close = [c for c in choices if c.lower() == word.lower()]
+    close = close or difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def parse_manifest(text: str, path: Path, *, check_files: bool = True) -> KernelManifest:
+    """The manifest in `text`, read from `path` (its folder holds the files it names).
+
+    Args:
+        check_files: check that every named file exists (off for a manifest read out of a
+            bundle's index before its files are unpacked).
+
+    Raises:
+        KernelManifestError: bad TOML (with its line), an old or unknown format, an unknown
+            key, backend or slot, a role or value the slot lacks, a bad expression, a missing
+            file. The message names the file and the field.
+    """
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        found = re.search(r"at line (\d+)", str(err))
+        raise KernelManifestError(
+            path, f"not valid TOML: {err}", line=int(found.group(1)) if found else None
+        ) from None
+    return _Parser(path, check_files).manifest(doc)
+
+
+def load_manifest(location: Path) -> KernelManifest:
+    """The manifest of a kernel folder (its `kernels.toml`), or of a manifest file.
+
+    Raises:
+        KernelManifestError: unreadable, or as `parse_manifest`.
+    """
+    path = location / MANIFEST_NAME if location.is_dir() else location
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise KernelManifestError(path, f"cannot read the manifest: {reason}") from None
+    return parse_manifest(text, path)

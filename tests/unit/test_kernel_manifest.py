@@ -1,0 +1,617 @@
+"""Kernel manifests (graph_format/kernels.py): the format, its errors, the expression language,
+and the implicit entries of the project's own kernels against what those kernels declare."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from graph_format import SLOTS
+from graph_format.kernels import (
+    MANIFEST_NAME,
+    Expression,
+    ExpressionError,
+    KernelInterfaceError,
+    KernelManifestError,
+    builtin_entry,
+    load_manifest,
+    parse_manifest,
+)
+from harness.ops import MODELS
+from vulkan_ref.reflection import reflect_spirv
+from vulkan_ref.spirv import BASE_FLAGS, GLSL_DIR
+from webgpu_backend.reflection import WgslReflection, reflect_wgsl_many
+from webgpu_backend.shaders import WGSL_DIR
+
+# slot -> (op, project kernel stem), from the contract's kernel specs
+PROJECT = {
+    name: (op, spec.wgsl) for op, model in MODELS.items() for name, spec in model.kernels.items()
+}
+
+
+# --- the project's kernels against their slots ------------------------------------------------
+
+
+def test_every_contract_kernel_is_a_slot_with_its_roles() -> None:
+    assert set(SLOTS) == set(PROJECT)
+    for op, model in MODELS.items():
+        for name, spec in model.kernels.items():
+            assert SLOTS[name].op == op
+            assert SLOTS[name].tensors == tuple(b.name for b in spec.tensors), name
+
+
+@pytest.fixture(scope="module")
+def wgsl() -> dict[str, WgslReflection]:
+    stems = sorted({stem for _, stem in PROJECT.values()})
+    reflections = reflect_wgsl_many(
+        (str(WGSL_DIR / f"{s}.wgsl"), (WGSL_DIR / f"{s}.wgsl").read_text()) for s in stems
+    )
+    return dict(zip(stems, reflections, strict=True))
+
+
+def _params_members(reflection: WgslReflection) -> list[str]:
+    (params,) = [b for b in reflection.bindings if b.kind == "uniform"]
+    return [m.name for m in params.type.members]
+
+
+@pytest.mark.parametrize("slot", sorted(PROJECT))
+def test_a_project_wgsl_kernel_binds_through_its_implicit_entry(
+    slot: str, wgsl: dict[str, WgslReflection]
+) -> None:
+    """Every params member (but padding) and override the kernel declares is a value of its
+    slot, and the implicit entry fills every binding, member and override by the defaults."""
+    reflection = wgsl[PROJECT[slot][1]]
+    interface = SLOTS[slot]
+    entry = builtin_entry("webgpu", slot, WGSL_DIR / f"{PROJECT[slot][1]}.wgsl")
+    members = _params_members(reflection)
+    for member in members:
+        assert member.startswith("_pad") or member in interface.values, (slot, member)
+    filled = entry.resolve_members(members)
+    assert {m for m, e in filled.items() if e is None} == {
+        m for m in members if m.startswith("_pad")
+    }
+    assert all(e is None or e.text == m for m, e in filled.items())
+
+    declared = [(b.binding, b.name) for b in reflection.bindings]
+    targets = entry.resolve_bindings(declared)
+    storage = [targets[b.binding] for b in reflection.bindings if b.kind != "uniform"]
+    assert storage == list(interface.tensors)  # every role, in the project's order
+    assert [targets[b.binding] for b in reflection.bindings if b.kind == "uniform"] == ["params"]
+
+    overrides = [o.name for o in reflection.overrides]
+    passed = {name: e.text for name, e in entry.resolve_overrides(overrides).items()}
+    assert passed == {o: "workgroup_size" if o == "wg_size" else o for o in overrides}
+    assert "workgroups" in interface.values
+
+
+def _glsl_with_names(stem: str, tmp: Path) -> bytes:
+    """The project kernel compiled as vulkan_ref compiles it, but keeping debug names (-O
+    strips them; reflection needs them to match by name)."""
+    out = tmp / f"{stem}.spv"
+    flags = [f for f in BASE_FLAGS if f != "-O"]
+    source = GLSL_DIR / f"{stem}.comp"
+    subprocess.run(
+        ["glslc", *flags, "-I", str(GLSL_DIR / "include"), "-o", str(out), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("slot", sorted(PROJECT))
+def test_a_project_glsl_kernel_binds_through_its_implicit_entry(slot: str, tmp_path: Path) -> None:
+    """Every specialization and push constant and every scalar uniform the project's GLSL
+    reads is a value of its slot; the implicit entry fills each binding (an anonymous block
+    named by its only member) and constant by the defaults."""
+    stem = PROJECT[slot][1]
+    reflection = reflect_spirv(_glsl_with_names(stem, tmp_path), f"glsl/{stem}.comp")
+    interface = SLOTS[slot]
+    entry = builtin_entry("vulkan", slot, GLSL_DIR / f"{stem}.comp")
+
+    named = [
+        (b.binding, b.name or (b.block.members[0].name if b.block else None))
+        for b in reflection.bindings
+    ]
+    targets = entry.resolve_bindings(named)
+    storage = [targets[b.binding] for b in reflection.bindings if b.kind == "storage_buffer"]
+    assert storage == list(interface.tensors)
+    for b in reflection.bindings:
+        if targets[b.binding] == "params":  # a uniform of values, packed by member name
+            assert b.block is not None
+            members = [m.name for m in b.block.members if m.name is not None]
+            assert all(m in interface.values for m in members), (slot, members)
+        elif b.kind == "uniform_buffer":
+            assert targets[b.binding].endswith(".meta"), (slot, b.binding)
+
+    declared = [(s.id, s.name) for s in reflection.spec_constants if s.name is not None]
+    local_ids = [d.spec_id for d in reflection.local_size if d.spec_id is not None]
+    spec = {i: e.text for i, e in entry.resolve_spec(declared, local_ids).items()}
+    assert spec == {0: "workgroup_size"} | {i: name.lower() for i, name in declared}, slot
+    assert all(name.lower() in interface.values for _, name in declared)
+    if reflection.push_constants is not None:
+        members = [m.name for m in reflection.push_constants.members if m.name is not None]
+        assert entry.resolve_members(members, block="push") == {m: Expression(m) for m in members}
+
+
+def test_every_offered_value_is_read_by_a_project_kernel(
+    wgsl: dict[str, WgslReflection],
+) -> None:
+    """The vocabulary is what the project's kernels read, plus the workgroup size and count
+    (and the Vulkan GEMV's grid cap): nothing offered that nobody reads."""
+    for slot, (_, stem) in PROJECT.items():
+        read = set(_params_members(wgsl[stem])) | {o.name for o in wgsl[stem].overrides}
+        glsl = (GLSL_DIR / f"{stem}.comp").read_text()
+        read |= {w.lower() for w in re.findall(r"\w+", glsl)}
+        unread = set(SLOTS[slot].values) - read - {"workgroup_size", "workgroups"}
+        assert not unread, (slot, unread)
+
+
+# --- the manifest format ----------------------------------------------------------------------
+
+SAMPLE = """\
+format = "parity-kernels/1"
+
+[webgpu.q4gsw_gemv]
+file = "gemv.wgsl"
+entry = "gemv_main"
+overrides = { wg_size = "64", group_size = 128 }
+params.K_bytes = "k_words * 4"
+padding = ["_pad0"]
+bindings = { t_out = "out", t_in = "x", 5 = "params" }
+dispatch = "ceil(n / 2)"
+fold = true
+requires = ["k % 32 == 0 and n >= 2"]
+adapter = "adapters.py:GemvAdapter"
+
+[webgpu.rotary_emb_hf]
+file = "rope.wgsl"
+params.half = "half_dim"
+
+[[webgpu.rotary_emb_hf.dispatch_list]]
+bindings = { t_out = "xq_out", t_in = "xq" }
+params.n_heads = "q_heads"
+dispatch = "ceil(q_heads * seq * half_dim / 64)"
+
+[[webgpu.rotary_emb_hf.dispatch_list]]
+bindings = { t_out = "xk_out", t_in = "xk" }
+params.n_heads = "k_heads"
+dispatch = ["div_up(k_heads * seq * half_dim, 64)", 1, 1]
+
+[vulkan.rms_norm]
+spirv = "rms.spv"
+bindings = { 0 = "out", t_x = "x", 3 = "out.meta", 4 = "params" }
+push.epsilon = "eps"
+spec.0 = "workgroup_size"
+spec.ROWS = "min(num_rows, max_workgroups_per_dim)"
+"""
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    for name in ("gemv.wgsl", "rope.wgsl", "rms.spv", "rms.comp", "adapters.py"):
+        (tmp_path / name).write_text("")
+    (tmp_path / MANIFEST_NAME).write_text(SAMPLE)
+    return tmp_path
+
+
+def test_a_manifest_reads_every_key(folder: Path) -> None:
+    manifest = load_manifest(folder)
+    assert manifest.path == folder / MANIFEST_NAME
+    assert manifest.slots("webgpu") == ("q4gsw_gemv", "rotary_emb_hf")
+    assert manifest.entry("vulkan", "q4gsw_gemv") is None
+    gemv = manifest.entry("webgpu", "q4gsw_gemv")
+    assert gemv is not None
+    assert (gemv.source, gemv.kind, gemv.entry, gemv.fold) == (
+        folder / "gemv.wgsl",
+        "wgsl",
+        "gemv_main",
+        True,
+    )
+    assert gemv.overrides == {"wg_size": Expression("64"), "group_size": Expression("128")}
+    (only,) = gemv.dispatches
+    assert only.bindings == {"t_out": "out", "t_in": "x", 5: "params"}
+    assert only.params == {"K_bytes": Expression("k_words * 4")}
+    assert only.workgroups({"n": 7}) == 4
+    assert gemv.padding == ("_pad0",)
+    assert str(gemv.adapter) == "adapters.py:GemvAdapter"
+    assert gemv.unmet_requirements({"k": 64, "n": 4}) == []
+    assert gemv.unmet_requirements({"k": 48, "n": 4}) == ["k % 32 == 0 and n >= 2"]
+
+    rope = manifest.entry("webgpu", "rotary_emb_hf")
+    assert rope is not None
+    q, k = rope.dispatches
+    assert q.params == {"half": Expression("half_dim"), "n_heads": Expression("q_heads")}
+    assert k.params == {"half": Expression("half_dim"), "n_heads": Expression("k_heads")}
+    values = {"q_heads": 4, "k_heads": 2, "seq": 3, "half_dim": 32}
+    assert (q.workgroups(values), k.workgroups(values)) == (6, (3, 1, 1))
+    assert rope.fold is False and rope.overrides == {}  # only what is listed is passed
+
+    rms = manifest.entry("vulkan", "rms_norm")
+    assert rms is not None and rms.kind == "spirv"
+    assert rms.spec == {
+        0: Expression("workgroup_size"),
+        "ROWS": Expression("min(num_rows, max_workgroups_per_dim)"),
+    }
+    assert rms.dispatches[0].push == {"epsilon": Expression("eps")}
+    assert rms.dispatches[0].bindings == {0: "out", "t_x": "x", 3: "out.meta", 4: "params"}
+    assert rms.dispatches[0].count == Expression("workgroups")  # the op's count by default
+    assert set(manifest.files()) == {
+        folder / n for n in (MANIFEST_NAME, "gemv.wgsl", "rope.wgsl", "rms.spv", "adapters.py")
+    }
+
+
+def test_a_manifest_round_trips_through_toml(folder: Path) -> None:
+    manifest = load_manifest(folder)
+    again = parse_manifest(tomli_w.dumps(manifest.to_doc()), folder / MANIFEST_NAME)
+    assert again == manifest
+    assert load_manifest(folder / MANIFEST_NAME) == manifest  # the file itself, too
+
+
+def _edit(old: str, new: str) -> str:
+    assert old in SAMPLE, old
+    return SAMPLE.replace(old, new, 1)
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "what"),
+    [
+        (
+            _edit('format = "parity-kernels/1"', 'format = "parity-kernels/0"'),
+            "format",
+            "expected 'parity-kernels/1', got string 'parity-kernels/0'",
+        ),
+        (_edit('format = "parity-kernels/1"\n', ""), "format", "missing"),
+        (_edit("[vulkan.rms_norm]", "[metal.rms_norm]"), "metal", "unknown key 'metal'"),
+        (
+            _edit("[webgpu.q4gsw_gemv]", "[webgpu.q4gsw_gemvv]"),
+            "webgpu.q4gsw_gemvv",
+            "unknown slot 'q4gsw_gemvv' (did you mean 'q4gsw_gemv'?)",
+        ),
+        (
+            _edit("fold = true", "fold = true\nfodl = 1"),
+            "webgpu.q4gsw_gemv.fodl",
+            "unknown key 'fodl' (did you mean 'fold'?)",
+        ),
+        (
+            _edit('t_in = "x"', 't_in = "input"'),
+            "webgpu.q4gsw_gemv.bindings.t_in",
+            "expected a role of slot q4gsw_gemv (out, x, weight, scales, bias) or 'params', "
+            "got string 'input'",
+        ),
+        (
+            _edit('t_in = "x"', 't_in = "x.meta"'),
+            "webgpu.q4gsw_gemv.bindings.t_in",
+            "(WebGPU kernels have no metadata buffers)",
+        ),
+        (
+            _edit('3 = "out.meta"', '3 = "scores.meta"'),
+            "vulkan.rms_norm.bindings.3",
+            "or '<tensor>.meta' of an op tensor (x, weight, out), got string 'scores.meta'",
+        ),
+        (
+            _edit('"k_words * 4"', '"K * 4"'),
+            "webgpu.q4gsw_gemv.params.K_bytes",
+            "'K * 4' reads 'K' (did you mean 'k'?), which slot q4gsw_gemv does not offer; "
+            "expected one of m, n, k,",
+        ),
+        (
+            _edit('"ceil(n / 2)"', '"ceil(cols / 2)"'),
+            "webgpu.q4gsw_gemv.dispatch",
+            "reads 'cols'",
+        ),
+        (_edit('"gemv.wgsl"', '"gemv2.wgsl"'), "webgpu.q4gsw_gemv.file", "no file 'gemv2.wgsl'"),
+        (
+            _edit('"gemv.wgsl"', '"../gemv.wgsl"'),
+            "webgpu.q4gsw_gemv.file",
+            "expected a path inside the manifest's folder",
+        ),
+        (
+            _edit('file = "gemv.wgsl"', 'file = "gemv.wgsl"\nglsl = "rms.comp"'),
+            "webgpu.q4gsw_gemv.glsl",
+            "not a webgpu key: a webgpu kernel is WGSL",
+        ),
+        (
+            _edit('spirv = "rms.spv"', 'spirv = "rms.spv"\nglsl = "rms.comp"'),
+            "vulkan.rms_norm",
+            "expected exactly one of glsl = ... or spirv = ..., got glsl and spirv",
+        ),
+        (
+            _edit('spirv = "rms.spv"', 'file = "rms.spv"'),
+            "vulkan.rms_norm.file",
+            'not a vulkan key: a vulkan kernel is glsl = "<name>.comp"',
+        ),
+        (_edit('spirv = "rms.spv"\n', ""), "vulkan.rms_norm", "got none"),
+        (
+            _edit('push.epsilon = "eps"', 'overrides = { eps = "eps" }'),
+            "vulkan.rms_norm.overrides",
+            "Vulkan has specialization constants",
+        ),
+        (
+            _edit('"ceil(n / 2)"', '"n.bit_length()"'),
+            "webgpu.q4gsw_gemv.dispatch",
+            "attribute access is not allowed",
+        ),
+        (
+            _edit('"ceil(n / 2)"', '"n == 2"'),
+            "webgpu.q4gsw_gemv.dispatch",
+            "a comparison is not allowed",
+        ),
+        (
+            _edit('"k % 32 == 0 and n >= 2"', '"k % 32 == 0 and nn >= 2"'),
+            "webgpu.q4gsw_gemv.requires[0]",
+            "reads 'nn'",
+        ),
+        (
+            _edit('"ceil(n / 2)"', '["n", 1]'),
+            "webgpu.q4gsw_gemv.dispatch",
+            "expected one expression or [x, y, z], got 2 items",
+        ),
+        (
+            _edit('"ceil(n / 2)"', '["n", 1, 1]'),
+            "webgpu.q4gsw_gemv.dispatch",
+            "fold = true folds a 1-D count",
+        ),
+        (_edit("fold = true", 'fold = "yes"'), "webgpu.q4gsw_gemv.fold", "expected true or false"),
+        (
+            _edit('"adapters.py:GemvAdapter"', '"adapters.py"'),
+            "webgpu.q4gsw_gemv.adapter",
+            'expected "<module>.py:<Class>"',
+        ),
+        (
+            _edit('"adapters.py:GemvAdapter"', '"adapt.py:GemvAdapter"'),
+            "webgpu.q4gsw_gemv.adapter",
+            "no file 'adapt.py'",
+        ),
+        (
+            _edit('params.n_heads = "q_heads"', 'params.n_heads = "q_heads"\nfold = true'),
+            "webgpu.rotary_emb_hf.dispatch_list[0].fold",
+            "unknown key 'fold'; expected one of bindings, params, dispatch",
+        ),
+        (
+            _edit('entry = "gemv_main"', 'entry = "gemv-main"'),
+            "webgpu.q4gsw_gemv.entry",
+            "function name",
+        ),
+        (_edit('padding = ["_pad0"]', 'padding = "_pad0"'), "webgpu.q4gsw_gemv.padding", "a list"),
+        (
+            _edit("group_size = 128", "group_size = true"),
+            "webgpu.q4gsw_gemv.overrides.group_size",
+            "expected a string, an integer or a float",
+        ),
+    ],
+)
+def test_a_bad_manifest_names_file_field_expected_and_got(
+    folder: Path, text: str, where: str, what: str
+) -> None:
+    with pytest.raises(KernelManifestError) as info:
+        parse_manifest(text, folder / MANIFEST_NAME)
+    message = str(info.value)
+    assert message.startswith(f"{folder / MANIFEST_NAME}: {where}: "), message
+    assert what in message, message
+    assert info.value.where == where
+
+
+def test_a_toml_syntax_error_names_its_line(folder: Path) -> None:
+    text = _edit('entry = "gemv_main"', 'entry = "gemv_main')
+    with pytest.raises(KernelManifestError) as info:
+        parse_manifest(text, folder / MANIFEST_NAME)
+    assert str(info.value).startswith(f"{folder / MANIFEST_NAME}:5: not valid TOML")
+    assert info.value.line == 5
+
+
+def test_a_missing_manifest_is_a_manifest_error(tmp_path: Path) -> None:
+    with pytest.raises(KernelManifestError, match=f"{tmp_path / MANIFEST_NAME}: cannot read"):
+        load_manifest(tmp_path)
+
+
+def test_a_manifest_without_slots_says_so(tmp_path: Path) -> None:
+    with pytest.raises(KernelManifestError, match="names no slot"):
+        parse_manifest('format = "parity-kernels/1"\n', tmp_path / MANIFEST_NAME)
+
+
+# --- resolving a kernel's declarations --------------------------------------------------------
+
+
+def _entry(folder: Path, backend: str, slot: str) -> Any:
+    entry = load_manifest(folder).entry(backend, slot)  # type: ignore[arg-type]
+    assert entry is not None
+    return entry
+
+
+def test_an_override_the_kernel_does_not_declare_is_named(folder: Path) -> None:
+    gemv = _entry(folder, "webgpu", "q4gsw_gemv")
+    assert set(gemv.resolve_overrides(["wg_size", "group_size"])) == {"wg_size", "group_size"}
+    with pytest.raises(KernelInterfaceError) as info:
+        gemv.resolve_overrides(["wg_size"])
+    assert str(info.value) == (
+        f"q4gsw_gemv: override 'group_size' is not declared in {folder / 'gemv.wgsl'} "
+        "(declared: wg_size)"
+    )
+
+
+def test_params_members_fill_by_rename_padding_and_name(folder: Path) -> None:
+    gemv = _entry(folder, "webgpu", "q4gsw_gemv")
+    assert gemv.resolve_members(["m", "K_bytes", "_pad0"]) == {
+        "m": Expression("m"),
+        "K_bytes": Expression("k_words * 4"),
+        "_pad0": None,
+    }
+    with pytest.raises(
+        KernelInterfaceError,
+        match=r"params member '_pad1' of .*gemv.wgsl is not a value the op offers "
+        r"\(offered: m, n, k,",
+    ):
+        gemv.resolve_members(["m", "K_bytes", "_pad1"])
+    with pytest.raises(
+        KernelInterfaceError,
+        match=r"params\.K_bytes: the params block of .* declares no member 'K_bytes' "
+        r"\(declared: m\)",
+    ):
+        gemv.resolve_members(["m"])
+
+
+def test_bindings_fill_by_index_name_and_default(folder: Path) -> None:
+    gemv = _entry(folder, "webgpu", "q4gsw_gemv")
+    declared = [(0, "t_out"), (1, "t_in"), (2, "t_weight"), (3, "scales"), (4, "bias"), (5, "u")]
+    assert gemv.resolve_bindings(declared) == {
+        0: "out",
+        1: "x",
+        2: "weight",
+        3: "scales",
+        4: "bias",
+        5: "params",
+    }
+    with pytest.raises(KernelInterfaceError, match=r"binding 6 \('extra'\) of .* fills no role"):
+        gemv.resolve_bindings([*declared, (6, "extra")])
+    undeclared = r"bindings\.t_in: .* declares no binding 't_in'"
+    with pytest.raises(KernelInterfaceError, match=undeclared):
+        gemv.resolve_bindings([(0, "t_out"), (5, "u")])
+    rope = _entry(folder, "webgpu", "rotary_emb_hf")
+    split = [(0, "t_out"), (1, "t_in"), (2, "cos"), (3, "sin"), (4, "params")]
+    assert [rope.resolve_bindings(split, dispatch=i)[0] for i in (0, 1)] == ["xq_out", "xk_out"]
+
+
+def test_spec_constants_fill_by_id_and_name(folder: Path) -> None:
+    rms = _entry(folder, "vulkan", "rms_norm")
+    assert rms.resolve_spec([(3, "ROWS")], [0]) == {
+        0: Expression("workgroup_size"),
+        3: Expression("min(num_rows, max_workgroups_per_dim)"),
+    }
+    with pytest.raises(
+        KernelInterfaceError,
+        match=r"constant 'ROWS' is not declared in .*rms\.spv "
+        r"\(declared: 3 'COLS', 0 \(local size\)\)",
+    ):
+        rms.resolve_spec([(3, "COLS")], [0])
+
+
+# --- the expression language ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("ceil(n / 2)", 4),
+        ("n // 2", 3),
+        ("n % 4", 3),
+        ("-n + 10", 3),
+        ("div_up(n, 4) * 4", 8),
+        ("div_up(n * 1.0, 2)", 4),
+        ("floor(n / 2)", 3),
+        ("min(n, 3, 5)", 3),
+        ("max(n, 2 * (n + 1))", 16),
+        ("n / 2", 3.5),
+        ("2 + 3 * n", 23),
+        ("eps * 2", 2e-6),
+    ],
+)
+def test_expressions_evaluate_like_python(text: str, value: float) -> None:
+    expr = Expression.compile(text)
+    result = expr.evaluate({"n": 7, "eps": 1e-6})
+    assert result == pytest.approx(value) and type(result) is type(value)
+
+
+def test_a_compiled_expression_evaluates_many_times() -> None:
+    expr = Expression.compile("div_up(m * n, 64)")
+    assert expr.names == {"m", "n"}
+    assert [expr.evaluate_int({"m": m, "n": 16}) for m in (1, 4, 5)] == [1, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("n.real", "attribute access is not allowed"),
+        ("values['n']", "a subscript is not allowed"),
+        ("(lambda: 1)()", "a lambda is not allowed"),
+        ("lambda: 1", "a lambda is not allowed"),
+        ("__import__('os')", "calls '__import__'"),
+        ("import os", "not an expression"),
+        ("2 ** 10000", "'**' is not allowed"),
+        ("9 ** 9 ** 9", "'**' is not allowed"),
+        ("'text'", "the literal 'text' is not allowed"),
+        ("True", "the literal True is not allowed"),
+        ("n if n else 1", "a conditional is not allowed"),
+        ("n == 1", "a comparison is not allowed"),
+        ("n and 1", "and/or is not allowed"),
+        ("not n", "UnaryOp is not allowed"),
+        ("n << 2", "the operator LShift is not allowed"),
+        ("ceil(n, 2)", "ceil() takes 1 arguments, got 2"),
+        ("min(n)", "min() takes at least 2 arguments, got 1"),
+        ("max(*n)", "max() takes plain arguments"),
+        ("abs(n)", "calls 'abs'"),
+        ("[n]", "List is not allowed"),
+        ("", "not an expression"),
+        ("-" * 990 + "1", "nested too deeply"),
+        ("(" * 300 + "1" + ")" * 300, "too many nested parentheses"),
+        ("1" * 1001, "longer than 1000"),
+    ],
+)
+def test_the_evaluator_refuses_everything_else(text: str, what: str) -> None:
+    with pytest.raises(ExpressionError) as info:
+        Expression.compile(text)
+    assert what in str(info.value), str(info.value)
+    assert str(info.value).startswith("expression ")
+
+
+def test_conditions_compare_and_combine() -> None:
+    cond = Expression.compile("embed_dim % 32 == 0 and 0 < n <= 8 or not n", condition=True)
+    assert [
+        cond.evaluate({"embed_dim": d, "n": n}) for d, n in ((64, 3), (48, 3), (64, 9), (48, 0))
+    ] == [
+        True,
+        False,
+        False,
+        True,
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "values", "what"),
+    [
+        ("n // m", {"n": 1, "m": 0}, "division by zero in //"),
+        ("div_up(n, m)", {"n": 1, "m": 0}, "division by zero in div_up"),
+        ("n + k", {"n": 1}, "no value 'k' (given: n)"),
+        ("v + 1", {"v": (1, 2, 3, 4)}, "'v' is a vector (1, 2, 3, 4); only a bare name passes it"),
+        ("n * n * n * n * n", {"n": 1 << 20}, "exceeds 2**64"),
+        ("n * 1e308 * 10", {"n": 10}, "is inf"),
+    ],
+)
+def test_evaluation_errors_name_the_expression(
+    text: str, values: dict[str, Any], what: str
+) -> None:
+    with pytest.raises(ExpressionError) as info:
+        Expression.compile(text).evaluate(values)
+    assert str(info.value).startswith(f"expression {text!r}: ")
+    assert what in str(info.value)
+
+
+def test_a_bare_name_passes_a_vector() -> None:
+    assert Expression.compile("out_sizes").evaluate({"out_sizes": (1, 2, 3, 4)}) == (1, 2, 3, 4)
+
+
+def test_a_count_is_a_non_negative_int() -> None:
+    with pytest.raises(ExpressionError, match=r"gave 3\.5, expected an integer"):
+        Expression.compile("n / 2").evaluate_int({"n": 7})
+    assert Expression.compile("n / 2").evaluate({"n": 8}) == 4.0
+    entry = builtin_entry("webgpu", "add_flat", WGSL_DIR / "binary_flat.wgsl")
+    assert entry.dispatches[0].workgroups({"workgroups": 5}) == 5
+    with pytest.raises(ExpressionError, match="negative workgroup count -1"):
+        entry.dispatches[0].workgroups({"workgroups": -1})
+
+
+def test_the_reference_s_example_manifest_parses() -> None:
+    """docs/bring-your-own-kernels.md's example stays a valid manifest."""
+    page = (Path(__file__).parents[2] / "docs" / "bring-your-own-kernels.md").read_text()
+    (example,) = [
+        block
+        for block in re.findall(r"```toml\n(.*?)```", page, re.S)
+        if block.startswith('format = "parity-kernels/1"')
+    ]
+    manifest = parse_manifest(example, Path("kernels") / MANIFEST_NAME, check_files=False)
+    assert manifest.slots("webgpu") == ("q4gsw_gemv", "rotary_emb_hf")
+    assert manifest.slots("vulkan") == ("rms_norm",)
