@@ -90,37 +90,55 @@ class LiveState:
 
     def of(self, node: OpNode, slot: str) -> Dims:
         """Live dims of the tensor passed as `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.dims[name]
+        return self.dims[node.arg(slot)]
 
     def max_of(self, node: OpNode, slot: str) -> Dims:
         """Max dims of the tensor passed as `slot` (or written as output `slot`)."""
-        name = node.args.get(slot) or node.outputs[slot]
-        assert isinstance(name, str)
-        return self.graph.tensor(name).dims
+        return self.graph.tensor(slot_name(node, slot)).dims
 
     def int_arg(self, node: OpNode, slot: str) -> int:
         """Current value of an int or SymInt argument."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        if name in self.symints:
-            return self.symints[name]
-        return int(self.graph.scalar(name))
+        return self._int(node.arg(slot))
 
     def ints(self, node: OpNode, slot: str) -> tuple[int, ...]:
         """Current values of a size list argument (ints and SymInts)."""
-        names = node.args[slot]
-        assert isinstance(names, tuple)
-        return tuple(
-            self.symints[n] if n in self.symints else int(self.graph.scalar(n)) for n in names
-        )
+        return tuple(self._int(name) for name in node.size_list(slot))
+
+    def _int(self, name: str) -> int:
+        """Current value of the int or SymInt value called `name`."""
+        if name in self.symints:
+            return self.symints[name]
+        return int(self.graph.scalar(name))
 
     def set_output(self, node: OpNode, slot: str, dims: Dims) -> None:
         """Set an output's live dims, with the same per-dim checks the backends apply."""
         name = node.outputs[slot]
         check_dims(name, dims, self.graph.tensor(name).dims)
         self.dims[name] = tuple(dims)
+
+
+def slot_name(node: OpNode, slot: str) -> str:
+    """The value passed as argument `slot` of `node`, or written as its output `slot` (an
+    op's argument and output slots have distinct names: graph_format/signatures.py)."""
+    return node.outputs[slot] if slot in node.outputs else node.arg(slot)
+
+
+def tensors(node: OpNode, graph: Graph, *slots: str) -> tuple[TensorValue, ...]:
+    """The tensors passed as (or written to) `slots` of `node`, in that order: what an op's
+    load-time `check` reads, e.g. `x, weight, out = tensors(node, graph, "x", "weight", "out")`.
+    """
+    return tuple(graph.tensor(slot_name(node, slot)) for slot in slots)
+
+
+def optional_tensor(node: OpNode, graph: Graph, slot: str) -> TensorValue | None:
+    """The tensor passed as optional argument `slot`, or None when it was left out."""
+    name = node.optional_arg(slot)
+    return None if name is None else graph.tensor(name)
+
+
+def int_literal(node: OpNode, graph: Graph, slot: str) -> int:
+    """The value of int argument `slot` (a literal, known at load)."""
+    return int(graph.scalar(node.arg(slot)))
 
 
 def check_dims(name: str, dims: Dims, max_dims: Dims) -> None:
@@ -212,6 +230,16 @@ def model_for(op: str) -> OpModel:
             f"the harness has no model of op {op!r} (is harness.ops imported?); "
             f"known: {sorted(MODELS)}"
         ) from None
+
+
+def arg_values(node: OpNode) -> list[str]:
+    """Every value name `node` reads, in slot order: size lists flattened, absent optional
+    arguments left out."""
+    return [
+        name
+        for arg in node.args.values()
+        for name in (arg if isinstance(arg, tuple) else (arg,) if arg is not None else ())
+    ]
 
 
 def tensor_slots(node: OpNode, graph: Graph) -> list[str]:

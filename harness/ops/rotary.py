@@ -53,6 +53,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import SAFETY, gamma
 from harness.ops.view import view_as
@@ -62,7 +63,8 @@ WORKGROUP = (64, 1, 1)
 
 def _rotate_budget(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Bound of fl(a c -+ b s): two products and a sum, fused or not."""
-    return SAFETY * gamma(2) * (np.abs(a * c) + np.abs(b * s))
+    bound: np.ndarray = SAFETY * gamma(2) * (np.abs(a * c) + np.abs(b * s))
+    return bound
 
 
 class _RotaryBase:
@@ -89,8 +91,9 @@ class _RotaryBase:
 
     def check(self, node: OpNode, graph: Graph) -> None:
         c_slot, s_slot = self.table_slots
-        xq, xk, cos, sin = (graph.tensor(node.args[n]) for n in ("xq", "xk", c_slot, s_slot))  # type: ignore[arg-type]
-        xq_out, xk_out = (graph.tensor(node.outputs[n]) for n in ("xq_out", "xk_out"))
+        xq, xk, cos, sin, xq_out, xk_out = tensors(
+            node, graph, "xq", "xk", c_slot, s_slot, "xq_out", "xk_out"
+        )
         for t in (xq, xk, cos, sin, xq_out, xk_out):
             if t.dtype != "float32":
                 raise GraphBuildError(node.name, f"{self.op} is float32 only", tensor=t.name)
@@ -410,16 +413,14 @@ def rope_operands(g: GraphGen) -> tuple[PoolTensor, PoolTensor, int] | None:
     return q, k, dim
 
 
-def _rotated(g: GraphGen, op: str, q: PoolTensor, k: PoolTensor, **tables: str) -> None:
-    """Add the rope `op` on q and k; both outputs join the pool."""
-    b = g.builder
-    q_out, k_out = b.op(
-        op,
-        xq=q.name,
-        xk=k.name,
-        out_dims={"xq_out": g.max_dims(q.dims), "xk_out": g.max_dims(k.dims)},
-        **tables,
-    )
+def rotated_dims(g: GraphGen, q: PoolTensor, k: PoolTensor) -> dict[str, list[int]]:
+    """The `out_dims` of a rope on q and k: each output has its input's max dims."""
+    return {"xq_out": g.max_dims(q.dims), "xk_out": g.max_dims(k.dims)}
+
+
+def rotated(g: GraphGen, outputs: tuple[str, str], q: PoolTensor, k: PoolTensor) -> None:
+    """The outputs (xq_out, xk_out) of a rope on q and k join the pool."""
+    q_out, k_out = outputs
     g.produced(q_out, q.dims, [q, k])
     g.produced(k_out, k.dims, [q, k])
 
@@ -443,7 +444,15 @@ def gen_apply_rotary_emb(g: GraphGen) -> bool:
         return {cos: np.cos(angles).astype(np.float32), sin: np.sin(angles).astype(np.float32)}
 
     g.step_inputs.append(tables)
-    _rotated(g, "apply_rotary_emb", q, k, freqs_cos=cos, freqs_sin=sin)
+    outputs = b.op(
+        "apply_rotary_emb",
+        xq=q.name,
+        xk=k.name,
+        freqs_cos=cos,
+        freqs_sin=sin,
+        out_dims=rotated_dims(g, q, k),
+    )
+    rotated(g, outputs, q, k)
     return True
 
 
@@ -471,13 +480,14 @@ def gen_apply_rotary_emb_hf(g: GraphGen) -> bool:
         return {start_pos: 0 if kind == "zero" else last}
 
     g.step_inputs.append(start)
-    _rotated(
-        g,
+    outputs = b.op(
         "apply_rotary_emb_hf",
-        q,
-        k,
+        xq=q.name,
+        xk=k.name,
         cos=b.constant(b.fresh("cos"), np.cos(angles).astype(np.float32)),
         sin=b.constant(b.fresh("sin"), np.sin(angles).astype(np.float32)),
         start_pos=start_pos,
+        out_dims=rotated_dims(g, q, k),
     )
+    rotated(g, outputs, q, k)
     return True

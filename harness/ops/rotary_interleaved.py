@@ -44,6 +44,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import SAFETY, gamma
 from harness.ops.rotary import rope_tables
@@ -76,10 +77,7 @@ class InterleavedRotaryModel:
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x, freqs, out = (
-            graph.tensor(n)  # type: ignore[arg-type]
-            for n in (node.args["x"], node.args["freqs_cis"], node.outputs["out"])
-        )
+        x, freqs, out = tensors(node, graph, "x", "freqs_cis", "out")
         for t in (x, freqs, out):
             if t.dtype != "float32":
                 raise GraphBuildError(node.name, f"{OP} is float32 only", tensor=t.name)

@@ -56,6 +56,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
 from harness.ops.view import view_as
@@ -97,9 +98,7 @@ class SdpaModel:
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        slots = ("q", "k", "v", "k_cache", "v_cache")
-        q, k, v, kc, vc = (graph.tensor(node.args[s]) for s in slots)  # type: ignore[arg-type]
-        out = graph.tensor(node.outputs["out"])
+        q, k, v, kc, vc, out = tensors(node, graph, "q", "k", "v", "k_cache", "v_cache", "out")
         for t in (q, k, v, kc, vc, out):
             if t.dtype != "float32":
                 raise GraphBuildError(

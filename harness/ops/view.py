@@ -36,11 +36,13 @@ from harness.model import (
     LiveState,
     check_dims,
     div_up,
+    int_literal,
     kernels,
     numel,
     register,
     ro,
     rw,
+    tensors,
 )
 
 WORKGROUP = (64, 1, 1)
@@ -55,13 +57,12 @@ class ViewCopyModel:
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x, out = graph.tensor(node.args["x"]), graph.tensor(node.outputs["out"])  # type: ignore[arg-type]
+        x, out = tensors(node, graph, "x", "out")
         if x.dtype not in VIEW_DTYPES:
             raise GraphBuildError(node.name, "view_copy copies float32 or int32", tensor=x.name)
         if out.dtype != x.dtype:
             raise GraphBuildError(node.name, "out dtype != x dtype", tensor=out.name)
-        sizes = node.args["sizes"]
-        assert isinstance(sizes, tuple)
+        sizes = node.size_list("sizes")
         if len(sizes) != len(out.dims):
             raise GraphBuildError(node.name, "sizes must have out's rank", tensor=out.name)
         for d, name in enumerate(sizes):
@@ -104,8 +105,8 @@ class SymSizeModel:
         self.kernels: dict[str, KernelSpec] = {}
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x = graph.tensor(node.args["x"])  # type: ignore[arg-type]
-        dim = int(graph.scalar(node.args["dim"]))  # type: ignore[arg-type]
+        (x,) = tensors(node, graph, "x")
+        dim = int_literal(node, graph, "dim")
         if not -len(x.dims) <= dim < len(x.dims):
             raise GraphBuildError(node.name, f"dim {dim} is outside x's rank", tensor=x.name)
 
