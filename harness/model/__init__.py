@@ -167,6 +167,15 @@ class OpModel(Protocol):
 
     kernels: dict[str, KernelSpec]
 
+    @property
+    def required_regimes(self) -> tuple[str, ...]:
+        """The coverage regimes (harness/check/coverage.py: `size=1`, `step=grow`, the tags
+        of the model's own `regimes`...) where this op's resize bugs live: a nightly run that
+        exercises the op must reach each of them, and every kernel of `kernels`, on every
+        backend (harness/run/profiles.py derives its required cells from these two). A
+        class attribute in the op's model."""
+        ...
+
     def check(self, node: OpNode, graph: Graph) -> None:
         """Raise the GraphBuildError both backends must raise at load, if any."""
         ...

@@ -82,6 +82,8 @@ def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
 class UnaryActivationModel:
     """Contract, reference and budget of sigmoid or silu."""
 
+    required_regimes = ("size=1", "size=max")
+
     def __init__(self, op: str) -> None:
         self.op = op
         self.kernels = kernels(
@@ -117,6 +119,7 @@ class UnaryActivationModel:
 class SiluMulModel:
     """Contract, reference and budget of the fused silu(gate) * up."""
 
+    required_regimes = ("size=1", "size=max")
     kernels = kernels(
         KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up")))
     )

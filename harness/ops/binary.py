@@ -54,6 +54,8 @@ def broadcast(a: Dims, b: Dims) -> Dims | None:
 class BinaryModel:
     """Contract, reference and budget of an elementwise binary op."""
 
+    required_regimes = ("size=1", "size=max", "step=shrink")
+
     def __init__(self, op: str) -> None:
         self.op = op
         bindings = (rw("out"), ro("a"), ro("b"))

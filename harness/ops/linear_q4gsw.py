@@ -96,6 +96,8 @@ def gemv_eligible(k: int, group_size: int) -> bool:
 class LinearQ4gswModel:
     """Contract, reference and budget of linear_q4gsw."""
 
+    # M = 1 (the GEMV) and M at its max, crossed both ways.
+    required_regimes = ("size=1", "size=max", "step=grow", "step=shrink")
     kernels = kernels(
         KernelSpec(
             GEMM,

@@ -73,6 +73,7 @@ class _RotaryBase:
     op = ""
     kernel = ""
     table_slots = ("", "")
+    required_regimes: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         c, s = self.table_slots
@@ -149,6 +150,7 @@ class LlamaRotaryModel(_RotaryBase):
     op = "apply_rotary_emb"
     kernel = "rotary_emb"
     table_slots = ("freqs_cos", "freqs_sin")
+    required_regimes = ("size=1", "size=max", "step=shrink")
 
     def table_width(self, head_dim: int) -> int:
         return head_dim // 2
@@ -198,6 +200,8 @@ class HfRotaryModel(_RotaryBase):
     op = "apply_rotary_emb_hf"
     kernel = "rotary_emb_hf"
     table_slots = ("cos", "sin")
+    # The table's first row and its last (`regimes`), where a row offset goes wrong.
+    required_regimes = ("size=1", "start_pos=0", "rows=table_end")
 
     def table_width(self, head_dim: int) -> int:
         return head_dim

@@ -73,6 +73,18 @@ def default_scale(head_dim: int) -> float:
 class SdpaModel:
     """Contract, reference and budget of sdpa_with_kv_cache."""
 
+    # S = 1 (the decode route) and the max, the cache's start and end, contexts around the
+    # decode route's splits (`regimes`).
+    required_regimes = (
+        "size=1",
+        "size=max",
+        "step=grow",
+        "step=shrink",
+        "pos=0",
+        "context=cache_end",
+        "seq>cache/2",
+        *(f"context%{SPLIT}={r}" for r in ("-1", "0", "+1")),
+    )
     kernels = kernels(
         KernelSpec(
             "sdpa_update_cache",
