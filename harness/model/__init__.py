@@ -168,6 +168,15 @@ class OpModel(Protocol):
     kernels: dict[str, KernelSpec]
 
     @property
+    def activations(self) -> tuple[str, ...]:
+        """The tensor argument slots that carry the data flowing through a model, new every
+        step (graph inputs or other ops' outputs); the op's other tensor slots hold what a
+        model loads once: weights, scales, rotation tables, caches. A class attribute in the
+        op's model (tests/golden_cases.py feeds these as graph inputs, the rest as
+        constants)."""
+        ...
+
+    @property
     def required_regimes(self) -> tuple[str, ...]:
         """The coverage regimes (harness/check/coverage.py: `size=1`, `step=grow`, the tags
         of the model's own `regimes`...) where this op's resize bugs live: a nightly run that

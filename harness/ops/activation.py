@@ -82,6 +82,7 @@ def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
 class UnaryActivationModel:
     """Contract, reference and budget of sigmoid or silu."""
 
+    activations = ("x",)
     required_regimes = ("size=1", "size=max")
 
     def __init__(self, op: str) -> None:
@@ -119,6 +120,7 @@ class UnaryActivationModel:
 class SiluMulModel:
     """Contract, reference and budget of the fused silu(gate) * up."""
 
+    activations = ("gate", "up")
     required_regimes = ("size=1", "size=max")
     kernels = kernels(
         KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up")))

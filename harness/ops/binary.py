@@ -54,6 +54,7 @@ def broadcast(a: Dims, b: Dims) -> Dims | None:
 class BinaryModel:
     """Contract, reference and budget of an elementwise binary op."""
 
+    activations = ("a", "b")
     required_regimes = ("size=1", "size=max", "step=shrink")
 
     def __init__(self, op: str) -> None:

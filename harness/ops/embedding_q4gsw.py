@@ -62,6 +62,7 @@ def dequantize_rows(weight: np.ndarray, scales: np.ndarray, group_size: int) -> 
 class EmbeddingQ4gswModel:
     """Contract, reference and budget of embedding_q4gsw."""
 
+    activations = ("indices",)
     required_regimes = ("size=1", "size=max", "step=grow")
     kernels = kernels(
         KernelSpec(

@@ -97,6 +97,7 @@ class LinearQ4gswModel:
     """Contract, reference and budget of linear_q4gsw."""
 
     # M = 1 (the GEMV) and M at its max, crossed both ways.
+    activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=grow", "step=shrink")
     kernels = kernels(
         KernelSpec(

@@ -44,6 +44,7 @@ WORKGROUP = (64, 1, 1)
 class RmsNormModel:
     """Contract, reference and budget of rms_norm."""
 
+    activations = ("x",)
     required_regimes = ("size=1", "size=max", "size=mid", "step=grow", "step=shrink")
     kernels = kernels(
         KernelSpec("rms_norm", "rms_norm", "rms_norm", (rw("out"), ro("x"), ro("weight"))),

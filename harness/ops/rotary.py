@@ -73,6 +73,7 @@ class _RotaryBase:
     op = ""
     kernel = ""
     table_slots = ("", "")
+    activations = ("xq", "xk")
     required_regimes: tuple[str, ...] = ()
 
     def __init__(self) -> None:

@@ -67,6 +67,7 @@ def _interleave(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 class InterleavedRotaryModel:
     """Contract, reference and budget of apply_rotary_emb_interleaved."""
 
+    activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=shrink")
     kernels = kernels(
         KernelSpec(

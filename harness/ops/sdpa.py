@@ -75,6 +75,7 @@ class SdpaModel:
 
     # S = 1 (the decode route) and the max, the cache's start and end, contexts around the
     # decode route's splits (`regimes`).
+    activations = ("q", "k", "v")
     required_regimes = (
         "size=1",
         "size=max",

@@ -52,6 +52,7 @@ VIEW_DTYPES = ("float32", "int32")
 class ViewCopyModel:
     """Contract, reference and budget of view_copy."""
 
+    activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=shrink")
     kernels = kernels(
         KernelSpec("view_copy", "view_copy", "view_copy", (rw("out", "u32"), ro("x", "u32")))
@@ -102,6 +103,7 @@ class ViewCopyModel:
 class SymSizeModel:
     """Contract and reference of sym_size (no kernels, no budget: it yields an int)."""
 
+    activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=shrink")
 
     def __init__(self) -> None:
