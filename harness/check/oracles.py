@@ -1,4 +1,4 @@
-"""The oracle stack of DESIGN.md §4, one function per oracle, each returning divergences.
+"""The oracle stack of docs/design.md §6, one function per oracle, each returning divergences.
 
 The lockstep runner (harness/check/lockstep.py) decides when each runs; these functions only
 compare what the backends reported with what the contract model and the float64 reference

@@ -1,6 +1,6 @@
 """The op-model framework: what the harness's model of an op is, and the registry of them.
 
-The harness's model of an op is the third implementation of DESIGN.md §2, independent of
+The harness's model of an op is the third implementation of docs/design.md §2, independent of
 both backends. Each op's module in `harness/ops/` defines it and registers it here with
 `register(op, model)` when imported (`harness.ops` imports every such module); a model holds
 - `check`: what a backend must refuse at load (`GraphBuildError` with the same op and tensor);

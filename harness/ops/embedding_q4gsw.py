@@ -1,6 +1,6 @@
 """Model of embedding_q4gsw(weight, scales, group_size, indices): q4 rows looked up by token.
 
-Format (DESIGN.md §5, reference §4.2 with is_linear_weight=True): weight uint8
+Format (docs/design.md §7; upstream's layout when is_linear_weight=True): weight uint8
 `[vocab, D/2]`, byte j of row t holds dim 2j in its low nibble and dim 2j+1 in its high
 nibble, value = nibble - 8; scales float32 `[vocab, D / group_size]`;
 out[..., d] = (nib(t, d) - 8) * scales[t, d // group_size] with t = indices[...].

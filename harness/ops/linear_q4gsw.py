@@ -1,8 +1,9 @@
 """Model of linear_q4gsw(x, weight, scales, group_size, bias?): out = x @ dequant(W).T + bias.
 
-Format (reference §4.1, harness/model/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K rounded up to
-8, low nibble = even k, value = nibble - 8), scales float32 `[groups, N_pad4]` with
-`groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional float32 bias `[N]`.
+Format (docs/design.md §7, harness/model/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K
+rounded up to 8, low nibble = even k, value = nibble - 8), scales float32 `[groups, N_pad4]`
+with `groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional float32 bias
+`[N]`.
 K is x's last dim and stays fixed at run time; M = numel(x) / K over all leading dims; the
 output is `x.shape[:-1] + [N]`.
 

@@ -8,7 +8,7 @@ outputs shaped like their inputs.
 - apply_rotary_emb_hf: full-width tables cos / sin `[max_seq, D]`, row r = start_pos + s,
   h = D/2: out[i] = x[i] cos[r, i] - x[i+h] sin[r, i] and out[i+h] = x[i+h] cos[r, i+h] +
   x[i] sin[r, i+h]: the second half uses its own columns (upstream Vulkan reads column i
-  for both halves, reference §7.5; that is wrong unless the halves of the table agree).
+  for both halves, docs/design.md §8.5; that is wrong unless the halves of the table agree).
 
 Kernel design (both backends): one dispatch slot (`rotary_emb` / `rotary_emb_hf`) that
 rotates q and k together, 64 invocations per workgroup, one per rotated pair: pairs

@@ -1,7 +1,7 @@
 """Models of view_copy(x, sizes) and sym_size(x, dim).
 
 view_copy: out takes the live sizes named by its size list, each an int literal or a SymInt
-resolved from its live value (never inferred from numel: reference §7.4). Live checks, in
+resolved from its live value (never inferred from numel: docs/design.md §8.4). Live checks, in
 this order: out's per-dim checks on the resolved sizes (`ResizeError` on out), then the
 numel of x's live dims against the sizes' product (`InputError` reason "numel"). Kernel
 design (both backends): one slot `view_copy`, a bitwise 32-bit copy, 64 invocations per
