@@ -10,7 +10,13 @@ both backends. Each op's module in `harness/ops/` defines it and registers it he
   workgroup size, logical workgroup count, ran or skipped) for the live dims;
 - `reference`: the op's math in float64;
 - `budget`: per output element, the rounding error a correct float32 implementation may
-  make from exact inputs (propagation through the graph is the reference evaluator's).
+  make from exact inputs (propagation through the graph is the reference evaluator's);
+- `activations` and `required_regimes`: which tensor slots carry a model's data, and the
+  coverage regimes a nightly run must reach (class attributes).
+
+The model reads its node's arguments through graph_format's typed accessors
+(`OpNode.arg`, `optional_arg`, `size_list`) and the readers here (`tensors`,
+`optional_tensor`, `int_literal`, `LiveState.of`/`int_arg`/`ints`), never `node.args` raw.
 
 An op that validates host data (token ids against the vocabulary) also defines
 `check_host(node, live)`: it reads `live.host` and raises the `InputError` both backends
