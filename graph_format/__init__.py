@@ -1,4 +1,4 @@
-"""The serialized graph format shared by both runtimes and the harness (DESIGN.md §2).
+"""The serialized graph format shared by both runtimes and the harness (docs/design.md §2).
 
 This is the one thing the three independent implementations share: a versioned JSON + .npz
 description of values and ops, the error classes a runtime raises, and the records a runtime

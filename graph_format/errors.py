@@ -1,7 +1,7 @@
 """Errors shared by the graph format and both runtimes.
 
 Both backends raise these classes so that the harness can check that they reject the same
-inputs for the same reason (DESIGN.md §4.4). They carry structured fields as well as a
+inputs for the same reason (docs/design.md §6). They carry structured fields as well as a
 message, so a comparison never depends on wording.
 """
 

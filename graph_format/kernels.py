@@ -1,6 +1,6 @@
 """Kernel manifests: which kernel implements which slot on which backend, and how it binds.
 
-A user's kernel folder holds `kernels.toml` (format `parity-kernels/1`, DESIGN.md §9): one
+A user's kernel folder holds `kernels.toml` (format `parity-kernels/1`, docs/design.md §9): one
 `[<backend>.<slot>]` table per replaced slot names the shader file and maps the kernel's own
 declarations (bindings, params members, overrides, specialization and push constants) onto
 the slot's interface (`graph_format/ops/<op>.toml`: roles and offered values), with the

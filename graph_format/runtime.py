@@ -1,4 +1,4 @@
-"""The interface both runtimes offer to the harness (DESIGN.md §3), as plain data and Protocols.
+"""The interface both runtimes offer to the harness (docs/design.md §5): plain data, Protocols.
 
 Nothing here computes shapes, resizes or dispatches: it only fixes what a runtime reports
 after each execute, so that the harness can compare two independent implementations field

@@ -9,7 +9,7 @@ argument of the wrong kind) with an error that says where, before either backend
 What an op computes, how it resizes and how it is dispatched is owned separately by each
 backend and by the harness's contract model.
 
-A slot (DESIGN.md §9) is one kernel variant of an op as the contract knows it (`add_flat`,
+A slot (docs/design.md §9) is one kernel variant of an op as the contract knows it (`add_flat`,
 `q4gsw_gemv`): a kernel of it binds the slot's tensors by role and reads the values the op
 offers it by name. `[slots.<slot>]` declares `tensors` (roles, outputs first, scratch buffers
 too), `values` (every name the op offers: params members, overrides, specialization and push

@@ -18,10 +18,9 @@ import numpy as np
 from graph_format import SIGNATURES
 from harness import Case, single_op_graph
 from harness.gen.case import StepInputs
+from harness.ops import model_for
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
-# Arguments that are activations (graph inputs); every other array argument is a constant.
-ACTIVATIONS = {"x", "a", "b", "xq", "xk", "indices", "q", "k", "v", "gate", "up"}
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,8 @@ def golden_arrays() -> dict[str, np.ndarray]:
 
 def single_op_case(case: GoldenCase) -> Case:
     """A one-op case (harness.single_op_graph) for a single-op golden case: its activations
-    are graph inputs, every other array a constant, its outputs PyTorch's shapes."""
+    (the op model's `activations`) are graph inputs, every other array a constant, its
+    outputs PyTorch's shapes."""
     sig = SIGNATURES[case.op]
     # Manifest arguments with no slot in the op's signature must mean what the graph format
     # assumes, never be dropped silently: embeddings here always use the linear nibble order.
@@ -66,7 +66,8 @@ def single_op_case(case: GoldenCase) -> Case:
     if extra not in ({}, {"is_linear_weight": True}):
         raise ValueError(f"{case.id}: arguments {extra} have no meaning in the graph format")
     args = {k: v for k, v in case.args.items() if k not in extra}
-    constants = {k for k, v in args.items() if isinstance(v, np.ndarray) and k not in ACTIVATIONS}
+    activations = model_for(case.op).activations
+    constants = {k for k, v in args.items() if isinstance(v, np.ndarray) and k not in activations}
     out_dims = {name: case.expected[name].shape for name, _ in sig.outputs}
     return single_op_graph(case.op, args, constants=constants, out_dims=out_dims, name=case.op)
 

@@ -1,6 +1,6 @@
 """The Vulkan compute graph: ordered nodes with resize functions, self-gating dispatch nodes.
 
-Resize model (reference §2, ExecuTorch's `ComputeGraph`):
+Resize model (docs/design.md §4.2, as ExecuTorch's `ComputeGraph`):
 - `virtual_resize` changes a tensor's live sizes in place and records it in `updated`.
 - `propagate_resize` walks every node once, in graph (topological) order. A node whose
   arguments include an updated value runs its `resize_fn`, which resizes its outputs (so
@@ -430,7 +430,7 @@ class ComputeGraph:
     # ------------------------------------------------------------------ resize
 
     def propagate_resize(self) -> None:
-        """One pass over all nodes in order (reference §2.2)."""
+        """One pass over all nodes in order (docs/design.md §4.2)."""
         for node in self.nodes:
             node.trigger_resize(self)
 

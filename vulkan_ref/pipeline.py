@@ -1,6 +1,6 @@
 """Compute pipelines for the Vulkan reference runtime, cached per context.
 
-Conventions (reference §2.6, as ExecuTorch's Vulkan backend does it): descriptor set 0,
+Conventions (as ExecuTorch's Vulkan backend binds its kernels): descriptor set 0,
 bindings numbered in declaration order (tensors first, outputs before inputs, then UBOs);
 specialization constants 0-2 are the local workgroup size and an op's own constants start at
 id 3; scalars that change per execute travel as push constants.

@@ -5,8 +5,8 @@ device block once every op is built, the UBO at once (it is written here).
 
 As in ExecuTorch's `vTensor`, `virtual_resize` changes the live sizes inside the fixed
 allocation and rewrites the metadata UBO at once; shaders read live sizes from that UBO.
-Unlike upstream (reference §2.1 and §7.10), the new sizes themselves are checked: the rank
-must stay, and every dim must lie in [1, max].
+Unlike upstream (docs/design.md §8.10: it checks the old padded sizes), the new sizes
+themselves are checked: the rank must stay, and every dim must lie in [1, max].
 
 Metadata UBO layout (std140, `glsl/include/tensor_meta.glslh`):
     uvec4 sizes;    // WHCN order: sizes.x is the innermost (last) dim; padded with 1

@@ -166,7 +166,7 @@ def get_device() -> WebGPUDevice:
             "'mesa-vulkan-drivers libvulkan1' for the lavapipe CPU driver."
         )
     limits = {name: adapter.limits[name] for name in _RAISED_LIMITS}
-    # No shader-f16: parity is defined in strict fp32 (reference §6, precision).
+    # No shader-f16: parity is defined in strict fp32 (docs/design.md §10).
     device = adapter.request_device_sync(label="vulkan-parity", required_limits=limits)
     return WebGPUDevice(
         adapter=adapter,

@@ -1,15 +1,15 @@
 """The WebGPU graph: tensors at max size, per-op resize hooks, a bounded fixpoint, one submit.
 
-Resize model (reference §1, with its known divergences fixed):
+Resize model (docs/design.md §4.1; upstream's, with its known divergences fixed):
 - `set_cur_dims` validates a live shape and marks the tensor dirty only when it changes.
 - Ops register resize hooks on the values they read (tensors and SymInts alike). A hook
   recomputes the op's params uniform, its dispatch counts and its outputs' `cur_dims`.
 - `propagate_resize` runs hooks, in registration (topological) order, for every dirty
   trigger, as a fixpoint bounded by the number of hooks + 1 passes. SymInts are values like
   tensors: a `sym_size` hook fires when its source tensor changes, so nothing reads a stale
-  intermediate (upstream's Phase-1 SymInt hooks do, reference §7.2).
+  intermediate (upstream's Phase-1 SymInt hooks do, docs/design.md §8.2).
 - A hook that sees inconsistent inputs may be looking at a co-input that a deeper producer
-  has not updated yet (reference §7.1). Its error is therefore held, not raised: it is
+  has not updated yet (docs/design.md §8.1). Its error is therefore held, not raised: it is
   dropped if the hook later succeeds and raised only if it is still pending once the
   fixpoint converges. Any error restores the graph to its state before the step.
 - Params uniforms are written only after propagation succeeds, with the inputs and all

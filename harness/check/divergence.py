@@ -10,7 +10,7 @@ from typing import Any
 
 
 class Kind(StrEnum):
-    """Failure classes, from DESIGN.md §4 and issue "Harness depth" item 3."""
+    """Failure classes, from docs/design.md §6 and issue "Harness depth" item 3."""
 
     BUILD_ERROR = "build_error"  # a backend refused (or accepted) a graph unlike the contract
     ERROR_ASYMMETRY = "error_asymmetry"  # one side raised where the contract says otherwise

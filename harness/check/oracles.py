@@ -1,4 +1,4 @@
-"""The oracle stack of DESIGN.md §4, one function per oracle, each returning divergences.
+"""The oracle stack of docs/design.md §6, one function per oracle, each returning divergences.
 
 The lockstep runner (harness/check/lockstep.py) decides when each runs; these functions only
 compare what the backends reported with what the contract model and the float64 reference
@@ -30,7 +30,7 @@ from graph_format import (
 from harness.check.contract import ModelStep
 from harness.check.divergence import MODEL, Divergence, Kind, blame_from
 from harness.check.reference import op_args
-from harness.model import ExpectedDispatch
+from harness.model import ExpectedDispatch, arg_values
 from harness.model.numerics import Comparison, compare
 from harness.ops import model_for
 
@@ -90,27 +90,26 @@ def upstream_origin(
     def wrong_input(name: str) -> dict[str, Any] | None:
         node = nodes[name]
         seen.add(name)
-        for arg in node.args.values():
-            for value in arg if isinstance(arg, tuple) else (arg,):
-                kind = graph.values.get(value)
-                if isinstance(kind, TensorValue):
-                    want: Any = expected.cur_dims.get(value)
-                elif isinstance(kind, SymIntValue):
-                    want = expected.symints.get(value)
-                else:
-                    continue
-                got = live.get(value)
-                source = producer(graph, value)
-                if got is None or want is None or source is None or source in seen:
-                    continue
-                if _plain_value(got) != _plain_value(want):
-                    return wrong_input(source) or {
-                        "op": source,
-                        "op_type": nodes[source].op,
-                        "value": value,
-                        "expected": _plain_value(want),
-                        "got": _plain_value(got),
-                    }
+        for value in arg_values(node):
+            kind = graph.values.get(value)
+            if isinstance(kind, TensorValue):
+                want: Any = expected.cur_dims.get(value)
+            elif isinstance(kind, SymIntValue):
+                want = expected.symints.get(value)
+            else:
+                continue
+            got = live.get(value)
+            source = producer(graph, value)
+            if got is None or want is None or source is None or source in seen:
+                continue
+            if _plain_value(got) != _plain_value(want):
+                return wrong_input(source) or {
+                    "op": source,
+                    "op_type": nodes[source].op,
+                    "value": value,
+                    "expected": _plain_value(want),
+                    "got": _plain_value(got),
+                }
         return None
 
     return wrong_input(op) if op in nodes else None
@@ -243,7 +242,7 @@ def check_errors(
             out.append(
                 Divergence(step, Kind.ERROR_ASYMMETRY, name, message, op=op, details=details)
             )
-    if accepted:
+    if isinstance(expected, ModelStep):  # accepted: no refusal to compare
         return out
     want = error_key(expected)
     got = {name: error_key(failures[name]) if name in failures else None for name in backends}
@@ -352,22 +351,22 @@ def check_metadata(
         name: _by_op([d.logical() for d in res.dispatches]) for name, res in results.items()
     }
     for op in dict.fromkeys([*want_by_op, *(op for g in got_by_op.values() for op in g)]):
-        want = want_by_op.get(op, [])
-        got = {name: by_op.get(op, []) for name, by_op in got_by_op.items()}
-        wrong = {name: entries != want for name, entries in got.items()}
+        want_slots = want_by_op.get(op, [])
+        got_slots = {name: by_op.get(op, []) for name, by_op in got_by_op.items()}
+        wrong = {name: entries != want_slots for name, entries in got_slots.items()}
         if not any(wrong.values()):
             continue
         out.append(
             Divergence(
                 step,
                 Kind.DISPATCH,
-                blame_from(wrong, len({tuple(v) for v in got.values()}) == 1),
-                f"dispatches of {op!r}: contract {_brief(want)}, "
-                + ", ".join(f"{n} {_brief(e)}" for n, e in got.items()),
+                blame_from(wrong, len({tuple(v) for v in got_slots.values()}) == 1),
+                f"dispatches of {op!r}: contract {_brief(want_slots)}, "
+                + ", ".join(f"{n} {_brief(e)}" for n, e in got_slots.items()),
                 op=op,
                 details={
-                    "expected": [dispatch_json(d) for d in want],
-                    "got": {n: [dispatch_json(d) for d in e] for n, e in got.items()},
+                    "expected": [dispatch_json(d) for d in want_slots],
+                    "got": {n: [dispatch_json(d) for d in e] for n, e in got_slots.items()},
                 },
             )
         )
@@ -493,18 +492,18 @@ def check_canaries(
             )
         # A write past the allocation itself, found in the guard the runtime keeps after it
         # (StepResult.guard_writes); a scratch buffer is named `<op node>.<label>`.
-        for tensor, words in res.guard_writes.items():
+        for tensor, written in res.guard_writes.items():
             owner = next((n.name for n in graph.ops if tensor.startswith(f"{n.name}.")), None)
             out.append(
                 Divergence(
                     step,
                     Kind.CANARY_WRITE,
                     name,
-                    f"{name} wrote {words} word(s) past the allocation of {tensor!r} (into the "
-                    "guard that follows it)",
+                    f"{name} wrote {written} word(s) past the allocation of {tensor!r} (into "
+                    "the guard that follows it)",
                     op=producer(graph, tensor) or owner or consumer(graph, tensor),
                     tensor=tensor,
-                    details={"words": words, "past_allocation": True},
+                    details={"words": written, "past_allocation": True},
                 )
             )
         for tensor, array in {**res.outputs, **res.tensors}.items():
@@ -713,7 +712,9 @@ def merge_blame(divergences: list[Divergence]) -> list[Divergence]:
             first.blame = "both" if first.blame != MODEL else first.blame
             first.message += f"; {d.message}"
             # None stands for an infinite factor, which dominates any finite one.
-            first.factor = None if None in (first.factor, d.factor) else max(first.factor, d.factor)  # type: ignore[type-var]
+            first.factor = (
+                None if first.factor is None or d.factor is None else max(first.factor, d.factor)
+            )
         else:
             merged[key] = d
     return rest + list(merged.values())

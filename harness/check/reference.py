@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from graph_format import Graph, OpNode, ScalarValue, SymIntValue, TensorValue
+from graph_format import Graph, OpNode, SymIntValue, TensorValue
 from harness.model import Args
 from harness.ops import model_for
 
@@ -58,8 +58,7 @@ def op_args(
             elif isinstance(value, SymIntValue):
                 args[slot] = int(symints[arg])
             else:
-                assert isinstance(value, ScalarValue)
-                args[slot] = value.value
+                args[slot] = graph.scalar(arg)
     return args
 
 
@@ -101,7 +100,7 @@ class ReferenceEvaluator:
         sigma.update(self.state_sigma)
         for name in graph.inputs:
             if isinstance(graph.values[name], SymIntValue):
-                symints[name] = int(inputs[name])  # type: ignore[arg-type]
+                symints[name] = int(inputs[name])
             else:
                 values[name] = np.asarray(inputs[name]).astype(np.float64)
         for node in graph.ops:
@@ -142,7 +141,8 @@ class ReferenceEvaluator:
 
         def scale(slot: str, shape: tuple[int, ...]) -> np.ndarray:
             own = np.broadcast_to(local.get(slot, 0.0), shape)
-            return np.sqrt(own * own + moved.get(slot, 0.0))
+            combined: np.ndarray = np.sqrt(own * own + moved.get(slot, 0.0))
+            return combined
 
         for slot, name in node.outputs.items():
             if slot not in tensor_outs:

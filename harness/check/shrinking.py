@@ -41,10 +41,10 @@ class CaseSize:
         graph = case.graph
         tensors = [n for n in graph.inputs if isinstance(graph.values[n], TensorValue)]
         live = sum(
-            int(np.prod(step[n].shape))  # type: ignore[union-attr]
+            int(np.prod(value.shape))
             for step in case.steps
             for n in tensors
-            if isinstance(step.get(n), np.ndarray)
+            if isinstance(value := step.get(n), np.ndarray)
         )
         return cls(
             steps=len(case.steps),

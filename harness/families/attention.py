@@ -45,13 +45,14 @@ def attention_block(
     one, head_dim = b.int(1, "one"), b.int(dim, "head_dim")
 
     def heads(name: str, x: str, n: int) -> str:
-        return b.op(
+        view: str = b.op(
             "view_copy",
             name=name,
             x=x,
             sizes=[one, seq, b.int(n, f"{name}_heads"), head_dim],
             out_dims=[1, max_seq, n, dim],
         )
+        return view
 
     q4 = heads("q_heads", hq, q_heads)
     k4 = heads("k_heads", xk, kv_heads)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from harness.gen.blocks import float_array, leading_dims, seeds, step_dims
 from harness.gen.builder import GraphBuilder
-from harness.gen.case import Case
+from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
 
 
@@ -43,5 +43,7 @@ def dag_cases(draw: st.DrawFn) -> Case:
             other = branch(1)
         current = b.op(draw(st.sampled_from(["add", "mul"])), a=current, b=other)
     b.output(current)
-    steps = [{"x": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))]
+    steps: list[StepInputs] = [
+        {"x": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
+    ]
     return Case(b.build(), steps, name="dag", meta={"seed": seed, "family": "dag"})

@@ -149,7 +149,7 @@ def build_decoder(config: DecoderConfig, weights: DecoderWeights) -> Graph:
         return b.constant(name, w[name])
 
     def linear(name: str, x: str, n: int) -> str:
-        return b.op(
+        out: str = b.op(
             "linear_q4gsw",
             name=name,
             x=x,
@@ -158,6 +158,7 @@ def build_decoder(config: DecoderConfig, weights: DecoderWeights) -> Graph:
             group_size=gs,
             out_dims=[1, seq, n],
         )
+        return out
 
     x = b.op(
         "embedding_q4gsw",

@@ -14,7 +14,8 @@ backends could not load from a file.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import builtins
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,7 @@ class GraphBuilder:
         self._counter = 0
 
     def _add(self, entry: dict[str, Any]) -> str:
-        name = entry["name"]
+        name: str = entry["name"]
         if name in self._names:
             raise ValueError(f"value name {name!r} is used twice")
         self._names.add(name)
@@ -146,7 +147,8 @@ class GraphBuilder:
         op: str,
         *,
         name: str | None = None,
-        out_dims: Sequence[int] | dict[str, Sequence[int]] | None = None,
+        # `builtins.int`: inside this class, `int` names the method above.
+        out_dims: Sequence[builtins.int] | Mapping[str, Sequence[builtins.int]] | None = None,
         out_dtype: str = "float32",
         outputs: dict[str, str] | None = None,
         **args: str | Sequence[str] | None,
@@ -166,7 +168,7 @@ class GraphBuilder:
             if kind == "symint":
                 created[out] = self.symint(f"{op_name}.{out}")
                 continue
-            if isinstance(out_dims, dict):
+            if isinstance(out_dims, Mapping):
                 dims = out_dims[out]
             elif out_dims is not None:
                 dims = out_dims

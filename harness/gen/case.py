@@ -10,7 +10,7 @@ import json
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -50,7 +50,9 @@ class Case:
                 else:
                     ints[name] = int(value)
             scalars.append(ints)
-        np.savez(folder / "steps.npz", **arrays)
+        # As dict[str, Any]: numpy's stub would let a **dict[str, ndarray] reach savez's
+        # `allow_pickle: bool` keyword (no key here is called that).
+        np.savez(folder / "steps.npz", **cast(dict[str, Any], arrays))
         doc = {
             "name": self.name,
             "meta": self.meta,

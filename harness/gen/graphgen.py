@@ -106,14 +106,18 @@ class GraphGen:
         """One of several candidate groups."""
         return groups[self.draw(st.integers(0, len(groups) - 1))]
 
-    def pick_pair(self, candidates: Sequence[PoolTensor]) -> tuple[PoolTensor, PoolTensor] | None:
-        """Two distinct operands, preferring ones produced at different depths."""
+    def pick_pair(self, candidates: Sequence[PoolTensor]) -> tuple[PoolTensor, PoolTensor]:
+        """Two distinct operands, preferring ones produced at different depths.
+
+        Raises:
+            ValueError: fewer than two candidates.
+        """
         if len(candidates) < 2:
-            return None
+            raise ValueError(f"a pair needs two candidates, got {len(candidates)}")
         first = self.pick(candidates)
         others = [t for t in candidates if t.name != first.name]
         deeper = [t for t in others if t.depth != first.depth]
-        second = self.pick(deeper if deeper and self.draw(st.booleans()) else others)
+        second = self.pick(deeper if bool(deeper) and self.draw(st.booleans()) else others)
         return first, second
 
 

@@ -1,6 +1,6 @@
 """The op-model framework: what the harness's model of an op is, and the registry of them.
 
-The harness's model of an op is the third implementation of DESIGN.md §2, independent of
+The harness's model of an op is the third implementation of docs/design.md §2, independent of
 both backends. Each op's module in `harness/ops/` defines it and registers it here with
 `register(op, model)` when imported (`harness.ops` imports every such module); a model holds
 - `check`: what a backend must refuse at load (`GraphBuildError` with the same op and tensor);
@@ -10,7 +10,13 @@ both backends. Each op's module in `harness/ops/` defines it and registers it he
   workgroup size, logical workgroup count, ran or skipped) for the live dims;
 - `reference`: the op's math in float64;
 - `budget`: per output element, the rounding error a correct float32 implementation may
-  make from exact inputs (propagation through the graph is the reference evaluator's).
+  make from exact inputs (propagation through the graph is the reference evaluator's);
+- `activations` and `required_regimes`: which tensor slots carry a model's data, and the
+  coverage regimes a nightly run must reach (class attributes).
+
+The model reads its node's arguments through graph_format's typed accessors
+(`OpNode.arg`, `optional_arg`, `size_list`) and the readers here (`tensors`,
+`optional_tensor`, `int_literal`, `LiveState.of`/`int_arg`/`ints`), never `node.args` raw.
 
 An op that validates host data (token ids against the vocabulary) also defines
 `check_host(node, live)`: it reads `live.host` and raises the `InputError` both backends
@@ -90,37 +96,55 @@ class LiveState:
 
     def of(self, node: OpNode, slot: str) -> Dims:
         """Live dims of the tensor passed as `slot`."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        return self.dims[name]
+        return self.dims[node.arg(slot)]
 
     def max_of(self, node: OpNode, slot: str) -> Dims:
         """Max dims of the tensor passed as `slot` (or written as output `slot`)."""
-        name = node.args.get(slot) or node.outputs[slot]
-        assert isinstance(name, str)
-        return self.graph.tensor(name).dims
+        return self.graph.tensor(slot_name(node, slot)).dims
 
     def int_arg(self, node: OpNode, slot: str) -> int:
         """Current value of an int or SymInt argument."""
-        name = node.args[slot]
-        assert isinstance(name, str)
-        if name in self.symints:
-            return self.symints[name]
-        return int(self.graph.scalar(name))
+        return self._int(node.arg(slot))
 
     def ints(self, node: OpNode, slot: str) -> tuple[int, ...]:
         """Current values of a size list argument (ints and SymInts)."""
-        names = node.args[slot]
-        assert isinstance(names, tuple)
-        return tuple(
-            self.symints[n] if n in self.symints else int(self.graph.scalar(n)) for n in names
-        )
+        return tuple(self._int(name) for name in node.size_list(slot))
+
+    def _int(self, name: str) -> int:
+        """Current value of the int or SymInt value called `name`."""
+        if name in self.symints:
+            return self.symints[name]
+        return int(self.graph.scalar(name))
 
     def set_output(self, node: OpNode, slot: str, dims: Dims) -> None:
         """Set an output's live dims, with the same per-dim checks the backends apply."""
         name = node.outputs[slot]
         check_dims(name, dims, self.graph.tensor(name).dims)
         self.dims[name] = tuple(dims)
+
+
+def slot_name(node: OpNode, slot: str) -> str:
+    """The value passed as argument `slot` of `node`, or written as its output `slot` (an
+    op's argument and output slots have distinct names: graph_format/signatures.py)."""
+    return node.outputs[slot] if slot in node.outputs else node.arg(slot)
+
+
+def tensors(node: OpNode, graph: Graph, *slots: str) -> tuple[TensorValue, ...]:
+    """The tensors passed as (or written to) `slots` of `node`, in that order: what an op's
+    load-time `check` reads, e.g. `x, weight, out = tensors(node, graph, "x", "weight", "out")`.
+    """
+    return tuple(graph.tensor(slot_name(node, slot)) for slot in slots)
+
+
+def optional_tensor(node: OpNode, graph: Graph, slot: str) -> TensorValue | None:
+    """The tensor passed as optional argument `slot`, or None when it was left out."""
+    name = node.optional_arg(slot)
+    return None if name is None else graph.tensor(name)
+
+
+def int_literal(node: OpNode, graph: Graph, slot: str) -> int:
+    """The value of int argument `slot` (a literal, known at load)."""
+    return int(graph.scalar(node.arg(slot)))
 
 
 def check_dims(name: str, dims: Dims, max_dims: Dims) -> None:
@@ -148,6 +172,24 @@ class OpModel(Protocol):
     """The harness's contract model, reference and budget of one op type."""
 
     kernels: dict[str, KernelSpec]
+
+    @property
+    def activations(self) -> tuple[str, ...]:
+        """The tensor argument slots that carry the data flowing through a model, new every
+        step (graph inputs or other ops' outputs); the op's other tensor slots hold what a
+        model loads once: weights, scales, rotation tables, caches. A class attribute in the
+        op's model (tests/golden_cases.py feeds these as graph inputs, the rest as
+        constants)."""
+        ...
+
+    @property
+    def required_regimes(self) -> tuple[str, ...]:
+        """The coverage regimes (harness/check/coverage.py: `size=1`, `step=grow`, the tags
+        of the model's own `regimes`...) where this op's resize bugs live: a nightly run that
+        exercises the op must reach each of them, and every kernel of `kernels`, on every
+        backend (harness/run/profiles.py derives its required cells from these two). A
+        class attribute in the op's model."""
+        ...
 
     def check(self, node: OpNode, graph: Graph) -> None:
         """Raise the GraphBuildError both backends must raise at load, if any."""
@@ -212,6 +254,16 @@ def model_for(op: str) -> OpModel:
             f"the harness has no model of op {op!r} (is harness.ops imported?); "
             f"known: {sorted(MODELS)}"
         ) from None
+
+
+def arg_values(node: OpNode) -> list[str]:
+    """Every value name `node` reads, in slot order: size lists flattened, absent optional
+    arguments left out."""
+    return [
+        name
+        for arg in node.args.values()
+        for name in (arg if isinstance(arg, tuple) else (arg,) if arg is not None else ())
+    ]
 
 
 def tensor_slots(node: OpNode, graph: Graph) -> list[str]:

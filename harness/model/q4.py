@@ -1,4 +1,4 @@
-"""The q4gsw weight format of `linear_q4gsw` (reference §4.1): quantizer, packer, dequantizer.
+"""The q4gsw weight format of `linear_q4gsw` (docs/design.md §7): quantizer, packer, dequantizer.
 
 Format, exactly as upstream ExecuTorch writes it:
 - signed int4 values `q[n, k]` in [-8, 7] (symmetric, zero point 0), one scale per

@@ -26,7 +26,7 @@ from harness.gen.blocks import (
     step_dims,
 )
 from harness.gen.builder import GraphBuilder
-from harness.gen.case import Case
+from harness.gen.case import Case, StepInputs
 from harness.gen.families import family, register_family
 from harness.gen.graphgen import DimSpec, GraphGen, Grow, PoolTensor, generator, register_generator
 from harness.model import (
@@ -40,6 +40,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import (
     DIVISOR_LIMIT,
@@ -56,7 +57,8 @@ WORKGROUP = (64, 1, 1)
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        return 1.0 / (1.0 + np.exp(-x))
+        sigmoid: np.ndarray = 1.0 / (1.0 + np.exp(-x))
+    return sigmoid
 
 
 def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
@@ -73,11 +75,15 @@ def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
         weight = np.where(np.isfinite(t), t / (1.0 + t), 1.0)
     rel = weight * ulp_exp(x) * EPS32 + U32 + ULP_DIVIDE * EPS32
     unspecified = -x > np.log(DIVISOR_LIMIT)
-    return SAFETY * (rel * np.abs(result) + TINY32) + np.where(unspecified, np.abs(result), 0.0)
+    bound: np.ndarray = SAFETY * (rel * np.abs(result) + TINY32)
+    return bound + np.where(unspecified, np.abs(result), 0.0)
 
 
 class UnaryActivationModel:
     """Contract, reference and budget of sigmoid or silu."""
+
+    activations = ("x",)
+    required_regimes = ("size=1", "size=max")
 
     def __init__(self, op: str) -> None:
         self.op = op
@@ -86,7 +92,7 @@ class UnaryActivationModel:
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x, out = graph.tensor(node.args["x"]), graph.tensor(node.outputs["out"])  # type: ignore[arg-type]
+        x, out = tensors(node, graph, "x", "out")
         for t in (x, out):
             if t.dtype != "float32":
                 raise GraphBuildError(node.name, f"{self.op} is float32 only", tensor=t.name)
@@ -114,15 +120,14 @@ class UnaryActivationModel:
 class SiluMulModel:
     """Contract, reference and budget of the fused silu(gate) * up."""
 
+    activations = ("gate", "up")
+    required_regimes = ("size=1", "size=max")
     kernels = kernels(
         KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up")))
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        gate, up, out = (
-            graph.tensor(n)  # type: ignore[arg-type]
-            for n in (node.args["gate"], node.args["up"], node.outputs["out"])
-        )
+        gate, up, out = tensors(node, graph, "gate", "up", "out")
         for t in (gate, up, out):
             if t.dtype != "float32":
                 raise GraphBuildError(node.name, "silu_mul is float32 only", tensor=t.name)
@@ -177,7 +182,9 @@ def unary_cases(draw: st.DrawFn, op: str) -> Case:
     b = GraphBuilder()
     x = b.input("x", "float32", [d.max_size for d in leading] + [width])
     b.output(b.op(op, name=op, x=x))
-    steps = [{"x": float_array(rng, [*lead, width], scale)} for lead in draw(step_dims(leading))]
+    steps: list[StepInputs] = [
+        {"x": float_array(rng, [*lead, width], scale)} for lead in draw(step_dims(leading))
+    ]
     return Case(b.build(), steps, name=op, meta={"seed": seed, "family": op})
 
 
@@ -194,7 +201,7 @@ def silu_mul_cases(draw: st.DrawFn) -> Case:
     dims = [d.max_size for d in leading] + [width]
     gate, up = b.input("gate", "float32", dims), b.input("up", "float32", dims)
     b.output(b.op("silu_mul", name="silu_mul", gate=gate, up=up))
-    steps = []
+    steps: list[StepInputs] = []
     for lead in draw(step_dims(leading)):
         live = [*lead, width]
         up_live = list(live)
@@ -226,7 +233,7 @@ def gen_silu_mul(g: GraphGen) -> bool:
     pairs = [ts for ts in by_spec.values() if len(ts) >= 2]
     if not pairs:
         return False
-    gate, up = g.pick_pair(g.pick_group(pairs))  # type: ignore[misc]  # groups have >= 2
+    gate, up = g.pick_pair(g.pick_group(pairs))
     g.produced(g.builder.op("silu_mul", gate=gate.name, up=up.name), gate.dims, [gate, up])
     return True
 

@@ -22,7 +22,7 @@ from harness.gen.blocks import (
     step_dims,
 )
 from harness.gen.builder import GraphBuilder
-from harness.gen.case import Case
+from harness.gen.case import Case, StepInputs
 from harness.gen.families import register_family
 from harness.gen.graphgen import DimSpec, GraphGen, Grow, PoolTensor, register_generator
 from harness.model import (
@@ -36,6 +36,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import SAFETY, U32
 
@@ -53,6 +54,9 @@ def broadcast(a: Dims, b: Dims) -> Dims | None:
 class BinaryModel:
     """Contract, reference and budget of an elementwise binary op."""
 
+    activations = ("a", "b")
+    required_regimes = ("size=1", "size=max", "step=shrink")
+
     def __init__(self, op: str) -> None:
         self.op = op
         bindings = (rw("out"), ro("a"), ro("b"))
@@ -62,7 +66,7 @@ class BinaryModel:
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        a, b, out = (graph.tensor(n) for n in (node.args["a"], node.args["b"], node.outputs["out"]))  # type: ignore[arg-type]
+        a, b, out = tensors(node, graph, "a", "b", "out")
         if any(t.dtype != "float32" for t in (a, b, out)):
             raise GraphBuildError(node.name, f"{self.op} is float32 only")
         if any(len(t.dims) > 4 for t in (a, b, out)):
@@ -138,10 +142,10 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
         ]
         names.append(b.input("ab"[k], "float32", max_dims))
     b.output(b.op(op, a=names[0], b=names[1], out_dims=[d.max_size for d in out_dims]))
-    steps = []
+    steps: list[StepInputs] = []
     for lead in draw(step_dims(leading)):
         live_out = [*lead, width]
-        step = {}
+        step: StepInputs = {}
         for k, dims_modes in enumerate(modes):
             offset = len(out_dims) - len(dims_modes)
             live = []
@@ -166,8 +170,8 @@ def _gen_binary(op: str) -> Grow:
         for t in g.pool:
             by_spec.setdefault(t.dims, []).append(t)
         pairs = [ts for ts in by_spec.values() if len(ts) >= 2]
-        if pairs and g.draw(st.booleans()):
-            a, b = g.pick_pair(g.pick_group(pairs))  # type: ignore[misc]  # groups have >= 2
+        if bool(pairs) and g.draw(st.booleans()):
+            a, b = g.pick_pair(g.pick_group(pairs))
             out = g.builder.op(op, a=a.name, b=b.name)
             g.produced(out, a.dims, [a, b])
             return True

@@ -1,6 +1,6 @@
 """Model of embedding_q4gsw(weight, scales, group_size, indices): q4 rows looked up by token.
 
-Format (DESIGN.md §5, reference §4.2 with is_linear_weight=True): weight uint8
+Format (docs/design.md §7; upstream's layout when is_linear_weight=True): weight uint8
 `[vocab, D/2]`, byte j of row t holds dim 2j in its low nibble and dim 2j+1 in its high
 nibble, value = nibble - 8; scales float32 `[vocab, D / group_size]`;
 out[..., d] = (nib(t, d) - 8) * scales[t, d // group_size] with t = indices[...].
@@ -37,11 +37,13 @@ from harness.model import (
     KernelSpec,
     LiveState,
     div_up,
+    int_literal,
     kernels,
     numel,
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import SAFETY, TINY32, U32
 
@@ -60,6 +62,8 @@ def dequantize_rows(weight: np.ndarray, scales: np.ndarray, group_size: int) -> 
 class EmbeddingQ4gswModel:
     """Contract, reference and budget of embedding_q4gsw."""
 
+    activations = ("indices",)
+    required_regimes = ("size=1", "size=max", "step=grow")
     kernels = kernels(
         KernelSpec(
             "embedding_q4gsw",
@@ -70,16 +74,8 @@ class EmbeddingQ4gswModel:
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        weight, scales, indices, out = (
-            graph.tensor(n)  # type: ignore[arg-type]
-            for n in (
-                node.args["weight"],
-                node.args["scales"],
-                node.args["indices"],
-                node.outputs["out"],
-            )
-        )
-        group_size = int(graph.scalar(node.args["group_size"]))  # type: ignore[arg-type]
+        weight, scales, indices, out = tensors(node, graph, "weight", "scales", "indices", "out")
+        group_size = int_literal(node, graph, "group_size")
         if weight.dtype != "uint8" or len(weight.dims) != 2:
             raise GraphBuildError(
                 node.name, "weight must be uint8 [vocab, D/2]", tensor=weight.name
@@ -107,9 +103,8 @@ class EmbeddingQ4gswModel:
             raise GraphBuildError(node.name, "out must be indices dims + [D]", tensor=out.name)
 
     def check_host(self, node: OpNode, live: LiveState) -> None:
-        name = node.args["indices"]
         vocab = live.max_of(node, "weight")[0]
-        data = live.host[name]  # type: ignore[index]
+        data = live.host[node.arg("indices")]
         bad = np.flatnonzero((data < 0) | (data >= vocab))
         if bad.size:
             where = np.unravel_index(int(bad[0]), data.shape)
@@ -129,7 +124,7 @@ class EmbeddingQ4gswModel:
         live.set_output(node, "out", (*live.of(node, "indices"), dim))
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
-        count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])  # type: ignore[index]
+        count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
         return [(node.name, "embedding_q4gsw", WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
@@ -181,7 +176,7 @@ def embedding_cases(draw: st.DrawFn) -> Case:
             out_dims=[d.max_size for d in leading] + [dim],
         )
     )
-    steps = []
+    steps: list[StepInputs] = []
     for lead in draw(step_dims(leading)):
         host = rng.integers(0, vocab, lead).astype(draw(st.sampled_from([np.int32, np.int64])))
         if draw(st.integers(0, 9)) == 0:
@@ -205,7 +200,7 @@ def gen_embedding_q4gsw(g: GraphGen) -> bool:
     widths = sorted(
         {t.dims[-1] for t in g.pool if isinstance(t.dims[-1], int)} & set(range(2, 65, 2))
     )
-    if widths and g.draw(st.booleans()):
+    if bool(widths) and g.draw(st.booleans()):
         dim = g.draw(st.sampled_from(widths))
     else:
         dim = g.draw(st.sampled_from([2, 6, 8, 16, 32]))

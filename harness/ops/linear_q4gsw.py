@@ -1,8 +1,9 @@
 """Model of linear_q4gsw(x, weight, scales, group_size, bias?): out = x @ dequant(W).T + bias.
 
-Format (reference §4.1, harness/model/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K rounded up to
-8, low nibble = even k, value = nibble - 8), scales float32 `[groups, N_pad4]` with
-`groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional float32 bias `[N]`.
+Format (docs/design.md §7, harness/model/q4.py): weight uint8 `[N, K_pad/2]` (K_pad = K
+rounded up to 8, low nibble = even k, value = nibble - 8), scales float32 `[groups, N_pad4]`
+with `groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional float32 bias
+`[N]`.
 K is x's last dim and stays fixed at run time; M = numel(x) / K over all leading dims; the
 output is `x.shape[:-1] + [N]`.
 
@@ -60,7 +61,7 @@ from harness.gen.blocks import (
     seeds,
 )
 from harness.gen.builder import GraphBuilder
-from harness.gen.case import Case
+from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
 from harness.gen.graphgen import GraphGen, generator
 from harness.model import (
@@ -69,12 +70,15 @@ from harness.model import (
     KernelSpec,
     LiveState,
     div_up,
+    int_literal,
     kernels,
     numel,
+    optional_tensor,
     q4,
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import SAFETY, gamma
 
@@ -93,6 +97,9 @@ def gemv_eligible(k: int, group_size: int) -> bool:
 class LinearQ4gswModel:
     """Contract, reference and budget of linear_q4gsw."""
 
+    # M = 1 (the GEMV) and M at its max, crossed both ways.
+    activations = ("x",)
+    required_regimes = ("size=1", "size=max", "step=grow", "step=shrink")
     kernels = kernels(
         KernelSpec(
             GEMM,
@@ -115,12 +122,8 @@ class LinearQ4gswModel:
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x = graph.tensor(node.args["x"])  # type: ignore[arg-type]
-        weight = graph.tensor(node.args["weight"])  # type: ignore[arg-type]
-        scales = graph.tensor(node.args["scales"])  # type: ignore[arg-type]
-        bias_name = node.args.get("bias")
-        bias = graph.tensor(bias_name) if isinstance(bias_name, str) else None
-        out = graph.tensor(node.outputs["out"])
+        x, weight, scales, out = tensors(node, graph, "x", "weight", "scales", "out")
+        bias = optional_tensor(node, graph, "bias")
         wanted = [(x, "float32"), (weight, "uint8"), (scales, "float32")]
         wanted += [(bias, "float32")] if bias is not None else []
         wanted += [(out, "float32")]
@@ -131,7 +134,7 @@ class LinearQ4gswModel:
                     f"{tensor.name} must be {dtype}, not {tensor.dtype}",
                     tensor=tensor.name,
                 )
-        group_size = int(graph.scalar(node.args["group_size"]))  # type: ignore[arg-type]
+        group_size = int_literal(node, graph, "group_size")
         if group_size <= 0:
             raise GraphBuildError(node.name, f"group_size must be > 0, not {group_size}")
         k = x.dims[-1]
@@ -285,17 +288,23 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     b = GraphBuilder()
     x = b.input("x", "float32", [*lead_max, k])
     packed, scales = q4.quantize(rng.standard_normal((n, k)), group_size, groups=groups)
-    args = {
-        "x": x,
-        "weight": b.constant("weight", packed),
-        "scales": b.constant("scales", scales),
-        "group_size": b.int(group_size, "group_size"),
-    }
-    if draw(st.booleans()):
-        args["bias"] = b.constant("bias", float_array(rng, [n]))
-    b.output(b.op("linear_q4gsw", out_dims=[*lead_max, n], **args))
+    weight = b.constant("weight", packed)
+    scales_name = b.constant("scales", scales)
+    group_size_name = b.int(group_size, "group_size")
+    bias = b.constant("bias", float_array(rng, [n])) if draw(st.booleans()) else None
+    b.output(
+        b.op(
+            "linear_q4gsw",
+            out_dims=[*lead_max, n],
+            x=x,
+            weight=weight,
+            scales=scales_name,
+            group_size=group_size_name,
+            bias=bias,
+        )
+    )
     modes = draw(st.lists(st.sampled_from([_ONES, _MAX, _ANY]), min_size=1, max_size=6))
-    steps = []
+    steps: list[StepInputs] = []
     for mode in modes:
         if mode == _ONES:
             lead = [1] * rank

@@ -21,7 +21,7 @@ from harness.gen.blocks import (
     step_dims,
 )
 from harness.gen.builder import GraphBuilder
-from harness.gen.case import Case
+from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
 from harness.gen.graphgen import GraphGen, generator
 from harness.model import (
@@ -34,6 +34,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
 
@@ -43,6 +44,8 @@ WORKGROUP = (64, 1, 1)
 class RmsNormModel:
     """Contract, reference and budget of rms_norm."""
 
+    activations = ("x",)
+    required_regimes = ("size=1", "size=max", "size=mid", "step=grow", "step=shrink")
     kernels = kernels(
         KernelSpec("rms_norm", "rms_norm", "rms_norm", (rw("out"), ro("x"), ro("weight"))),
         KernelSpec(
@@ -54,9 +57,7 @@ class RmsNormModel:
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x, w, out = (
-            graph.tensor(n) for n in (node.args["x"], node.args["weight"], node.outputs["out"])
-        )  # type: ignore[arg-type]
+        x, w, out = tensors(node, graph, "x", "weight", "out")
         if any(t.dtype != "float32" for t in (x, w, out)):
             raise GraphBuildError(node.name, "rms_norm is float32 only")
         if w.dims != (x.dims[-1],):
@@ -111,7 +112,9 @@ def rms_norm_cases(draw: st.DrawFn) -> Case:
     x = b.input("x", "float32", [d.max_size for d in leading] + [width])
     w = b.constant("weight", float_array(rng, [width]))
     b.output(b.op("rms_norm", x=x, weight=w, eps=b.float(eps)))
-    steps = [{"x": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))]
+    steps: list[StepInputs] = [
+        {"x": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
+    ]
     return Case(b.build(), steps, name="rms_norm", meta={"seed": seed, "family": "rms_norm"})
 
 

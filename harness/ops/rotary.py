@@ -8,7 +8,7 @@ outputs shaped like their inputs.
 - apply_rotary_emb_hf: full-width tables cos / sin `[max_seq, D]`, row r = start_pos + s,
   h = D/2: out[i] = x[i] cos[r, i] - x[i+h] sin[r, i] and out[i+h] = x[i+h] cos[r, i+h] +
   x[i] sin[r, i+h]: the second half uses its own columns (upstream Vulkan reads column i
-  for both halves, reference §7.5; that is wrong unless the halves of the table agree).
+  for both halves, docs/design.md §8.5; that is wrong unless the halves of the table agree).
 
 Kernel design (both backends): one dispatch slot (`rotary_emb` / `rotary_emb_hf`) that
 rotates q and k together, 64 invocations per workgroup, one per rotated pair: pairs
@@ -53,6 +53,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import SAFETY, gamma
 from harness.ops.view import view_as
@@ -62,7 +63,8 @@ WORKGROUP = (64, 1, 1)
 
 def _rotate_budget(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
     """Bound of fl(a c -+ b s): two products and a sum, fused or not."""
-    return SAFETY * gamma(2) * (np.abs(a * c) + np.abs(b * s))
+    bound: np.ndarray = SAFETY * gamma(2) * (np.abs(a * c) + np.abs(b * s))
+    return bound
 
 
 class _RotaryBase:
@@ -71,6 +73,8 @@ class _RotaryBase:
     op = ""
     kernel = ""
     table_slots = ("", "")
+    activations = ("xq", "xk")
+    required_regimes: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         c, s = self.table_slots
@@ -89,8 +93,9 @@ class _RotaryBase:
 
     def check(self, node: OpNode, graph: Graph) -> None:
         c_slot, s_slot = self.table_slots
-        xq, xk, cos, sin = (graph.tensor(node.args[n]) for n in ("xq", "xk", c_slot, s_slot))  # type: ignore[arg-type]
-        xq_out, xk_out = (graph.tensor(node.outputs[n]) for n in ("xq_out", "xk_out"))
+        xq, xk, cos, sin, xq_out, xk_out = tensors(
+            node, graph, "xq", "xk", c_slot, s_slot, "xq_out", "xk_out"
+        )
         for t in (xq, xk, cos, sin, xq_out, xk_out):
             if t.dtype != "float32":
                 raise GraphBuildError(node.name, f"{self.op} is float32 only", tensor=t.name)
@@ -146,6 +151,7 @@ class LlamaRotaryModel(_RotaryBase):
     op = "apply_rotary_emb"
     kernel = "rotary_emb"
     table_slots = ("freqs_cos", "freqs_sin")
+    required_regimes = ("size=1", "size=max", "step=shrink")
 
     def table_width(self, head_dim: int) -> int:
         return head_dim // 2
@@ -195,6 +201,8 @@ class HfRotaryModel(_RotaryBase):
     op = "apply_rotary_emb_hf"
     kernel = "rotary_emb_hf"
     table_slots = ("cos", "sin")
+    # The table's first row and its last (`regimes`), where a row offset goes wrong.
+    required_regimes = ("size=1", "start_pos=0", "rows=table_end")
 
     def table_width(self, head_dim: int) -> int:
         return head_dim
@@ -410,16 +418,14 @@ def rope_operands(g: GraphGen) -> tuple[PoolTensor, PoolTensor, int] | None:
     return q, k, dim
 
 
-def _rotated(g: GraphGen, op: str, q: PoolTensor, k: PoolTensor, **tables: str) -> None:
-    """Add the rope `op` on q and k; both outputs join the pool."""
-    b = g.builder
-    q_out, k_out = b.op(
-        op,
-        xq=q.name,
-        xk=k.name,
-        out_dims={"xq_out": g.max_dims(q.dims), "xk_out": g.max_dims(k.dims)},
-        **tables,
-    )
+def rotated_dims(g: GraphGen, q: PoolTensor, k: PoolTensor) -> dict[str, list[int]]:
+    """The `out_dims` of a rope on q and k: each output has its input's max dims."""
+    return {"xq_out": g.max_dims(q.dims), "xk_out": g.max_dims(k.dims)}
+
+
+def rotated(g: GraphGen, outputs: tuple[str, str], q: PoolTensor, k: PoolTensor) -> None:
+    """The outputs (xq_out, xk_out) of a rope on q and k join the pool."""
+    q_out, k_out = outputs
     g.produced(q_out, q.dims, [q, k])
     g.produced(k_out, k.dims, [q, k])
 
@@ -443,7 +449,15 @@ def gen_apply_rotary_emb(g: GraphGen) -> bool:
         return {cos: np.cos(angles).astype(np.float32), sin: np.sin(angles).astype(np.float32)}
 
     g.step_inputs.append(tables)
-    _rotated(g, "apply_rotary_emb", q, k, freqs_cos=cos, freqs_sin=sin)
+    outputs = b.op(
+        "apply_rotary_emb",
+        xq=q.name,
+        xk=k.name,
+        freqs_cos=cos,
+        freqs_sin=sin,
+        out_dims=rotated_dims(g, q, k),
+    )
+    rotated(g, outputs, q, k)
     return True
 
 
@@ -471,13 +485,14 @@ def gen_apply_rotary_emb_hf(g: GraphGen) -> bool:
         return {start_pos: 0 if kind == "zero" else last}
 
     g.step_inputs.append(start)
-    _rotated(
-        g,
+    outputs = b.op(
         "apply_rotary_emb_hf",
-        q,
-        k,
+        xq=q.name,
+        xk=k.name,
         cos=b.constant(b.fresh("cos"), np.cos(angles).astype(np.float32)),
         sin=b.constant(b.fresh("sin"), np.sin(angles).astype(np.float32)),
         start_pos=start_pos,
+        out_dims=rotated_dims(g, q, k),
     )
+    rotated(g, outputs, q, k)
     return True

@@ -44,6 +44,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import SAFETY, gamma
 from harness.ops.rotary import rope_tables
@@ -66,6 +67,8 @@ def _interleave(first: np.ndarray, second: np.ndarray) -> np.ndarray:
 class InterleavedRotaryModel:
     """Contract, reference and budget of apply_rotary_emb_interleaved."""
 
+    activations = ("x",)
+    required_regimes = ("size=1", "size=max", "step=shrink")
     kernels = kernels(
         KernelSpec(
             "rotary_emb_interleaved",
@@ -76,10 +79,7 @@ class InterleavedRotaryModel:
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x, freqs, out = (
-            graph.tensor(n)  # type: ignore[arg-type]
-            for n in (node.args["x"], node.args["freqs_cis"], node.outputs["out"])
-        )
+        x, freqs, out = tensors(node, graph, "x", "freqs_cis", "out")
         for t in (x, freqs, out):
             if t.dtype != "float32":
                 raise GraphBuildError(node.name, f"{OP} is float32 only", tensor=t.name)

@@ -56,6 +56,7 @@ from harness.model import (
     register,
     ro,
     rw,
+    tensors,
 )
 from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
 from harness.ops.view import view_as
@@ -72,6 +73,19 @@ def default_scale(head_dim: int) -> float:
 class SdpaModel:
     """Contract, reference and budget of sdpa_with_kv_cache."""
 
+    # S = 1 (the decode route) and the max, the cache's start and end, contexts around the
+    # decode route's splits (`regimes`).
+    activations = ("q", "k", "v")
+    required_regimes = (
+        "size=1",
+        "size=max",
+        "step=grow",
+        "step=shrink",
+        "pos=0",
+        "context=cache_end",
+        "seq>cache/2",
+        *(f"context%{SPLIT}={r}" for r in ("-1", "0", "+1")),
+    )
     kernels = kernels(
         KernelSpec(
             "sdpa_update_cache",
@@ -97,9 +111,7 @@ class SdpaModel:
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        slots = ("q", "k", "v", "k_cache", "v_cache")
-        q, k, v, kc, vc = (graph.tensor(node.args[s]) for s in slots)  # type: ignore[arg-type]
-        out = graph.tensor(node.outputs["out"])
+        q, k, v, kc, vc, out = tensors(node, graph, "q", "k", "v", "k_cache", "v_cache", "out")
         for t in (q, k, v, kc, vc, out):
             if t.dtype != "float32":
                 raise GraphBuildError(

@@ -1,7 +1,7 @@
 """Models of view_copy(x, sizes) and sym_size(x, dim).
 
 view_copy: out takes the live sizes named by its size list, each an int literal or a SymInt
-resolved from its live value (never inferred from numel: reference §7.4). Live checks, in
+resolved from its live value (never inferred from numel: docs/design.md §8.4). Live checks, in
 this order: out's per-dim checks on the resolved sizes (`ResizeError` on out), then the
 numel of x's live dims against the sizes' product (`InputError` reason "numel"). Kernel
 design (both backends): one slot `view_copy`, a bitwise 32-bit copy, 64 invocations per
@@ -36,11 +36,13 @@ from harness.model import (
     LiveState,
     check_dims,
     div_up,
+    int_literal,
     kernels,
     numel,
     register,
     ro,
     rw,
+    tensors,
 )
 
 WORKGROUP = (64, 1, 1)
@@ -50,18 +52,19 @@ VIEW_DTYPES = ("float32", "int32")
 class ViewCopyModel:
     """Contract, reference and budget of view_copy."""
 
+    activations = ("x",)
+    required_regimes = ("size=1", "size=max", "step=shrink")
     kernels = kernels(
         KernelSpec("view_copy", "view_copy", "view_copy", (rw("out", "u32"), ro("x", "u32")))
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x, out = graph.tensor(node.args["x"]), graph.tensor(node.outputs["out"])  # type: ignore[arg-type]
+        x, out = tensors(node, graph, "x", "out")
         if x.dtype not in VIEW_DTYPES:
             raise GraphBuildError(node.name, "view_copy copies float32 or int32", tensor=x.name)
         if out.dtype != x.dtype:
             raise GraphBuildError(node.name, "out dtype != x dtype", tensor=out.name)
-        sizes = node.args["sizes"]
-        assert isinstance(sizes, tuple)
+        sizes = node.size_list("sizes")
         if len(sizes) != len(out.dims):
             raise GraphBuildError(node.name, "sizes must have out's rank", tensor=out.name)
         for d, name in enumerate(sizes):
@@ -100,12 +103,15 @@ class ViewCopyModel:
 class SymSizeModel:
     """Contract and reference of sym_size (no kernels, no budget: it yields an int)."""
 
+    activations = ("x",)
+    required_regimes = ("size=1", "size=max", "step=shrink")
+
     def __init__(self) -> None:
         self.kernels: dict[str, KernelSpec] = {}
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        x = graph.tensor(node.args["x"])  # type: ignore[arg-type]
-        dim = int(graph.scalar(node.args["dim"]))  # type: ignore[arg-type]
+        (x,) = tensors(node, graph, "x")
+        dim = int_literal(node, graph, "dim")
         if not -len(x.dims) <= dim < len(x.dims):
             raise GraphBuildError(node.name, f"dim {dim} is outside x's rank", tensor=x.name)
 

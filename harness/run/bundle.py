@@ -43,7 +43,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,6 +55,7 @@ from harness.check.lockstep import CaseResult, LockstepRunner
 from harness.check.reference import ReferenceEvaluator, op_args
 from harness.check.steps import StepLoop, grid_limit, intermediates
 from harness.gen.case import Case
+from harness.model import Args
 from harness.ops import MODELS, model_for
 from harness.run.records import (
     BUNDLE_FORMAT,
@@ -207,7 +208,7 @@ def _numeric_evidence(
         if actual is None:
             continue
         ref, budget, scope = values.get(tensor), errors.get(tensor), "graph"
-        args: Mapping[str, Any] | None = None
+        args: Args | None = None
         if node is not None:
             # The op's arguments as this backend computed them: graph inputs, constants and
             # the intermediates it produced.
@@ -315,7 +316,7 @@ def _worst_element(
             "reference_scope": j.scope,
             "inputs": inputs,
         }
-    return plain(
+    view: dict[str, Any] = plain(
         {
             "step": index,
             "tensor": tensor,
@@ -327,6 +328,7 @@ def _worst_element(
             "backends": backends,
         }
     )
+    return view
 
 
 def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
@@ -449,7 +451,9 @@ def _write_bundle_files(
     evidence = Evidence()
     if runtimes:
         evidence = capture_evidence(runtimes, case, record.divergences)
-        np.savez_compressed(folder / "arrays.npz", **evidence.arrays)
+        # As dict[str, Any]: numpy's stub would let a **dict[str, ndarray] reach
+        # savez_compressed's `allow_pickle: bool` keyword (no key here is called that).
+        np.savez_compressed(folder / "arrays.npz", **cast(dict[str, Any], evidence.arrays))
     kept = BundleRun(
         seed=run.seed,
         profile=run.profile,

@@ -49,7 +49,7 @@ def list_command(args: argparse.Namespace) -> int:
             adapters[backend] = {"available": True, **open_runtime(backend).info()}
         except BackendUnavailable as err:
             adapters[backend] = {"available": False, "reason": str(err)}
-    doc = {
+    doc: dict[str, Any] = {
         "families": {
             name: {"own_op": name if name in MODELS else None, "ops": sorted(family.exercises)}
             for name, family in FAMILIES.items()

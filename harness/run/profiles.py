@@ -45,50 +45,11 @@ class Profile:
     fold_limit: int | None = None  # workgroups per grid dimension in those chunks
 
 
-# The regimes where resize bugs live, for the ops every profile exercises.
-_CORE_CELLS = {
-    "rms_norm": (
-        "size=1",
-        "size=max",
-        "size=mid",
-        "step=grow",
-        "step=shrink",
-        "rms_norm",
-        "rms_norm_vec4",
-    ),
-    "add": ("size=1", "size=max", "step=shrink", "add_flat", "add_broadcast"),
-    "mul": ("size=1", "size=max", "step=shrink", "mul_flat", "mul_broadcast"),
-}
-
-# The decoder ops' regimes: S = 1 and the max, both sdpa routes, the cache's and tables'
-# edges, contexts around the decode route's 64-row splits (harness/ops/*.regimes).
-_DECODER_CELLS = {
-    "sdpa_with_kv_cache": (
-        "size=1",
-        "size=max",
-        "step=grow",
-        "step=shrink",
-        "pos=0",
-        "context=cache_end",
-        "seq>cache/2",
-        "context%64=-1",
-        "context%64=0",
-        "context%64=+1",
-        "sdpa_update_cache",
-        "sdpa_qk",
-        "sdpa_softmax",
-        "sdpa_av",
-        "sdpa_fd_split",
-        "sdpa_fd_reduce",
-    ),
-    "apply_rotary_emb": ("size=1", "size=max", "step=shrink", "rotary_emb"),
-    "apply_rotary_emb_hf": ("size=1", "start_pos=0", "rows=table_end", "rotary_emb_hf"),
-    "embedding_q4gsw": ("size=1", "size=max", "step=grow", "embedding_q4gsw"),
-    "view_copy": ("size=1", "size=max", "step=shrink", "view_copy"),
-    "sym_size": ("size=1", "size=max", "step=shrink"),
-    "sigmoid": ("size=1", "size=max", "sigmoid"),
-    "silu": ("size=1", "size=max", "silu"),
-    "silu_mul": ("size=1", "size=max", "silu_mul"),
+# Per op, the regimes its model names as where its resize bugs live and every kernel variant
+# (`OpModel.required_regimes`, `OpModel.kernels`): what a nightly run must fill for each op
+# type it exercised.
+_NIGHTLY_CELLS = {
+    op: (*model.required_regimes, *model.kernels) for op, model in sorted(MODELS.items())
 }
 
 # The workgroups per grid dimension of a fold chunk. Every kernel's logical count is 1-D
@@ -107,7 +68,9 @@ FOLD_LIMIT = 4
 # A fold of every op with a kernel (all but sym_size): all kernels' counts are 1-D and grow
 # with the live sizes, so each can fold. Required only of the op types a run exercised under
 # a lowered limit (harness/run/summary.py).
-_FOLD_CELLS = {op: ("fold",) for op, model in sorted(MODELS.items()) if model.kernels}
+_FOLD_CELLS: dict[str, tuple[str, ...]] = {
+    op: ("fold",) for op, model in sorted(MODELS.items()) if model.kernels
+}
 
 PROFILES = {
     "quick": Profile("quick", 10, derandomize=False, keep_database=True, chunk_examples=10),
@@ -128,7 +91,7 @@ PROFILES = {
         keep_database=True,
         chunk_examples=50,
         steer=True,
-        required_coverage=_CORE_CELLS | _DECODER_CELLS,
+        required_coverage=_NIGHTLY_CELLS,
     ),
 }
 # Where `parity run --profile nightly` keeps its example database unless told otherwise.

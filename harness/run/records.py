@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -48,6 +48,9 @@ from harness.check.lockstep import CaseResult, StepRecord
 from harness.gen.case import Case
 from harness.run.expectations import Expectation
 from harness.run.plan import Chunk, Shard
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 RECORD_VERSION = 2
 CASES_FILE = "cases.jsonl"
@@ -59,7 +62,8 @@ BUNDLE_FORMAT = "parity-bundle/2"
 # Bundle formats `read_bundle_doc` reads: /1 wrote `signatures` instead of `bug`.
 BUNDLE_FORMATS = ("parity-bundle/1", BUNDLE_FORMAT)
 
-T = TypeVar("T")
+# A record class: `from_json` builds any dataclass.
+T = TypeVar("T", bound="DataclassInstance")
 
 
 class RecordError(ValueError):
@@ -172,7 +176,7 @@ def from_json(cls: type[T], data: Any, where: str = "") -> T:
         raise ValueError(f"{name} must be a JSON object, got {_json_type(data)}")
     hints = _hints(cls)
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in dataclasses.fields(cls):
         if not f.init:
             continue
         if f.name not in data:
@@ -227,11 +231,11 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
             return BugKey.parse(value)
         except ValueError:
             raise _Mismatch(_wanted(hint), value) from None
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise _Mismatch("an object", value)
         try:
-            return from_json(hint, value, where)  # type: ignore[arg-type]
+            return from_json(hint, value, where)
         except ValueError as err:
             raise _Mismatch("an object", value, str(err)) from None
     if hint is float:

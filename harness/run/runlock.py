@@ -53,9 +53,9 @@ class RunFolderLock:
         try:
             self._lock.acquire(blocking=False)
         except Timeout:
-            holder = describe_holder(self.folder)
+            other = describe_holder(self.folder)
             raise RunFolderBusy(
-                f"{self.folder}: in use by another parity process ({holder}); wait for it to "
+                f"{self.folder}: in use by another parity process ({other}); wait for it to "
                 "finish or pick another folder"
             ) from None
         except OSError as err:  # after Timeout, which is one

@@ -23,6 +23,7 @@ import shutil
 import signal
 import sys
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -190,6 +191,11 @@ class _ChunkState:
     best: dict[BugKey, tuple[Case, CaseRecord]] = field(default_factory=dict)
     # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`).
     provisional: dict[BugKey, str] = field(default_factory=dict)
+    # The case and record of each verdict raised to Hypothesis, found again when Hypothesis
+    # raises its final (shrunk) verdicts; weak, so that the many raised while shrinking go.
+    raised: weakref.WeakKeyDictionary[DivergenceFound, tuple[Case, CaseRecord]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
 
 
 def _size(case: Case) -> tuple[int, int]:
@@ -534,19 +540,14 @@ class RunSession:
             # The exception class stands for the bug key, so that Hypothesis only accepts
             # shrinks that keep it (harness/check/verdict.py).
             err = exception_for(key)(_only(result, unexpected), repeat)
-            err.parity_case = case  # type: ignore[attr-defined]
-            err.parity_record = record  # type: ignore[attr-defined]
+            state.raised[err] = (case, record)
             raise err
 
     def _findings(
         self, chunk: Chunk, state: _ChunkState, finals: list[DivergenceFound], shrunk: bool
     ) -> list[ChunkFinding]:
         """Write a bundle per finding; the findings as listed in the chunk record."""
-        picked: list[tuple[Case, CaseRecord]] = [
-            (err.parity_case, err.parity_record)  # type: ignore[attr-defined]
-            for err in finals
-            if hasattr(err, "parity_case")
-        ]
+        picked = [state.raised[err] for err in finals if err in state.raised]
         if not picked:
             # Interrupted before Hypothesis finished: the smallest case seen per bug.
             picked = list(state.best.values())

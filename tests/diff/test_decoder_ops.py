@@ -16,7 +16,7 @@ pytestmark = pytest.mark.gpu
 
 
 # (S, input_pos) sessions on a 16-row cache: upstream WebGPU validates a new input_pos against
-# the previous step's S (reference §7.2), which fails a decode after any prefill past half the
+# the previous step's S (docs/design.md §8.2), which fails a decode after any prefill past half the
 # cache; also a context that reaches the last row, a reset and a refused step past the end.
 SESSIONS = {
     "prefill_past_half_then_decode": [(10, 0), (1, 10), (1, 11), (2, 12), (1, 14), (1, 15)],

@@ -245,8 +245,8 @@ def test_token_id_check_missing_on_one_backend_is_caught(
 
 
 def test_sym_size_reading_a_stale_intermediate_is_caught(runner: LockstepRunner) -> None:
-    # Upstream WebGPU evaluates sym_size in a SymInt phase before any tensor hook (reference
-    # §7.2). Planted: the sym_size hook fires on the graph input instead of its own
+    # Upstream WebGPU evaluates sym_size in a SymInt phase before any tensor hook
+    # (docs/design.md §8.2). Planted: the sym_size hook fires on the graph input instead of its own
     # (intermediate) x and runs before every other hook, so it reads the rms_norm output's
     # dims before the rms_norm hook has updated them.
     original = WebGPUGraph.add_resize_hook

@@ -1,4 +1,4 @@
-"""Resize paths that upstream gets wrong (reference §7), and bad input on both backends.
+"""Resize paths that upstream gets wrong (docs/design.md §8), and bad input on both backends.
 
 - A join of branches of different depth whose live size changes between two values > 1
   (upstream WebGPU's fixpoint validates add/mul against a stale co-input and throws).

@@ -13,7 +13,8 @@ or under TYPE_CHECKING counts too):
 Registries: every op with a schema (`graph_format/ops/<op>.toml`) has a harness model, a
 WebGPU builder, a Vulkan implementation, a case family that exercises it and a random-graph
 generator, nothing is registered for an op without a schema, and every op reaches random
-graphs (drawn with a fixed seed). docs/adding-an-op.md's table of where each op lives
+graphs (drawn with a fixed seed); a model's `activations` are tensor slots of its schema.
+docs/adding-an-op.md's table of where each op lives
 matches the registries.
 """
 
@@ -195,6 +196,19 @@ def test_every_op_has_a_model_both_backends_a_family_and_a_generator() -> None:
         if have - ops
     ]
     assert not problems, "registries disagree:\n" + "\n".join(problems)
+
+
+def test_every_models_activations_are_tensor_slots_of_its_schema() -> None:
+    """What a model declares about its op's slots (`OpModel.activations`, which the golden
+    cases make graph inputs) names tensor slots the op's schema has."""
+    problems = []
+    for op, model in sorted(MODELS.items()):
+        tensor_slots = {s.name for s in SIGNATURES[op].args if s.kind == "tensor"}
+        if not model.activations or not set(model.activations) <= tensor_slots:
+            problems.append(
+                f"{op}: activations {list(model.activations)}, tensor slots {sorted(tensor_slots)}"
+            )
+    assert not problems, "\n".join(problems)
 
 
 def test_every_op_reaches_random_graphs() -> None:

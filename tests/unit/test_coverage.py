@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from harness.check.coverage import Coverage, missing_cells, size_regimes, transition
+from harness.check.coverage import MULTIPLES, Coverage, missing_cells, size_regimes, transition
+from harness.ops import MODELS
+from harness.run.profiles import PROFILES
 
 
 def test_size_regimes_name_the_edges() -> None:
@@ -35,3 +37,26 @@ def test_missing_cells_are_per_backend() -> None:
     merged = Coverage()
     merged.merge(cov.to_json())
     assert merged.to_json() == cov.to_json()
+
+
+# Tags that `op_regimes` gives any op from its regime size; an op's own `regimes` adds more.
+GENERIC_TAGS = {
+    "size=1",
+    "size=max",
+    "size=mid",
+    *(f"size%{m}={r}" for m in MULTIPLES for r in ("-1", "0", "+1")),
+    *(f"step={t}" for t in ("first", "grow", "shrink", "same")),
+}
+
+
+def test_nightly_requires_every_ops_declared_regimes_and_kernels() -> None:
+    """The nightly profile's cells come from the op models: every registered op (a new one
+    too) with its declared regimes and every kernel variant, and nothing else."""
+    required = PROFILES["nightly"].required_coverage
+    assert sorted(required) == sorted(MODELS)
+    for op, model in MODELS.items():
+        assert required[op] == (*model.required_regimes, *model.kernels), op
+        # A regime only the op's own `regimes` can name needs that method (no typo'd tag).
+        own = set(model.required_regimes) - GENERIC_TAGS
+        assert not own or hasattr(model, "regimes"), f"{op}: no model tags {sorted(own)}"
+        assert "size=1" in model.required_regimes, f"{op}: live size 1 is every op's edge"

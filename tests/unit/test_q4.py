@@ -1,5 +1,5 @@
 """The harness's q4gsw format (harness/model/q4.py) against the worked 2×8 example of
-reference §4.1.
+docs/design.md §7.
 
 The example pins every byte: a misreading of nibble order, padding or scale layout here would
 be shared by the reference and could only be caught by the golden vectors otherwise.
@@ -12,7 +12,7 @@ import pytest
 
 from harness.model import q4
 
-# reference/executorch-dynamic-shapes.md §4.1, "Worked example (2×8)", gs = 4.
+# docs/design.md §7, the worked example (2×8), gs = 4.
 Q = np.array([[-8, -7, -1, 0, 1, 2, 6, 7], [3, -3, 5, -5, 0, 0, -8, 7]], np.int8)
 PACKED = np.array([[0x10, 0x87, 0xA9, 0xFE], [0x5B, 0x3D, 0x88, 0xF0]], np.uint8)
 WORDS = np.array([[0xFEA98710], [0xF0883D5B]], np.uint32)

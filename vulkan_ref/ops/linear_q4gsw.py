@@ -3,7 +3,7 @@
 As ExecuTorch's `add_q4gsw_linear_node` does, both dispatch nodes always exist (the GEMV only
 when K % 8 == 0 and group_size % 8 == 0) and pick their global size from the live sizes on
 every execute: the GEMM's is zero when M == 1 and the GEMV exists, the GEMV's is zero when
-M != 1, so exactly one runs. Unlike upstream (reference §3.4.2), M is numel(x) / K over all
+M != 1, so exactly one runs. Unlike upstream (docs/design.md §8.9), M is numel(x) / K over all
 leading dims (not `sizes[-2]`), the output keeps x's rank, and N need not be a multiple of 4:
 the kernels read the uint8 `[N, K_pad/2]` bytes as u32 words directly, with no repack.
 

@@ -2,9 +2,9 @@
 
 One invocation per rotated pair (q's, then k's): global = (numel(xq) + numel(xk)) / 2 from
 live sizes, so any even D, any batch and different q and k head counts work (upstream's
-shader does 8 elements per thread, drops D % 8 tails and only batch 0, reference §7.9). The
+shader does 8 elements per thread, drops D % 8 tails and only batch 0, docs/design.md §8.9). The
 HF shader binds the start_pos SymInt's UBO and reads each half's own table columns (upstream
-reads column i for both halves, reference §7.5). The resize functions check live shapes and
+reads column i for both halves, docs/design.md §8.5). The resize functions check live shapes and
 `start_pos + S <= rows` before anything is recorded.
 """
 

@@ -1,4 +1,4 @@
-"""sdpa_with_kv_cache on Vulkan (reference §3.5.1, `VI:SDPA.cpp`), with the cache update.
+"""sdpa_with_kv_cache on Vulkan (docs/design.md §7; upstream's `SDPA.cpp`), with the cache update.
 
 Six dispatch nodes in graph order, all built at load and self-gating by their global size:
 `sdpa_update_cache`; the materialized route `sdpa_qk` -> `sdpa_softmax` -> `sdpa_av` for
@@ -8,7 +8,7 @@ UBO (a constant UBO for an int literal); the scale is specialization constant 3.
 
 The first node's resize function checks the live shapes and `input_pos + S <= C` and
 resizes out; it raises before anything is recorded, so a refused step leaves the caches as
-they were (upstream drops out-of-range cache writes silently instead, reference §7.8).
+they were (upstream drops out-of-range cache writes silently instead, docs/design.md §8.8).
 Scores `[Hq, S_max, C]` and the decode partials are private scratch tensors.
 """
 

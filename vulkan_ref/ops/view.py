@@ -1,4 +1,4 @@
-"""view_copy and sym_size on Vulkan (reference §2.4, `VI:View.cpp`, `VI:SymIntOps.cpp`).
+"""view_copy and sym_size on Vulkan (docs/design.md §4.2; upstream's `View.cpp`, `SymIntOps.cpp`).
 
 view_copy's resize function resolves the size list from live Int and SymInt values (upstream's
 `extract_int_or_symint_list`) and refuses a list whose product is not x's live numel; the

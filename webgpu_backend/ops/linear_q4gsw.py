@@ -3,8 +3,8 @@
 Both kernels are recorded at load (the GEMV when K % 8 == 0 and group_size % 8 == 0) and
 share one params uniform. The resize hook on x recomputes M = numel(x) / K over all leading
 dims, rewrites the params, gives the route it takes its workgroup count and the other 0
-(skipped), and sets out's live dims to `x.dims[:-1] + [N]`. Unlike upstream (reference
-§3.4.1), the route is chosen from the live M on every resize rather than from the max M at
+(skipped), and sets out's live dims to `x.dims[:-1] + [N]`. Unlike upstream (docs/design.md
+§8.3), the route is chosen from the live M on every resize rather than from the max M at
 build, and M counts every leading dim.
 
 The weight (uint8 `[N, K_pad/2]`) is bound as an array of u32 words: its allocation is

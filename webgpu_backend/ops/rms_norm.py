@@ -1,6 +1,6 @@
 """rms_norm on WebGPU: one workgroup of 64 lanes per row, scalar or vec4 kernel; hook on x.
 
-Unlike upstream (reference §3.1), the hook re-reads the live row width and rejects a width
+Unlike upstream (docs/design.md §8.9), the hook re-reads the live row width and rejects a width
 that differs from the weight's, instead of silently normalizing with the build-time width.
 """
 

@@ -3,8 +3,8 @@
 One invocation per rotated pair, q's pairs first: the count covers (numel(xq) + numel(xk)) / 2
 live pairs, so q and k may have different head counts, and batch is handled. The hook follows
 xq, xk, both tables and (HF) the start_pos SymInt, and reads only live values: the start_pos
-check `start_pos + S <= rows` sees the S of this step, not a stale one (reference §7.2). The HF
-kernel reads each half's own table columns (reference §7.5).
+check `start_pos + S <= rows` sees the S of this step, not a stale one (docs/design.md §8.2).
+The HF kernel reads each half's own table columns (docs/design.md §8.5).
 """
 
 from __future__ import annotations

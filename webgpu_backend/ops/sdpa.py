@@ -7,9 +7,9 @@ in a private `[Hq, S, C]` scratch, dense at the live `[Hq, S, ctx]`); the decode
 the route from the live S (decode when S == 1) by giving the other route's slots a zero count.
 
 The hook follows q, k, v and the input_pos SymInt, and reads only their live values: it never
-validates a new input_pos against a stale S (upstream's SymInt phase does, reference §7.2).
+validates a new input_pos against a stale S (upstream's SymInt phase does, docs/design.md §8.2).
 `input_pos + S` past the cache is refused before anything is dispatched, so the caches keep
-their contents (upstream Vulkan drops such writes silently, reference §7.8).
+their contents (upstream Vulkan drops such writes silently, docs/design.md §8.8).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """view_copy and sym_size on WebGPU.
 
 view_copy resolves its size list from live values (int literals and SymInts) in a hook on x
-and on every SymInt of the list, never from numel (upstream's heuristic, reference §7.4,
+and on every SymInt of the list, never from numel (upstream's heuristic, docs/design.md §8.4,
 picks the leftmost dim that divides). One slot: a bitwise 32-bit copy, one invocation per
 element.
 
 sym_size is a hook on x that sets its SymInt output with `set_symint`; consumers register
 hooks on that SymInt, so the fixpoint re-runs them once it changes and nothing reads the dim
-of a stale intermediate (upstream evaluates it before any tensor hook, reference §7.2).
+of a stale intermediate (upstream evaluates it before any tensor hook, docs/design.md §8.2).
 """
 
 from __future__ import annotations

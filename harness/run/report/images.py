@@ -59,7 +59,10 @@ def pool_max(a: np.ndarray, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS) 
         return a
     padded = np.full((-(-rows // fr) * fr, -(-cols // fc) * fc), -np.inf)
     padded[:rows, :cols] = np.where(np.isnan(a), np.inf, a)
-    return padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(axis=(1, 3))
+    pooled: np.ndarray = padded.reshape(padded.shape[0] // fr, fr, padded.shape[1] // fc, fc).max(
+        axis=(1, 3)
+    )
+    return pooled
 
 
 def utilization(actual: np.ndarray, reference: np.ndarray, budget: np.ndarray) -> np.ndarray:
