@@ -27,6 +27,7 @@ rigorous local bound (harness/check/oracles.py), so no bug hides in the slack.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +41,9 @@ from harness.ops import model_for
 # Random-sign probes per op, and the multiple of the error scale an end-to-end bound allows.
 PROBES = 8
 SPREAD = 4.0
+# Probes of an op evaluated in one call: as many as keep each probed array within this many
+# elements (at least one), so that large tensors stay in cache.
+CHUNK_ELEMENTS = 1 << 14
 
 
 def op_args(
@@ -85,6 +89,31 @@ class OpEvaluation:
     outputs: Mapping[str, Any]
     state_after: Mapping[str, np.ndarray]
     budgets: Mapping[str, np.ndarray]
+
+    def matches(self, args: Args) -> bool:
+        """Whether `args` are these arguments bit for bit (so the op's reference and budget
+        on them are these): the same slots, ints and floats, and arrays of the same dtype,
+        shape and bits."""
+        if args.keys() != self.args.keys():
+            return False
+        for slot, value in args.items():
+            mine = self.args[slot]
+            if isinstance(value, np.ndarray) or isinstance(mine, np.ndarray):
+                if not _same_bits(value, mine):
+                    return False
+            elif value != mine:
+                return False
+        return True
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    """Two arrays of the same dtype, shape and bits (NaN payloads and signed zeros too)."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        return False
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(bits), b.view(bits)))
 
 
 class ReferenceEvaluator:
@@ -205,87 +234,103 @@ class ReferenceEvaluator:
         the error a shared factor (a normalizer's 1/rms, a softmax sum) gives a whole row
         at once. Different inputs always get independent signs.
 
-        All 2 x PROBES moves are evaluated in one call of the op's `probe_reference` over a
-        leading probe axis (element-wise moves first), or one `reference` call per move
-        where the op has no such form or an input that carries error is not one of its
-        probe slots (`activations` and the state it updates). The signs are drawn in the
-        order one draw per move and input would draw them (moves in order, inputs in slot
-        order, element-wise moves before row moves), so either way the bounds are the same.
+        The 2 x PROBES moves (element-wise ones first) are evaluated a chunk at a time by the
+        op's `probe_reference` over a leading probe axis: all of them in one call unless the
+        tensors are large (`CHUNK_ELEMENTS`). An op without that form, or whose input that
+        carries error is not one of its probe slots (`activations` and the state it
+        updates), gets one `reference` call per move. The signs are drawn as one draw per
+        move and input would draw them (moves in order, inputs in slot order, element-wise
+        moves before row moves), and a probe's outputs are the same bit for bit however
+        the moves are grouped, so the bounds do not depend on the grouping.
         """
         model = model_for(node.op)
-        probe_slots = {*model.activations, *before}
         base = {slot: before.get(slot, args[slot]) for slot in carried}
-        # Every move of every carried input: [2 x PROBES, *shape], element-wise moves first.
-        signs = self._signs(base)
-        moved_inputs = {
-            slot: base[slot] + signs[slot] * np.broadcast_to(scale, np.shape(base[slot]))
-            for slot, scale in carried.items()
-        }
+        shapes = {slot: np.shape(value) for slot, value in base.items()}
+        element, rows = self._draw(shapes)
         if not tensor_outs and not before:
             return {}  # nothing to carry the moves to (a sym_size): the signs are drawn
-        probes = 2 * PROBES
+        direction = {slot: np.where(value < 0, -1.0, 1.0) for slot, value in base.items()}
+        scales = {
+            slot: scale if np.shape(scale) == shapes[slot] else np.broadcast_to(scale, shapes[slot])
+            for slot, scale in carried.items()
+        }
+
+        def moves(slot: str, start: int, stop: int) -> np.ndarray:
+            """Input `slot` under moves start .. stop - 1: [stop - start, *shape]."""
+            signs = [element[slot][start:PROBES]] if start < PROBES else []
+            if stop > PROBES:
+                signs.append(rows[slot][max(start - PROBES, 0) : stop - PROBES] * direction[slot])
+            sign = signs[0] if len(signs) == 1 else np.concatenate(signs)
+            moved: np.ndarray = base[slot] + sign[: stop - start] * scales[slot]
+            return moved
+
         probe_reference = getattr(model, "probe_reference", None)
-        if probe_reference is not None and set(carried) <= probe_slots:
-            batch = dict(args)
-            for slot in probe_slots:
-                value = moved_inputs.get(slot, before.get(slot, args.get(slot)))
-                if slot not in moved_inputs and isinstance(value, np.ndarray):
-                    value = np.repeat(value[None], probes, axis=0)  # its own copy per probe
-                batch[slot] = value
-            moved_outputs = probe_reference(node, batch)
-            changes = {slot: moved_outputs[slot] - outputs[slot] for slot in tensor_outs}
-            changes.update({slot: batch[slot] - args[slot] for slot in before})
-        else:
-            per_probe: dict[str, list[np.ndarray]] = {}
-            for p in range(probes):
+        probe_slots = {*model.activations, *before}
+        batched = probe_reference is not None and set(carried) <= probe_slots
+        largest = max(
+            [np.size(args[slot]) for slot in probe_slots if isinstance(args.get(slot), np.ndarray)]
+            + [np.size(outputs[slot]) for slot in tensor_outs]
+        )
+        chunk = max(1, min(2 * PROBES, CHUNK_ELEMENTS // max(largest, 1))) if batched else 1
+        sums: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
+        for start in range(0, 2 * PROBES, chunk):
+            stop = min(start + chunk, 2 * PROBES)
+            moved = {slot: moves(slot, start, stop) for slot in carried}
+            if batched:
+                assert probe_reference is not None
+                batch = dict(args)
+                for slot in probe_slots:
+                    value = moved.get(slot, before.get(slot, args.get(slot)))
+                    if slot not in moved and isinstance(value, np.ndarray):
+                        value = np.repeat(value[None], stop - start, axis=0)  # a copy each
+                    batch[slot] = value
+                outs = probe_reference(node, batch)
+                changes = {slot: outs[slot] - outputs[slot] for slot in tensor_outs}
+                changes.update({slot: batch[slot] - args[slot] for slot in before})
+            else:
                 probe = dict(args)
                 probe.update({slot: state.copy() for slot, state in before.items()})
-                probe.update({slot: moves[p] for slot, moves in moved_inputs.items()})
-                moved = model.reference(node, probe)
-                for slot in tensor_outs:
-                    per_probe.setdefault(slot, []).append(moved[slot] - outputs[slot])
-                for slot in before:
-                    per_probe.setdefault(slot, []).append(probe[slot] - args[slot])
-            changes = {slot: np.stack(deltas) for slot, deltas in per_probe.items()}
-        squares = {slot: delta * delta / PROBES for slot, delta in changes.items()}
-        return {
-            slot: np.maximum(_sum_probes(square[:PROBES]), _sum_probes(square[PROBES:]))
-            for slot, square in squares.items()
-        }
+                probe.update({slot: value[0] for slot, value in moved.items()})
+                outs = model.reference(node, probe)
+                changes = {slot: (outs[slot] - outputs[slot])[None] for slot in tensor_outs}
+                changes.update({slot: (probe[slot] - args[slot])[None] for slot in before})
+            for slot, delta in changes.items():
+                square = delta * delta / PROBES
+                for mode, low, high in (
+                    (0, start, min(stop, PROBES)),
+                    (1, max(start, PROBES), stop),
+                ):
+                    if low < high:
+                        # Summed move by move, in order, as one move at a time would sum them:
+                        # a last-bit difference here would be amplified downstream, where
+                        # x + sigma is rounded.
+                        part = iter(square[low - start : high - start])
+                        if slot not in sums[mode]:
+                            sums[mode][slot] = next(part).copy()
+                        total = sums[mode][slot]
+                        for square_of_move in part:
+                            total += square_of_move
+        return {slot: np.maximum(sums[0][slot], sums[1][slot]) for slot in sums[0]}
 
-    def _signs(self, base: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Random signs of every move of every input in `base`: `[2 x PROBES, *shape]`.
-
-        The first PROBES moves give every element an independent sign; the last PROBES give
-        each row one sign, applied in the direction of each element's value. Drawn in two
-        calls, as many signs as one call per move and input (in that order) would draw.
-        """
-        shapes = {slot: np.shape(value) for slot, value in base.items()}
-        rows = {slot: (*shape[:-1], 1) if shape else () for slot, shape in shapes.items()}
-        element = self._draw(shapes)
-        row = self._draw(rows)
-        return {
-            slot: np.concatenate(
-                [element[slot], row[slot] * np.where(value < 0, -1.0, 1.0)], axis=0
-            )
-            for slot, value in base.items()
-        }
-
-    def _draw(self, shapes: Mapping[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
-        """PROBES draws of random signs per shape, `[PROBES, *shape]` each, from one call:
-        move by move, and within a move slot by slot."""
-        sizes = [int(np.prod(shape)) for shape in shapes.values()]
-        flat = self._rng.choice((-1.0, 1.0), size=(PROBES, sum(sizes)))
-        bounds = np.cumsum([0, *sizes])
-        return {
-            slot: flat[:, bounds[i] : bounds[i + 1]].reshape(PROBES, *shape)
-            for i, (slot, shape) in enumerate(shapes.items())
-        }
-
-
-def _sum_probes(squares: np.ndarray) -> np.ndarray:
-    """The sum over the leading probe axis, in probe order."""
-    total = squares[0].copy()
-    for square in squares[1:]:
-        total += square
-    return total
+    def _draw(
+        self, shapes: Mapping[str, tuple[int, ...]]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Random signs of PROBES element-wise moves of every input (`[PROBES, *shape]`)
+        and of PROBES row moves (`[PROBES, *shape[:-1], 1]`), from one call that draws what
+        one `choice((-1.0, 1.0))` per move and input, in that order, would."""
+        row_shapes = {slot: (*shape[:-1], 1) if shape else () for slot, shape in shapes.items()}
+        element_size = sum(math.prod(shape) for shape in shapes.values())
+        row_size = sum(math.prod(shape) for shape in row_shapes.values())
+        flat = self._rng.integers(0, 2, size=PROBES * (element_size + row_size)) * 2.0 - 1.0
+        drawn = (
+            flat[: PROBES * element_size].reshape(PROBES, element_size),
+            flat[PROBES * element_size :].reshape(PROBES, row_size),
+        )
+        signs: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
+        for mode, mode_shapes in enumerate((shapes, row_shapes)):
+            offset = 0
+            for slot, shape in mode_shapes.items():
+                size = math.prod(shape)
+                signs[mode][slot] = drawn[mode][:, offset : offset + size].reshape(PROBES, *shape)
+                offset += size
+        return signs
