@@ -22,7 +22,15 @@ sqrt(K) per linear layer and is useless after two decoder layers (a bound of 1e1
 of magnitude 4); this one is not, and each op is also checked on its own inputs with its
 rigorous local bound (harness/check/oracles.py), so no bug hides in the slack.
 
-`op_args` also serves the per-op check, where the inputs are a backend's own intermediates.
+The probes of an op run in one call of its `probe_reference` over a leading probe axis
+(harness/model/__init__.py), in chunks that keep large tensors in cache; the signs are drawn
+and the squares summed in the order one probe at a time would, and a probe's outputs are
+the same bits either way, so the bounds do not depend on how the probes are grouped
+(tests/unit/test_reference_probes.py keeps the one-call-per-probe loop as the oracle).
+
+`op_args` also serves the per-op check, where the inputs are a backend's own intermediates;
+an op whose inputs there are the evaluator's bit for bit reuses its evaluation
+(`OpEvaluation`, `ReferenceEvaluator.evaluations`).
 """
 
 from __future__ import annotations
@@ -201,7 +209,9 @@ class ReferenceEvaluator:
         )
 
         def scale(slot: str, shape: tuple[int, ...]) -> np.ndarray:
-            own = np.broadcast_to(local.get(slot, 0.0), shape)
+            own = local.get(slot, 0.0)
+            if np.shape(own) != shape:
+                own = np.broadcast_to(own, shape)
             combined: np.ndarray = np.sqrt(own * own + moved.get(slot, 0.0))
             return combined
 

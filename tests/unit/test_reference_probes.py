@@ -276,7 +276,7 @@ def test_per_op_check_reuses_the_evaluators_work(monkeypatch: pytest.MonkeyPatch
     backend_values = {n: np.asarray(v, np.float64) for n, v in case.steps[0].items() if np.ndim(v)}
     backend_values.update(evaluator.constants)
     backend_values.update(
-        {t.name: graph.initial_data(t).astype(np.float64) for t in graph.tensors() if t.state}
+        {t.name: np.asarray(graph.initial_data(t), np.float64) for t in graph.tensors() if t.state}
     )
     backend_values.update({n: v.astype(np.float64) for n, v in observed.items() if n not in states})
     calls: list[str] = []
