@@ -305,21 +305,7 @@ class ReferenceEvaluator:
                 changes = {slot: (outs[slot] - outputs[slot])[None] for slot in tensor_outs}
                 changes.update({slot: (probe[slot] - args[slot])[None] for slot in before})
             for slot, delta in changes.items():
-                square = delta * delta / PROBES
-                for mode, low, high in (
-                    (0, start, min(stop, PROBES)),
-                    (1, max(start, PROBES), stop),
-                ):
-                    if low < high:
-                        # Summed move by move, in order, as one move at a time would sum them:
-                        # a last-bit difference here would be amplified downstream, where
-                        # x + sigma is rounded.
-                        part = iter(square[low - start : high - start])
-                        if slot not in sums[mode]:
-                            sums[mode][slot] = next(part).copy()
-                        total = sums[mode][slot]
-                        for square_of_move in part:
-                            total += square_of_move
+                _add_squares(sums, slot, delta * delta / PROBES, start)
         return {slot: np.maximum(sums[0][slot], sums[1][slot]) for slot in sums[0]}
 
     def _draw(
@@ -344,3 +330,21 @@ class ReferenceEvaluator:
                 signs[mode][slot] = drawn[mode][:, offset : offset + size].reshape(PROBES, *shape)
                 offset += size
         return signs
+
+
+def _add_squares(
+    sums: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
+    slot: str,
+    squares: np.ndarray,
+    start: int,
+) -> None:
+    """Add the squares of moves start, start + 1, ... (`[moves, *shape]`) to the sums of
+    their modes (moves before PROBES: element-wise; the rest: rows), move by move and in
+    order, as one move at a time would add them: a last-bit difference here would be
+    amplified downstream, where x + sigma is rounded."""
+    for offset, square in enumerate(squares):
+        mode = int(start + offset >= PROBES)
+        if slot in sums[mode]:
+            sums[mode][slot] += square
+        else:
+            sums[mode][slot] = square.copy()
