@@ -249,9 +249,17 @@ class _CaseRun:
             observed = {**res.outputs, **res.tensors}
             local: list[Divergence] = []
             if self.runner.per_op:
-                values = self._backend_values(inputs, observed, pre_state[name])
+                values = self._backend_values(inputs, observed, pre_state[name], reference)
                 local = oracles.check_ops(
-                    index, graph, name, values, observed, res.symints, self.states, util
+                    index,
+                    graph,
+                    name,
+                    values,
+                    observed,
+                    res.symints,
+                    self.states,
+                    util,
+                    shared=reference.evaluations,
                 )
             for s in self.states:
                 pre_state[name][s] = observed[s].astype(np.float64)
@@ -271,17 +279,16 @@ class _CaseRun:
         inputs: StepInputs,
         observed: dict[str, np.ndarray],
         pre_state: dict[str, np.ndarray],
+        reference: ReferenceEvaluator,
     ) -> dict[str, np.ndarray]:
-        """Float64 values of every tensor as one backend saw them in this step."""
-        graph = self.graph
+        """Float64 values of every tensor as one backend saw them in this step (the
+        constants as the reference holds them: converted once per case)."""
         values = {
             n: np.asarray(v).astype(np.float64)
             for n, v in inputs.items()
             if isinstance(v, np.ndarray)
         }
-        for t in graph.tensors():
-            if t.constant is not None:
-                values[t.name] = graph.constants[t.constant].astype(np.float64)
+        values.update(reference.constants)
         values.update(pre_state)
         values.update(
             {n: v.astype(np.float64) for n, v in observed.items() if n not in self.states}

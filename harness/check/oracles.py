@@ -29,7 +29,7 @@ from graph_format import (
 )
 from harness.check.contract import ModelStep
 from harness.check.divergence import MODEL, Divergence, Kind, blame_from
-from harness.check.reference import op_args
+from harness.check.reference import OpEvaluation, op_args
 from harness.model import ExpectedDispatch, arg_values
 from harness.model.numerics import Comparison, compare
 from harness.ops import model_for
@@ -586,6 +586,7 @@ def check_ops(
     symints: Mapping[str, int],
     states: Sequence[str],
     utilization: dict[str, float],
+    shared: Mapping[str, OpEvaluation] | None = None,
 ) -> list[Divergence]:
     """Each op against its float64 reference evaluated on this backend's own inputs to it.
 
@@ -596,13 +597,22 @@ def check_ops(
         values: float64 values of every tensor as this backend saw it: inputs, constants,
             state before the step, and every op output it produced.
         observed: what the backend produced (outputs, intermediates, state after the step).
+        shared: the reference evaluator's ops of this step (`ReferenceEvaluator.evaluations`):
+            an op whose arguments here are the evaluator's, bit for bit (graph inputs,
+            constants, state both hold alike), takes its reference and budget from there
+            instead of computing them again.
     """
     out: list[Divergence] = []
     for node in graph.ops:
         model = model_for(node.op)
         args = op_args(graph, node, values, symints)
-        outs = model.reference(node, args)
-        budgets = model.budget(node, args, outs)
+        known = shared.get(node.name) if shared is not None else None
+        if known is not None and known.matches(args):
+            outs, budgets = known.outputs, known.budgets
+            args.update(known.state_after)  # the state as the reference updated it
+        else:
+            outs = model.reference(node, args)
+            budgets = model.budget(node, args, outs)
         checks = [
             (node.outputs[slot], outs[slot], budgets[slot])
             for slot in node.outputs

@@ -22,12 +22,22 @@ sqrt(K) per linear layer and is useless after two decoder layers (a bound of 1e1
 of magnitude 4); this one is not, and each op is also checked on its own inputs with its
 rigorous local bound (harness/check/oracles.py), so no bug hides in the slack.
 
-`op_args` also serves the per-op check, where the inputs are a backend's own intermediates.
+The probes of an op run in one call of its `probe_reference` over a leading probe axis
+(harness/model/__init__.py), in chunks that keep large tensors in cache; the signs are drawn
+and the squares summed in the order one probe at a time would, and a probe's outputs are
+the same bits either way, so the bounds do not depend on how the probes are grouped
+(tests/unit/test_reference_probes.py keeps the one-call-per-probe loop as the oracle).
+
+`op_args` also serves the per-op check, where the inputs are a backend's own intermediates;
+an op whose inputs there are the evaluator's bit for bit reuses its evaluation
+(`OpEvaluation`, `ReferenceEvaluator.evaluations`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -39,6 +49,9 @@ from harness.ops import model_for
 # Random-sign probes per op, and the multiple of the error scale an end-to-end bound allows.
 PROBES = 8
 SPREAD = 4.0
+# Probes of an op evaluated in one call: as many as keep each probed array within this many
+# elements (at least one), so that large tensors stay in cache.
+CHUNK_ELEMENTS = 1 << 14
 
 
 def op_args(
@@ -68,13 +81,64 @@ def _int_value(graph: Graph, symints: Mapping[str, int], name: str) -> int:
     return int(graph.scalar(name))
 
 
+@dataclass(frozen=True)
+class OpEvaluation:
+    """One op as the evaluator evaluated it in the current step, for the per-op check to
+    reuse where a backend gave the op the very same arguments (harness/check/oracles.py).
+
+    Attributes:
+        args: its arguments, state tensors as they were before the op.
+        outputs: its reference outputs by slot.
+        state_after: the state tensors it updated in place, by slot, after the update.
+        budgets: its local error budgets by slot (`OpModel.budget`).
+    """
+
+    args: Args
+    outputs: Mapping[str, Any]
+    state_after: Mapping[str, np.ndarray]
+    budgets: Mapping[str, np.ndarray]
+
+    def matches(self, args: Args) -> bool:
+        """Whether `args` are these arguments bit for bit (so the op's reference and budget
+        on them are these): the same slots, ints and floats, and arrays of the same dtype,
+        shape and bits."""
+        if args.keys() != self.args.keys():
+            return False
+        for slot, value in args.items():
+            mine = self.args[slot]
+            if isinstance(value, np.ndarray) or isinstance(mine, np.ndarray):
+                if not _same_bits(value, mine):
+                    return False
+            elif value != mine:
+                return False
+        return True
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    """Two arrays of the same dtype, shape and bits (NaN payloads and signed zeros too)."""
+    if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+        return False
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    bits = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(a.view(bits), b.view(bits)))
+
+
 class ReferenceEvaluator:
-    """Steps a graph in float64 with error bounds; state persists across steps."""
+    """Steps a graph in float64 with error bounds; state persists across steps.
+
+    Attributes:
+        constants: the graph's constants in float64, read-only, converted once per case
+            (work derived from them is remembered per case: harness/model/constants.py).
+        evaluations: every op of the last step as it was evaluated, by op name.
+    """
 
     def __init__(self, graph: Graph, *, seed: int = 0) -> None:
         self.graph = graph
         self.state: dict[str, np.ndarray] = {}
         self.state_sigma: dict[str, np.ndarray] = {}
+        self.constants: dict[str, np.ndarray] = {}
+        self.evaluations: dict[str, OpEvaluation] = {}
         self._rng = np.random.default_rng(seed)
         for tensor in graph.tensors():
             if tensor.state:
@@ -82,6 +146,10 @@ class ReferenceEvaluator:
                 assert data is not None
                 self.state[tensor.name] = data.astype(np.float64)
                 self.state_sigma[tensor.name] = np.zeros(tensor.dims)
+            elif tensor.constant is not None:
+                constant = graph.constants[tensor.constant].astype(np.float64)
+                constant.flags.writeable = False
+                self.constants[tensor.name] = constant
 
     def step(
         self, inputs: Mapping[str, np.ndarray | int]
@@ -90,14 +158,12 @@ class ReferenceEvaluator:
         SymInt. The caller has already checked the inputs against the contract model.
         """
         graph = self.graph
-        values: dict[str, np.ndarray] = {}
+        values: dict[str, np.ndarray] = dict(self.constants)
         sigma: dict[str, np.ndarray] = {}
         symints: dict[str, int] = {}
-        for tensor in graph.tensors():
-            if tensor.constant is not None:
-                values[tensor.name] = graph.constants[tensor.constant].astype(np.float64)
         values.update(self.state)
         sigma.update(self.state_sigma)
+        self.evaluations = {}
         for name in graph.inputs:
             if isinstance(graph.values[name], SymIntValue):
                 symints[name] = int(inputs[name])
@@ -125,6 +191,9 @@ class ReferenceEvaluator:
         before = {slot: np.array(args[slot]) for slot in state_slots}  # the reference updates state
         outputs = model.reference(node, args)
         local = model.budget(node, args, outputs)
+        self.evaluations[node.name] = OpEvaluation(
+            {**args, **before}, outputs, {slot: args[slot] for slot in state_slots}, local
+        )
         carried = {
             slot: sigma[arg]
             for slot, arg in node.args.items()
@@ -140,7 +209,9 @@ class ReferenceEvaluator:
         )
 
         def scale(slot: str, shape: tuple[int, ...]) -> np.ndarray:
-            own = np.broadcast_to(local.get(slot, 0.0), shape)
+            own = local.get(slot, 0.0)
+            if np.shape(own) != shape:
+                own = np.broadcast_to(own, shape)
             combined: np.ndarray = np.sqrt(own * own + moved.get(slot, 0.0))
             return combined
 
@@ -172,31 +243,108 @@ class ReferenceEvaluator:
         and a sign per row applied in the direction of each element's value, x (1 + d_row):
         the error a shared factor (a normalizer's 1/rms, a softmax sum) gives a whole row
         at once. Different inputs always get independent signs.
+
+        The 2 x PROBES moves (element-wise ones first) are evaluated a chunk at a time by the
+        op's `probe_reference` over a leading probe axis: all of them in one call unless the
+        tensors are large (`CHUNK_ELEMENTS`). An op without that form, or whose input that
+        carries error is not one of its probe slots (`activations` and the state it
+        updates), gets one `reference` call per move. The signs are drawn as one draw per
+        move and input would draw them (moves in order, inputs in slot order, element-wise
+        moves before row moves), and a probe's outputs are the same bit for bit however
+        the moves are grouped, so the bounds do not depend on the grouping.
         """
         model = model_for(node.op)
-        rng = self._rng
+        base = {slot: before.get(slot, args[slot]) for slot in carried}
+        shapes = {slot: np.shape(value) for slot, value in base.items()}
+        element, rows = self._draw(shapes)
+        if not tensor_outs and not before:
+            return {}  # nothing to carry the moves to (a sym_size): the signs are drawn
+        direction = {slot: np.where(value < 0, -1.0, 1.0) for slot, value in base.items()}
+        scales = {
+            slot: scale if np.shape(scale) == shapes[slot] else np.broadcast_to(scale, shapes[slot])
+            for slot, scale in carried.items()
+        }
 
-        def element_signs(base: np.ndarray) -> np.ndarray:
-            return rng.choice((-1.0, 1.0), size=np.shape(base))
+        def moves(slot: str, start: int, stop: int) -> np.ndarray:
+            """Input `slot` under moves start .. stop - 1: [stop - start, *shape]."""
+            signs = [element[slot][start:PROBES]] if start < PROBES else []
+            if stop > PROBES:
+                signs.append(rows[slot][max(start - PROBES, 0) : stop - PROBES] * direction[slot])
+            sign = signs[0] if len(signs) == 1 else np.concatenate(signs)
+            moved: np.ndarray = base[slot] + sign[: stop - start] * scales[slot]
+            return moved
 
-        def row_scale_signs(base: np.ndarray) -> np.ndarray:
-            shape = np.shape(base)
-            rows = rng.choice((-1.0, 1.0), size=(*shape[:-1], 1) if shape else ())
-            return rows * np.where(base < 0, -1.0, 1.0)
-
-        modes: list[dict[str, np.ndarray]] = []
-        for signs in (element_signs, row_scale_signs):
-            squares: dict[str, np.ndarray] = {}
-            for _ in range(PROBES):
+        probe_reference = getattr(model, "probe_reference", None)
+        probe_slots = {*model.activations, *before}
+        batched = probe_reference is not None and set(carried) <= probe_slots
+        largest = max(
+            [np.size(args[slot]) for slot in probe_slots if isinstance(args.get(slot), np.ndarray)]
+            + [np.size(outputs[slot]) for slot in tensor_outs]
+        )
+        chunk = max(1, min(2 * PROBES, CHUNK_ELEMENTS // max(largest, 1))) if batched else 1
+        sums: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
+        for start in range(0, 2 * PROBES, chunk):
+            stop = min(start + chunk, 2 * PROBES)
+            moved = {slot: moves(slot, start, stop) for slot in carried}
+            if batched:
+                assert probe_reference is not None
+                batch = dict(args)
+                for slot in probe_slots:
+                    value = moved.get(slot, before.get(slot, args.get(slot)))
+                    if slot not in moved and isinstance(value, np.ndarray):
+                        value = np.repeat(value[None], stop - start, axis=0)  # a copy each
+                    batch[slot] = value
+                outs = probe_reference(node, batch)
+                changes = {slot: outs[slot] - outputs[slot] for slot in tensor_outs}
+                changes.update({slot: batch[slot] - args[slot] for slot in before})
+            else:
                 probe = dict(args)
                 probe.update({slot: state.copy() for slot, state in before.items()})
-                for slot, scale in carried.items():
-                    base = probe[slot]
-                    probe[slot] = base + signs(base) * np.broadcast_to(scale, np.shape(base))
-                moved = model.reference(node, probe)
-                changes = {slot: moved[slot] - outputs[slot] for slot in tensor_outs}
-                changes.update({slot: probe[slot] - args[slot] for slot in before})
-                for slot, delta in changes.items():
-                    squares[slot] = squares.get(slot, 0.0) + delta * delta / PROBES
-            modes.append(squares)
-        return {slot: np.maximum(modes[0][slot], modes[1][slot]) for slot in modes[0]}
+                probe.update({slot: value[0] for slot, value in moved.items()})
+                outs = model.reference(node, probe)
+                changes = {slot: (outs[slot] - outputs[slot])[None] for slot in tensor_outs}
+                changes.update({slot: (probe[slot] - args[slot])[None] for slot in before})
+            for slot, delta in changes.items():
+                _add_squares(sums, slot, delta * delta / PROBES, start)
+        return {slot: np.maximum(sums[0][slot], sums[1][slot]) for slot in sums[0]}
+
+    def _draw(
+        self, shapes: Mapping[str, tuple[int, ...]]
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Random signs of PROBES element-wise moves of every input (`[PROBES, *shape]`)
+        and of PROBES row moves (`[PROBES, *shape[:-1], 1]`), from one call that draws what
+        one `choice((-1.0, 1.0))` per move and input, in that order, would."""
+        row_shapes = {slot: (*shape[:-1], 1) if shape else () for slot, shape in shapes.items()}
+        element_size = sum(math.prod(shape) for shape in shapes.values())
+        row_size = sum(math.prod(shape) for shape in row_shapes.values())
+        flat = self._rng.integers(0, 2, size=PROBES * (element_size + row_size)) * 2.0 - 1.0
+        drawn = (
+            flat[: PROBES * element_size].reshape(PROBES, element_size),
+            flat[PROBES * element_size :].reshape(PROBES, row_size),
+        )
+        signs: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
+        for mode, mode_shapes in enumerate((shapes, row_shapes)):
+            offset = 0
+            for slot, shape in mode_shapes.items():
+                size = math.prod(shape)
+                signs[mode][slot] = drawn[mode][:, offset : offset + size].reshape(PROBES, *shape)
+                offset += size
+        return signs
+
+
+def _add_squares(
+    sums: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
+    slot: str,
+    squares: np.ndarray,
+    start: int,
+) -> None:
+    """Add the squares of moves start, start + 1, ... (`[moves, *shape]`) to the sums of
+    their modes (moves before PROBES: element-wise; the rest: rows), move by move and in
+    order, as one move at a time would add them: a last-bit difference here would be
+    amplified downstream, where x + sigma is rounded."""
+    for offset, square in enumerate(squares):
+        mode = int(start + offset >= PROBES)
+        if slot in sums[mode]:
+            sums[mode][slot] += square
+        else:
+            sums[mode][slot] = square.copy()

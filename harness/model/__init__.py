@@ -18,6 +18,18 @@ The model reads its node's arguments through graph_format's typed accessors
 (`OpNode.arg`, `optional_arg`, `size_list`) and the readers here (`tensors`,
 `optional_tensor`, `int_literal`, `LiveState.of`/`int_arg`/`ints`), never `node.args` raw.
 
+An op may also define `probe_reference(node, args)`: its reference of many argument sets
+at once, each `activations` slot and each state slot it updates carrying one extra leading
+axis (the reference evaluator's random-sign probes, harness/check/reference.py), outputs
+and state updated along it. Each probe's results must equal `reference` on that probe's
+arguments bit for bit (the evaluator subtracts them from the unprobed outputs, where one
+differing last bit is noise far above the propagated error): an op whose math broadcasts
+over leading dims and reduces only over trailing ones aliases it to `reference`; one that
+reshapes or aligns ranks (view_copy, add) or multiplies matrices (one product per probe,
+linear_q4gsw) says how. Without it the evaluator calls `reference` once per probe.
+Work an op derives from constants (a q4 dequantization) is done once per case with
+`harness.model.constants.remember`.
+
 An op that validates host data (token ids against the vocabulary) also defines
 `check_host(node, live)`: it reads `live.host` and raises the `InputError` both backends
 raise from their `_check_inputs`, before any resize. `ContractModel.step` runs every op's

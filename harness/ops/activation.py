@@ -111,6 +111,9 @@ class UnaryActivationModel:
         s = _sigmoid(x)
         return {"out": s if self.op == "sigmoid" else x * s}
 
+    # Element by element: x may carry a leading probe axis.
+    probe_reference = reference
+
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
@@ -149,6 +152,9 @@ class SiluMulModel:
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         g, up = args["gate"], args["up"]
         return {"out": g * _sigmoid(g) * up}
+
+    # Element by element: gate and up may carry the same leading probe axis.
+    probe_reference = reference
 
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]

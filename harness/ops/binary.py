@@ -86,9 +86,23 @@ class BinaryModel:
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
         return [(node.name, f"{self.op}_{variant}", WORKGROUP, (count, 1, 1), True)]
 
+    def _apply(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        out: np.ndarray = a + b if self.op == "add" else a * b
+        return out
+
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        return {"out": self._apply(args["a"], args["b"])}
+
+    def probe_reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        """`reference` of every probe at once: a and b carry a leading probe axis; the
+        rest of their dims broadcast against each other as they do without it."""
         a, b = args["a"], args["b"]
-        return {"out": a + b if self.op == "add" else a * b}
+        rank = max(a.ndim, b.ndim)
+
+        def aligned(t: np.ndarray) -> np.ndarray:  # the probe axis first, then ones
+            return t.reshape(t.shape[0], *(1,) * (rank - t.ndim), *t.shape[1:])
+
+        return {"out": self._apply(aligned(a), aligned(b))}
 
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]

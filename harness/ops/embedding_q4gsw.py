@@ -45,6 +45,7 @@ from harness.model import (
     rw,
     tensors,
 )
+from harness.model.constants import remember
 from harness.model.numerics import SAFETY, TINY32, U32
 
 WORKGROUP = (64, 1, 1)
@@ -128,7 +129,13 @@ class EmbeddingQ4gswModel:
         return [(node.name, "embedding_q4gsw", WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
-        table = dequantize_rows(args["weight"], args["scales"], int(args["group_size"]))
+        weight, scales = np.asarray(args["weight"]), np.asarray(args["scales"])
+        group_size = int(args["group_size"])
+        table = remember(
+            ("embedding_q4gsw", group_size),
+            (weight, scales),
+            lambda: dequantize_rows(weight, scales, group_size),
+        )
         return {"out": table[args["indices"].astype(np.int64)]}
 
     def budget(

@@ -80,6 +80,7 @@ from harness.model import (
     rw,
     tensors,
 )
+from harness.model.constants import remember
 from harness.model.numerics import SAFETY, gamma
 
 GEMM, GEMV = "q4gsw_gemm", "q4gsw_gemv"
@@ -202,25 +203,45 @@ class LinearQ4gswModel:
         return slots
 
     @staticmethod
-    def _dequantized(args: Args) -> np.ndarray:
+    def _dequantized(args: Args, *, absolute: bool = False) -> np.ndarray:
+        """The weights `[N, K]` in float64 (or their magnitudes), once per case for constants."""
         k = args["x"].shape[-1]
-        packed = np.asarray(args["weight"]).astype(np.uint8)  # float64 bytes, exact
-        return q4.dequantize(packed, args["scales"], int(args["group_size"]), k)
+        weight, scales = np.asarray(args["weight"]), np.asarray(args["scales"])
+        group_size = int(args["group_size"])
+
+        def dequantize() -> np.ndarray:
+            packed = weight.astype(np.uint8)  # float64 bytes, exact
+            w = q4.dequantize(packed, scales, group_size, k)
+            return np.abs(w) if absolute else w
+
+        return remember(("linear_q4gsw", absolute, group_size, k), (weight, scales), dequantize)
+
+    def _linear(self, args: Args, x: np.ndarray) -> np.ndarray:
+        """x `[..., M, K]` times the weights, plus the bias: one matrix product per leading
+        index, each the same whatever the leading dims."""
+        out: np.ndarray = x @ self._dequantized(args).T
+        if args.get("bias") is not None:
+            out = out + args["bias"]
+        return out
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         x = args["x"]
-        w = self._dequantized(args)
-        out = x.reshape(-1, x.shape[-1]) @ w.T
-        if args.get("bias") is not None:
-            out = out + args["bias"]
-        return {"out": out.reshape(*x.shape[:-1], w.shape[0])}
+        out = self._linear(args, x.reshape(-1, x.shape[-1]))
+        return {"out": out.reshape(*x.shape[:-1], out.shape[-1])}
+
+    def probe_reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        """`reference` of every probe at once: x carries a leading probe axis, and each
+        probe's product is the one `reference` computes for it, bit for bit."""
+        x = args["x"]
+        out = self._linear(args, x.reshape(x.shape[0], -1, x.shape[-1]))
+        return {"out": out.reshape(*x.shape[:-1], out.shape[-1])}
 
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         x = args["x"]
         k = x.shape[-1]
-        w = np.abs(self._dequantized(args))
+        w = self._dequantized(args, absolute=True)
         ax = np.abs(x.reshape(-1, k))
         bias = args.get("bias")
         ab = np.abs(bias) if bias is not None else 0.0

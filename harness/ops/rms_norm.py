@@ -82,6 +82,9 @@ class RmsNormModel:
         rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)
         return {"out": x * rstd * w}
 
+    # The math holds for x with a leading probe axis (the mean is over the last dim).
+    probe_reference = reference
+
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:

@@ -183,6 +183,9 @@ class LlamaRotaryModel(_RotaryBase):
             out[f"{name}_out"] = self._join(a * c - b * s, a * s + b * c)
         return out
 
+    # The tables broadcast from the right: xq and xk may carry a leading probe axis.
+    probe_reference = reference
+
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
@@ -236,7 +239,8 @@ class HfRotaryModel(_RotaryBase):
         return rows[..., :half], rows[..., half:]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
-        start, seq = int(args["start_pos"]), args["xq"].shape[1]
+        # S from the right, so that xq and xk may carry a leading probe axis.
+        start, seq = int(args["start_pos"]), args["xq"].shape[-3]
         c1, c2 = self._rows(args["cos"], start, seq)
         s1, s2 = self._rows(args["sin"], start, seq)
         out = {}
@@ -246,6 +250,8 @@ class HfRotaryModel(_RotaryBase):
             x1, x2 = x[..., :half], x[..., half:]
             out[f"{name}_out"] = np.concatenate([x1 * c1 - x2 * s1, x2 * c2 + x1 * s2], axis=-1)
         return out
+
+    probe_reference = reference
 
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]

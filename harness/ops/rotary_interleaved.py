@@ -113,6 +113,9 @@ class InterleavedRotaryModel:
         c, s = _pairs(args["freqs_cis"][None])
         return {"out": _interleave(r * c - i * s, r * s + i * c)}
 
+    # The tables broadcast from the right: x may carry a leading probe axis.
+    probe_reference = reference
+
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:

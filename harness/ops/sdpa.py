@@ -202,27 +202,33 @@ class SdpaModel:
 
     @staticmethod
     def _geometry(args: Args) -> tuple[int, int, int, int, int, float]:
-        """(pos, S, Hq, D, group, scale) of a call."""
+        """(pos, S, Hq, D, group, scale) of a call (dims from the right: the reference's
+        arguments may carry leading probe axes)."""
         q, k = args["q"], args["k"]
-        _, seq, hq, dim = q.shape
+        seq, hq, dim = q.shape[-3:]
         scale = args.get("scale")
         scale = default_scale(dim) if scale is None else float(scale)
-        return int(args["input_pos"]), seq, hq, dim, hq // k.shape[2], scale
+        return int(args["input_pos"]), seq, hq, dim, hq // k.shape[-2], scale
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        # Every index counts from the right: q, k, v and the caches may carry the same
+        # leading probe axis (the evaluator's probes; `probe_reference`).
         pos, seq, _, _, group, scale = self._geometry(args)
         kc, vc = args["k_cache"], args["v_cache"]
-        kc[0, pos : pos + seq] = args["k"][0]
-        vc[0, pos : pos + seq] = args["v"][0]
+        kc[..., 0, pos : pos + seq, :, :] = args["k"][..., 0, :, :, :]
+        vc[..., 0, pos : pos + seq, :, :] = args["v"][..., 0, :, :, :]
         ctx = pos + seq
-        keys = np.repeat(kc[0, :ctx], group, axis=1)  # [ctx, Hq, D]
-        values = np.repeat(vc[0, :ctx], group, axis=1)
-        scores = np.einsum("shd,chd->hsc", args["q"][0], keys) * scale
+        keys = np.repeat(kc[..., 0, :ctx, :, :], group, axis=-2)  # [ctx, Hq, D]
+        values = np.repeat(vc[..., 0, :ctx, :, :], group, axis=-2)
+        scores = np.einsum("...shd,...chd->...hsc", args["q"][..., 0, :, :, :], keys) * scale
         masked = np.arange(ctx)[None, :] > (pos + np.arange(seq))[:, None]  # [S, ctx]
-        scores = np.where(masked[None], -np.inf, scores)
+        scores = np.where(masked, -np.inf, scores)
         weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
         weights /= weights.sum(axis=-1, keepdims=True)
-        return {"out": np.einsum("hsc,chd->shd", weights, values)[None]}
+        out = np.einsum("...hsc,...chd->...shd", weights, values)
+        return {"out": out[..., None, :, :, :]}
+
+    probe_reference = reference
 
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]

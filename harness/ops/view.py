@@ -94,6 +94,11 @@ class ViewCopyModel:
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         return {"out": args["x"].reshape(args["sizes"])}
 
+    def probe_reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        """`reference` of every probe at once: x carries a leading probe axis."""
+        x = args["x"]
+        return {"out": x.reshape(x.shape[0], *args["sizes"])}
+
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
