@@ -9,22 +9,28 @@ by the same dataclasses (`builtin_entry`), so a backend binds every kernel throu
 reflect the kernel, then ask its `KernelEntry` what fills each declaration.
 
 This module is the shared DATA layer: the file format, its frozen dataclasses, a safe
-expression evaluator and the rules that fill a kernel's declarations by name. It knows no
-backend API; what a kernel declares comes in as plain names and indices from each backend's
-own reflection. docs/bring-your-own-kernels.md is the reference for users.
+expression evaluator and the rules that fill a kernel's declarations by name, and the
+interface of a manifest's Python adapter (`KernelAdapter`, imported by `load_adapter`; a
+backend runs one only when asked to). It knows no backend API; what a kernel declares comes
+in as plain names and indices from each backend's own reflection.
+docs/bring-your-own-kernels.md is the reference for users.
 """
 
 from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
+import importlib.util
 import math
 import re
+import sys
 import tomllib
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
 from graph_format.errors import GraphFormatError, ParityError
 from graph_format.signatures import SIGNATURES, SLOTS, SlotInterface
@@ -409,6 +415,88 @@ class AdapterRef:
         return f"{self.file.name}:{self.name}"
 
 
+class KernelAdapter(Protocol):
+    """A manifest's Python class for what a kernel's structure needs beyond expressions
+    (`adapter = "adapters.py:GemvAdapter"`): derived values and private scratch buffers.
+
+    A backend constructs one per op node and slot when it loads a graph, and runs adapter
+    code only when its runtime was constructed with `allow_adapters=True`.
+    """
+
+    def __init__(self, static: Mapping[str, Value]) -> None:
+        """Once per op node, at load: `static` are the slot's values that never change
+        after load (the op's own, plus `max_workgroups_per_dim`)."""
+
+    def values(self, values: Mapping[str, Value]) -> Mapping[str, Value]:
+        """At each resize: derived values to add to the op's `values` (never one of their
+        names). The kernel's expressions, params and push members may read them."""
+        ...
+
+    def scratch(self) -> Mapping[str, int]:
+        """Extra private buffers, role -> bytes (asked once, after `__init__`), bound by
+        role name like the slot's tensors."""
+        ...
+
+
+# Adapter classes already imported, by (file, sha256 of its text): a graph is loaded many
+# times (a search shrinks a case by reloading it), the module is executed once.
+_ADAPTERS: dict[tuple[str, str], type[KernelAdapter]] = {}
+
+
+def load_adapter(ref: AdapterRef) -> type[KernelAdapter]:
+    """Import the adapter class a manifest names, from its file (runs the module's code).
+
+    Raises:
+        KernelManifestError: the file cannot be read or imported (the message carries the
+            Python error and its line), has no such class, or the class lacks `values` or
+            `scratch`.
+    """
+    path = Path(ref.file).resolve()
+    where = f"adapter {ref}"
+    try:
+        text = path.read_bytes()
+    except OSError as err:
+        raise KernelManifestError(ref.file, f"cannot read: {err.strerror}", where=where) from None
+    key = (str(path), hashlib.sha256(text).hexdigest())
+    if key in _ADAPTERS:
+        return _ADAPTERS[key]
+    module_name = f"parity_kernel_adapter_{key[1][:16]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None  # a .py path always has a loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and typing look their module up
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # the user's module: any error it raises is bad input
+        sys.modules.pop(module_name, None)
+        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
+        line = getattr(err, "lineno", None) if isinstance(err, SyntaxError) else None
+        line = line or (frames[-1].lineno if frames else None)
+        at = f" (line {line})" if line else ""
+        raise KernelManifestError(
+            ref.file, f"cannot import {path.name}{at}: {type(err).__name__}: {err}", where=where
+        ) from None
+    cls = getattr(module, ref.name, None)
+    if not isinstance(cls, type):
+        classes = sorted(n for n, v in vars(module).items() if isinstance(v, type))
+        raise KernelManifestError(
+            ref.file,
+            f"{path.name} defines no class {ref.name!r}{_suggest(ref.name, classes)} "
+            f"(classes: {', '.join(classes) or 'none'})",
+            where=where,
+        )
+    missing = [m for m in ("values", "scratch") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise KernelManifestError(
+            ref.file,
+            f"class {ref.name} lacks {' and '.join(missing)}; an adapter defines "
+            "__init__(static), values(values) -> dict and scratch() -> dict",
+            where=where,
+        )
+    _ADAPTERS[key] = cast(type[KernelAdapter], cls)
+    return _ADAPTERS[key]
+
+
 @dataclass(frozen=True)
 class KernelDispatch:
     """One dispatch of a slot's kernel (a split slot has several, e.g. one per output).
@@ -441,6 +529,14 @@ class KernelDispatch:
         if isinstance(self.count, tuple):
             return (counts[0], counts[1], counts[2])
         return counts[0]
+
+
+def _is_fixed_target(target: str, backend: Backend, slot: SlotInterface) -> bool:
+    """Whether `target` is "params" or (Vulkan) the meta of an op tensor: a binding target
+    that is no role."""
+    role = target.removesuffix(META_SUFFIX)
+    meta = backend == "vulkan" and role != target and role in SIGNATURES[slot.op].tensors
+    return target == PARAMS_TARGET or meta
 
 
 def _default_target(name: str, backend: Backend, slot: SlotInterface) -> str | None:
@@ -532,7 +628,9 @@ class KernelEntry:
         its expression, or None for zero padding.
 
         A member takes, in order: its explicit `params.<member>` (`push.<member>`)
-        expression; zero if it is padding; the value of the same name.
+        expression; zero if it is padding; the value of the same name. With an adapter, a
+        member that is no value the op offers takes the same-name value the adapter adds
+        (whether it does is known once it runs: the backend checks it then).
 
         Raises:
             KernelInterfaceError: an explicit member the block does not declare, or a member
@@ -553,7 +651,7 @@ class KernelEntry:
                 resolved[member] = explicit[member]
             elif self.is_padding(member):
                 resolved[member] = None
-            elif member in self.interface.values:
+            elif member in self.interface.values or self.adapter is not None:
                 resolved[member] = Expression.compile(member)
             else:
                 raise KernelInterfaceError(
@@ -566,20 +664,25 @@ class KernelEntry:
         return resolved
 
     def resolve_bindings(
-        self, declared: Sequence[tuple[int, str | None]], *, dispatch: int = 0
+        self,
+        declared: Sequence[tuple[int, str | None]],
+        *,
+        dispatch: int = 0,
+        scratch: Sequence[str] = (),
     ) -> dict[int, str]:
         """The target of each binding the kernel declares, as (index, name or None), by
         index: a role, "params" or (Vulkan) "<role>.meta".
 
         A binding takes, in order: an explicit `bindings` entry by index, then by name; the
-        role of its name or of its name minus a `t_` prefix; "params" for a binding named
-        `params` or after one of the slot's values (a uniform of one value, such as the
-        project GLSL's `input_pos`); (Vulkan) `<tensor>.meta` for a name `<tensor>_meta` of an
-        op tensor.
+        role of its name or of its name minus a `t_` prefix (`scratch`: the roles of an
+        adapter's scratch buffers count as roles); "params" for a binding named `params` or
+        after one of the slot's values (a uniform of one value, such as the project GLSL's
+        `input_pos`); (Vulkan) `<tensor>.meta` for a name `<tensor>_meta` of an op tensor.
 
         Raises:
-            KernelInterfaceError: an explicit entry the kernel does not declare, or a binding
-                no rule fills.
+            KernelInterfaceError: an explicit entry the kernel does not declare, an explicit
+                target that is no role, scratch buffer, "params" or meta, or a binding no
+                rule fills.
         """
         explicit = self.dispatches[dispatch].bindings
         names = {name: index for index, name in declared if name is not None}
@@ -593,21 +696,32 @@ class KernelEntry:
                     f"bindings.{key}: {self.source} declares no binding {key!r} "
                     f"(declared: {listed})",
                 )
+        roles = [*self.interface.tensors, *scratch]
+        for key, target in explicit.items():
+            if target not in roles and not _is_fixed_target(target, self.backend, self.interface):
+                raise KernelInterfaceError(
+                    self.slot,
+                    self.source,
+                    f"bindings.{key}: {target!r} is no role of the slot nor a scratch buffer "
+                    f"of adapter {self.adapter} (roles: {', '.join(roles)})",
+                )
         resolved: dict[int, str] = {}
         for index, name in declared:
-            target = explicit.get(index)
-            if target is None and name is not None:
-                target = explicit.get(name) or _default_target(name, self.backend, self.interface)
-            if target is None:
+            found = explicit.get(index)
+            if found is None and name is not None:
+                found = explicit.get(name)
+                found = found or next((r for r in scratch if name in (r, f"t_{r}")), None)
+                found = found or _default_target(name, self.backend, self.interface)
+            if found is None:
                 shown = f"{index} ({name!r})" if name else f"{index} (unnamed)"
                 raise KernelInterfaceError(
                     self.slot,
                     self.source,
                     f"binding {shown} of {self.source} fills no role of the slot (roles: "
-                    f"{', '.join(self.interface.tensors)}; or 'params'); map it with "
+                    f"{', '.join(roles)}; or 'params'); map it with "
                     f'bindings = {{ {name or index} = "<role>" }}',
                 )
-            resolved[index] = target
+            resolved[index] = found
         return resolved
 
     def resolve_overrides(self, declared: Sequence[str]) -> dict[str, Expression]:
@@ -810,6 +924,9 @@ class _Parser:
         self.path = path
         self.folder = path.parent
         self.check_files = check_files
+        # In a section with an adapter, expressions may read the values it adds and
+        # bindings may name its scratch buffers: known once it runs, checked by the backend.
+        self.adapted = False
 
     def fail(self, where: str | None, what: str) -> KernelManifestError:
         return KernelManifestError(self.path, what, where=where)
@@ -863,6 +980,7 @@ class _Parser:
                     f"{where}.{key}", f"not a {backend} key: {_WRONG_BACKEND[(backend, key)]}"
                 )
         self.keys(where, section, _SECTION_KEYS[backend])
+        self.adapted = "adapter" in section
         given = [k for k in _SOURCE_KEYS[backend] if k in section]
         if len(given) != 1:
             keys = " or ".join(f"{k} = ..." for k in _SOURCE_KEYS[backend])
@@ -1002,7 +1120,8 @@ class _Parser:
             targets += [t + META_SUFFIX for t in metas]
         out: dict[str | int, str] = {}
         for key, target in raw.items():
-            if not isinstance(target, str) or target not in targets:
+            scratch = self.adapted and isinstance(target, str) and target.isidentifier()
+            if not isinstance(target, str) or (target not in targets and not scratch):
                 expected = f"a role of slot {slot.name} ({', '.join(slot.tensors)}) or 'params'"
                 if backend == "vulkan":
                     expected += f", or '<tensor>.meta' of an op tensor ({', '.join(metas)})"
@@ -1026,7 +1145,7 @@ class _Parser:
         except ExpressionError as err:
             raise self.fail(where, str(err)) from None
         for name in sorted(expr.names):
-            if name not in slot.values and name not in BUILTIN_NAMES:
+            if name not in slot.values and name not in BUILTIN_NAMES and not self.adapted:
                 raise self.fail(
                     where,
                     f"{expr.text!r} reads {name!r}{_suggest(name, slot.values)}, which slot "

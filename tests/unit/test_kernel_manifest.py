@@ -19,6 +19,7 @@ from graph_format.kernels import (
     KernelInterfaceError,
     KernelManifestError,
     builtin_entry,
+    load_adapter,
     load_manifest,
     parse_manifest,
 )
@@ -252,9 +253,12 @@ def test_a_manifest_round_trips_through_toml(folder: Path) -> None:
     assert load_manifest(folder / MANIFEST_NAME) == manifest  # the file itself, too
 
 
-def _edit(old: str, new: str) -> str:
+def _edit(old: str, new: str, *, adapter: bool = True) -> str:
+    """SAMPLE with one edit; without its gemv section's adapter if `adapter` is False (with
+    one, expressions may read the values it adds and bindings name its scratch buffers)."""
     assert old in SAMPLE, old
-    return SAMPLE.replace(old, new, 1)
+    text = SAMPLE.replace(old, new, 1)
+    return text if adapter else text.replace('adapter = "adapters.py:GemvAdapter"\n', "")
 
 
 @pytest.mark.parametrize(
@@ -278,7 +282,7 @@ def _edit(old: str, new: str) -> str:
             "unknown key 'fodl' (did you mean 'fold'?)",
         ),
         (
-            _edit('t_in = "x"', 't_in = "input"'),
+            _edit('t_in = "x"', 't_in = "input"', adapter=False),
             "webgpu.q4gsw_gemv.bindings.t_in",
             "expected a role of slot q4gsw_gemv (out, x, weight, scales, bias) or 'params', "
             "got string 'input'",
@@ -294,13 +298,13 @@ def _edit(old: str, new: str) -> str:
             "or '<tensor>.meta' of an op tensor (x, weight, out), got string 'scores.meta'",
         ),
         (
-            _edit('"k_words * 4"', '"K * 4"'),
+            _edit('"k_words * 4"', '"K * 4"', adapter=False),
             "webgpu.q4gsw_gemv.params.K_bytes",
             "'K * 4' reads 'K' (did you mean 'k'?), which slot q4gsw_gemv does not offer; "
             "expected one of m, n, k,",
         ),
         (
-            _edit('"ceil(n / 2)"', '"ceil(cols / 2)"'),
+            _edit('"ceil(n / 2)"', '"ceil(cols / 2)"', adapter=False),
             "webgpu.q4gsw_gemv.dispatch",
             "reads 'cols'",
         ),
@@ -342,7 +346,7 @@ def _edit(old: str, new: str) -> str:
             "a comparison is not allowed",
         ),
         (
-            _edit('"k % 32 == 0 and n >= 2"', '"k % 32 == 0 and nn >= 2"'),
+            _edit('"k % 32 == 0 and n >= 2"', '"k % 32 == 0 and nn >= 2"', adapter=False),
             "webgpu.q4gsw_gemv.requires[0]",
             "reads 'nn'",
         ),
@@ -441,12 +445,20 @@ def test_params_members_fill_by_rename_padding_and_name(folder: Path) -> None:
         "K_bytes": Expression("k_words * 4"),
         "_pad0": None,
     }
+    # With an adapter, a member no value fills is taken from the values the adapter adds
+    # (the backend checks them when it runs); without one it is an error at once.
+    assert gemv.resolve_members(["m", "K_bytes", "k_bytes"])["k_bytes"] == Expression("k_bytes")
+    plain = parse_manifest(
+        _edit("fold = true", "fold = true", adapter=False), folder / MANIFEST_NAME
+    )
+    plain_gemv = plain.entry("webgpu", "q4gsw_gemv")
+    assert plain_gemv is not None and plain_gemv.adapter is None
     with pytest.raises(
         KernelInterfaceError,
         match=r"params member '_pad1' of .*gemv.wgsl is not a value the op offers "
         r"\(offered: m, n, k,",
     ):
-        gemv.resolve_members(["m", "K_bytes", "_pad1"])
+        plain_gemv.resolve_members(["m", "K_bytes", "_pad1"])
     with pytest.raises(
         KernelInterfaceError,
         match=r"params\.K_bytes: the params block of .* declares no member 'K_bytes' "
@@ -615,3 +627,66 @@ def test_the_reference_s_example_manifest_parses() -> None:
     manifest = parse_manifest(example, Path("kernels") / MANIFEST_NAME, check_files=False)
     assert manifest.slots("webgpu") == ("q4gsw_gemv", "rotary_emb_hf")
     assert manifest.slots("vulkan") == ("rms_norm",)
+
+
+# --- adapters -----------------------------------------------------------------------------------
+
+ADAPTER = """\
+class GemvAdapter:
+    def __init__(self, static):
+        self.k = static["k"]
+
+    def values(self, values):
+        return {"k_bytes": values["k_words"] * 4}
+
+    def scratch(self):
+        return {"partials": 4 * self.k}
+"""
+
+
+def test_an_adapter_is_imported_from_its_file_once(folder: Path) -> None:
+    (folder / "adapters.py").write_text(ADAPTER)
+    gemv = _entry(folder, "webgpu", "q4gsw_gemv")
+    assert gemv.adapter is not None
+    cls = load_adapter(gemv.adapter)
+    adapter = cls({"k": 64})
+    assert adapter.values({"k_words": 8}) == {"k_bytes": 32}
+    assert adapter.scratch() == {"partials": 256}
+    assert load_adapter(gemv.adapter) is cls  # the module ran once
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("class GemvAdapter:\n    def values(self, v):\n        return {}\n", "lacks scratch"),
+        ("class GemvAdaptor:\n    pass\n", "defines no class 'GemvAdapter' (did you mean "),
+        ("x = 1\n\nclass GemvAdapter(\n", "cannot import adapters.py (line 3): SyntaxError"),
+        ("import os\nraise RuntimeError('boom')\n", "(line 2): RuntimeError: boom"),
+    ],
+)
+def test_a_bad_adapter_names_its_file_and_class(folder: Path, text: str, what: str) -> None:
+    (folder / "adapters.py").write_text(text)
+    gemv = _entry(folder, "webgpu", "q4gsw_gemv")
+    with pytest.raises(KernelManifestError) as info:
+        load_adapter(gemv.adapter)
+    message = str(info.value)
+    assert message.startswith(f"{folder / 'adapters.py'}: adapter adapters.py:GemvAdapter: ")
+    assert what in message, message
+
+
+def test_with_an_adapter_expressions_and_bindings_may_name_what_it_adds(folder: Path) -> None:
+    text = _edit('"k_words * 4"', '"k_bytes"')
+    text = text.replace('t_in = "x"', 't_in = "x", t_tmp = "partials"')
+    gemv = parse_manifest(text, folder / MANIFEST_NAME).entry("webgpu", "q4gsw_gemv")
+    assert gemv is not None
+    assert gemv.dispatches[0].params["K_bytes"] == Expression("k_bytes")
+    declared = [(0, "t_out"), (1, "t_in"), (2, "t_tmp"), (3, "t_partials"), (5, "u")]
+    assert gemv.resolve_bindings(declared, scratch=["partials"]) == {
+        0: "out",
+        1: "x",
+        2: "partials",
+        3: "partials",
+        5: "params",
+    }
+    with pytest.raises(KernelInterfaceError, match=r"bindings\.t_tmp: 'partials' is no role"):
+        gemv.resolve_bindings(declared)  # the adapter has no such scratch buffer
