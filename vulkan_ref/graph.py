@@ -31,9 +31,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import vulkan as vk
@@ -41,6 +43,7 @@ import vulkan as vk
 import vulkan_ref.spirv
 from graph_format import (
     DTYPES,
+    SLOTS,
     DeviceError,
     DispatchRecord,
     Graph,
@@ -53,15 +56,44 @@ from graph_format import (
     SymIntValue,
     TensorValue,
 )
+from graph_format.kernels import (
+    BUILTIN_NAMES,
+    META_SUFFIX,
+    PARAMS_TARGET,
+    Expression,
+    ExpressionError,
+    KernelAdapter,
+    KernelEntry,
+    KernelManifest,
+    Value,
+    load_adapter,
+)
+from vulkan_ref.binding import (
+    BlockLayout,
+    PackError,
+    kernel_failure,
+    project_entry,
+    resolve_kernel,
+    spec_value,
+)
 from vulkan_ref.cdata import CData
 from vulkan_ref.instance import FENCE_TIMEOUT_NS, VulkanContext
 from vulkan_ref.memory import Buffer
-from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
-from vulkan_ref.pool import GUARD_WORD, Arena, DescriptorKey, MemoryPool, StorageSlot
+from vulkan_ref.pipeline import (
+    ComputePipeline,
+    DescriptorLayout,
+    PipelineCache,
+    ShaderKey,
+    SpecValue,
+)
+from vulkan_ref.pool import GUARD_WORD, Arena, BoundRange, DescriptorKey, MemoryPool, StorageSlot
 from vulkan_ref.tensor import VTensor
 
 Sizes = tuple[int, ...]
 WG = tuple[int, int, int]
+Values = Mapping[str, Value]
+# The per-dimension workgroup limit the graph honours: a value of every slot.
+MAX_WORKGROUPS_VALUE = BUILTIN_NAMES[0]
 
 _PIPELINE_CACHES: dict[int, PipelineCache] = {}
 
@@ -121,51 +153,264 @@ class ExecuteNode:
 
 
 @dataclass
-class DispatchNode(ExecuteNode):
-    """A compute dispatch whose shader, global and local sizes are picked from live sizes.
+class ParamsUBO:
+    """A params uniform of one dispatch, packed from values at each resize and written when
+    the step's resize succeeded (`written`: what it holds)."""
+
+    buffer: Buffer
+    layout: BlockLayout
+    written: bytes = b""
+
+
+@dataclass
+class BoundPart:
+    """One dispatch of a slot's kernel in one op node (a split slot has several): its
+    pipeline, the ranges its descriptors bind and what fills its push constants and params.
 
     Attributes:
-        pick_shader: kernel variant for the current live sizes.
-        shaders: every variant the node may pick -> its GLSL file stem (glsl/<stem>.comp);
-            all of them are built at load.
-        pick_global: global size in invocations; any zero component skips the dispatch.
-        local_size: workgroup size in invocations.
-        bindings: tensors (storage buffers, outputs first) then UBOs, in binding order.
-        push_constants: bytes to push for the current live values, if the kernel has any.
-        spec_constants: specialization constants from id 3 on.
+        push_data: the push constants packed once at load, when they read only values fixed
+            at load; else packed at each resize.
     """
 
-    pick_shader: Callable[[ComputeGraph], str] = lambda g: ""
-    shaders: Mapping[str, str] = field(default_factory=dict)
-    pick_global: Callable[[ComputeGraph], WG] = lambda g: (0, 0, 0)
-    local_size: WG = (64, 1, 1)
-    bindings: Sequence[VTensor | Buffer] = ()
-    push_constants: Callable[[ComputeGraph], bytes] | None = None
-    push_constant_size: int = 0
-    spec_constants: tuple[int | float, ...] = ()
-    kernel: str = ""
-    global_size: WG = (0, 0, 0)
-    pipeline: ComputePipeline | None = None
+    index: int
+    pipeline: ComputePipeline
+    descriptors: DescriptorLayout
+    ranges: tuple[BoundRange, ...]
+    count: Expression | tuple[Expression, Expression, Expression]
+    push: BlockLayout | None = None
+    push_data: bytes | None = None
+    params: tuple[ParamsUBO, ...] = ()
     descriptor_set: CData = None
 
+
+@dataclass
+class SlotKernel:
+    """The kernel bound to one slot of one op node, resolved and built at load.
+
+    Attributes:
+        entry: the manifest's entry for the slot, or the project kernel's implicit one.
+        static: the slot's values fixed at load (the op's, plus `max_workgroups_per_dim`).
+        live_requires: the entry's `requires` that read values of the live sizes, checked
+            at each resize (those over values fixed at load were checked at load).
+        adapter: the entry's adapter object, if any.
+        checked: whether the op's values were checked against the slot's vocabulary.
+    """
+
+    slot: str
+    entry: KernelEntry
+    local_size: WG
+    static: dict[str, Value]
+    parts: tuple[BoundPart, ...]
+    live_requires: tuple[Expression, ...] = ()
+    adapter: KernelAdapter | None = None
+    checked: bool = False
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What a dispatch node's last resize chose: the slot's kernel, each of its dispatches'
+    logical count ((0, 0, 0): skipped), push constants and params bytes to write."""
+
+    kernel: SlotKernel | None = None
+    counts: tuple[WG, ...] = ()
+    push: tuple[CData, ...] = ()
+    params: tuple[tuple[ParamsUBO, bytes], ...] = ()
+
+
+_SKIPPED: WG = (0, 0, 0)
+
+
+@dataclass
+class DispatchNode(ExecuteNode):
+    """One dispatch position of an op: a slot picked from live sizes, its kernel bound by
+    role and name (`vulkan_ref.binding`), its values and counts evaluated at each resize.
+
+    The op module gives what the op knows; the graph binds each slot's kernel at load (the
+    manifest's, else the project's) and evaluates it at each resize.
+
+    Attributes:
+        slots: every slot the node may pick -> the project's GLSL stem for it
+            (`glsl/<stem>.comp`); every one is built at load.
+        pick_slot: the slot for the live sizes (None: the only one).
+        tensors: every tensor a kernel of the node may bind, by role: the slots' roles and
+            the op's tensors (for `<tensor>.meta`), scratch buffers included.
+        static: values fixed at load, of any of the slots (each slot takes its own names).
+        values: the live values of a slot: with `static`, exactly the slot's vocabulary
+            (graph_format/ops/<op>.toml), `workgroups` among them (0: the op skips the slot).
+        uniforms: value name -> a UBO the op keeps that holds it as one 32-bit int (a
+            SymInt's): a params block holding only that value binds it instead of a packed
+            copy.
+        kernels: set by the graph at load, by slot.
+        state: set by the graph at each resize.
+    """
+
+    slots: Mapping[str, str] = field(default_factory=dict)
+    pick_slot: Callable[[ComputeGraph], str] | None = None
+    tensors: Mapping[str, VTensor] = field(default_factory=dict)
+    static: Mapping[str, Value] = field(default_factory=dict)
+    values: Callable[[ComputeGraph, str], Mapping[str, Value]] = lambda g, slot: {}
+    uniforms: Mapping[str, Buffer] = field(default_factory=dict)
+    kernels: dict[str, SlotKernel] = field(default_factory=dict)
+    state: NodeState = field(default_factory=NodeState)
+
     def trigger_resize(self, graph: ComputeGraph) -> bool:
-        """Resize outputs if needed, then re-pick shader and global size."""
+        """Resize outputs if needed, then re-pick the slot and evaluate its kernel."""
         if not super().trigger_resize(graph):
             return False
-        kernel = self.pick_shader(graph)
-        if kernel != self.kernel or self.pipeline is None:
-            self.kernel = kernel
-            self.pipeline = graph.pipeline_for(self)
-        self.global_size = self.pick_global(graph)
+        self.state = self._evaluate(graph)
         return True
 
     @property
-    def logical_count(self) -> WG:
-        """Workgroups per axis: div_up(global, local), or zeros when skipped."""
-        if 0 in self.global_size:
-            return (0, 0, 0)
-        (gx, gy, gz), (lx, ly, lz) = self.global_size, self.local_size
-        return (-(-gx // lx), -(-gy // ly), -(-gz // lz))
+    def slot(self) -> str:
+        """The slot the last resize picked ("" before the first)."""
+        return self.state.kernel.slot if self.state.kernel is not None else ""
+
+    def _evaluate(self, graph: ComputeGraph) -> NodeState:
+        slot = self.pick_slot(graph) if self.pick_slot is not None else next(iter(self.slots))
+        kernel = self.kernels.get(slot)
+        if kernel is None:
+            raise ValueError(f"{self.op}: picked slot {slot!r}, not one of {sorted(self.slots)}")
+        live = self.values(graph, slot)
+        if not kernel.checked:
+            _check_vocabulary(self.op, kernel, live)
+        values = {**kernel.static, **live}
+        entry = kernel.entry
+        if kernel.adapter is not None:
+            values.update(_adapter_values(self.op, kernel, values))
+        if values["workgroups"] == 0:  # the op skips the slot: every dispatch of its kernel
+            return NodeState(kernel, (_SKIPPED,) * len(kernel.parts))
+        try:
+            for condition in kernel.live_requires:
+                if not condition.evaluate(values):
+                    shown = ", ".join(f"{n} = {values[n]}" for n in sorted(condition.names))
+                    raise InputError(
+                        self.op,
+                        "kernel_requires",
+                        f"vulkan: {self.op}: the kernel of slot {slot} ({entry.source}) "
+                        f"requires {condition.text} ({shown})",
+                    )
+            counts = []
+            pushes = []
+            params = []
+            for part in kernel.parts:
+                count = _count(part.count, values)
+                counts.append(count)
+                if part.push is not None:
+                    data = part.push_data or part.push.pack(values)
+                    pushes.append(_push_data(data))
+                for ubo in part.params:
+                    if count != _SKIPPED:
+                        params.append((ubo, ubo.layout.pack(values)))
+        except (ExpressionError, PackError) as err:
+            raise kernel_failure(entry, str(err), self.op) from None
+        return NodeState(kernel, tuple(counts), tuple(pushes), tuple(params))
+
+
+_PUSH_DATA: dict[bytes, CData] = {}
+
+
+def _push_data(data: bytes) -> CData:
+    """Push-constant bytes as a cffi array, made once per content (the set is small)."""
+    found = _PUSH_DATA.get(data)
+    if found is None:
+        if len(_PUSH_DATA) > 4096:
+            _PUSH_DATA.clear()
+        found = _PUSH_DATA[data] = vk.ffi.new("char[]", data)
+    return found
+
+
+def _count(count: Expression | tuple[Expression, Expression, Expression], values: Values) -> WG:
+    """A dispatch's logical workgroup count: a 1-D count as (n, 1, 1), zero as skipped."""
+    if isinstance(count, tuple):
+        grid = tuple(c.evaluate_int(values) for c in count)
+        for c, n in zip(count, grid, strict=True):
+            if n < 0:
+                raise ExpressionError(c.text, f"gave a negative workgroup count {n}")
+        return _SKIPPED if 0 in grid else (grid[0], grid[1], grid[2])
+    n = count.evaluate_int(values)
+    if n < 0:
+        raise ExpressionError(count.text, f"gave a negative workgroup count {n}")
+    return (n, 1, 1) if n else _SKIPPED
+
+
+def _check_vocabulary(op: str, kernel: SlotKernel, live: Mapping[str, Value]) -> None:
+    """The op's values for a slot are exactly the slot's vocabulary (checked once per slot
+    and node: an op module that offers other names is this project's bug)."""
+    declared = set(SLOTS[kernel.slot].values)
+    static = set(kernel.static) - {MAX_WORKGROUPS_VALUE}
+    offered = static | set(live)
+    both = static & set(live)
+    if offered != declared or both:
+        raise RuntimeError(
+            f"vulkan: {op}: slot {kernel.slot}: the op offers {sorted(offered)}, its schema "
+            f"declares {sorted(declared)} (missing: {sorted(declared - offered)}, extra: "
+            f"{sorted(offered - declared)}, both fixed and live: {sorted(both)})"
+        )
+    kernel.checked = True
+
+
+def _adapter_values(op: str, kernel: SlotKernel, values: Mapping[str, Value]) -> dict[str, Value]:
+    """The values `kernel`'s adapter derives (none of the op's names)."""
+    assert kernel.adapter is not None
+    entry = kernel.entry
+    derived = _call_adapter(op, entry, "values", kernel.adapter.values, values)
+    if not isinstance(derived, Mapping):
+        raise _adapter_failure(op, entry, f"values() returned {derived!r}, not a mapping")
+    clash = sorted(set(derived) & set(values))
+    if clash:
+        raise _adapter_failure(
+            op, entry, f"values() returned {', '.join(clash)}, which the op offers already"
+        )
+    for name, value in derived.items():
+        numbers = value if isinstance(value, tuple) else (value,)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
+            raise _adapter_failure(op, entry, f"values() gave {name} = {value!r}, not a number")
+    return dict(derived)
+
+
+def _adapter_failure(op: str | None, entry: KernelEntry, message: str) -> KernelBuildError:
+    assert entry.adapter is not None
+    return KernelBuildError(
+        "vulkan", entry.slot, str(entry.adapter.file), f"adapter {entry.adapter}: {message}", op=op
+    )
+
+
+def _call_adapter(
+    op: str | None, entry: KernelEntry, what: str, fn: Callable[..., Any], *args: Any
+) -> Any:
+    """Call the user's adapter code; whatever it raises is a build error naming it."""
+    try:
+        return fn(*args)
+    except Exception as err:  # the user's code: anything it raises is its finding
+        text = "".join(traceback.format_exception(err)).rstrip()
+        message = f"{what} raised {type(err).__name__}: {err}\n{text}"
+        raise _adapter_failure(op, entry, message) from None
+
+
+def _evaluate_static(entry: KernelEntry, expr: Expression, static: Values, what: str) -> Value:
+    """An expression over the values fixed at load (a build error if it fails)."""
+    try:
+        value = expr.evaluate(static)
+    except ExpressionError as err:
+        raise kernel_failure(entry, f"{what}: {err}") from None
+    assert not isinstance(value, bool)  # not a condition
+    return value
+
+
+def _holds(entry: KernelEntry, condition: Expression, values: Values, op: str) -> bool:
+    """Whether a `requires` condition holds (a build error if it cannot be evaluated)."""
+    try:
+        return bool(condition.evaluate(values))
+    except ExpressionError as err:
+        raise kernel_failure(entry, f"requires {condition.text!r}: {err}", op) from None
+
+
+def _pack_static(entry: KernelEntry, layout: BlockLayout, static: Values) -> bytes:
+    """A block that reads only values fixed at load, packed once."""
+    try:
+        return layout.pack(static)
+    except PackError as err:
+        raise kernel_failure(entry, str(err)) from None
 
 
 @dataclass
@@ -179,13 +424,8 @@ class _InputCheck:
 class _Snapshot:
     sizes: dict[str, Sizes]
     symints: dict[str, int]
-    nodes: list[tuple[str, WG, ComputePipeline | None]] = field(default_factory=list)
+    nodes: list[NodeState] = field(default_factory=list)
     updated: set[str] = field(default_factory=set)
-
-
-def descriptor_kinds(bindings: Sequence[VTensor | Buffer]) -> tuple[str, ...]:
-    """Descriptor types of a binding list: tensors are storage buffers, Buffers are UBOs."""
-    return tuple("storage" if isinstance(b, VTensor) else "uniform" for b in bindings)
 
 
 class ComputeGraph:
@@ -205,6 +445,8 @@ class ComputeGraph:
         max_workgroups_per_dim: int | None = None,
         *,
         pool: MemoryPool,
+        manifest: KernelManifest | None = None,
+        allow_adapters: bool = False,
     ) -> None:
         from vulkan_ref.ops import OP_IMPLS  # the registry imports this module
 
@@ -216,9 +458,13 @@ class ComputeGraph:
         self._device_limits = (ctx.max_invocations, ctx.max_workgroup_count)
         self.graph = graph
         self.glsl_dir = glsl_dir  # another folder laid out like glsl/; None: the repo's
+        self.manifest = manifest  # kernels replacing slots; unlisted slots: the project's
+        self.allow_adapters = allow_adapters
         # A limit below the device's, on every axis (None: the device's own).
         self.max_workgroups_per_dim = max_workgroups_per_dim
         self.pipelines = pipeline_cache(ctx)
+        self._dispatch_nodes: list[DispatchNode] = []
+        self._params_nodes: list[DispatchNode] = []  # nodes with params packed per resize
         self.tensors: dict[str, VTensor] = {}
         self.symints: dict[str, SymInt] = {}
         self.nodes: list[ExecuteNode] = []
@@ -263,16 +509,21 @@ class ComputeGraph:
         )
 
     def _allocate_descriptor_sets(self) -> None:
-        """A descriptor set per dispatch node, from the runtime's cache (see pool.py)."""
-        dispatches = [n for n in self.nodes if isinstance(n, DispatchNode)]
-        requests = []
-        for node in dispatches:
-            kinds = descriptor_kinds(node.bindings)
-            ranges = [b.buffer if isinstance(b, VTensor) else b for b in node.bindings]
-            requests.append((kinds, self.pipelines.set_layout(kinds), ranges))
+        """A descriptor set per dispatch of every kernel a node may pick, from the runtime's
+        cache (see pool.py; parts that bind the same ranges share one)."""
+        parts = [
+            part
+            for node in self._dispatch_nodes
+            for kernel in node.kernels.values()
+            for part in kernel.parts
+        ]
+        requests = [
+            (part.descriptors, self.pipelines.set_layout(part.descriptors), part.ranges)
+            for part in parts
+        ]
         acquired = self.pool.descriptors.acquire(requests)
-        for node, (key, handle) in zip(dispatches, acquired, strict=True):
-            node.descriptor_set = handle
+        for part, (key, handle) in zip(parts, acquired, strict=True):
+            part.descriptor_set = handle
             self._descriptor_keys.append(key)
 
     # ------------------------------------------------------------------ builder API
@@ -350,6 +601,12 @@ class ComputeGraph:
         self._scratch.append(tensor)
         return tensor
 
+    def create_scratch_bytes(self, owner: str, label: str, nbytes: int) -> VTensor:
+        """A private buffer of `nbytes` (an adapter's scratch): a tensor of bytes."""
+        tensor = VTensor(self.arena, f"{owner}.{label}", "uint8", 1, (nbytes,))
+        self._scratch.append(tensor)
+        return tensor
+
     def sizes_of(self, tensor: VTensor) -> Sizes:
         """Live sizes of a tensor."""
         return tensor.sizes
@@ -360,62 +617,181 @@ class ComputeGraph:
         return node
 
     def add_dispatch_node(self, node: DispatchNode) -> DispatchNode:
-        """Append a dispatch node after checking its workgroup size against the device and
-        building the pipeline of every kernel variant it may pick.
+        """Append a dispatch node after binding the kernel of every slot it may pick: the
+        manifest's entry for the slot, else the project's kernel (`vulkan_ref.binding`).
 
         Raises:
-            GraphBuildError: the workgroup size is above the device's.
-            KernelBuildError: a variant's shader does not compile (naming the node's op).
+            GraphBuildError: a kernel's workgroup size is above the device's, or the graph
+                breaks a kernel's `requires` over values fixed at load.
+            KernelBuildError: a kernel does not compile, reflect or validate, or does not fit
+                its entry (naming the node's op).
         """
-        max_invocations = self._device_limits[0]
-        if math.prod(node.local_size) > max_invocations:
-            raise GraphBuildError(
-                node.op,
-                f"local size {node.local_size} exceeds the device's "
-                f"{max_invocations} invocations per workgroup",
-            )
-        if not node.shaders:
-            raise ValueError(f"{node.op}: a dispatch node must list its kernel variants")
-        for variant in node.shaders:
+        if not node.slots:
+            raise ValueError(f"{node.op}: a dispatch node must list its slots")
+        offered = {v for slot in node.slots for v in SLOTS[slot].values}
+        unknown = sorted(set(node.static) - offered)
+        if unknown:
+            raise ValueError(f"{node.op}: static values {unknown} are in none of its slots")
+        for slot, stem in node.slots.items():
             try:
-                self._pipeline(node, variant)
+                node.kernels[slot] = self._bind(node, slot, stem)
             except KernelBuildError as err:
                 raise err.for_op(node.op) from None
         self.nodes.append(node)
+        self._dispatch_nodes.append(node)
+        if any(part.params for k in node.kernels.values() for part in k.parts):
+            self._params_nodes.append(node)
         return node
 
-    def pipeline_for(self, node: DispatchNode) -> ComputePipeline:
-        """The pipeline of a node's current kernel."""
-        if node.kernel not in node.shaders:
-            raise ValueError(
-                f"{node.op}: picked kernel {node.kernel!r}, not one of its variants "
-                f"{sorted(node.shaders)}"
-            )
-        return self._pipeline(node, node.kernel)
+    def kernel_entry(self, slot: str, stem: str) -> KernelEntry:
+        """The entry of `slot`'s kernel: the manifest's, else the project's `<stem>.comp`."""
+        entry = self.manifest.entry("vulkan", slot) if self.manifest is not None else None
+        if entry is not None:
+            return entry
+        folder = Path(self.glsl_dir) if self.glsl_dir else vulkan_ref.spirv.GLSL_DIR
+        return project_entry(slot, folder / f"{stem}.comp")
 
-    def _pipeline(self, node: DispatchNode, variant: str) -> ComputePipeline:
-        stem = node.shaders[variant]
-        pipeline = self.pipelines.get(
-            ShaderKey(
-                kernel=stem,
-                defines=(),
-                descriptors=descriptor_kinds(node.bindings),
-                push_constant_size=node.push_constant_size,
-                local_size=node.local_size,
-                spec_constants=node.spec_constants,
-                glsl_dir=self.glsl_dir,
-            )
+    def _bind(self, node: DispatchNode, slot: str, stem: str) -> SlotKernel:
+        """Bind one slot's kernel for `node`: resolve it, build its pipeline per dispatch."""
+        entry = self.kernel_entry(slot, stem)
+        interface = SLOTS[slot]
+        static: dict[str, Value] = {k: v for k, v in node.static.items() if k in interface.values}
+        static[MAX_WORKGROUPS_VALUE] = self.workgroup_limits[0]
+        adapter = None
+        tensors: dict[str, VTensor] = dict(node.tensors)
+        scratch: tuple[str, ...] = ()
+        if entry.adapter is not None:
+            adapter, extra = self._adapter(node, entry, static)
+            tensors.update(extra)
+            scratch = tuple(extra)
+        resolved = resolve_kernel(self.pipelines, entry, scratch)
+
+        live_requires = []
+        for condition in entry.requires:
+            if not condition.names <= static.keys():
+                live_requires.append(condition)
+            elif not _holds(entry, condition, static, node.op):
+                shown = ", ".join(f"{n} = {static[n]}" for n in sorted(condition.names))
+                raise GraphBuildError(
+                    node.op,
+                    f"vulkan: the kernel of slot {slot} ({entry.source}) requires "
+                    f"{condition.text}, which this graph breaks ({shown})",
+                )
+
+        spec: list[SpecValue] = []
+        for spec_id, (fmt, expr) in sorted(resolved.spec.items()):
+            live = sorted(expr.names - static.keys())
+            if live:
+                raise kernel_failure(
+                    entry,
+                    f"specialization constant {spec_id} = {expr.text!r} reads {', '.join(live)}, "
+                    "which change with the live sizes; a specialization constant is fixed when "
+                    f"the pipeline is built, at load (values fixed at load: "
+                    f"{', '.join(sorted(static))})",
+                )
+            value = _evaluate_static(entry, expr, static, f"specialization constant {spec_id}")
+            spec.append((spec_id, fmt, spec_value(entry, spec_id, fmt, value)))
+        chosen = {spec_id: value for spec_id, _, value in spec}
+        ids, defaults = resolved.local_size_ids, resolved.local_size_defaults
+        local = tuple(
+            int(chosen[i]) if i is not None and i in chosen else default
+            for i, default in zip(ids, defaults, strict=True)
         )
-        if pipeline.messages:  # the validation layer refused the shader or its pipeline
-            shader = Path(self.glsl_dir) if self.glsl_dir else vulkan_ref.spirv.GLSL_DIR
-            raise KernelBuildError(
-                "vulkan",
-                stem,
-                str(shader / f"{stem}.comp"),
-                "\n".join(pipeline.messages),
-                op=node.op,
+        local_size: WG = (local[0], local[1], local[2])
+        max_invocations = self._device_limits[0]
+        if min(local_size) < 1 or math.prod(local_size) > max_invocations:
+            raise GraphBuildError(
+                node.op,
+                f"vulkan: the kernel of slot {slot} ({entry.source}) has local size "
+                f"{local_size}; the device allows 1 to {max_invocations} invocations per "
+                "workgroup",
             )
-        return pipeline
+
+        parts = []
+        for index, dispatch in enumerate(resolved.dispatches):
+            ranges: list[BoundRange] = []
+            params: list[ParamsUBO] = []
+            for b in dispatch.bindings:
+                if b.kind == "storage":
+                    ranges.append(self._role(node, tensors, b.target).buffer)
+                elif b.target.endswith(META_SUFFIX):
+                    ranges.append(self._role(node, tensors, b.target[: -len(META_SUFFIX)]).meta)
+                elif b.single_value is not None and b.single_value in node.uniforms:
+                    ranges.append(node.uniforms[b.single_value])
+                else:
+                    assert b.params is not None
+                    ubo = ParamsUBO(self.arena.uniform(b.params.size), b.params)
+                    ranges.append(ubo.buffer)
+                    if b.params.names <= static.keys():  # fixed at load: packed once
+                        ubo.written = _pack_static(entry, b.params, static)
+                        ubo.buffer.write(0, ubo.written)
+                    else:
+                        params.append(ubo)
+            push = dispatch.push
+            push_data = None
+            if push is not None and push.names <= static.keys():
+                push_data = _pack_static(entry, push, static)
+            descriptors = tuple((b.binding, b.kind) for b in dispatch.bindings)
+            key = ShaderKey(
+                resolved.kernel.sha256,
+                entry.entry,
+                descriptors,
+                push.size if push is not None else 0,
+                tuple(spec),
+            )
+            pipeline = self.pipelines.get(key, resolved.kernel.code)
+            if pipeline.messages:  # the validation layer refused the shader or its pipeline
+                raise kernel_failure(entry, "\n".join(pipeline.messages))
+            parts.append(
+                BoundPart(
+                    index,
+                    pipeline,
+                    descriptors,
+                    tuple(ranges),
+                    dispatch.count,
+                    push,
+                    push_data,
+                    tuple(params),
+                )
+            )
+        return SlotKernel(
+            slot, entry, local_size, static, tuple(parts), tuple(live_requires), adapter
+        )
+
+    def _role(self, node: DispatchNode, tensors: Mapping[str, VTensor], role: str) -> VTensor:
+        tensor = tensors.get(role)
+        if tensor is None:  # the op module's bug: it must hand every role of its slots
+            raise ValueError(f"{node.op}: no tensor for role {role!r} (given: {sorted(tensors)})")
+        return tensor
+
+    def _adapter(
+        self, node: DispatchNode, entry: KernelEntry, static: Mapping[str, Value]
+    ) -> tuple[KernelAdapter, dict[str, VTensor]]:
+        """The entry's adapter for this node and its scratch buffers, by role."""
+        assert entry.adapter is not None
+        if not self.allow_adapters:  # VulkanRuntime refuses such a manifest before this
+            raise RuntimeError(f"vulkan: adapter {entry.adapter} given without allow_adapters")
+        cls = load_adapter(entry.adapter)
+        adapter = _call_adapter(node.op, entry, "__init__", cls, dict(static))
+        sizes = _call_adapter(node.op, entry, "scratch", adapter.scratch)
+        if not isinstance(sizes, Mapping):
+            raise _adapter_failure(node.op, entry, f"scratch() returned {sizes!r}, not a mapping")
+        taken = {*node.tensors, *SLOTS[entry.slot].tensors, PARAMS_TARGET}
+        scratch: dict[str, VTensor] = {}
+        for role, nbytes in sizes.items():
+            if not isinstance(role, str) or not role.isidentifier() or role in taken:
+                raise _adapter_failure(
+                    node.op,
+                    entry,
+                    f"scratch() names {role!r}; a scratch role is a new name (taken: "
+                    f"{', '.join(sorted(taken))})",
+                )
+            if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
+                raise _adapter_failure(
+                    node.op, entry, f"scratch() gives {role} {nbytes!r} bytes; expected an int >= 1"
+                )
+            scratch[role] = self.create_scratch_bytes(node.op, f"{entry.slot}.{role}", nbytes)
+        return adapter, scratch
 
     def virtual_resize(self, tensor: VTensor, sizes: Sequence[int]) -> None:
         """Set a tensor's live sizes; records it as updated only when they change."""
@@ -438,11 +814,7 @@ class ComputeGraph:
         return _Snapshot(
             sizes={n: t.sizes for n, t in self.tensors.items()},
             symints={n: s.value for n, s in self.symints.items()},
-            nodes=[
-                (n.kernel, n.global_size, n.pipeline)
-                for n in self.nodes
-                if isinstance(n, DispatchNode)
-            ],
+            nodes=[n.state for n in self._dispatch_nodes],
             updated=set(self.updated),
         )
 
@@ -451,11 +823,18 @@ class ComputeGraph:
             self.tensors[name].virtual_resize(sizes)
         for name, value in snap.symints.items():
             self.symints[name].set(value)
-        dispatches = [n for n in self.nodes if isinstance(n, DispatchNode)]
-        for node, (kernel, global_size, pipeline) in zip(dispatches, snap.nodes, strict=True):
-            node.kernel, node.global_size, node.pipeline = kernel, global_size, pipeline
+        for node, state in zip(self._dispatch_nodes, snap.nodes, strict=True):
+            node.state = state
         # Back to what was pending before the step (everything, before the first execute).
         self.updated = set(snap.updated)
+
+    def _write_params(self) -> None:
+        """Write the params uniforms this step's resize packed (once it succeeded)."""
+        for node in self._params_nodes:
+            for ubo, data in node.state.params:
+                if data != ubo.written:
+                    ubo.buffer.write(0, data)
+                    ubo.written = data
 
     def _check_symint_range(self) -> None:
         """Refuse a SymInt the int32 UBO cannot hold, once every op's own checks passed."""
@@ -483,26 +862,42 @@ class ComputeGraph:
         limit = self.max_workgroups_per_dim
         return (min(device[0], limit), min(device[1], limit), min(device[2], limit))
 
-    def _grids(self) -> list[WG | None]:
-        """The physical grid of every dispatch node (None: skipped) for the live sizes.
+    def _grids(self) -> list[list[WG | None]]:
+        """Per dispatch node, the physical grid of each dispatch of its kernel (None:
+        skipped) for the live sizes.
 
         Raises:
-            InputError: a count no grid within the limits can hold (reason "grid_limit",
-                the op as subject).
+            InputError: a count no grid within the limits can hold, or (a kernel that does
+                not fold) one past the per-dimension limit (reason "grid_limit", the op as
+                subject).
         """
         limits = self.workgroup_limits
-        grids: list[WG | None] = []
-        for node in self.nodes:
-            if not isinstance(node, DispatchNode):
-                continue
-            count = node.logical_count
-            if count == (0, 0, 0):
-                grids.append(None)
-                continue
-            try:
-                grids.append(_fold(count, limits))
-            except ValueError as err:
-                raise InputError(node.op, "grid_limit", f"vulkan: {node.op}: {err}") from None
+        grids: list[list[WG | None]] = []
+        for node in self._dispatch_nodes:
+            kernel = node.state.kernel
+            assert kernel is not None  # every node resized before the first execute
+            fold = kernel.entry.fold
+            node_grids: list[WG | None] = []
+            for count in node.state.counts:
+                if count == _SKIPPED:
+                    node_grids.append(None)
+                    continue
+                if all(c <= lim for c, lim in zip(count, limits, strict=True)):
+                    node_grids.append(count)
+                    continue
+                if not fold or count[1:] != (1, 1):
+                    raise InputError(
+                        node.op,
+                        "grid_limit",
+                        f"vulkan: {node.op}: {count} workgroups of slot {kernel.slot} exceed "
+                        f"the limits {limits}, and its kernel ({kernel.entry.source}) does not "
+                        "fold a 1-D count (fold = false)",
+                    )
+                try:
+                    node_grids.append(_fold(count, limits))
+                except ValueError as err:
+                    raise InputError(node.op, "grid_limit", f"vulkan: {node.op}: {err}") from None
+            grids.append(node_grids)
         return grids
 
     def allocation_nbytes(self, name: str) -> int:
@@ -593,6 +988,7 @@ class ComputeGraph:
             raise
         for symint in self.symints.values():
             symint.flush()
+        self._write_params()
         self.updated.clear()
 
         staging_plan = _StagingPlan()
@@ -731,7 +1127,7 @@ class ComputeGraph:
         writes: _Writes,
         reads: _Reads,
         fill: Mapping[str, tuple[int, int]],
-        grids: Sequence[WG | None],
+        grids: Sequence[Sequence[WG | None]],
     ) -> list[DispatchRecord]:
         cb = self.pool.command_buffer
         vk.vkBeginCommandBuffer(cb, _ONE_TIME)
@@ -748,7 +1144,7 @@ class ComputeGraph:
         writes: _Writes,
         reads: _Reads,
         fill: Mapping[str, tuple[int, int]],
-        grids: Sequence[WG | None],
+        grids: Sequence[Sequence[WG | None]],
     ) -> list[DispatchRecord]:
         block = self.arena.block
         assert block is not None
@@ -777,45 +1173,42 @@ class ComputeGraph:
             vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
         )
         records: list[DispatchRecord] = []
-        dispatches = [node for node in self.nodes if isinstance(node, DispatchNode)]
-        for node, grid in zip(dispatches, grids, strict=True):
-            count = node.logical_count
-            if grid is None:
-                records.append(
-                    DispatchRecord(node.op, node.kernel, node.local_size, count, count, False)
-                )
-                continue
-            assert node.pipeline is not None
-            vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, node.pipeline.handle)
-            vk.vkCmdBindDescriptorSets(
-                cb,
-                vk.VK_PIPELINE_BIND_POINT_COMPUTE,
-                node.pipeline.layout,
-                0,
-                1,
-                [node.descriptor_set],
-                0,
-                None,
-            )
-            if node.push_constants is not None:
-                data = node.push_constants(self)
-                vk.vkCmdPushConstants(
+        for node, node_grids in zip(self._dispatch_nodes, grids, strict=True):
+            state = node.state
+            kernel = state.kernel
+            assert kernel is not None
+            local = kernel.local_size
+            pushes = iter(state.push)
+            for part, count, grid in zip(kernel.parts, state.counts, node_grids, strict=True):
+                push = next(pushes) if part.push is not None else None
+                if grid is None:
+                    records.append(DispatchRecord(node.op, kernel.slot, local, count, count, False))
+                    continue
+                handle, layout = part.pipeline.handle, part.pipeline.layout
+                vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, handle)
+                vk.vkCmdBindDescriptorSets(
                     cb,
-                    node.pipeline.layout,
-                    vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                    vk.VK_PIPELINE_BIND_POINT_COMPUTE,
+                    layout,
                     0,
-                    len(data),
-                    vk.ffi.new("char[]", data),
+                    1,
+                    [part.descriptor_set],
+                    0,
+                    None,
                 )
-            vk.vkCmdDispatch(cb, *grid)
-            self._barrier(
-                cb,
-                vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                vk.VK_ACCESS_SHADER_WRITE_BIT,
-                vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
-            )
-            records.append(DispatchRecord(node.op, node.kernel, node.local_size, count, grid, True))
+                if push is not None:
+                    assert part.push is not None
+                    size = part.push.size
+                    vk.vkCmdPushConstants(cb, layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, size, push)
+                vk.vkCmdDispatch(cb, *grid)
+                self._barrier(
+                    cb,
+                    vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                    vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                    vk.VK_ACCESS_SHADER_WRITE_BIT,
+                    vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
+                )
+                records.append(DispatchRecord(node.op, kernel.slot, local, count, grid, True))
         self._barrier(
             cb,
             vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT,
