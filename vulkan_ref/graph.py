@@ -208,12 +208,13 @@ class SlotKernel:
 
 @dataclass(frozen=True)
 class NodeState:
-    """What a dispatch node's last resize chose: the slot's kernel, each of its dispatches'
-    logical count ((0, 0, 0): skipped), push constants and params bytes to write."""
+    """What a dispatch node's last resize chose: the slot's kernel, and per dispatch of it
+    the logical count ((0, 0, 0): skipped) and push constants (None: none, or skipped);
+    the params bytes to write."""
 
     kernel: SlotKernel | None = None
     counts: tuple[WG, ...] = ()
-    push: tuple[CData, ...] = ()
+    push: tuple[CData | None, ...] = ()
     params: tuple[tuple[ParamsUBO, bytes], ...] = ()
 
 
@@ -278,7 +279,8 @@ class DispatchNode(ExecuteNode):
         if kernel.adapter is not None:
             values.update(_adapter_values(self.op, kernel, values))
         if values["workgroups"] == 0:  # the op skips the slot: every dispatch of its kernel
-            return NodeState(kernel, (_SKIPPED,) * len(kernel.parts))
+            skipped = len(kernel.parts)
+            return NodeState(kernel, (_SKIPPED,) * skipped, (None,) * skipped)
         try:
             for condition in kernel.live_requires:
                 if not condition.evaluate(values):
@@ -289,18 +291,20 @@ class DispatchNode(ExecuteNode):
                         f"vulkan: {self.op}: the kernel of slot {slot} ({entry.source}) "
                         f"requires {condition.text} ({shown})",
                     )
-            counts = []
-            pushes = []
+            counts: list[WG] = []
+            pushes: list[CData | None] = []
             params = []
             for part in kernel.parts:
                 count = _count(part.count, values)
                 counts.append(count)
-                if part.push is not None:
-                    data = part.push_data or part.push.pack(values)
-                    pushes.append(_push_data(data))
-                for ubo in part.params:
-                    if count != _SKIPPED:
-                        params.append((ubo, ubo.layout.pack(values)))
+                if count == _SKIPPED:
+                    pushes.append(None)
+                    continue
+                push = part.push
+                pushes.append(
+                    None if push is None else _push_data(part.push_data or push.pack(values))
+                )
+                params += [(ubo, ubo.layout.pack(values)) for ubo in part.params]
         except (ExpressionError, PackError) as err:
             raise kernel_failure(entry, str(err), self.op) from None
         return NodeState(kernel, tuple(counts), tuple(pushes), tuple(params))
@@ -1178,9 +1182,9 @@ class ComputeGraph:
             kernel = state.kernel
             assert kernel is not None
             local = kernel.local_size
-            pushes = iter(state.push)
-            for part, count, grid in zip(kernel.parts, state.counts, node_grids, strict=True):
-                push = next(pushes) if part.push is not None else None
+            for part, count, grid, push in zip(
+                kernel.parts, state.counts, node_grids, state.push, strict=True
+            ):
                 if grid is None:
                     records.append(DispatchRecord(node.op, kernel.slot, local, count, count, False))
                     continue

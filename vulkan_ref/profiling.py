@@ -182,8 +182,7 @@ def part_recorder(graph: ComputeGraph, node: DispatchNode, index: int) -> Record
     part = state.kernel.parts[index]
     pipeline = part.pipeline
     grid = _fold(state.counts[index], graph.ctx.max_workgroup_count)
-    pushing = [i for i, p in enumerate(state.kernel.parts) if p.push is not None]
-    push = state.push[pushing.index(index)] if index in pushing else None
+    push = state.push[index]
     size = part.push.size if part.push is not None else 0
 
     def record(cb: CData) -> None:
