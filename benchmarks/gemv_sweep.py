@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from webgpu_backend.ops import linear_q4gsw as wg_linear
 
     shipped_lanes, shipped_cap = wg_linear.GEMV_LANES, wg_linear.GEMV_MAX_WORKGROUPS
-    assert vk_linear.GEMV_WORKGROUP == shipped_lanes
+    assert shipped_lanes == vk_linear.GEMV_WORKGROUP
     backends = args.backends.split(",")
     dev = get_timing_device() if "webgpu" in backends else None
     ctx = get_context(False) if "vulkan" in backends else None

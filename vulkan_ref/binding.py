@@ -79,8 +79,11 @@ _SPEC_FORMATS = {"uint": "I", "int": "i", "float": "f", "bool": "?"}
 
 
 def kernel_failure(entry: KernelEntry, message: str, op: str | None = None) -> KernelBuildError:
-    """A KernelBuildError (a finding against Vulkan) about `entry`'s kernel."""
-    return KernelBuildError("vulkan", entry.slot, str(entry.source), message, op=op)
+    """A KernelBuildError (a finding against Vulkan) about `entry`'s kernel: the kernel is
+    its file's stem (as for a shader glslc refuses), the message opens with the slot."""
+    if not message.startswith(f"{entry.slot}: "):
+        message = f"{entry.slot}: {message}"
+    return KernelBuildError("vulkan", entry.source.stem, str(entry.source), message, op=op)
 
 
 _PROJECT_ENTRIES: dict[tuple[str, Path], KernelEntry] = {}
@@ -384,8 +387,9 @@ def _resolve(entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str])
         if b.kind not in ("storage_buffer", "uniform_buffer") or b.block is None:
             raise kernel_failure(
                 entry,
-                f"binding {b.binding} ({binding_name(b)!r}) of {source} is a {b.kind}; the "
-                "runtime binds storage and uniform buffers only",
+                f"binding {b.binding} ({binding_name(b)!r}) of {source} is a "
+                f"{b.kind.replace('_', ' ')} descriptor; the runtime binds storage and uniform "
+                "buffers only",
             )
     declared = [(b.binding, binding_name(b)) for b in reflection.bindings]
     roles = {*entry.interface.tensors, *scratch}
@@ -393,6 +397,8 @@ def _resolve(entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str])
     dispatches = []
     for index, dispatch in enumerate(entry.dispatches):
         targets = entry.resolve_bindings(declared, dispatch=index, scratch=scratch)
+        for b in reflection.bindings:
+            _check_kind(entry, b, targets[b.binding], roles)
         params_blocks = [b for b in reflection.bindings if targets[b.binding] == PARAMS_TARGET]
         params_members = [
             _member_name(m, i)
@@ -408,32 +414,11 @@ def _resolve(entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str])
         for b in reflection.bindings:
             assert b.block is not None  # checked above
             target = targets[b.binding]
-            shown = f"binding {b.binding} ({binding_name(b)!r}) of {source}"
             if target in roles:
-                if b.kind != "storage_buffer":
-                    raise kernel_failure(
-                        entry,
-                        f"{shown} is a uniform buffer, but {target!r} is a tensor (a storage "
-                        "buffer); map a params block with bindings = "
-                        f'{{ {binding_name(b) or b.binding} = "params" }}',
-                    )
                 bindings.append(ResolvedBinding(b.binding, "storage", target))
             elif target.endswith(META_SUFFIX):
-                if b.kind != "uniform_buffer" or b.block.size > META_NBYTES:
-                    raise kernel_failure(
-                        entry,
-                        f"{shown} is a {b.kind.replace('_', ' ')} of {b.block.size} bytes, but "
-                        f"{target!r} is the project's TensorMeta uniform ({META_NBYTES} bytes: "
-                        "glsl/include/tensor_meta.glslh)",
-                    )
                 bindings.append(ResolvedBinding(b.binding, "uniform", target))
             else:
-                if b.kind != "uniform_buffer":
-                    raise kernel_failure(
-                        entry,
-                        f"{shown} is a storage buffer, but 'params' is a uniform buffer packed "
-                        f"from values; map it to a role (roles: {', '.join(sorted(roles))})",
-                    )
                 what = f"params (binding {b.binding})"
                 ours = {
                     _member_name(m, i): filled[_member_name(m, i)]
@@ -458,7 +443,11 @@ def _resolve(entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str])
         dispatches.append(ResolvedDispatch(tuple(bindings), push, count))
 
     local_ids = tuple(d.spec_id for d in reflection.local_size)
-    spec_declared = [(s.id, s.name) for s in reflection.spec_constants]
+    spec_declared = [  # the local size's own unnamed constants are listed as such
+        (s.id, s.name)
+        for s in reflection.spec_constants
+        if s.name is not None or s.id not in local_ids
+    ]
     chosen = entry.resolve_spec(spec_declared, [i for i in local_ids if i is not None])
     types = {s.id: s.type for s in reflection.spec_constants}
     spec: dict[int, tuple[str, Expression]] = {}
@@ -487,6 +476,36 @@ def _resolve(entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str])
         tuple(dispatches),
         frozenset(names),
     )
+
+
+def _check_kind(entry: KernelEntry, b: DescriptorBinding, target: str, roles: set[str]) -> None:
+    """A binding's kind fits its target: a storage buffer for a tensor, a uniform block for
+    TensorMeta (as large at most) or params."""
+    assert b.block is not None
+    shown = f"binding {b.binding} ({binding_name(b)!r}) of {entry.source}"
+    if target in roles:
+        if b.kind != "storage_buffer":
+            mapping = f'{{ {binding_name(b) or b.binding} = "params" }}'
+            raise kernel_failure(
+                entry,
+                f"{shown} is a uniform buffer, but {target!r} is a tensor (a storage buffer); "
+                f"map a params block with bindings = {mapping}",
+            )
+    elif target.endswith(META_SUFFIX):
+        meta = f"{target!r} is the project's TensorMeta uniform ({META_NBYTES} bytes, "
+        meta += "glsl/include/tensor_meta.glslh)"
+        if b.kind != "uniform_buffer":
+            raise kernel_failure(entry, f"{shown} is a storage buffer, but {meta}")
+        if b.block.size > META_NBYTES:
+            raise kernel_failure(
+                entry, f"{shown} is a uniform block of {b.block.size} bytes, but {meta}"
+            )
+    elif b.kind != "uniform_buffer":
+        raise kernel_failure(
+            entry,
+            f"{shown} is a storage buffer, but 'params' is a uniform buffer packed from "
+            f"values; map it to a role (roles: {', '.join(sorted(roles))})",
+        )
 
 
 def _single_value(layout: BlockLayout) -> str | None:

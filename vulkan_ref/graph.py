@@ -373,10 +373,11 @@ def _adapter_values(op: str, kernel: SlotKernel, values: Mapping[str, Value]) ->
 
 
 def _adapter_failure(op: str | None, entry: KernelEntry, message: str) -> KernelBuildError:
+    """A build error of `entry`'s kernel caused by its adapter (the file named is the
+    adapter's)."""
     assert entry.adapter is not None
-    return KernelBuildError(
-        "vulkan", entry.slot, str(entry.adapter.file), f"adapter {entry.adapter}: {message}", op=op
-    )
+    text = f"{entry.slot}: adapter {entry.adapter}: {message}"
+    return KernelBuildError("vulkan", entry.source.stem, str(entry.adapter.file), text, op=op)
 
 
 def _call_adapter(
@@ -386,7 +387,9 @@ def _call_adapter(
     try:
         return fn(*args)
     except Exception as err:  # the user's code: anything it raises is its finding
-        text = "".join(traceback.format_exception(err)).rstrip()
+        # The user's frames: the first is this call.
+        text = "".join(traceback.format_exception(type(err), err, err.__traceback__.tb_next))
+        text = text.rstrip()
         message = f"{what} raised {type(err).__name__}: {err}\n{text}"
         raise _adapter_failure(op, entry, message) from None
 
