@@ -1,4 +1,4 @@
-"""Host time per step: `python -m benchmarks.step_host_time` (measured, never asserted).
+"""Host time per step: `python -m benchmarks.vulkan_step_host_time` (measured, never asserted).
 
 Loads the same deterministic set of generated cases (`--families decoder` by default) on the
 Vulkan runtime and runs every step of each, as a parity run does. Per accepted step it takes

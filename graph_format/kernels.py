@@ -9,11 +9,9 @@ by the same dataclasses (`builtin_entry`), so a backend binds every kernel throu
 reflect the kernel, then ask its `KernelEntry` what fills each declaration.
 
 This module is the shared DATA layer: the file format, its frozen dataclasses, a safe
-expression evaluator and the rules that fill a kernel's declarations by name, and the
-interface of a manifest's Python adapter (`KernelAdapter`, imported by `load_adapter`; a
-backend runs one only when asked to). It knows no backend API; what a kernel declares comes
-in as plain names and indices from each backend's own reflection.
-docs/bring-your-own-kernels.md is the reference for users.
+expression evaluator and the rules that fill a kernel's declarations by name. It knows no
+backend API; what a kernel declares comes in as plain names and indices from each backend's
+own reflection. docs/bring-your-own-kernels.md is the reference for users.
 """
 
 from __future__ import annotations
@@ -27,12 +25,12 @@ import re
 import sys
 import tomllib
 import traceback
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import Any, ClassVar, Literal, Protocol, cast
 
-from graph_format.errors import GraphFormatError, ParityError
+from graph_format.errors import GraphBuildError, GraphFormatError, ParityError
 from graph_format.signatures import SIGNATURES, SLOTS, SlotInterface
 
 MANIFEST_FORMAT = "parity-kernels/1"
@@ -103,6 +101,25 @@ class KernelManifestError(GraphFormatError):
         self.where = where
         self.line = line
         self.what = what
+
+
+class KernelRequirementError(GraphBuildError):
+    """A kernel's declared limit (`requires`) that a graph breaks at load: an expected refusal
+    of the backend running that kernel, not of the contract.
+
+    Attributes:
+        slot: the slot.
+        requirement: the condition as written in the manifest.
+        source: the kernel's file.
+    """
+
+    def __init__(self, op: str, slot: str, requirement: str, source: Path | str) -> None:
+        super().__init__(
+            op, f"{slot}: the kernel {source} requires {requirement}, which this graph breaks"
+        )
+        self.slot = slot
+        self.requirement = requirement
+        self.source = str(source)
 
 
 class KernelInterfaceError(ParityError, ValueError):
@@ -416,85 +433,112 @@ class AdapterRef:
 
 
 class KernelAdapter(Protocol):
-    """A manifest's Python class for what a kernel's structure needs beyond expressions
-    (`adapter = "adapters.py:GemvAdapter"`): derived values and private scratch buffers.
+    """A manifest's Python class for what a manifest cannot say (`adapter = "<file>:<Class>"`):
+    derived values a kernel reads, private scratch buffers. Both backends use it alike, and
+    only when their runtime was built with `allow_adapters=True` (it runs the user's code).
 
-    A backend constructs one per op node and slot when it loads a graph, and runs adapter
-    code only when its runtime was constructed with `allow_adapters=True`.
+    Attributes:
+        provides: the names `values` adds, each filling a params (push) member of its name;
+            none of them may be a value the slot offers. Optional (default none).
     """
 
+    provides: ClassVar[tuple[str, ...]]
+
     def __init__(self, static: Mapping[str, Value]) -> None:
-        """Once per op node, at load: `static` are the slot's values that never change
-        after load (the op's own, plus `max_workgroups_per_dim`)."""
+        """Once per op node, at load: the slot's values that are fixed for the graph."""
+        ...
 
     def values(self, values: Mapping[str, Value]) -> Mapping[str, Value]:
-        """At each resize: derived values to add to the op's `values` (never one of their
-        names). The kernel's expressions, params and push members may read them."""
+        """At each resize of a step that runs the slot: the derived values (exactly the names
+        in `provides`), from the op's values (with `max_workgroups_per_dim`)."""
         ...
 
     def scratch(self) -> Mapping[str, int]:
-        """Extra private buffers, role -> bytes (asked once, after `__init__`), bound by
-        role name like the slot's tensors."""
+        """Extra private buffers, role -> bytes (asked once, after `__init__`), bound to a
+        kernel binding of the role's name (or `t_<role>`) like the slot's tensors."""
         ...
 
 
-# Adapter classes already imported, by (file, sha256 of its text): a graph is loaded many
-# times (a search shrinks a case by reloading it), the module is executed once.
-_ADAPTERS: dict[tuple[str, str], type[KernelAdapter]] = {}
+def adapter_provides(adapter: type[KernelAdapter]) -> tuple[str, ...]:
+    """The names an adapter class says its `values` adds (none when it says nothing)."""
+    return tuple(getattr(adapter, "provides", ()))
 
 
-def load_adapter(ref: AdapterRef) -> type[KernelAdapter]:
-    """Import the adapter class a manifest names, from its file (runs the module's code).
+def load_adapter(ref: AdapterRef, interface: SlotInterface | None = None) -> type[KernelAdapter]:
+    """Import the adapter class `ref` names, from its file (not from `sys.path`).
+
+    Runs the module's code: callers ask only when the user allowed adapters. Imported once
+    per file content (a module `parity_adapter_<hash>`).
+
+    Args:
+        interface: the slot it serves, to check that `provides` adds no name the slot offers.
 
     Raises:
-        KernelManifestError: the file cannot be read or imported (the message carries the
-            Python error and its line), has no such class, or the class lacks `values` or
-            `scratch`.
+        KernelManifestError: the module does not import (with its traceback), has no such
+            class, or the class lacks `values`/`scratch` or has a bad `provides`.
     """
-    path = Path(ref.file).resolve()
     where = f"adapter {ref}"
     try:
-        text = path.read_bytes()
+        code = ref.file.read_bytes()
     except OSError as err:
-        raise KernelManifestError(ref.file, f"cannot read: {err.strerror}", where=where) from None
-    key = (str(path), hashlib.sha256(text).hexdigest())
-    if key in _ADAPTERS:
-        return _ADAPTERS[key]
-    module_name = f"parity_kernel_adapter_{key[1][:16]}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    assert spec is not None and spec.loader is not None  # a .py path always has a loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses and typing look their module up
-    try:
-        spec.loader.exec_module(module)
-    except Exception as err:  # the user's module: any error it raises is bad input
-        sys.modules.pop(module_name, None)
-        frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename == str(path)]
-        line = getattr(err, "lineno", None) if isinstance(err, SyntaxError) else None
-        line = line or (frames[-1].lineno if frames else None)
-        at = f" (line {line})" if line else ""
-        raise KernelManifestError(
-            ref.file, f"cannot import {path.name}{at}: {type(err).__name__}: {err}", where=where
-        ) from None
-    cls = getattr(module, ref.name, None)
-    if not isinstance(cls, type):
+        reason = err.strerror or str(err)
+        raise KernelManifestError(ref.file, f"cannot read: {reason}", where=where) from None
+    digest = hashlib.sha256(str(ref.file.resolve()).encode() + b"\0" + code).hexdigest()[:16]
+    module_name = f"parity_adapter_{digest}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, ref.file)
+        if spec is None or spec.loader is None:
+            raise KernelManifestError(ref.file, "not a Python module", where=where)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses and the like look themselves up
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as err:  # the user's code: any failure is bad input
+            del sys.modules[module_name]
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            text = "".join(traceback.format_exception(err)).strip()
+            raise KernelManifestError(
+                ref.file, f"importing it failed:\n{text}", where=where
+            ) from None
+    found = getattr(module, ref.name, None)
+    if not isinstance(found, type):
         classes = sorted(n for n, v in vars(module).items() if isinstance(v, type))
         raise KernelManifestError(
             ref.file,
-            f"{path.name} defines no class {ref.name!r}{_suggest(ref.name, classes)} "
-            f"(classes: {', '.join(classes) or 'none'})",
+            f"expected a class {ref.name!r} in {ref.file.name}, got "
+            f"{type(found).__name__ if found is not None else 'nothing'} (classes there: "
+            f"{', '.join(classes) or 'none'})",
             where=where,
         )
-    missing = [m for m in ("values", "scratch") if not callable(getattr(cls, m, None))]
+    missing = [m for m in ("values", "scratch") if not callable(getattr(found, m, None))]
     if missing:
         raise KernelManifestError(
             ref.file,
-            f"class {ref.name} lacks {' and '.join(missing)}; an adapter defines "
-            "__init__(static), values(values) -> dict and scratch() -> dict",
+            f"class {ref.name} lacks {' and '.join(missing)}(); an adapter has __init__(static), "
+            "values(values) and scratch()",
             where=where,
         )
-    _ADAPTERS[key] = cast(type[KernelAdapter], cls)
-    return _ADAPTERS[key]
+    provides = getattr(found, "provides", ())
+    if not isinstance(provides, tuple | list) or not all(
+        isinstance(n, str) and n.isidentifier() for n in provides
+    ):
+        raise KernelManifestError(
+            ref.file,
+            f"{ref.name}.provides must be a tuple of value names, got {provides!r}",
+            where=where,
+        )
+    if interface is not None:
+        clash = [n for n in provides if n in interface.values or n in BUILTIN_NAMES]
+        if clash:
+            raise KernelManifestError(
+                ref.file,
+                f"{ref.name}.provides names {', '.join(clash)}, which slot {interface.name} "
+                "offers already; an adapter adds values, never replaces the op's",
+                where=where,
+            )
+    return cast(type[KernelAdapter], found)
 
 
 @dataclass(frozen=True)
@@ -531,17 +575,11 @@ class KernelDispatch:
         return counts[0]
 
 
-def _is_fixed_target(target: str, backend: Backend, slot: SlotInterface) -> bool:
-    """Whether `target` is "params" or (Vulkan) the meta of an op tensor: a binding target
-    that is no role."""
-    role = target.removesuffix(META_SUFFIX)
-    meta = backend == "vulkan" and role != target and role in SIGNATURES[slot.op].tensors
-    return target == PARAMS_TARGET or meta
-
-
-def _default_target(name: str, backend: Backend, slot: SlotInterface) -> str | None:
+def _default_target(
+    name: str, backend: Backend, slot: SlotInterface, extra_roles: Collection[str] = ()
+) -> str | None:
     """The target a binding called `name` takes by default, or None."""
-    for role in slot.tensors:
+    for role in (*slot.tensors, *extra_roles):
         if name in (role, f"t_{role}"):
             return role
     if name == PARAMS_TARGET or name in slot.values:  # a uniform of one value: packed too
@@ -623,18 +661,22 @@ class KernelEntry:
         *,
         dispatch: int = 0,
         block: Literal["params", "push"] = "params",
+        extra_values: Collection[str] = (),
+        layout: Mapping[str, str] | None = None,
     ) -> dict[str, Expression | None]:
         """What fills each member the kernel's params (or push-constant) block declares:
         its expression, or None for zero padding.
 
         A member takes, in order: its explicit `params.<member>` (`push.<member>`)
-        expression; zero if it is padding; the value of the same name. With an adapter, a
-        member that is no value the op offers takes the same-name value the adapter adds
-        (whether it does is known once it runs: the backend checks it then).
+        expression; zero if it is padding; the value of the same name (the op's, or one of
+        `extra_values`, the names an adapter adds).
+
+        Args:
+            layout: member -> where it lies ("u32 at offset 12"), for the error message.
 
         Raises:
             KernelInterfaceError: an explicit member the block does not declare, or a member
-                that is neither mapped, padding, nor a value the op offers.
+                that is neither mapped, padding, nor a value the op (or adapter) offers.
         """
         explicit = getattr(self.dispatches[dispatch], block)
         for member in explicit:
@@ -651,15 +693,19 @@ class KernelEntry:
                 resolved[member] = explicit[member]
             elif self.is_padding(member):
                 resolved[member] = None
-            elif member in self.interface.values or self.adapter is not None:
+            elif member in self.interface.values or member in extra_values:
                 resolved[member] = Expression.compile(member)
             else:
+                where = f" ({layout[member]})" if layout and member in layout else ""
+                offered = f"{self.interface.op} offers [{', '.join(self.interface.values)}]"
+                if extra_values:
+                    offered += f", its adapter adds [{', '.join(extra_values)}]"
                 raise KernelInterfaceError(
                     self.slot,
                     self.source,
-                    f"{block} member {member!r} of {self.source} is not a value the op offers "
-                    f"(offered: {', '.join(self.interface.values)}); map it with "
-                    f'{block}.{member} = "<expression>" or list it in padding',
+                    f"{block} member {member!r}{where} of {self.source} has no value; "
+                    f'{offered}; map it with {block}.{member} = "<expression>" or list it in '
+                    "padding",
                 )
         return resolved
 
@@ -668,26 +714,27 @@ class KernelEntry:
         declared: Sequence[tuple[int, str | None]],
         *,
         dispatch: int = 0,
-        scratch: Sequence[str] = (),
+        extra_roles: Collection[str] = (),
     ) -> dict[int, str]:
         """The target of each binding the kernel declares, as (index, name or None), by
         index: a role, "params" or (Vulkan) "<role>.meta".
 
         A binding takes, in order: an explicit `bindings` entry by index, then by name; the
-        role of its name or of its name minus a `t_` prefix (`scratch`: the roles of an
-        adapter's scratch buffers count as roles); "params" for a binding named `params` or
-        after one of the slot's values (a uniform of one value, such as the project GLSL's
-        `input_pos`); (Vulkan) `<tensor>.meta` for a name `<tensor>_meta` of an op tensor.
+        role of its name or of its name minus a `t_` prefix (the slot's roles, then
+        `extra_roles`: an adapter's scratch buffers); "params" for a binding named `params`
+        or after one of the slot's values (a uniform of one value, such as the project
+        GLSL's `input_pos`); (Vulkan) `<tensor>.meta` for a name `<tensor>_meta` of an op
+        tensor.
 
         Raises:
-            KernelInterfaceError: an explicit entry the kernel does not declare, an explicit
-                target that is no role, scratch buffer, "params" or meta, or a binding no
-                rule fills.
+            KernelInterfaceError: an explicit entry the kernel does not declare, or a binding
+                no rule fills (the message lists what the kernel declares and the roles).
         """
         explicit = self.dispatches[dispatch].bindings
         names = {name: index for index, name in declared if name is not None}
         indices = {index for index, _ in declared}
         listed = ", ".join(f"{i} {n!r}" if n else str(i) for i, n in declared) or "none"
+        roles = [*self.interface.tensors, *extra_roles]
         for key in explicit:
             if key not in (indices if isinstance(key, int) else names):
                 raise KernelInterfaceError(
@@ -696,32 +743,23 @@ class KernelEntry:
                     f"bindings.{key}: {self.source} declares no binding {key!r} "
                     f"(declared: {listed})",
                 )
-        roles = [*self.interface.tensors, *scratch]
-        for key, target in explicit.items():
-            if target not in roles and not _is_fixed_target(target, self.backend, self.interface):
-                raise KernelInterfaceError(
-                    self.slot,
-                    self.source,
-                    f"bindings.{key}: {target!r} is no role of the slot nor a scratch buffer "
-                    f"of adapter {self.adapter} (roles: {', '.join(roles)})",
-                )
         resolved: dict[int, str] = {}
         for index, name in declared:
-            found = explicit.get(index)
-            if found is None and name is not None:
-                found = explicit.get(name)
-                found = found or next((r for r in scratch if name in (r, f"t_{r}")), None)
-                found = found or _default_target(name, self.backend, self.interface)
-            if found is None:
+            target = explicit.get(index)
+            if target is None and name is not None:
+                target = explicit.get(name) or _default_target(
+                    name, self.backend, self.interface, extra_roles
+                )
+            if target is None:
                 shown = f"{index} ({name!r})" if name else f"{index} (unnamed)"
                 raise KernelInterfaceError(
                     self.slot,
                     self.source,
-                    f"binding {shown} of {self.source} fills no role of the slot (roles: "
-                    f"{', '.join(roles)}; or 'params'); map it with "
-                    f'bindings = {{ {name or index} = "<role>" }}',
+                    f"binding {shown} of {self.source} fills no role of the slot (the kernel "
+                    f"declares: {listed}; the slot's roles: {', '.join(roles)}; or 'params'); "
+                    f'map it with bindings = {{ {name or index} = "<role>" }}',
                 )
-            resolved[index] = found
+            resolved[index] = target
         return resolved
 
     def resolve_overrides(self, declared: Sequence[str]) -> dict[str, Expression]:
@@ -924,9 +962,6 @@ class _Parser:
         self.path = path
         self.folder = path.parent
         self.check_files = check_files
-        # In a section with an adapter, expressions may read the values it adds and
-        # bindings may name its scratch buffers: known once it runs, checked by the backend.
-        self.adapted = False
 
     def fail(self, where: str | None, what: str) -> KernelManifestError:
         return KernelManifestError(self.path, what, where=where)
@@ -980,7 +1015,6 @@ class _Parser:
                     f"{where}.{key}", f"not a {backend} key: {_WRONG_BACKEND[(backend, key)]}"
                 )
         self.keys(where, section, _SECTION_KEYS[backend])
-        self.adapted = "adapter" in section
         given = [k for k in _SOURCE_KEYS[backend] if k in section]
         if len(given) != 1:
             keys = " or ".join(f"{k} = ..." for k in _SOURCE_KEYS[backend])
@@ -1120,8 +1154,7 @@ class _Parser:
             targets += [t + META_SUFFIX for t in metas]
         out: dict[str | int, str] = {}
         for key, target in raw.items():
-            scratch = self.adapted and isinstance(target, str) and target.isidentifier()
-            if not isinstance(target, str) or (target not in targets and not scratch):
+            if not isinstance(target, str) or target not in targets:
                 expected = f"a role of slot {slot.name} ({', '.join(slot.tensors)}) or 'params'"
                 if backend == "vulkan":
                     expected += f", or '<tensor>.meta' of an op tensor ({', '.join(metas)})"
@@ -1145,7 +1178,7 @@ class _Parser:
         except ExpressionError as err:
             raise self.fail(where, str(err)) from None
         for name in sorted(expr.names):
-            if name not in slot.values and name not in BUILTIN_NAMES and not self.adapted:
+            if name not in slot.values and name not in BUILTIN_NAMES:
                 raise self.fail(
                     where,
                     f"{expr.text!r} reads {name!r}{_suggest(name, slot.values)}, which slot "

@@ -18,8 +18,8 @@ from typing import Any
 
 import vulkan_ref.graph
 import vulkan_ref.spirv
-import webgpu_backend.device
 import webgpu_backend.graph
+import webgpu_backend.shaders
 from graph_format import OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
@@ -36,7 +36,7 @@ def _clear_webgpu_caches() -> None:
 @contextmanager
 def wgsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
     """Load `wgsl/<stem>.wgsl` with `old` replaced by `new` (which must occur)."""
-    original = webgpu_backend.device.load_wgsl
+    original = webgpu_backend.shaders.load_wgsl
 
     def load(kernel: str, directory: Any = None) -> str:
         source = original(kernel, directory)
@@ -46,11 +46,11 @@ def wgsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
         return source
 
     _clear_webgpu_caches()
-    webgpu_backend.device.load_wgsl = load
+    webgpu_backend.shaders.load_wgsl = load  # type: ignore[assignment]
     try:
         yield
     finally:
-        webgpu_backend.device.load_wgsl = original
+        webgpu_backend.shaders.load_wgsl = original
         _clear_webgpu_caches()
 
 

@@ -261,6 +261,13 @@ def _member_name(member: BlockMember, index: int) -> str:
     return member.name if member.name is not None else str(index)
 
 
+def _where(member: BlockMember, binding: int | None = None) -> str:
+    """Where a member lies, for messages: "uint at offset 4 of binding 0"."""
+    dims = "".join(f"[{d}]" for d in member.array)
+    at = f" of binding {binding}" if binding is not None else ""
+    return f"{member.type}{dims} at offset {member.offset}{at}"
+
+
 def binding_name(b: DescriptorBinding) -> str | None:
     """A binding's name: its instance name, or the only member's of an anonymous block."""
     if b.name is not None:
@@ -351,9 +358,16 @@ class ResolvedKernel:
 
 
 def resolve_kernel(
-    cache: PipelineCache, entry: KernelEntry, scratch: Sequence[str] = ()
+    cache: PipelineCache,
+    entry: KernelEntry,
+    scratch: Sequence[str] = (),
+    provides: Sequence[str] = (),
 ) -> ResolvedKernel:
     """`entry`'s kernel compiled, reflected and resolved (once per content and context).
+
+    Args:
+        scratch: the roles of its adapter's scratch buffers.
+        provides: the values its adapter adds.
 
     Raises:
         KernelBuildError: the kernel does not compile or reflect, or a declaration does not
@@ -361,20 +375,22 @@ def resolve_kernel(
             the kernel declares and what the op offers).
     """
     kernel = compiled_kernel(cache, entry)
-    key = ("resolved", id(entry), kernel.sha256, tuple(scratch))
+    key = ("resolved", id(entry), kernel.sha256, tuple(scratch), tuple(provides))
     cached = cache.kernels.get(key)
     if isinstance(cached, tuple) and cached[0] is entry:
         found: ResolvedKernel = cached[1]
         return found
     try:
-        resolved = _resolve(entry, kernel, scratch)
+        resolved = _resolve(entry, kernel, scratch, provides)
     except KernelInterfaceError as err:
         raise kernel_failure(entry, str(err)) from None
     cache.kernels[key] = (entry, resolved)  # the entry is held: its id stays its own
     return resolved
 
 
-def _resolve(entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str]) -> ResolvedKernel:
+def _resolve(
+    entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str], provides: Sequence[str]
+) -> ResolvedKernel:
     reflection = kernel.reflection
     source = entry.source
     for b in reflection.bindings:
@@ -396,17 +412,23 @@ def _resolve(entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str])
     names: set[str] = set()
     dispatches = []
     for index, dispatch in enumerate(entry.dispatches):
-        targets = entry.resolve_bindings(declared, dispatch=index, scratch=scratch)
+        targets = entry.resolve_bindings(declared, dispatch=index, extra_roles=scratch)
         for b in reflection.bindings:
             _check_kind(entry, b, targets[b.binding], roles)
         params_blocks = [b for b in reflection.bindings if targets[b.binding] == PARAMS_TARGET]
-        params_members = [
-            _member_name(m, i)
+        params_members = {
+            _member_name(m, i): _where(m, b.binding)
             for b in params_blocks
             for i, m in enumerate(b.block.members if b.block else ())
-        ]
+        }
         filled = (
-            entry.resolve_members(params_members, dispatch=index, block="params")
+            entry.resolve_members(
+                list(params_members),
+                dispatch=index,
+                block="params",
+                extra_values=provides,
+                layout=params_members,
+            )
             if params_blocks
             else {}
         )
@@ -432,10 +454,15 @@ def _resolve(entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str])
         push = None
         if reflection.push_constants is not None:
             block = reflection.push_constants
-            members = [_member_name(m, i) for i, m in enumerate(block.members)]
-            push = _layout(
-                entry, "push", block, entry.resolve_members(members, dispatch=index, block="push")
+            members = {_member_name(m, i): _where(m) for i, m in enumerate(block.members)}
+            filled_push = entry.resolve_members(
+                list(members),
+                dispatch=index,
+                block="push",
+                extra_values=provides,
+                layout=members,
             )
+            push = _layout(entry, "push", block, filled_push)
             names |= push.names
         count = dispatch.count
         for expr in count if isinstance(count, tuple) else (count,):

@@ -35,6 +35,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -65,7 +66,9 @@ from graph_format.kernels import (
     KernelAdapter,
     KernelEntry,
     KernelManifest,
+    KernelRequirementError,
     Value,
+    adapter_provides,
     load_adapter,
 )
 from vulkan_ref.binding import (
@@ -193,6 +196,7 @@ class SlotKernel:
         live_requires: the entry's `requires` that read values of the live sizes, checked
             at each resize (those over values fixed at load were checked at load).
         adapter: the entry's adapter object, if any.
+        provides: the values its adapter adds (its class's `provides`).
         checked: whether the op's values were checked against the slot's vocabulary.
     """
 
@@ -203,6 +207,7 @@ class SlotKernel:
     parts: tuple[BoundPart, ...]
     live_requires: tuple[Expression, ...] = ()
     adapter: KernelAdapter | None = None
+    provides: frozenset[str] = frozenset()
     checked: bool = False
 
 
@@ -357,13 +362,14 @@ def _adapter_values(op: str, kernel: SlotKernel, values: Mapping[str, Value]) ->
     """The values `kernel`'s adapter derives (none of the op's names)."""
     assert kernel.adapter is not None
     entry = kernel.entry
-    derived = _call_adapter(op, entry, "values", kernel.adapter.values, values)
+    derived = _call_adapter(op, entry, "values", kernel.adapter.values, MappingProxyType(values))
     if not isinstance(derived, Mapping):
         raise _adapter_failure(op, entry, f"values() returned {derived!r}, not a mapping")
-    clash = sorted(set(derived) & set(values))
-    if clash:
+    if derived.keys() != kernel.provides:
         raise _adapter_failure(
-            op, entry, f"values() returned {', '.join(clash)}, which the op offers already"
+            op,
+            entry,
+            f"values() returned {sorted(derived)}; its provides declares {sorted(kernel.provides)}",
         )
     for name, value in derived.items():
         numbers = value if isinstance(value, tuple) else (value,)
@@ -388,8 +394,8 @@ def _call_adapter(
         return fn(*args)
     except Exception as err:  # the user's code: anything it raises is its finding
         # The user's frames: the first is this call.
-        text = "".join(traceback.format_exception(type(err), err, err.__traceback__.tb_next))
-        text = text.rstrip()
+        frames = err.__traceback__.tb_next if err.__traceback__ is not None else None
+        text = "".join(traceback.format_exception(type(err), err, frames)).rstrip()
         message = f"{what} raised {type(err).__name__}: {err}\n{text}"
         raise _adapter_failure(op, entry, message) from None
 
@@ -667,23 +673,19 @@ class ComputeGraph:
         adapter = None
         tensors: dict[str, VTensor] = dict(node.tensors)
         scratch: tuple[str, ...] = ()
+        provides: tuple[str, ...] = ()
         if entry.adapter is not None:
-            adapter, extra = self._adapter(node, entry, static)
+            adapter, provides, extra = self._adapter(node, entry, static)
             tensors.update(extra)
             scratch = tuple(extra)
-        resolved = resolve_kernel(self.pipelines, entry, scratch)
+        resolved = resolve_kernel(self.pipelines, entry, scratch, provides)
 
         live_requires = []
         for condition in entry.requires:
             if not condition.names <= static.keys():
                 live_requires.append(condition)
             elif not _holds(entry, condition, static, node.op):
-                shown = ", ".join(f"{n} = {static[n]}" for n in sorted(condition.names))
-                raise GraphBuildError(
-                    node.op,
-                    f"vulkan: the kernel of slot {slot} ({entry.source}) requires "
-                    f"{condition.text}, which this graph breaks ({shown})",
-                )
+                raise KernelRequirementError(node.op, slot, condition.text, entry.source)
 
         spec: list[SpecValue] = []
         for spec_id, (fmt, expr) in sorted(resolved.spec.items()):
@@ -762,7 +764,14 @@ class ComputeGraph:
                 )
             )
         return SlotKernel(
-            slot, entry, local_size, static, tuple(parts), tuple(live_requires), adapter
+            slot,
+            entry,
+            local_size,
+            static,
+            tuple(parts),
+            tuple(live_requires),
+            adapter,
+            frozenset(provides),
         )
 
     def _role(self, node: DispatchNode, tensors: Mapping[str, VTensor], role: str) -> VTensor:
@@ -773,13 +782,19 @@ class ComputeGraph:
 
     def _adapter(
         self, node: DispatchNode, entry: KernelEntry, static: Mapping[str, Value]
-    ) -> tuple[KernelAdapter, dict[str, VTensor]]:
-        """The entry's adapter for this node and its scratch buffers, by role."""
+    ) -> tuple[KernelAdapter, tuple[str, ...], dict[str, VTensor]]:
+        """The entry's adapter for this node, the values it adds, its scratch buffers by role.
+
+        Raises:
+            KernelManifestError: the adapter's module does not import, lacks the class, or
+                its `provides` names a value the slot offers.
+            KernelBuildError: the adapter's own code fails, or asks for bad scratch.
+        """
         assert entry.adapter is not None
         if not self.allow_adapters:  # VulkanRuntime refuses such a manifest before this
             raise RuntimeError(f"vulkan: adapter {entry.adapter} given without allow_adapters")
-        cls = load_adapter(entry.adapter)
-        adapter = _call_adapter(node.op, entry, "__init__", cls, dict(static))
+        cls = load_adapter(entry.adapter, entry.interface)
+        adapter = _call_adapter(node.op, entry, "__init__", cls, MappingProxyType(dict(static)))
         sizes = _call_adapter(node.op, entry, "scratch", adapter.scratch)
         if not isinstance(sizes, Mapping):
             raise _adapter_failure(node.op, entry, f"scratch() returned {sizes!r}, not a mapping")
@@ -798,7 +813,7 @@ class ComputeGraph:
                     node.op, entry, f"scratch() gives {role} {nbytes!r} bytes; expected an int >= 1"
                 )
             scratch[role] = self.create_scratch_bytes(node.op, f"{entry.slot}.{role}", nbytes)
-        return adapter, scratch
+        return adapter, adapter_provides(cls), scratch
 
     def virtual_resize(self, tensor: VTensor, sizes: Sequence[int]) -> None:
         """Set a tensor's live sizes; records it as updated only when they change."""

@@ -28,7 +28,12 @@ from graph_format import (
     Runtime,
     StepResult,
 )
-from graph_format.kernels import KernelManifest, KernelManifestError, load_manifest
+from graph_format.kernels import (
+    KernelManifest,
+    KernelManifestError,
+    KernelRequirementError,
+    load_manifest,
+)
 from harness.check.contract import ContractModel
 from harness.check.oracles import error_key
 from harness.check.reference import ReferenceEvaluator
@@ -320,8 +325,9 @@ BROKEN = {
         manifest=('src = "x", ', ""),
         kernel=(("} src;", "} source;"), ("src.data", "source.data")),
         words=(
-            "binding 1 ('source') of {path} fills no role of the slot (roles: out, x, weight; "
-            "or 'params'); map it with bindings = {{ source = \"<role>\" }}",
+            "binding 1 ('source') of {path} fills no role of the slot (the kernel declares: "
+            "0 'shape', 1 'source', 2 'gamma', 3 'dst'; the slot's roles: out, x, weight; or "
+            "'params'); map it with bindings = {{ source = \"<role>\" }}",
         ),
     ),
     "explicit binding by name not declared": Broken(
@@ -341,8 +347,9 @@ BROKEN = {
     "params member not offered": Broken(
         kernel=(("uint cols;\n", "uint cols;\n  uint stride;\n"),),
         words=(
-            "params member 'stride' of {path} is not a value the op offers (offered: num_rows, "
-            "row_width, eps, workgroup_size, workgroups); map it with params.stride",
+            "params member 'stride' (uint at offset 12 of binding 0) of {path} has no value; "
+            "rms_norm offers [num_rows, row_width, eps, workgroup_size, workgroups]; map it "
+            'with params.stride = "<expression>" or list it in padding',
         ),
     ),
     "explicit params member not declared": Broken(
@@ -361,8 +368,8 @@ BROKEN = {
             ("  uint lane", "  if (pc.stride == 12345u) {\n    return;\n  }\n  uint lane"),
         ),
         words=(
-            "push member 'stride' of {path} is not a value the op offers (offered: num_rows, "
-            "row_width, eps, workgroup_size, workgroups); map it with push.stride",
+            "push member 'stride' (uint at offset 0) of {path} has no value; rms_norm offers "
+            "[num_rows, row_width, eps, workgroup_size, workgroups]; map it with push.stride",
         ),
     ),
     "spec constant not declared": Broken(
@@ -440,17 +447,17 @@ BROKEN = {
         words=("expression 'num_rows / 4': gave 1.5, expected an integer",),
     ),
     "a value the adapter does not add": Broken(
-        manifest=('params.rows = "num_rows"', 'params.rows = "rows_from_adapter"'),
-        adapter="class A:\n    def __init__(self, static): pass\n"
+        kernel=(("uint cols;\n", "uint cols;\n  uint stride;\n"),),
+        adapter="class A:\n    provides = ('stride',)\n    def __init__(self, static): pass\n"
         "    def values(self, values): return {}\n    def scratch(self): return {}\n",
         when="execute",
-        words=("no value 'rows_from_adapter' (given: eps, max_workgroups_per_dim, num_rows,",),
+        words=("adapter adapters.py:A: values() returned []; its provides declares ['stride']",),
     ),
     "an adapter value named like the op's": Broken(
-        adapter="class A:\n    def __init__(self, static): pass\n"
+        adapter="class A:\n    provides = ('eps',)\n    def __init__(self, static): pass\n"
         "    def values(self, values): return {'eps': 0.5}\n    def scratch(self): return {}\n",
-        when="execute",
-        words=("adapter adapters.py:A: values() returned eps, which the op offers already",),
+        error=KernelManifestError,
+        words=("A.provides names eps, which slot rms_norm offers already",),
     ),
     "an adapter that raises": Broken(
         adapter="class A:\n    def __init__(self, static):\n        raise KeyError('cols')\n"
@@ -518,9 +525,11 @@ def test_a_requirement_on_values_fixed_at_load_refuses_the_graph(
     with pytest.raises(GraphBuildError) as info:
         runtime.load(_rms_norm_case(width=10).graph)
     assert info.value.op == "norm"
+    assert isinstance(info.value, KernelRequirementError)
+    assert (info.value.slot, info.value.requirement) == ("rms_norm", "row_width <= 8")
     assert str(info.value) == (
-        f"op 'norm': vulkan: the kernel of slot rms_norm ({tmp_path / KERNEL}) requires "
-        "row_width <= 8, which this graph breaks (row_width = 10)"
+        f"op 'norm': rms_norm: the kernel {tmp_path / KERNEL} requires row_width <= 8, which "
+        "this graph breaks"
     )
     runtime.load(_rms_norm_case(width=6).graph).close()  # a width it takes
 

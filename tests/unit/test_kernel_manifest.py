@@ -14,10 +14,12 @@ import tomli_w
 from graph_format import SLOTS
 from graph_format.kernels import (
     MANIFEST_NAME,
+    AdapterRef,
     Expression,
     ExpressionError,
     KernelInterfaceError,
     KernelManifestError,
+    adapter_provides,
     builtin_entry,
     load_adapter,
     load_manifest,
@@ -253,12 +255,9 @@ def test_a_manifest_round_trips_through_toml(folder: Path) -> None:
     assert load_manifest(folder / MANIFEST_NAME) == manifest  # the file itself, too
 
 
-def _edit(old: str, new: str, *, adapter: bool = True) -> str:
-    """SAMPLE with one edit; without its gemv section's adapter if `adapter` is False (with
-    one, expressions may read the values it adds and bindings name its scratch buffers)."""
+def _edit(old: str, new: str) -> str:
     assert old in SAMPLE, old
-    text = SAMPLE.replace(old, new, 1)
-    return text if adapter else text.replace('adapter = "adapters.py:GemvAdapter"\n', "")
+    return SAMPLE.replace(old, new, 1)
 
 
 @pytest.mark.parametrize(
@@ -282,7 +281,7 @@ def _edit(old: str, new: str, *, adapter: bool = True) -> str:
             "unknown key 'fodl' (did you mean 'fold'?)",
         ),
         (
-            _edit('t_in = "x"', 't_in = "input"', adapter=False),
+            _edit('t_in = "x"', 't_in = "input"'),
             "webgpu.q4gsw_gemv.bindings.t_in",
             "expected a role of slot q4gsw_gemv (out, x, weight, scales, bias) or 'params', "
             "got string 'input'",
@@ -298,13 +297,13 @@ def _edit(old: str, new: str, *, adapter: bool = True) -> str:
             "or '<tensor>.meta' of an op tensor (x, weight, out), got string 'scores.meta'",
         ),
         (
-            _edit('"k_words * 4"', '"K * 4"', adapter=False),
+            _edit('"k_words * 4"', '"K * 4"'),
             "webgpu.q4gsw_gemv.params.K_bytes",
             "'K * 4' reads 'K' (did you mean 'k'?), which slot q4gsw_gemv does not offer; "
             "expected one of m, n, k,",
         ),
         (
-            _edit('"ceil(n / 2)"', '"ceil(cols / 2)"', adapter=False),
+            _edit('"ceil(n / 2)"', '"ceil(cols / 2)"'),
             "webgpu.q4gsw_gemv.dispatch",
             "reads 'cols'",
         ),
@@ -346,7 +345,7 @@ def _edit(old: str, new: str, *, adapter: bool = True) -> str:
             "a comparison is not allowed",
         ),
         (
-            _edit('"k % 32 == 0 and n >= 2"', '"k % 32 == 0 and nn >= 2"', adapter=False),
+            _edit('"k % 32 == 0 and n >= 2"', '"k % 32 == 0 and nn >= 2"'),
             "webgpu.q4gsw_gemv.requires[0]",
             "reads 'nn'",
         ),
@@ -445,20 +444,20 @@ def test_params_members_fill_by_rename_padding_and_name(folder: Path) -> None:
         "K_bytes": Expression("k_words * 4"),
         "_pad0": None,
     }
-    # With an adapter, a member no value fills is taken from the values the adapter adds
-    # (the backend checks them when it runs); without one it is an error at once.
-    assert gemv.resolve_members(["m", "K_bytes", "k_bytes"])["k_bytes"] == Expression("k_bytes")
-    plain = parse_manifest(
-        _edit("fold = true", "fold = true", adapter=False), folder / MANIFEST_NAME
-    )
-    plain_gemv = plain.entry("webgpu", "q4gsw_gemv")
-    assert plain_gemv is not None and plain_gemv.adapter is None
     with pytest.raises(
         KernelInterfaceError,
-        match=r"params member '_pad1' of .*gemv.wgsl is not a value the op offers "
-        r"\(offered: m, n, k,",
+        match=r"params member '_pad1' \(u32 at offset 8\) of .*gemv.wgsl has no value; "
+        r"linear_q4gsw offers \[m, n, k, .*\]; map it with params._pad1 = \"<expression>\"",
     ):
-        plain_gemv.resolve_members(["m", "K_bytes", "_pad1"])
+        gemv.resolve_members(["m", "K_bytes", "_pad1"], layout={"_pad1": "u32 at offset 8"})
+    # An adapter's values fill members of their names (and only with the adapter).
+    assert gemv.resolve_members(["m", "K_bytes", "blocks"], extra_values=["blocks"]) == {
+        "m": Expression("m"),
+        "K_bytes": Expression("k_words * 4"),
+        "blocks": Expression("blocks"),
+    }
+    with pytest.raises(KernelInterfaceError, match=r"its adapter adds \[blocks\]"):
+        gemv.resolve_members(["m", "K_bytes", "_pad1"], extra_values=["blocks"])
     with pytest.raises(
         KernelInterfaceError,
         match=r"params\.K_bytes: the params block of .* declares no member 'K_bytes' "
@@ -478,8 +477,14 @@ def test_bindings_fill_by_index_name_and_default(folder: Path) -> None:
         4: "bias",
         5: "params",
     }
-    with pytest.raises(KernelInterfaceError, match=r"binding 6 \('extra'\) of .* fills no role"):
+    with pytest.raises(
+        KernelInterfaceError,
+        match=r"binding 6 \('extra'\) of .* fills no role of the slot \(the kernel declares: "
+        r"0 't_out', .*, 6 'extra'; the slot's roles: out, x, weight, scales, bias; or 'params'\)",
+    ):
         gemv.resolve_bindings([*declared, (6, "extra")])
+    # An adapter's scratch buffers are roles too, by the same name rule.
+    assert gemv.resolve_bindings([*declared, (6, "t_extra")], extra_roles=["extra"])[6] == "extra"
     undeclared = r"bindings\.t_in: .* declares no binding 't_in'"
     with pytest.raises(KernelInterfaceError, match=undeclared):
         gemv.resolve_bindings([(0, "t_out"), (5, "u")])
@@ -629,64 +634,65 @@ def test_the_reference_s_example_manifest_parses() -> None:
     assert manifest.slots("vulkan") == ("rms_norm",)
 
 
-# --- adapters -----------------------------------------------------------------------------------
+# --- adapters ---------------------------------------------------------------------------------
 
-ADAPTER = """\
-class GemvAdapter:
+GOOD_ADAPTER = """\
+class Blocks:
+    provides = ("blocks",)
+
     def __init__(self, static):
-        self.k = static["k"]
+        self.width = static["embed_dim"]
 
     def values(self, values):
-        return {"k_bytes": values["k_words"] * 4}
+        return {"blocks": values["numel"] // 32}
 
     def scratch(self):
-        return {"partials": 4 * self.k}
+        return {"tmp": 4 * self.width}
 """
 
 
-def test_an_adapter_is_imported_from_its_file_once(folder: Path) -> None:
-    (folder / "adapters.py").write_text(ADAPTER)
-    gemv = _entry(folder, "webgpu", "q4gsw_gemv")
-    assert gemv.adapter is not None
-    cls = load_adapter(gemv.adapter)
-    adapter = cls({"k": 64})
-    assert adapter.values({"k_words": 8}) == {"k_bytes": 32}
-    assert adapter.scratch() == {"partials": 256}
-    assert load_adapter(gemv.adapter) is cls  # the module ran once
+def _adapter_ref(tmp_path: Path, code: str, name: str = "Blocks") -> AdapterRef:
+    (tmp_path / "adapters.py").write_text(code)
+    return AdapterRef(tmp_path / "adapters.py", name)
+
+
+def test_an_adapter_loads_from_its_file(tmp_path: Path) -> None:
+    cls = load_adapter(_adapter_ref(tmp_path, GOOD_ADAPTER), SLOTS["embedding_q4gsw"])
+    assert adapter_provides(cls) == ("blocks",)
+    adapter = cls({"embed_dim": 64})
+    assert adapter.values({"numel": 96}) == {"blocks": 3}
+    assert adapter.scratch() == {"tmp": 256}
+    assert load_adapter(_adapter_ref(tmp_path, GOOD_ADAPTER)) is cls  # imported once
 
 
 @pytest.mark.parametrize(
-    ("text", "what"),
+    ("code", "name", "what"),
     [
-        ("class GemvAdapter:\n    def values(self, v):\n        return {}\n", "lacks scratch"),
-        ("class GemvAdaptor:\n    pass\n", "defines no class 'GemvAdapter' (did you mean "),
-        ("x = 1\n\nclass GemvAdapter(\n", "cannot import adapters.py (line 3): SyntaxError"),
-        ("import os\nraise RuntimeError('boom')\n", "(line 2): RuntimeError: boom"),
+        ("raise RuntimeError('boom')\n", "Blocks", "importing it failed:\nTraceback"),
+        ("def broken(:\n", "Blocks", "importing it failed"),
+        (
+            "class Other:\n    pass\n",
+            "Blocks",
+            "expected a class 'Blocks' in adapters.py, got nothing (classes there: Other)",
+        ),
+        (
+            "class Blocks:\n    def values(self, v):\n        return {}\n",
+            "Blocks",
+            "class Blocks lacks scratch()",
+        ),
+        (GOOD_ADAPTER.replace('("blocks",)', '"blocks"'), "Blocks", "must be a tuple of value"),
+        (
+            GOOD_ADAPTER.replace('("blocks",)', '("numel",)'),
+            "Blocks",
+            "names numel, which slot embedding_q4gsw offers already",
+        ),
     ],
 )
-def test_a_bad_adapter_names_its_file_and_class(folder: Path, text: str, what: str) -> None:
-    (folder / "adapters.py").write_text(text)
-    gemv = _entry(folder, "webgpu", "q4gsw_gemv")
+def test_a_bad_adapter_names_its_file_and_class(
+    tmp_path: Path, code: str, name: str, what: str
+) -> None:
+    ref = _adapter_ref(tmp_path, code, name)
     with pytest.raises(KernelManifestError) as info:
-        load_adapter(gemv.adapter)
-    message = str(info.value)
-    assert message.startswith(f"{folder / 'adapters.py'}: adapter adapters.py:GemvAdapter: ")
-    assert what in message, message
-
-
-def test_with_an_adapter_expressions_and_bindings_may_name_what_it_adds(folder: Path) -> None:
-    text = _edit('"k_words * 4"', '"k_bytes"')
-    text = text.replace('t_in = "x"', 't_in = "x", t_tmp = "partials"')
-    gemv = parse_manifest(text, folder / MANIFEST_NAME).entry("webgpu", "q4gsw_gemv")
-    assert gemv is not None
-    assert gemv.dispatches[0].params["K_bytes"] == Expression("k_bytes")
-    declared = [(0, "t_out"), (1, "t_in"), (2, "t_tmp"), (3, "t_partials"), (5, "u")]
-    assert gemv.resolve_bindings(declared, scratch=["partials"]) == {
-        0: "out",
-        1: "x",
-        2: "partials",
-        3: "partials",
-        5: "params",
-    }
-    with pytest.raises(KernelInterfaceError, match=r"bindings\.t_tmp: 'partials' is no role"):
-        gemv.resolve_bindings(declared)  # the adapter has no such scratch buffer
+        load_adapter(ref, SLOTS["embedding_q4gsw"])
+    assert str(info.value).startswith(f"{ref.file}: adapter adapters.py:{name}: "), info.value
+    assert what in str(info.value), info.value

@@ -4,6 +4,8 @@
 class TwoPassAdapter:
     """Derives inv_width and asks for the weight's scratch copy (role "gamma")."""
 
+    provides = ("inv_width",)
+
     def __init__(self, static):
         self.width = static["row_width"]
 
