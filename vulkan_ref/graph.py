@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import vulkan as vk
@@ -61,6 +61,7 @@ from graph_format.kernels import (
     BUILTIN_NAMES,
     META_SUFFIX,
     PARAMS_TARGET,
+    WORKGROUPS_VALUE,
     Expression,
     ExpressionError,
     KernelAdapter,
@@ -198,6 +199,10 @@ class SlotKernel:
         adapter: the entry's adapter object, if any.
         provides: the values its adapter adds (its class's `provides`).
         checked: whether the op's values were checked against the slot's vocabulary.
+        states: for a kernel whose only work at a resize is the op's own count (one dispatch
+            of `workgroups`, push constants and params fixed at load, no adapter, no live
+            `requires`: every project kernel), the state of each count seen, made once;
+            None for any other kernel.
     """
 
     slot: str
@@ -209,13 +214,44 @@ class SlotKernel:
     adapter: KernelAdapter | None = None
     provides: frozenset[str] = frozenset()
     checked: bool = False
+    states: dict[int, NodeState] | None = None
+
+    def __post_init__(self) -> None:
+        only = self.parts[0] if len(self.parts) == 1 else None
+        simple = (
+            only is not None
+            and isinstance(only.count, Expression)
+            and only.count.text == WORKGROUPS_VALUE
+            and not only.params
+            and (only.push is None or only.push_data is not None)
+            and self.adapter is None
+            and not self.live_requires
+        )
+        self.states = {} if simple else None
+
+    def state_for(self, workgroups: Value) -> NodeState:
+        """The state of a simple kernel (`states`) for the op's count."""
+        assert self.states is not None
+        state = self.states.get(workgroups)  # type: ignore[arg-type]
+        if state is None:
+            if isinstance(workgroups, bool) or not isinstance(workgroups, int) or workgroups < 0:
+                raise ValueError(f"{self.slot}: the op's workgroups is {workgroups!r}")
+            if len(self.states) > 1024:  # counts seen by one node: bounded by its sizes
+                self.states.clear()
+            (part,) = self.parts
+            if workgroups == 0:
+                state = NodeState(self, (_SKIPPED,), (None,))
+            else:
+                push = _push_data(part.push_data) if part.push_data is not None else None
+                state = NodeState(self, ((workgroups, 1, 1),), (push,))
+            self.states[workgroups] = state
+        return state
 
 
-@dataclass(frozen=True)
-class NodeState:
+class NodeState(NamedTuple):
     """What a dispatch node's last resize chose: the slot's kernel, and per dispatch of it
     the logical count ((0, 0, 0): skipped) and push constants (None: none, or skipped);
-    the params bytes to write."""
+    the params bytes to write. (A named tuple: one is made per node and resize.)"""
 
     kernel: SlotKernel | None = None
     counts: tuple[WG, ...] = ()
@@ -261,8 +297,10 @@ class DispatchNode(ExecuteNode):
 
     def trigger_resize(self, graph: ComputeGraph) -> bool:
         """Resize outputs if needed, then re-pick the slot and evaluate its kernel."""
-        if not super().trigger_resize(graph):
+        if graph.updated.isdisjoint(self.args):
             return False
+        if self.resize_fn is not None:
+            self.resize_fn(graph)
         self.state = self._evaluate(graph)
         return True
 
@@ -272,18 +310,28 @@ class DispatchNode(ExecuteNode):
         return self.state.kernel.slot if self.state.kernel is not None else ""
 
     def _evaluate(self, graph: ComputeGraph) -> NodeState:
-        slot = self.pick_slot(graph) if self.pick_slot is not None else next(iter(self.slots))
-        kernel = self.kernels.get(slot)
-        if kernel is None:
-            raise ValueError(f"{self.op}: picked slot {slot!r}, not one of {sorted(self.slots)}")
+        if self.pick_slot is None:  # one slot
+            kernel = next(iter(self.kernels.values()))
+            slot = kernel.slot
+        else:
+            slot = self.pick_slot(graph)
+            found = self.kernels.get(slot)
+            if found is None:
+                raise ValueError(f"{self.op}: picked slot {slot!r}, not one of {list(self.slots)}")
+            kernel = found
         live = self.values(graph, slot)
         if not kernel.checked:
             _check_vocabulary(self.op, kernel, live)
+        states = kernel.states
+        if states is not None:  # only the op's count changes
+            count = live[WORKGROUPS_VALUE]
+            state = states.get(count)  # type: ignore[arg-type]
+            return state if state is not None else kernel.state_for(count)
         values = {**kernel.static, **live}
         entry = kernel.entry
         if kernel.adapter is not None:
             values.update(_adapter_values(self.op, kernel, values))
-        if values["workgroups"] == 0:  # the op skips the slot: every dispatch of its kernel
+        if values[WORKGROUPS_VALUE] == 0:  # the op skips the slot: every dispatch of its kernel
             skipped = len(kernel.parts)
             return NodeState(kernel, (_SKIPPED,) * skipped, (None,) * skipped)
         try:
@@ -894,20 +942,21 @@ class ComputeGraph:
                 subject).
         """
         limits = self.workgroup_limits
+        lx, ly, lz = limits
         grids: list[list[WG | None]] = []
         for node in self._dispatch_nodes:
             kernel = node.state.kernel
             assert kernel is not None  # every node resized before the first execute
-            fold = kernel.entry.fold
             node_grids: list[WG | None] = []
             for count in node.state.counts:
                 if count == _SKIPPED:
                     node_grids.append(None)
                     continue
-                if all(c <= lim for c, lim in zip(count, limits, strict=True)):
+                x, y, z = count
+                if x <= lx and y <= ly and z <= lz:
                     node_grids.append(count)
                     continue
-                if not fold or count[1:] != (1, 1):
+                if not kernel.entry.fold or (y, z) != (1, 1):
                     raise InputError(
                         node.op,
                         "grid_limit",

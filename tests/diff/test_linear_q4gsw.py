@@ -6,8 +6,6 @@ The planted bugs live here (monkeypatched into a backend for one test), never in
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -208,7 +206,7 @@ def test_detects_vulkan_gemv_not_gated_on_m(
         # The bug: the GEMV node keeps its M == 1 count at every M.
         changed = original(self, graph)
         if self.slot == "q4gsw_gemv" and self.state.counts == ((0, 0, 0),):
-            self.state = dataclasses.replace(self.state, counts=((6, 1, 1),))
+            self.state = self.state._replace(counts=((6, 1, 1),))
         return changed
 
     monkeypatch.setattr(DispatchNode, "trigger_resize", ungated)
