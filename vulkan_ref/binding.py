@@ -86,15 +86,16 @@ def kernel_failure(entry: KernelEntry, message: str, op: str | None = None) -> K
     return KernelBuildError("vulkan", entry.source.stem, str(entry.source), message, op=op)
 
 
-_PROJECT_ENTRIES: dict[tuple[str, Path], KernelEntry] = {}
+_PROJECT_ENTRIES: dict[tuple[str, str, str], KernelEntry] = {}
 
 
-def project_entry(slot: str, source: Path) -> KernelEntry:
-    """The implicit entry of the project's kernel of `slot` in `source` (one object per
-    slot and file, so what is resolved from it is cached)."""
-    key = (slot, source)
+def project_entry(slot: str, folder: str, stem: str) -> KernelEntry:
+    """The implicit entry of the project's kernel of `slot`, `<folder>/<stem>.comp` (one
+    object per slot and file, so what is resolved from it is cached)."""
+    key = (slot, folder, stem)
     found = _PROJECT_ENTRIES.get(key)
     if found is None:
+        source = Path(folder) / f"{stem}.comp"
         found = _PROJECT_ENTRIES[key] = builtin_entry("vulkan", slot, source)
     return found
 
@@ -112,12 +113,12 @@ class CompiledKernel:
     reflection: SpirvReflection
 
 
-def _stamp(paths: Sequence[Path]) -> tuple[tuple[str, int, int], ...]:
-    """What tells a file changed: path, mtime and size of each."""
+def _stamp(paths: Sequence[str]) -> tuple[tuple[int, int], ...]:
+    """What tells a file changed: the mtime and size of each."""
     out = []
     for path in paths:
         stat = os.stat(path)
-        out.append((str(path), stat.st_mtime_ns, stat.st_size))
+        out.append((stat.st_mtime_ns, stat.st_size))
     return tuple(out)
 
 
@@ -129,22 +130,23 @@ def compiled_kernel(cache: PipelineCache, entry: KernelEntry) -> CompiledKernel:
         KernelBuildError: no such file, glslc refused it, or spirv-cross could not reflect
             it (with the tool's whole message).
     """
-    include_dirs: tuple[Path, ...]
-    if entry.builtin:  # a folder laid out like glsl/
-        include_dirs = (entry.source.parent / "include",)
-    else:  # a user's kernel: its folder, then the project's TensorMeta header
-        include_dirs = (entry.source.parent, INCLUDE_DIR)
-    key = ("compiled", entry.kind, str(entry.source), entry.entry, include_dirs)
+    key = ("compiled", id(entry))
     cached = cache.kernels.get(key)
     try:
-        if isinstance(cached, tuple) and _stamp(cached[0]) == cached[1]:
-            found: CompiledKernel = cached[2]
+        if isinstance(cached, tuple) and cached[0] is entry and _stamp(cached[1]) == cached[2]:
+            found: CompiledKernel = cached[3]
             return found
+        include_dirs: tuple[Path, ...]
+        if entry.builtin:  # a folder laid out like glsl/
+            include_dirs = (entry.source.parent / "include",)
+        else:  # a user's kernel: its folder, then the project's TensorMeta header
+            include_dirs = (entry.source.parent, INCLUDE_DIR)
         if entry.kind == "spirv":
-            files = [entry.source]
+            files = [str(entry.source)]
             code = entry.source.read_bytes()
         else:
-            files = [entry.source, *include_files(entry.source, include_dirs)]
+            included = include_files(entry.source, include_dirs)
+            files = [str(entry.source), *map(str, included)]
             code = compile_glsl_file(entry.source, include_dirs)
         stamp = _stamp(files)
     except FileNotFoundError as err:
@@ -162,7 +164,7 @@ def compiled_kernel(cache: PipelineCache, entry: KernelEntry) -> CompiledKernel:
     if reflection.stage != "comp":
         raise kernel_failure(entry, f"{entry.source} is a {reflection.stage} shader, not compute")
     compiled = CompiledKernel(entry.source, code, hashlib.sha256(code).hexdigest(), reflection)
-    cache.kernels[key] = (files, stamp, compiled)
+    cache.kernels[key] = (entry, files, stamp, compiled)  # the entry is held: its id stays
     return compiled
 
 
@@ -333,6 +335,13 @@ class ResolvedBinding:
     # for "params": the value a one-int block holds, which a UBO the op already keeps may
     # fill (a SymInt's: `DispatchNode.uniforms`)
     single_value: str | None = None
+
+    @property
+    def tensor(self) -> str | None:
+        """The tensor whose buffer (a role) or TensorMeta (`<tensor>.meta`) it binds."""
+        if self.kind == "storage":
+            return self.target
+        return self.target[: -len(META_SUFFIX)] if self.target.endswith(META_SUFFIX) else None
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ import math
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -59,7 +58,6 @@ from graph_format import (
 )
 from graph_format.kernels import (
     BUILTIN_NAMES,
-    META_SUFFIX,
     PARAMS_TARGET,
     WORKGROUPS_VALUE,
     Expression,
@@ -75,6 +73,8 @@ from graph_format.kernels import (
 from vulkan_ref.binding import (
     BlockLayout,
     PackError,
+    ResolvedBinding,
+    ResolvedKernel,
     kernel_failure,
     project_entry,
     resolve_kernel,
@@ -166,7 +166,7 @@ class ParamsUBO:
     written: bytes = b""
 
 
-@dataclass
+@dataclass(slots=True)
 class BoundPart:
     """One dispatch of a slot's kernel in one op node (a split slot has several): its
     pipeline, the ranges its descriptors bind and what fills its push constants and params.
@@ -187,7 +187,33 @@ class BoundPart:
     descriptor_set: CData = None
 
 
-@dataclass
+@dataclass(frozen=True)
+class PartPlan:
+    """One dispatch of a kernel built for some values fixed at load, before any node's
+    buffers: its pipeline, what each descriptor binds, the bytes packed once."""
+
+    index: int
+    pipeline: ComputePipeline
+    descriptors: DescriptorLayout
+    bindings: tuple[ResolvedBinding, ...]
+    tensors: tuple[str | None, ...]  # per binding: the tensor it binds (`tensor`), if any
+    count: Expression | tuple[Expression, Expression, Expression]
+    push: BlockLayout | None
+    push_data: bytes | None
+    params_data: Mapping[int, bytes]  # binding -> a params block fixed at load
+
+
+@dataclass(frozen=True)
+class KernelBuild:
+    """A kernel built for some values fixed at load (`ComputeGraph._build`)."""
+
+    local_size: WG
+    parts: tuple[PartPlan, ...]
+    live_requires: tuple[Expression, ...]
+    simple: bool  # one dispatch of the op's count, nothing else packed per resize
+
+
+@dataclass(slots=True)
 class SlotKernel:
     """The kernel bound to one slot of one op node, resolved and built at load.
 
@@ -215,19 +241,6 @@ class SlotKernel:
     provides: frozenset[str] = frozenset()
     checked: bool = False
     states: dict[int, NodeState] | None = None
-
-    def __post_init__(self) -> None:
-        only = self.parts[0] if len(self.parts) == 1 else None
-        simple = (
-            only is not None
-            and isinstance(only.count, Expression)
-            and only.count.text == WORKGROUPS_VALUE
-            and not only.params
-            and (only.push is None or only.push_data is not None)
-            and self.adapter is None
-            and not self.live_requires
-        )
-        self.states = {} if simple else None
 
     def state_for(self, workgroups: Value) -> NodeState:
         """The state of a simple kernel (`states`) for the op's count."""
@@ -260,6 +273,7 @@ class NodeState(NamedTuple):
 
 
 _SKIPPED: WG = (0, 0, 0)
+_NO_STATE = NodeState()  # before the first resize (immutable: shared)
 
 
 @dataclass
@@ -293,7 +307,7 @@ class DispatchNode(ExecuteNode):
     values: Callable[[ComputeGraph, str], Mapping[str, Value]] = lambda g, slot: {}
     uniforms: Mapping[str, Buffer] = field(default_factory=dict)
     kernels: dict[str, SlotKernel] = field(default_factory=dict)
-    state: NodeState = field(default_factory=NodeState)
+    state: NodeState = _NO_STATE
 
     def trigger_resize(self, graph: ComputeGraph) -> bool:
         """Resize outputs if needed, then re-pick the slot and evaluate its kernel."""
@@ -363,6 +377,24 @@ class DispatchNode(ExecuteNode):
         return NodeState(kernel, tuple(counts), tuple(pushes), tuple(params))
 
 
+@functools.cache
+def _vocabulary(slot: str) -> frozenset[str]:
+    """The names of a slot's values."""
+    return frozenset(SLOTS[slot].values)
+
+
+@functools.cache
+def _check_static(op: str, slots: tuple[str, ...], static: frozenset[str]) -> None:
+    """A node lists slots, and each value it fixes at load is one of theirs (the op
+    module's bug otherwise; checked once per kind of node)."""
+    if not slots:
+        raise ValueError(f"{op}: a dispatch node must list its slots")
+    unknown = sorted(static - set().union(*(_vocabulary(slot) for slot in slots)))
+    if unknown:
+        raise ValueError(f"{op}: static values {unknown} are in none of its slots")
+
+
+_NO_VALUES: frozenset[str] = frozenset()
 _PUSH_DATA: dict[bytes, CData] = {}
 
 
@@ -526,6 +558,9 @@ class ComputeGraph:
         self.pipelines = pipeline_cache(ctx)
         self._dispatch_nodes: list[DispatchNode] = []
         self._params_nodes: list[DispatchNode] = []  # nodes with params packed per resize
+        self._entries: dict[tuple[str, str], KernelEntry] = {}  # by (slot, project stem)
+        # (entry, scratch roles, adapter values) -> resolved kernel, once per graph
+        self._resolved: dict[tuple[int, tuple[str, ...], tuple[str, ...]], ResolvedKernel] = {}
         self.tensors: dict[str, VTensor] = {}
         self.symints: dict[str, SymInt] = {}
         self.nodes: list[ExecuteNode] = []
@@ -687,12 +722,7 @@ class ComputeGraph:
             KernelBuildError: a kernel does not compile, reflect or validate, or does not fit
                 its entry (naming the node's op).
         """
-        if not node.slots:
-            raise ValueError(f"{node.op}: a dispatch node must list its slots")
-        offered = {v for slot in node.slots for v in SLOTS[slot].values}
-        unknown = sorted(set(node.static) - offered)
-        if unknown:
-            raise ValueError(f"{node.op}: static values {unknown} are in none of its slots")
+        _check_static(node.op, tuple(node.slots), frozenset(node.static))
         for slot, stem in node.slots.items():
             try:
                 node.kernels[slot] = self._bind(node, slot, stem)
@@ -706,34 +736,104 @@ class ComputeGraph:
 
     def kernel_entry(self, slot: str, stem: str) -> KernelEntry:
         """The entry of `slot`'s kernel: the manifest's, else the project's `<stem>.comp`."""
-        entry = self.manifest.entry("vulkan", slot) if self.manifest is not None else None
-        if entry is not None:
-            return entry
-        folder = Path(self.glsl_dir) if self.glsl_dir else vulkan_ref.spirv.GLSL_DIR
-        return project_entry(slot, folder / f"{stem}.comp")
+        found = self._entries.get((slot, stem))
+        if found is None:
+            manifest = self.manifest
+            found = manifest.entry("vulkan", slot) if manifest is not None else None
+            if found is None:
+                folder = self.glsl_dir or str(vulkan_ref.spirv.GLSL_DIR)
+                found = project_entry(slot, folder, stem)
+            self._entries[(slot, stem)] = found
+        return found
 
     def _bind(self, node: DispatchNode, slot: str, stem: str) -> SlotKernel:
-        """Bind one slot's kernel for `node`: resolve it, build its pipeline per dispatch."""
+        """Bind one slot's kernel for `node`: its build (`_build`), then the node's buffers."""
         entry = self.kernel_entry(slot, stem)
-        interface = SLOTS[slot]
-        static: dict[str, Value] = {k: v for k, v in node.static.items() if k in interface.values}
+        vocabulary = _vocabulary(slot)
+        static: dict[str, Value] = {k: v for k, v in node.static.items() if k in vocabulary}
         static[MAX_WORKGROUPS_VALUE] = self.workgroup_limits[0]
         adapter = None
-        tensors: dict[str, VTensor] = dict(node.tensors)
+        tensors: Mapping[str, VTensor] = node.tensors
         scratch: tuple[str, ...] = ()
         provides: tuple[str, ...] = ()
         if entry.adapter is not None:
             adapter, provides, extra = self._adapter(node, entry, static)
-            tensors.update(extra)
+            tensors = {**node.tensors, **extra}
             scratch = tuple(extra)
-        resolved = resolve_kernel(self.pipelines, entry, scratch, provides)
+        build = self._build(node.op, entry, static, scratch, provides)
 
-        live_requires = []
-        for condition in entry.requires:
-            if not condition.names <= static.keys():
-                live_requires.append(condition)
-            elif not _holds(entry, condition, static, node.op):
-                raise KernelRequirementError(node.op, slot, condition.text, entry.source)
+        parts = []
+        for plan in build.parts:
+            ranges: list[BoundRange] = []
+            params: list[ParamsUBO] = []
+            for b, tensor in zip(plan.bindings, plan.tensors, strict=True):
+                if tensor is not None:
+                    found = tensors.get(tensor)
+                    if found is None:  # the op module's bug: it hands every role of its slots
+                        raise ValueError(f"{node.op}: no tensor {tensor!r} ({sorted(tensors)})")
+                    ranges.append(found.buffer if b.kind == "storage" else found.meta)
+                elif b.single_value is not None and b.single_value in node.uniforms:
+                    ranges.append(node.uniforms[b.single_value])
+                else:
+                    assert b.params is not None
+                    ubo = ParamsUBO(self.arena.uniform(b.params.size), b.params)
+                    ranges.append(ubo.buffer)
+                    packed = plan.params_data.get(b.binding)
+                    if packed is not None:  # fixed at load: packed once
+                        ubo.written = packed
+                        ubo.buffer.write(0, packed)
+                    else:
+                        params.append(ubo)
+            parts.append(
+                BoundPart(
+                    plan.index,
+                    plan.pipeline,
+                    plan.descriptors,
+                    tuple(ranges),
+                    plan.count,
+                    plan.push,
+                    plan.push_data,
+                    tuple(params),
+                )
+            )
+        return SlotKernel(
+            slot,
+            entry,
+            build.local_size,
+            static,
+            tuple(parts),
+            build.live_requires,
+            adapter,
+            frozenset(provides) if provides else _NO_VALUES,
+            states={} if build.simple and adapter is None else None,
+        )
+
+    def _build(
+        self,
+        op: str,
+        entry: KernelEntry,
+        static: dict[str, Value],
+        scratch: tuple[str, ...],
+        provides: tuple[str, ...],
+    ) -> KernelBuild:
+        """What a slot's kernel is for these values fixed at load, whatever node binds it:
+        resolved declarations, `requires` over fixed values checked, specialization
+        constants and local size, a pipeline and the fixed bytes per dispatch. Made once per
+        entry, content and values (cached with the pipelines); a kernel's file is checked
+        for changes once per graph."""
+        resolve_key = (id(entry), scratch, provides)
+        resolved = self._resolved.get(resolve_key)
+        if resolved is None:
+            resolved = resolve_kernel(self.pipelines, entry, scratch, provides)
+            self._resolved[resolve_key] = resolved
+        for condition in entry.requires:  # a refusal is this graph's: never cached
+            if condition.names <= static.keys() and not _holds(entry, condition, static, op):
+                raise KernelRequirementError(op, entry.slot, condition.text, entry.source)
+        key = ("build", id(resolved), tuple(sorted(static.items())))
+        cached = self.pipelines.kernels.get(key)
+        if isinstance(cached, tuple) and cached[0] is resolved:
+            build: KernelBuild = cached[1]
+            return build
 
         spec: list[SpecValue] = []
         for spec_id, (fmt, expr) in sorted(resolved.spec.items()):
@@ -758,75 +858,60 @@ class ComputeGraph:
         max_invocations = self._device_limits[0]
         if min(local_size) < 1 or math.prod(local_size) > max_invocations:
             raise GraphBuildError(
-                node.op,
-                f"vulkan: the kernel of slot {slot} ({entry.source}) has local size "
+                op,
+                f"vulkan: the kernel of slot {entry.slot} ({entry.source}) has local size "
                 f"{local_size}; the device allows 1 to {max_invocations} invocations per "
                 "workgroup",
             )
 
-        parts = []
+        plans = []
         for index, dispatch in enumerate(resolved.dispatches):
-            ranges: list[BoundRange] = []
-            params: list[ParamsUBO] = []
-            for b in dispatch.bindings:
-                if b.kind == "storage":
-                    ranges.append(self._role(node, tensors, b.target).buffer)
-                elif b.target.endswith(META_SUFFIX):
-                    ranges.append(self._role(node, tensors, b.target[: -len(META_SUFFIX)]).meta)
-                elif b.single_value is not None and b.single_value in node.uniforms:
-                    ranges.append(node.uniforms[b.single_value])
-                else:
-                    assert b.params is not None
-                    ubo = ParamsUBO(self.arena.uniform(b.params.size), b.params)
-                    ranges.append(ubo.buffer)
-                    if b.params.names <= static.keys():  # fixed at load: packed once
-                        ubo.written = _pack_static(entry, b.params, static)
-                        ubo.buffer.write(0, ubo.written)
-                    else:
-                        params.append(ubo)
+            params_data = {
+                b.binding: _pack_static(entry, b.params, static)
+                for b in dispatch.bindings
+                if b.params is not None and b.params.names <= static.keys()
+            }
             push = dispatch.push
             push_data = None
             if push is not None and push.names <= static.keys():
                 push_data = _pack_static(entry, push, static)
             descriptors = tuple((b.binding, b.kind) for b in dispatch.bindings)
-            key = ShaderKey(
+            shader = ShaderKey(
                 resolved.kernel.sha256,
                 entry.entry,
                 descriptors,
                 push.size if push is not None else 0,
                 tuple(spec),
             )
-            pipeline = self.pipelines.get(key, resolved.kernel.code)
+            pipeline = self.pipelines.get(shader, resolved.kernel.code)
             if pipeline.messages:  # the validation layer refused the shader or its pipeline
                 raise kernel_failure(entry, "\n".join(pipeline.messages))
-            parts.append(
-                BoundPart(
+            plans.append(
+                PartPlan(
                     index,
                     pipeline,
                     descriptors,
-                    tuple(ranges),
+                    dispatch.bindings,
+                    tuple(b.tensor for b in dispatch.bindings),
                     dispatch.count,
                     push,
                     push_data,
-                    tuple(params),
+                    params_data,
                 )
             )
-        return SlotKernel(
-            slot,
-            entry,
-            local_size,
-            static,
-            tuple(parts),
-            tuple(live_requires),
-            adapter,
-            frozenset(provides),
+        live_requires = tuple(c for c in entry.requires if not c.names <= static.keys())
+        (only, *more) = plans
+        simple = (  # the op's count is all that changes at a resize
+            not more
+            and isinstance(only.count, Expression)
+            and only.count.text == WORKGROUPS_VALUE
+            and len(only.params_data) == sum(b.params is not None for b in only.bindings)
+            and (only.push is None or only.push_data is not None)
+            and not live_requires
         )
-
-    def _role(self, node: DispatchNode, tensors: Mapping[str, VTensor], role: str) -> VTensor:
-        tensor = tensors.get(role)
-        if tensor is None:  # the op module's bug: it must hand every role of its slots
-            raise ValueError(f"{node.op}: no tensor for role {role!r} (given: {sorted(tensors)})")
-        return tensor
+        build = KernelBuild(local_size, tuple(plans), live_requires, simple)
+        self.pipelines.kernels[key] = (resolved, build)  # held: its id stays its own
+        return build
 
     def _adapter(
         self, node: DispatchNode, entry: KernelEntry, static: Mapping[str, Value]
