@@ -245,7 +245,7 @@ class SlotKernel:
     def state_for(self, workgroups: Value) -> NodeState:
         """The state of a simple kernel (`states`) for the op's count."""
         assert self.states is not None
-        state = self.states.get(workgroups)  # type: ignore[arg-type]
+        state = self.states.get(workgroups)  # type: ignore[arg-type]  # a miss is checked
         if state is None:
             if isinstance(workgroups, bool) or not isinstance(workgroups, int) or workgroups < 0:
                 raise ValueError(f"{self.slot}: the op's workgroups is {workgroups!r}")
@@ -339,7 +339,7 @@ class DispatchNode(ExecuteNode):
         states = kernel.states
         if states is not None:  # only the op's count changes
             count = live[WORKGROUPS_VALUE]
-            state = states.get(count)  # type: ignore[arg-type]
+            state = states.get(count)  # type: ignore[arg-type]  # a miss is checked
             return state if state is not None else kernel.state_for(count)
         values = {**kernel.static, **live}
         entry = kernel.entry
