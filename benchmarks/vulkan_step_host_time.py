@@ -7,11 +7,12 @@ by wrapping `vkWaitForFences`), and the CPU time of the calling thread (`time.th
 which a shared machine's other processes disturb less than wall time; lavapipe's own threads
 are not in it): what the runtime itself costs on the host per step (checking
 inputs, resizing every node, evaluating the kernels' values and dispatch counts, packing
-uniforms and push constants, recording the command buffer, reading back). Each step runs
-`--repeat` times in a row and counts its fastest run (the same sizes again: the same work),
-and `--rounds` runs the whole set that many times, reporting each round's median over the
-steps: both damp the noise of a shared machine. The first `--warmup` cases run once untimed
-(pipeline creation and pool growth stay out of the figures).
+uniforms and push constants, recording the command buffer, reading back). Each case's
+steps run once, then `--repeat` times more in the same order, so every timed run of a step
+makes the same size changes, and each step counts its fastest; `--rounds` runs the whole set
+that many times, reporting each round's median over the steps: both damp the noise of a
+shared machine. The first `--warmup` cases run once untimed (pipeline creation and pool
+growth stay out of the figures).
 """
 
 from __future__ import annotations
@@ -60,26 +61,28 @@ def run_steps(
     runtime: Runtime, cases: list[Case], clock: FenceClock, repeat: int = 1
 ) -> tuple[list[float], list[float]]:
     """Host wall seconds (less the fence wait) and thread CPU seconds of every accepted step
-    of `cases`, the fastest of `repeat` runs of each (refused steps are left out)."""
+    of `cases`: each case's steps are run once, then `repeat` times more in the same order
+    (the same size changes each time), and each step counts its fastest timed run."""
     host: list[float] = []
     cpu: list[float] = []
     for case in cases:
         graph = runtime.load(case.graph)
         try:
-            for step in case.steps:
-                walls, cpus = [], []
-                for _ in range(repeat):
+            walls: list[list[float]] = [[] for _ in case.steps]
+            cpus: list[list[float]] = [[] for _ in case.steps]
+            for run in range(repeat + 1):
+                for index, step in enumerate(case.steps):
                     clock.waited = 0.0
                     start, start_cpu = time.perf_counter(), time.thread_time()
                     try:
                         graph.execute(step)
                     except ParityError:
-                        break
-                    cpus.append(time.thread_time() - start_cpu)
-                    walls.append(time.perf_counter() - start - clock.waited)
-                if walls:
-                    host.append(min(walls))
-                    cpu.append(min(cpus))
+                        continue
+                    if run:  # the first pass sizes everything from the max sizes
+                        cpus[index].append(time.thread_time() - start_cpu)
+                        walls[index].append(time.perf_counter() - start - clock.waited)
+            host += [min(w) for w in walls if w]
+            cpu += [min(c) for c in cpus if c]
         finally:
             graph.close()
     return host, cpu

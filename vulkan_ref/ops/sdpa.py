@@ -135,16 +135,17 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
     def workgroups(slot: str, s: int, context: int) -> int:
         """The slot's count: the update always, one route's kernels per step."""
         wg = WORKGROUP
-        prefill, decode = s > 1, s == 1
-        counts = {
-            "sdpa_update_cache": -(-s * kv_heads * dim // wg),
-            "sdpa_qk": -(-q_heads * s * context // wg) if prefill else 0,
-            "sdpa_softmax": q_heads * s if prefill else 0,
-            "sdpa_av": -(-s * q_heads * dim // wg) if prefill else 0,
-            "sdpa_fd_split": q_heads * -(-context // SPLIT_ROWS) if decode else 0,
-            "sdpa_fd_reduce": q_heads if decode else 0,
-        }
-        return counts[slot]
+        if slot == "sdpa_update_cache":
+            return -(-s * kv_heads * dim // wg)
+        if s == 1:  # decode: the split-K route
+            if slot == "sdpa_fd_split":
+                return q_heads * -(-context // SPLIT_ROWS)
+            return q_heads if slot == "sdpa_fd_reduce" else 0
+        if slot == "sdpa_qk":  # prefill: the materialized route
+            return -(-q_heads * s * context // wg)
+        if slot == "sdpa_softmax":
+            return q_heads * s
+        return -(-s * q_heads * dim // wg) if slot == "sdpa_av" else 0
 
     def values(g: ComputeGraph, slot: str) -> dict[str, int]:
         s, start = seq(g), pos()
