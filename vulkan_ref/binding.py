@@ -79,11 +79,12 @@ _SPEC_FORMATS = {"uint": "I", "int": "i", "float": "f", "bool": "?"}
 
 
 def kernel_failure(entry: KernelEntry, message: str, op: str | None = None) -> KernelBuildError:
-    """A KernelBuildError (a finding against Vulkan) about `entry`'s kernel: the kernel is
-    its file's stem (as for a shader glslc refuses), the message opens with the slot."""
+    """A KernelBuildError (a finding against Vulkan) about `entry`'s kernel: named by its
+    slot (a shader glslc or spirv-cross refuses is named by its file's stem), the message
+    opening with the slot."""
     if not message.startswith(f"{entry.slot}: "):
         message = f"{entry.slot}: {message}"
-    return KernelBuildError("vulkan", entry.source.stem, str(entry.source), message, op=op)
+    return KernelBuildError("vulkan", entry.slot, str(entry.source), message, op=op)
 
 
 _PROJECT_ENTRIES: dict[tuple[str, str, str], KernelEntry] = {}

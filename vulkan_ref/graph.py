@@ -341,13 +341,13 @@ class DispatchNode(ExecuteNode):
             count = live[WORKGROUPS_VALUE]
             state = states.get(count)  # type: ignore[arg-type]  # a miss is checked
             return state if state is not None else kernel.state_for(count)
+        if live[WORKGROUPS_VALUE] == 0:  # the op skips the slot: every dispatch of its kernel
+            skipped = len(kernel.parts)
+            return NodeState(kernel, (_SKIPPED,) * skipped, (None,) * skipped)
         values = {**kernel.static, **live}
         entry = kernel.entry
         if kernel.adapter is not None:
             values.update(_adapter_values(self.op, kernel, values))
-        if values[WORKGROUPS_VALUE] == 0:  # the op skips the slot: every dispatch of its kernel
-            skipped = len(kernel.parts)
-            return NodeState(kernel, (_SKIPPED,) * skipped, (None,) * skipped)
         try:
             for condition in kernel.live_requires:
                 if not condition.evaluate(values):
@@ -463,7 +463,7 @@ def _adapter_failure(op: str | None, entry: KernelEntry, message: str) -> Kernel
     adapter's)."""
     assert entry.adapter is not None
     text = f"{entry.slot}: adapter {entry.adapter}: {message}"
-    return KernelBuildError("vulkan", entry.source.stem, str(entry.adapter.file), text, op=op)
+    return KernelBuildError("vulkan", entry.slot, str(entry.adapter.file), text, op=op)
 
 
 def _call_adapter(

@@ -318,6 +318,7 @@ class Broken:
     error: type[Exception] = KernelBuildError
     words: tuple[str, ...] = ()
     adapter: str | None = None
+    kernel_name: str = "rms_norm"  # a KernelBuildError's kernel: the slot (glslc: the file)
 
 
 BROKEN = {
@@ -391,6 +392,7 @@ BROKEN = {
     "glslc refuses the kernel": Broken(
         kernel=(("uint lane = ", "undeclared = 1;\n  uint lane = "),),
         words=("rms_norm_foreign.comp:", "error: 'undeclared'", "glslc exited 1"),
+        kernel_name="rms_norm_foreign",
     ),
     "the validation layer refuses the pipeline": Broken(
         kernel=(("acc += v * v;", "acc += float(double(v) * double(v));"),),
@@ -505,7 +507,7 @@ def test_a_kernel_that_does_not_fit_is_refused_naming_what(
         assert words.format(path=tmp_path / KERNEL) in message, message
     if isinstance(info.value, KernelBuildError):  # a finding against Vulkan, naming the op
         assert (info.value.backend, info.value.op) == ("vulkan", "norm")
-        assert info.value.kernel == "rms_norm_foreign"  # the kernel: its file's stem
+        assert info.value.kernel == broken.kernel_name
 
 
 # --- requires, fold, skipped slots ----------------------------------------------------------------
@@ -689,3 +691,13 @@ def test_project_kernels_keep_their_packing(vulkan: Runtime) -> None:
         assert {"rms_norm_vec4", "q4gsw_gemv", "embedding_q4gsw", "sdpa_qk"} <= seen
     finally:
         graph.close()
+
+
+def test_a_glsl_folder_without_a_kernel_is_a_build_error(vulkan: Runtime, tmp_path: Path) -> None:
+    """A `--glsl-dir` folder holds the project's kernels by file name: one it lacks is a
+    finding against Vulkan naming the file, not a crash."""
+    assert isinstance(vulkan, VulkanRuntime)
+    runtime = VulkanRuntime(vulkan.context, shader_dir=tmp_path)
+    with pytest.raises(KernelBuildError) as info:
+        runtime.load(_rms_norm_case().graph)
+    assert str(info.value).endswith(f"rms_norm: no such file: {tmp_path / 'rms_norm.comp'}")
