@@ -5,10 +5,12 @@ Resize model (reference §2, ExecuTorch's `ComputeGraph`):
 - `propagate_resize` walks every node once, in graph (topological) order. A node whose
   arguments include an updated value runs its `resize_fn`, which resizes its outputs (so
   later nodes see final sizes: no fixpoint, nothing stale).
-- A dispatch node then re-picks its shader, global and local workgroup sizes from live sizes.
-  A global size with a zero component means the dispatch is skipped (how routes switch).
-  Every shader a node may pick is built when the graph is loaded, so a kernel that does not
-  compile is refused at load (`KernelBuildError`), whatever sizes the steps take.
+- A dispatch node then re-picks its slot from live sizes and evaluates the slot's kernel on
+  the values its op offers: each dispatch's logical count (0: skipped, how routes switch),
+  push constants and params bytes. Every slot's kernel is bound when the graph is loaded, the
+  project's or one a manifest names, by its own reflected declarations (`vulkan_ref.binding`,
+  docs/bring-your-own-kernels.md), so a kernel that does not compile or fit is refused at
+  load (`KernelBuildError`), whatever sizes the steps take.
 - The physical grid of every dispatch (a count above the per-dimension limit folded into
   rows) is computed with the resize, so a count no grid can hold is refused like any input.
 - The command buffer is recorded anew for every execute, with a memory barrier after each
@@ -21,9 +23,10 @@ Resize model (reference §2, ExecuTorch's `ComputeGraph`):
   allocation (one fill and one copy at the head of that submit, no submit of its own);
   every execute reads the guards back with the rest and reports damaged ones
   (`StepResult.guard_writes`), then re-poisons them at the next submit.
-- Any error while resizing restores every size and SymInt to the state before the step;
-  SymInt UBOs are written only once the step's resize succeeded, and a SymInt the int32 UBO
-  cannot hold is refused (`InputError`, key "int_range") after every op's own checks.
+- Any error while resizing restores every size, SymInt and node state to those before the
+  step; SymInt and params UBOs are written only once the step's resize succeeded, and a
+  SymInt the int32 UBO cannot hold is refused (`InputError`, key "int_range") after every
+  op's own checks.
 """
 
 from __future__ import annotations
