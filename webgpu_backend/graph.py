@@ -44,7 +44,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import wgpu
@@ -145,6 +145,10 @@ class KernelRun:
         return self._bind_group
 
 
+# (slot, names fixed at load, names handed per step) an op module was seen to offer right
+_VALUES_CHECKED: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
+
+
 @dataclass(eq=False)
 class SlotKernel:
     """The kernel implementing one slot in one op node, with one run per dispatch of its
@@ -186,7 +190,12 @@ class SlotKernel:
 
     def check_values(self, step: Mapping[str, Value]) -> None:
         """The first values an op hands this slot: with those fixed at load, exactly the
-        slot's vocabulary (and the per-dimension limit), none of them fixed at load."""
+        slot's vocabulary (and the per-dimension limit), none of them fixed at load. (Once
+        per process for each slot and set of names: it checks the op module's code.)"""
+        key = (self.slot, tuple(self.static), tuple(step))
+        if key in _VALUES_CHECKED:
+            self.checked = True
+            return
         fixed = set(self.static) & set(step)
         if fixed:
             raise RuntimeError(
@@ -206,6 +215,7 @@ class SlotKernel:
                 f"webgpu: op {self.op!r}: slot {self.slot}: workgroups "
                 f"{step.get('workgroups')!r} is not a count handed each step"
             )
+        _VALUES_CHECKED.add(key)
         self.checked = True
 
     def derive(self, values: dict[str, Value]) -> dict[str, Value]:
@@ -309,8 +319,7 @@ class Dispatch:
             raise kernel.fail(str(err)) from None
 
 
-@dataclass(frozen=True)
-class Scheduled:
+class Scheduled(NamedTuple):
     """One dispatch of a step: its record, and the kernel run to dispatch (None: skipped)."""
 
     record: DispatchRecord
