@@ -147,7 +147,7 @@ def set_knobs(lanes: int, cap: int) -> None:
     from webgpu_backend.ops import linear_q4gsw as wg_linear
 
     wg_linear.GEMV_LANES = lanes
-    vk_linear.GEMV_LOCAL_SIZE = (lanes, 1, 1)
+    vk_linear.GEMV_WORKGROUP = lanes
     wg_linear.GEMV_MAX_WORKGROUPS = cap
     vk_linear.GEMV_MAX_WORKGROUPS = cap
 
@@ -164,7 +164,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from webgpu_backend.ops import linear_q4gsw as wg_linear
 
     shipped_lanes, shipped_cap = wg_linear.GEMV_LANES, wg_linear.GEMV_MAX_WORKGROUPS
-    assert vk_linear.GEMV_LOCAL_SIZE[0] == shipped_lanes
+    assert shipped_lanes == vk_linear.GEMV_WORKGROUP
     backends = args.backends.split(",")
     dev = get_timing_device() if "webgpu" in backends else None
     ctx = get_context(False) if "vulkan" in backends else None

@@ -208,7 +208,7 @@ def tune_gemv(lanes: int | None, max_workgroups: int | None) -> None:
         if lanes & (lanes - 1) or not 1 <= lanes <= 1024:
             raise SystemExit(f"bench: --gemv-lanes must be a power of two <= 1024, got {lanes}")
         wg_linear.GEMV_LANES = lanes
-        vk_linear.GEMV_LOCAL_SIZE = (lanes, 1, 1)
+        vk_linear.GEMV_WORKGROUP = lanes
     if max_workgroups is not None:
         wg_linear.GEMV_MAX_WORKGROUPS = max_workgroups
         vk_linear.GEMV_MAX_WORKGROUPS = max_workgroups

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import ast
 import difflib
+import hashlib
+import importlib.util
 import math
 import re
+import sys
 import tomllib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import traceback
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, ClassVar, Literal, Protocol, cast
 
-from graph_format.errors import GraphFormatError, ParityError
+from graph_format.errors import GraphBuildError, GraphFormatError, ParityError
 from graph_format.signatures import SIGNATURES, SLOTS, SlotInterface
 
 MANIFEST_FORMAT = "parity-kernels/1"
@@ -97,6 +101,25 @@ class KernelManifestError(GraphFormatError):
         self.where = where
         self.line = line
         self.what = what
+
+
+class KernelRequirementError(GraphBuildError):
+    """A kernel's declared limit (`requires`) that a graph breaks at load: an expected refusal
+    of the backend running that kernel, not of the contract.
+
+    Attributes:
+        slot: the slot.
+        requirement: the condition as written in the manifest.
+        source: the kernel's file.
+    """
+
+    def __init__(self, op: str, slot: str, requirement: str, source: Path | str) -> None:
+        super().__init__(
+            op, f"{slot}: the kernel {source} requires {requirement}, which this graph breaks"
+        )
+        self.slot = slot
+        self.requirement = requirement
+        self.source = str(source)
 
 
 class KernelInterfaceError(ParityError, ValueError):
@@ -409,6 +432,115 @@ class AdapterRef:
         return f"{self.file.name}:{self.name}"
 
 
+class KernelAdapter(Protocol):
+    """A manifest's Python class for what a manifest cannot say (`adapter = "<file>:<Class>"`):
+    derived values a kernel reads, private scratch buffers. Both backends use it alike, and
+    only when their runtime was built with `allow_adapters=True` (it runs the user's code).
+
+    Attributes:
+        provides: the names `values` adds, each filling a params (push) member of its name;
+            none of them may be a value the slot offers. Optional (default none).
+    """
+
+    provides: ClassVar[tuple[str, ...]]
+
+    def __init__(self, static: Mapping[str, Value]) -> None:
+        """Once per op node, at load: the slot's values that are fixed for the graph."""
+        ...
+
+    def values(self, values: Mapping[str, Value]) -> Mapping[str, Value]:
+        """At each resize of a step that runs the slot: the derived values (exactly the names
+        in `provides`), from the op's values (with `max_workgroups_per_dim`)."""
+        ...
+
+    def scratch(self) -> Mapping[str, int]:
+        """Extra private buffers, role -> bytes (asked once, after `__init__`), bound to a
+        kernel binding of the role's name (or `t_<role>`) like the slot's tensors."""
+        ...
+
+
+def adapter_provides(adapter: type[KernelAdapter]) -> tuple[str, ...]:
+    """The names an adapter class says its `values` adds (none when it says nothing)."""
+    return tuple(getattr(adapter, "provides", ()))
+
+
+def load_adapter(ref: AdapterRef, interface: SlotInterface | None = None) -> type[KernelAdapter]:
+    """Import the adapter class `ref` names, from its file (not from `sys.path`).
+
+    Runs the module's code: callers ask only when the user allowed adapters. Imported once
+    per file content (a module `parity_adapter_<hash>`).
+
+    Args:
+        interface: the slot it serves, to check that `provides` adds no name the slot offers.
+
+    Raises:
+        KernelManifestError: the module does not import (with its traceback), has no such
+            class, or the class lacks `values`/`scratch` or has a bad `provides`.
+    """
+    where = f"adapter {ref}"
+    try:
+        code = ref.file.read_bytes()
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise KernelManifestError(ref.file, f"cannot read: {reason}", where=where) from None
+    digest = hashlib.sha256(str(ref.file.resolve()).encode() + b"\0" + code).hexdigest()[:16]
+    module_name = f"parity_adapter_{digest}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, ref.file)
+        if spec is None or spec.loader is None:
+            raise KernelManifestError(ref.file, "not a Python module", where=where)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses and the like look themselves up
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as err:  # the user's code: any failure is bad input
+            del sys.modules[module_name]
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            text = "".join(traceback.format_exception(err)).strip()
+            raise KernelManifestError(
+                ref.file, f"importing it failed:\n{text}", where=where
+            ) from None
+    found = getattr(module, ref.name, None)
+    if not isinstance(found, type):
+        classes = sorted(n for n, v in vars(module).items() if isinstance(v, type))
+        raise KernelManifestError(
+            ref.file,
+            f"expected a class {ref.name!r} in {ref.file.name}, got "
+            f"{type(found).__name__ if found is not None else 'nothing'} (classes there: "
+            f"{', '.join(classes) or 'none'})",
+            where=where,
+        )
+    missing = [m for m in ("values", "scratch") if not callable(getattr(found, m, None))]
+    if missing:
+        raise KernelManifestError(
+            ref.file,
+            f"class {ref.name} lacks {' and '.join(missing)}(); an adapter has __init__(static), "
+            "values(values) and scratch()",
+            where=where,
+        )
+    provides = getattr(found, "provides", ())
+    if not isinstance(provides, tuple | list) or not all(
+        isinstance(n, str) and n.isidentifier() for n in provides
+    ):
+        raise KernelManifestError(
+            ref.file,
+            f"{ref.name}.provides must be a tuple of value names, got {provides!r}",
+            where=where,
+        )
+    if interface is not None:
+        clash = [n for n in provides if n in interface.values or n in BUILTIN_NAMES]
+        if clash:
+            raise KernelManifestError(
+                ref.file,
+                f"{ref.name}.provides names {', '.join(clash)}, which slot {interface.name} "
+                "offers already; an adapter adds values, never replaces the op's",
+                where=where,
+            )
+    return cast(type[KernelAdapter], found)
+
+
 @dataclass(frozen=True)
 class KernelDispatch:
     """One dispatch of a slot's kernel (a split slot has several, e.g. one per output).
@@ -443,9 +575,11 @@ class KernelDispatch:
         return counts[0]
 
 
-def _default_target(name: str, backend: Backend, slot: SlotInterface) -> str | None:
+def _default_target(
+    name: str, backend: Backend, slot: SlotInterface, extra_roles: Collection[str] = ()
+) -> str | None:
     """The target a binding called `name` takes by default, or None."""
-    for role in slot.tensors:
+    for role in (*slot.tensors, *extra_roles):
         if name in (role, f"t_{role}"):
             return role
     if name == PARAMS_TARGET or name in slot.values:  # a uniform of one value: packed too
@@ -527,16 +661,22 @@ class KernelEntry:
         *,
         dispatch: int = 0,
         block: Literal["params", "push"] = "params",
+        extra_values: Collection[str] = (),
+        layout: Mapping[str, str] | None = None,
     ) -> dict[str, Expression | None]:
         """What fills each member the kernel's params (or push-constant) block declares:
         its expression, or None for zero padding.
 
         A member takes, in order: its explicit `params.<member>` (`push.<member>`)
-        expression; zero if it is padding; the value of the same name.
+        expression; zero if it is padding; the value of the same name (the op's, or one of
+        `extra_values`, the names an adapter adds).
+
+        Args:
+            layout: member -> where it lies ("u32 at offset 12"), for the error message.
 
         Raises:
             KernelInterfaceError: an explicit member the block does not declare, or a member
-                that is neither mapped, padding, nor a value the op offers.
+                that is neither mapped, padding, nor a value the op (or adapter) offers.
         """
         explicit = getattr(self.dispatches[dispatch], block)
         for member in explicit:
@@ -553,38 +693,48 @@ class KernelEntry:
                 resolved[member] = explicit[member]
             elif self.is_padding(member):
                 resolved[member] = None
-            elif member in self.interface.values:
+            elif member in self.interface.values or member in extra_values:
                 resolved[member] = Expression.compile(member)
             else:
+                where = f" ({layout[member]})" if layout and member in layout else ""
+                offered = f"{self.interface.op} offers [{', '.join(self.interface.values)}]"
+                if extra_values:
+                    offered += f", its adapter adds [{', '.join(extra_values)}]"
                 raise KernelInterfaceError(
                     self.slot,
                     self.source,
-                    f"{block} member {member!r} of {self.source} is not a value the op offers "
-                    f"(offered: {', '.join(self.interface.values)}); map it with "
-                    f'{block}.{member} = "<expression>" or list it in padding',
+                    f"{block} member {member!r}{where} of {self.source} has no value; "
+                    f'{offered}; map it with {block}.{member} = "<expression>" or list it in '
+                    "padding",
                 )
         return resolved
 
     def resolve_bindings(
-        self, declared: Sequence[tuple[int, str | None]], *, dispatch: int = 0
+        self,
+        declared: Sequence[tuple[int, str | None]],
+        *,
+        dispatch: int = 0,
+        extra_roles: Collection[str] = (),
     ) -> dict[int, str]:
         """The target of each binding the kernel declares, as (index, name or None), by
         index: a role, "params" or (Vulkan) "<role>.meta".
 
         A binding takes, in order: an explicit `bindings` entry by index, then by name; the
-        role of its name or of its name minus a `t_` prefix; "params" for a binding named
-        `params` or after one of the slot's values (a uniform of one value, such as the
-        project GLSL's `input_pos`); (Vulkan) `<tensor>.meta` for a name `<tensor>_meta` of an
-        op tensor.
+        role of its name or of its name minus a `t_` prefix (the slot's roles, then
+        `extra_roles`: an adapter's scratch buffers); "params" for a binding named `params`
+        or after one of the slot's values (a uniform of one value, such as the project
+        GLSL's `input_pos`); (Vulkan) `<tensor>.meta` for a name `<tensor>_meta` of an op
+        tensor.
 
         Raises:
             KernelInterfaceError: an explicit entry the kernel does not declare, or a binding
-                no rule fills.
+                no rule fills (the message lists what the kernel declares and the roles).
         """
         explicit = self.dispatches[dispatch].bindings
         names = {name: index for index, name in declared if name is not None}
         indices = {index for index, _ in declared}
         listed = ", ".join(f"{i} {n!r}" if n else str(i) for i, n in declared) or "none"
+        roles = [*self.interface.tensors, *extra_roles]
         for key in explicit:
             if key not in (indices if isinstance(key, int) else names):
                 raise KernelInterfaceError(
@@ -597,15 +747,17 @@ class KernelEntry:
         for index, name in declared:
             target = explicit.get(index)
             if target is None and name is not None:
-                target = explicit.get(name) or _default_target(name, self.backend, self.interface)
+                target = explicit.get(name) or _default_target(
+                    name, self.backend, self.interface, extra_roles
+                )
             if target is None:
                 shown = f"{index} ({name!r})" if name else f"{index} (unnamed)"
                 raise KernelInterfaceError(
                     self.slot,
                     self.source,
-                    f"binding {shown} of {self.source} fills no role of the slot (roles: "
-                    f"{', '.join(self.interface.tensors)}; or 'params'); map it with "
-                    f'bindings = {{ {name or index} = "<role>" }}',
+                    f"binding {shown} of {self.source} fills no role of the slot (the kernel "
+                    f"declares: {listed}; the slot's roles: {', '.join(roles)}; or 'params'); "
+                    f'map it with bindings = {{ {name or index} = "<role>" }}',
                 )
             resolved[index] = target
         return resolved

@@ -7,7 +7,6 @@ blamed side, order of magnitude for numeric findings).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from harness.ops.binary import binary_cases
 from harness.ops.rms_norm import rms_norm_cases
 from tests.plants import (
     glsl_substitution,
+    push_too_much,
     vulkan_node_patch,
     webgpu_after_hook,
     webgpu_without_set_cur_dims,
@@ -66,8 +66,8 @@ def _count_at_max() -> AbstractContextManager[Any]:
 
 def _always_broadcast() -> AbstractContextManager[Any]:
     def broadcast(graph: ComputeGraph, node: DispatchNode) -> None:
-        variant = next(k for k in node.shaders if k.endswith("_broadcast"))
-        node.pick_shader = lambda g: variant
+        variant = next(k for k in node.slots if k.endswith("_broadcast"))
+        node.pick_slot = lambda g: variant
 
     return vulkan_node_patch("add", broadcast)
 
@@ -102,10 +102,7 @@ def _nan_from_rsqrt() -> Iterator[None]:
 
 
 def _push_too_much() -> AbstractContextManager[Any]:
-    def push(graph: ComputeGraph, node: DispatchNode) -> None:
-        node.push_constants = lambda g: struct.pack("<ff", 1e-6, 0.0)
-
-    return vulkan_node_patch("rms_norm", push)
+    return vulkan_node_patch("rms_norm", push_too_much, bound=True)
 
 
 def _crash_below_max() -> AbstractContextManager[Any]:
@@ -131,7 +128,7 @@ def _wasteful_grid() -> AbstractContextManager[Any]:
 
 def _skip_width_check() -> AbstractContextManager[Any]:
     def skip(graph: ComputeGraph, node: DispatchNode) -> None:
-        out, x = node.bindings[0], node.bindings[1]
+        out, x = node.tensors["out"], node.tensors["x"]
         node.resize_fn = lambda g: g.virtual_resize(out, g.sizes_of(x))  # type: ignore[arg-type]
 
     return vulkan_node_patch("rms_norm", skip)

@@ -7,7 +7,9 @@ caches on the way in and out, so that no planted pipeline outlives the test.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+import struct
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -16,10 +18,11 @@ from typing import Any
 
 import vulkan_ref.graph
 import vulkan_ref.spirv
-import webgpu_backend.device
 import webgpu_backend.graph
+import webgpu_backend.shaders
 from graph_format import OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
 from webgpu_backend.device import get_device
 from webgpu_backend.graph import Dispatch, WebGPUGraph
 
@@ -33,7 +36,7 @@ def _clear_webgpu_caches() -> None:
 @contextmanager
 def wgsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
     """Load `wgsl/<stem>.wgsl` with `old` replaced by `new` (which must occur)."""
-    original = webgpu_backend.device.load_wgsl
+    original = webgpu_backend.shaders.load_wgsl
 
     def load(kernel: str, directory: Any = None) -> str:
         source = original(kernel, directory)
@@ -43,11 +46,11 @@ def wgsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
         return source
 
     _clear_webgpu_caches()
-    webgpu_backend.device.load_wgsl = load
+    webgpu_backend.shaders.load_wgsl = load  # type: ignore[assignment]
     try:
         yield
     finally:
-        webgpu_backend.device.load_wgsl = original
+        webgpu_backend.shaders.load_wgsl = original
         _clear_webgpu_caches()
 
 
@@ -130,22 +133,54 @@ def webgpu_without_set_cur_dims(op_type: str) -> Iterator[None]:
 
 @contextmanager
 def vulkan_node_patch(
-    op_type: str, patch: Callable[[ComputeGraph, DispatchNode], None]
+    op_type: str, patch: Callable[[ComputeGraph, DispatchNode], None], *, bound: bool = False
 ) -> Iterator[None]:
-    """Let `patch(graph, node)` alter every dispatch node of `op_type` as it is added."""
+    """Let `patch(graph, node)` alter every dispatch node of `op_type` as it is added: before
+    its kernels are bound, or (`bound`) once they are (`node.kernels`)."""
     original = ComputeGraph.add_dispatch_node
 
     def add_dispatch_node(self: ComputeGraph, node: DispatchNode) -> DispatchNode:
         op = next(n for n in self.graph.ops if n.name == node.op)
-        if op.op == op_type:
+        if op.op == op_type and not bound:
             patch(self, node)
-        return original(self, node)
+        added = original(self, node)
+        if op.op == op_type and bound:
+            patch(self, node)
+        return added
 
     ComputeGraph.add_dispatch_node = add_dispatch_node  # type: ignore[method-assign]
     try:
         yield
     finally:
         ComputeGraph.add_dispatch_node = original  # type: ignore[method-assign]
+
+
+def push_too_much(graph: ComputeGraph, node: DispatchNode) -> None:
+    """Push 8 bytes where the pipelines' push-constant range is 4 (a `bound` node patch of
+    rms_norm, whose eps push constant is packed at load)."""
+    for kernel in node.kernels.values():
+        for part in kernel.parts:
+            assert part.push is not None
+            part.push = dataclasses.replace(part.push, size=8)
+            part.push_data = struct.pack("<ff", 1e-6, 0.0)
+
+
+@contextmanager
+def vulkan_pipelines_without_push_range() -> Iterator[None]:
+    """Build every Vulkan pipeline with a layout that leaves out the push constants its
+    kernel reads."""
+    original = PipelineCache.get
+
+    def get(self: PipelineCache, key: ShaderKey, code: bytes) -> ComputePipeline:
+        return original(self, dataclasses.replace(key, push_constant_size=0), code)
+
+    vulkan_ref.graph._PIPELINE_CACHES.clear()
+    PipelineCache.get = get  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        PipelineCache.get = original  # type: ignore[method-assign]
+        vulkan_ref.graph._PIPELINE_CACHES.clear()
 
 
 @contextmanager

@@ -140,6 +140,10 @@ def test_bundle_replays_on_a_fresh_clone(planted_run: Path, tmp_path: Path) -> N
         capture_output=True,
         timeout=120,
     )
+    # Set up as scripts/setup.sh would: the clone shares this checkout's virtual environment
+    # and its npm package for WGSL reflection (.cache/node, which every WebGPU kernel needs).
+    (clone / ".cache").mkdir()
+    (clone / ".cache" / "node").symlink_to(REPO / ".cache" / "node")
     bundle = planted_run / _summary(planted_run)["findings"][0]["bundle"]
     env = {"PYTHONPATH": str(clone), "VULKAN_PARITY_CACHE": str(tmp_path / "spirv")}
     where = subprocess.run(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_format import Graph, GraphBuildError
+from graph_format.kernels import KernelManifest, KernelManifestError
 from vulkan_ref.graph import ComputeGraph
 from vulkan_ref.instance import VulkanContext, get_context
 from vulkan_ref.pool import MemoryPool
@@ -29,6 +30,11 @@ class VulkanRuntime:
         max_workgroups_per_dim: a per-axis workgroup count limit below the device's, which
             every graph honours as if the device had it (counts above it fold into rows;
             counts no grid can hold are refused), so the fold is tested on any device.
+        manifest: kernels replacing slots (its `[vulkan.<slot>]` entries,
+            docs/bring-your-own-kernels.md); unlisted slots run the project's kernels (from
+            `shader_dir` if given).
+        allow_adapters: run the Python adapters the manifest names (without it, a manifest
+            naming one is refused).
 
     Attributes:
         pool: the memory, descriptor sets and submit objects every graph of this runtime
@@ -36,6 +42,8 @@ class VulkanRuntime:
 
     Raises:
         ValueError: a limit below 1 or above the device's.
+        KernelManifestError: the manifest names an adapter for Vulkan and `allow_adapters`
+            is off.
     """
 
     name = "vulkan"
@@ -45,7 +53,22 @@ class VulkanRuntime:
         context: VulkanContext | None = None,
         shader_dir: str | Path | None = None,
         max_workgroups_per_dim: int | None = None,
+        *,
+        manifest: KernelManifest | None = None,
+        allow_adapters: bool = False,
     ) -> None:
+        if manifest is not None and not allow_adapters:
+            for slot in manifest.slots("vulkan"):
+                entry = manifest.entry("vulkan", slot)
+                if entry is not None and entry.adapter is not None:
+                    raise KernelManifestError(
+                        manifest.path,
+                        f"names the Python adapter {entry.adapter}; running it needs "
+                        "VulkanRuntime(allow_adapters=True) (parity: --allow-adapters)",
+                        where=f"vulkan.{slot}.adapter",
+                    )
+        self.manifest = manifest
+        self.allow_adapters = allow_adapters
         self.context = context or get_context()
         self.shader_dir = str(Path(shader_dir).resolve()) if shader_dir else None
         device = self.context.max_workgroup_count[0]
@@ -58,19 +81,28 @@ class VulkanRuntime:
         self.pool = MemoryPool(self.context)
 
     def info(self) -> dict[str, Any]:
-        """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour."""
+        """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour;
+        `kernels` (with a manifest) names the source of each replaced slot."""
         info = self.context.info()
         if self.max_workgroups_per_dim is not None:
             info["device_max_workgroups_per_dim"] = info["max_workgroups_per_dim"]
             info["max_workgroups_per_dim"] = self.max_workgroups_per_dim
+        if self.manifest is not None and self.manifest.slots("vulkan"):
+            info["kernels"] = {
+                slot: str(entry.source)
+                for slot in self.manifest.slots("vulkan")
+                if (entry := self.manifest.entry("vulkan", slot)) is not None
+            }
         return info
 
     def load(self, graph: Graph) -> ComputeGraph:
         """Build `graph`.
 
         Raises:
-            GraphBuildError: an op rejects the graph.
-            KernelBuildError: a kernel's shader does not compile.
+            GraphBuildError: an op rejects the graph, or the graph breaks a kernel's
+                `requires` over values fixed at load.
+            KernelBuildError: a kernel does not compile, reflect or validate, or does not
+                fit its slot (the message names the file and what does not fit).
         """
         from vulkan_ref.ops import OP_IMPLS
 
@@ -78,5 +110,11 @@ class VulkanRuntime:
             if node.op not in OP_IMPLS:
                 raise GraphBuildError(node.name, f"vulkan has no implementation of {node.op!r}")
         return ComputeGraph(
-            self.context, graph, self.shader_dir, self.max_workgroups_per_dim, pool=self.pool
+            self.context,
+            graph,
+            self.shader_dir,
+            self.max_workgroups_per_dim,
+            pool=self.pool,
+            manifest=self.manifest,
+            allow_adapters=self.allow_adapters,
         )

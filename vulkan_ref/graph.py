@@ -5,10 +5,12 @@ Resize model (docs/design.md §4.2, as ExecuTorch's `ComputeGraph`):
 - `propagate_resize` walks every node once, in graph (topological) order. A node whose
   arguments include an updated value runs its `resize_fn`, which resizes its outputs (so
   later nodes see final sizes: no fixpoint, nothing stale).
-- A dispatch node then re-picks its shader, global and local workgroup sizes from live sizes.
-  A global size with a zero component means the dispatch is skipped (how routes switch).
-  Every shader a node may pick is built when the graph is loaded, so a kernel that does not
-  compile is refused at load (`KernelBuildError`), whatever sizes the steps take.
+- A dispatch node then re-picks its slot from live sizes and evaluates the slot's kernel on
+  the values its op offers: each dispatch's logical count (0: skipped, how routes switch),
+  push constants and params bytes. Every slot's kernel is bound when the graph is loaded, the
+  project's or one a manifest names, by its own reflected declarations (`vulkan_ref.binding`,
+  docs/bring-your-own-kernels.md), so a kernel that does not compile or fit is refused at
+  load (`KernelBuildError`), whatever sizes the steps take.
 - The physical grid of every dispatch (a count above the per-dimension limit folded into
   rows) is computed with the resize, so a count no grid can hold is refused like any input.
 - The command buffer is recorded anew for every execute, with a memory barrier after each
@@ -21,9 +23,10 @@ Resize model (docs/design.md §4.2, as ExecuTorch's `ComputeGraph`):
   allocation (one fill and one copy at the head of that submit, no submit of its own);
   every execute reads the guards back with the rest and reports damaged ones
   (`StepResult.guard_writes`), then re-poisons them at the next submit.
-- Any error while resizing restores every size and SymInt to the state before the step;
-  SymInt UBOs are written only once the step's resize succeeded, and a SymInt the int32 UBO
-  cannot hold is refused (`InputError`, key "int_range") after every op's own checks.
+- Any error while resizing restores every size, SymInt and node state to those before the
+  step; SymInt and params UBOs are written only once the step's resize succeeded, and a
+  SymInt the int32 UBO cannot hold is refused (`InputError`, key "int_range") after every
+  op's own checks.
 """
 
 from __future__ import annotations
@@ -31,9 +34,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import numpy as np
 import vulkan as vk
@@ -41,6 +46,7 @@ import vulkan as vk
 import vulkan_ref.spirv
 from graph_format import (
     DTYPES,
+    SLOTS,
     DeviceError,
     DispatchRecord,
     Graph,
@@ -53,15 +59,48 @@ from graph_format import (
     SymIntValue,
     TensorValue,
 )
+from graph_format.kernels import (
+    BUILTIN_NAMES,
+    PARAMS_TARGET,
+    WORKGROUPS_VALUE,
+    Expression,
+    ExpressionError,
+    KernelAdapter,
+    KernelEntry,
+    KernelManifest,
+    KernelRequirementError,
+    Value,
+    adapter_provides,
+    load_adapter,
+)
+from vulkan_ref.binding import (
+    BlockLayout,
+    PackError,
+    ResolvedBinding,
+    ResolvedKernel,
+    kernel_failure,
+    project_entry,
+    resolve_kernel,
+    spec_value,
+)
 from vulkan_ref.cdata import CData
 from vulkan_ref.instance import FENCE_TIMEOUT_NS, VulkanContext
 from vulkan_ref.memory import Buffer
-from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
-from vulkan_ref.pool import GUARD_WORD, Arena, DescriptorKey, MemoryPool, StorageSlot
+from vulkan_ref.pipeline import (
+    ComputePipeline,
+    DescriptorLayout,
+    PipelineCache,
+    ShaderKey,
+    SpecValue,
+)
+from vulkan_ref.pool import GUARD_WORD, Arena, BoundRange, DescriptorKey, MemoryPool, StorageSlot
 from vulkan_ref.tensor import VTensor
 
 Sizes = tuple[int, ...]
 WG = tuple[int, int, int]
+Values = Mapping[str, Value]
+# The per-dimension workgroup limit the graph honours: a value of every slot.
+MAX_WORKGROUPS_VALUE = BUILTIN_NAMES[0]
 
 _PIPELINE_CACHES: dict[int, PipelineCache] = {}
 
@@ -121,51 +160,353 @@ class ExecuteNode:
 
 
 @dataclass
-class DispatchNode(ExecuteNode):
-    """A compute dispatch whose shader, global and local sizes are picked from live sizes.
+class ParamsUBO:
+    """A params uniform of one dispatch, packed from values at each resize and written when
+    the step's resize succeeded (`written`: what it holds)."""
+
+    buffer: Buffer
+    layout: BlockLayout
+    written: bytes = b""
+
+
+@dataclass(slots=True)
+class BoundPart:
+    """One dispatch of a slot's kernel in one op node (a split slot has several): its
+    pipeline, the ranges its descriptors bind and what fills its push constants and params.
 
     Attributes:
-        pick_shader: kernel variant for the current live sizes.
-        shaders: every variant the node may pick -> its GLSL file stem (glsl/<stem>.comp);
-            all of them are built at load.
-        pick_global: global size in invocations; any zero component skips the dispatch.
-        local_size: workgroup size in invocations.
-        bindings: tensors (storage buffers, outputs first) then UBOs, in binding order.
-        push_constants: bytes to push for the current live values, if the kernel has any.
-        spec_constants: specialization constants from id 3 on.
+        push_data: the push constants packed once at load, when they read only values fixed
+            at load; else packed at each resize.
     """
 
-    pick_shader: Callable[[ComputeGraph], str] = lambda g: ""
-    shaders: Mapping[str, str] = field(default_factory=dict)
-    pick_global: Callable[[ComputeGraph], WG] = lambda g: (0, 0, 0)
-    local_size: WG = (64, 1, 1)
-    bindings: Sequence[VTensor | Buffer] = ()
-    push_constants: Callable[[ComputeGraph], bytes] | None = None
-    push_constant_size: int = 0
-    spec_constants: tuple[int | float, ...] = ()
-    kernel: str = ""
-    global_size: WG = (0, 0, 0)
-    pipeline: ComputePipeline | None = None
+    index: int
+    pipeline: ComputePipeline
+    descriptors: DescriptorLayout
+    ranges: tuple[BoundRange, ...]
+    count: Expression | tuple[Expression, Expression, Expression]
+    push: BlockLayout | None = None
+    push_data: bytes | None = None
+    params: tuple[ParamsUBO, ...] = ()
     descriptor_set: CData = None
 
+
+@dataclass(frozen=True)
+class PartPlan:
+    """One dispatch of a kernel built for some values fixed at load, before any node's
+    buffers: its pipeline, what each descriptor binds, the bytes packed once."""
+
+    index: int
+    pipeline: ComputePipeline
+    descriptors: DescriptorLayout
+    bindings: tuple[ResolvedBinding, ...]
+    tensors: tuple[str | None, ...]  # per binding: the tensor it binds (`tensor`), if any
+    count: Expression | tuple[Expression, Expression, Expression]
+    push: BlockLayout | None
+    push_data: bytes | None
+    params_data: Mapping[int, bytes]  # binding -> a params block fixed at load
+
+
+@dataclass(frozen=True)
+class KernelBuild:
+    """A kernel built for some values fixed at load (`ComputeGraph._build`)."""
+
+    local_size: WG
+    parts: tuple[PartPlan, ...]
+    live_requires: tuple[Expression, ...]
+    simple: bool  # one dispatch of the op's count, nothing else packed per resize
+
+
+@dataclass(slots=True)
+class SlotKernel:
+    """The kernel bound to one slot of one op node, resolved and built at load.
+
+    Attributes:
+        entry: the manifest's entry for the slot, or the project kernel's implicit one.
+        static: the slot's values fixed at load (the op's, plus `max_workgroups_per_dim`).
+        live_requires: the entry's `requires` that read values of the live sizes, checked
+            at each resize (those over values fixed at load were checked at load).
+        adapter: the entry's adapter object, if any.
+        provides: the values its adapter adds (its class's `provides`).
+        checked: whether the op's values were checked against the slot's vocabulary.
+        states: for a kernel whose only work at a resize is the op's own count (one dispatch
+            of `workgroups`, push constants and params fixed at load, no adapter, no live
+            `requires`: every project kernel), the state of each count seen, made once;
+            None for any other kernel.
+    """
+
+    slot: str
+    entry: KernelEntry
+    local_size: WG
+    static: dict[str, Value]
+    parts: tuple[BoundPart, ...]
+    live_requires: tuple[Expression, ...] = ()
+    adapter: KernelAdapter | None = None
+    provides: frozenset[str] = frozenset()
+    checked: bool = False
+    states: dict[int, NodeState] | None = None
+
+    def state_for(self, workgroups: Value) -> NodeState:
+        """The state of a simple kernel (`states`) for the op's count."""
+        assert self.states is not None
+        state = self.states.get(workgroups)  # type: ignore[arg-type]  # a miss is checked
+        if state is None:
+            if isinstance(workgroups, bool) or not isinstance(workgroups, int) or workgroups < 0:
+                raise ValueError(f"{self.slot}: the op's workgroups is {workgroups!r}")
+            if len(self.states) > 1024:  # counts seen by one node: bounded by its sizes
+                self.states.clear()
+            (part,) = self.parts
+            if workgroups == 0:
+                state = NodeState(self, (_SKIPPED,), (None,))
+            else:
+                push = _push_data(part.push_data) if part.push_data is not None else None
+                state = NodeState(self, ((workgroups, 1, 1),), (push,))
+            self.states[workgroups] = state
+        return state
+
+
+class NodeState(NamedTuple):
+    """What a dispatch node's last resize chose: the slot's kernel, and per dispatch of it
+    the logical count ((0, 0, 0): skipped) and push constants (None: none, or skipped);
+    the params bytes to write. (A named tuple: one is made per node and resize.)"""
+
+    kernel: SlotKernel | None = None
+    counts: tuple[WG, ...] = ()
+    push: tuple[CData | None, ...] = ()
+    params: tuple[tuple[ParamsUBO, bytes], ...] = ()
+
+
+_SKIPPED: WG = (0, 0, 0)
+_NO_STATE = NodeState()  # before the first resize (immutable: shared)
+
+
+@dataclass
+class DispatchNode(ExecuteNode):
+    """One dispatch position of an op: a slot picked from live sizes, its kernel bound by
+    role and name (`vulkan_ref.binding`), its values and counts evaluated at each resize.
+
+    The op module gives what the op knows; the graph binds each slot's kernel at load (the
+    manifest's, else the project's) and evaluates it at each resize.
+
+    Attributes:
+        slots: every slot the node may pick -> the project's GLSL stem for it
+            (`glsl/<stem>.comp`); every one is built at load.
+        pick_slot: the slot for the live sizes (None: the only one).
+        tensors: every tensor a kernel of the node may bind, by role: the slots' roles and
+            the op's tensors (for `<tensor>.meta`), scratch buffers included.
+        static: values fixed at load, of any of the slots (each slot takes its own names).
+        values: the live values of a slot: with `static`, exactly the slot's vocabulary
+            (graph_format/ops/<op>.toml), `workgroups` among them (0: the op skips the slot).
+        uniforms: value name -> a UBO the op keeps that holds it as one 32-bit int (a
+            SymInt's): a params block holding only that value binds it instead of a packed
+            copy.
+        kernels: set by the graph at load, by slot.
+        state: set by the graph at each resize.
+    """
+
+    slots: Mapping[str, str] = field(default_factory=dict)
+    pick_slot: Callable[[ComputeGraph], str] | None = None
+    tensors: Mapping[str, VTensor] = field(default_factory=dict)
+    static: Mapping[str, Value] = field(default_factory=dict)
+    values: Callable[[ComputeGraph, str], Mapping[str, Value]] = lambda g, slot: {}
+    uniforms: Mapping[str, Buffer] = field(default_factory=dict)
+    kernels: dict[str, SlotKernel] = field(default_factory=dict)
+    state: NodeState = _NO_STATE
+
     def trigger_resize(self, graph: ComputeGraph) -> bool:
-        """Resize outputs if needed, then re-pick shader and global size."""
-        if not super().trigger_resize(graph):
+        """Resize outputs if needed, then re-pick the slot and evaluate its kernel."""
+        if graph.updated.isdisjoint(self.args):
             return False
-        kernel = self.pick_shader(graph)
-        if kernel != self.kernel or self.pipeline is None:
-            self.kernel = kernel
-            self.pipeline = graph.pipeline_for(self)
-        self.global_size = self.pick_global(graph)
+        if self.resize_fn is not None:
+            self.resize_fn(graph)
+        self.state = self._evaluate(graph)
         return True
 
     @property
-    def logical_count(self) -> WG:
-        """Workgroups per axis: div_up(global, local), or zeros when skipped."""
-        if 0 in self.global_size:
-            return (0, 0, 0)
-        (gx, gy, gz), (lx, ly, lz) = self.global_size, self.local_size
-        return (-(-gx // lx), -(-gy // ly), -(-gz // lz))
+    def slot(self) -> str:
+        """The slot the last resize picked ("" before the first)."""
+        return self.state.kernel.slot if self.state.kernel is not None else ""
+
+    def _evaluate(self, graph: ComputeGraph) -> NodeState:
+        if self.pick_slot is None:  # one slot
+            kernel = next(iter(self.kernels.values()))
+            slot = kernel.slot
+        else:
+            slot = self.pick_slot(graph)
+            found = self.kernels.get(slot)
+            if found is None:
+                raise ValueError(f"{self.op}: picked slot {slot!r}, not one of {list(self.slots)}")
+            kernel = found
+        live = self.values(graph, slot)
+        if not kernel.checked:
+            _check_vocabulary(self.op, kernel, live)
+        states = kernel.states
+        if states is not None:  # only the op's count changes
+            count = live[WORKGROUPS_VALUE]
+            state = states.get(count)  # type: ignore[arg-type]  # a miss is checked
+            return state if state is not None else kernel.state_for(count)
+        if live[WORKGROUPS_VALUE] == 0:  # the op skips the slot: every dispatch of its kernel
+            skipped = len(kernel.parts)
+            return NodeState(kernel, (_SKIPPED,) * skipped, (None,) * skipped)
+        values = {**kernel.static, **live}
+        entry = kernel.entry
+        if kernel.adapter is not None:
+            values.update(_adapter_values(self.op, kernel, values))
+        try:
+            for condition in kernel.live_requires:
+                if not condition.evaluate(values):
+                    shown = ", ".join(f"{n} = {values[n]}" for n in sorted(condition.names))
+                    raise InputError(
+                        self.op,
+                        "kernel_requires",
+                        f"vulkan: {self.op}: the kernel of slot {slot} ({entry.source}) "
+                        f"requires {condition.text} ({shown})",
+                    )
+            counts: list[WG] = []
+            pushes: list[CData | None] = []
+            params = []
+            for part in kernel.parts:
+                count = _count(part.count, values)
+                counts.append(count)
+                if count == _SKIPPED:
+                    pushes.append(None)
+                    continue
+                push = part.push
+                pushes.append(
+                    None if push is None else _push_data(part.push_data or push.pack(values))
+                )
+                params += [(ubo, ubo.layout.pack(values)) for ubo in part.params]
+        except (ExpressionError, PackError) as err:
+            raise kernel_failure(entry, str(err), self.op) from None
+        return NodeState(kernel, tuple(counts), tuple(pushes), tuple(params))
+
+
+@functools.cache
+def _vocabulary(slot: str) -> frozenset[str]:
+    """The names of a slot's values."""
+    return frozenset(SLOTS[slot].values)
+
+
+@functools.cache
+def _check_static(op: str, slots: tuple[str, ...], static: frozenset[str]) -> None:
+    """A node lists slots, and each value it fixes at load is one of theirs (the op
+    module's bug otherwise; checked once per kind of node)."""
+    if not slots:
+        raise ValueError(f"{op}: a dispatch node must list its slots")
+    unknown = sorted(static - set().union(*(_vocabulary(slot) for slot in slots)))
+    if unknown:
+        raise ValueError(f"{op}: static values {unknown} are in none of its slots")
+
+
+_NO_VALUES: frozenset[str] = frozenset()
+_PUSH_DATA: dict[bytes, CData] = {}
+
+
+def _push_data(data: bytes) -> CData:
+    """Push-constant bytes as a cffi array, made once per content (the set is small)."""
+    found = _PUSH_DATA.get(data)
+    if found is None:
+        if len(_PUSH_DATA) > 4096:
+            _PUSH_DATA.clear()
+        found = _PUSH_DATA[data] = vk.ffi.new("char[]", data)
+    return found
+
+
+def _count(count: Expression | tuple[Expression, Expression, Expression], values: Values) -> WG:
+    """A dispatch's logical workgroup count: a 1-D count as (n, 1, 1), zero as skipped."""
+    if isinstance(count, tuple):
+        grid = tuple(c.evaluate_int(values) for c in count)
+        for c, n in zip(count, grid, strict=True):
+            if n < 0:
+                raise ExpressionError(c.text, f"gave a negative workgroup count {n}")
+        return _SKIPPED if 0 in grid else (grid[0], grid[1], grid[2])
+    n = count.evaluate_int(values)
+    if n < 0:
+        raise ExpressionError(count.text, f"gave a negative workgroup count {n}")
+    return (n, 1, 1) if n else _SKIPPED
+
+
+def _check_vocabulary(op: str, kernel: SlotKernel, live: Mapping[str, Value]) -> None:
+    """The op's values for a slot are exactly the slot's vocabulary (checked once per slot
+    and node: an op module that offers other names is this project's bug)."""
+    declared = set(SLOTS[kernel.slot].values)
+    static = set(kernel.static) - {MAX_WORKGROUPS_VALUE}
+    offered = static | set(live)
+    both = static & set(live)
+    if offered != declared or both:
+        raise RuntimeError(
+            f"vulkan: {op}: slot {kernel.slot}: the op offers {sorted(offered)}, its schema "
+            f"declares {sorted(declared)} (missing: {sorted(declared - offered)}, extra: "
+            f"{sorted(offered - declared)}, both fixed and live: {sorted(both)})"
+        )
+    kernel.checked = True
+
+
+def _adapter_values(op: str, kernel: SlotKernel, values: Mapping[str, Value]) -> dict[str, Value]:
+    """The values `kernel`'s adapter derives (none of the op's names)."""
+    assert kernel.adapter is not None
+    entry = kernel.entry
+    derived = _call_adapter(op, entry, "values", kernel.adapter.values, MappingProxyType(values))
+    if not isinstance(derived, Mapping):
+        raise _adapter_failure(op, entry, f"values() returned {derived!r}, not a mapping")
+    if derived.keys() != kernel.provides:
+        raise _adapter_failure(
+            op,
+            entry,
+            f"values() returned {sorted(derived)}; its provides declares {sorted(kernel.provides)}",
+        )
+    for name, value in derived.items():
+        numbers = value if isinstance(value, tuple) else (value,)
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
+            raise _adapter_failure(op, entry, f"values() gave {name} = {value!r}, not a number")
+    return dict(derived)
+
+
+def _adapter_failure(op: str | None, entry: KernelEntry, message: str) -> KernelBuildError:
+    """A build error of `entry`'s kernel caused by its adapter (the file named is the
+    adapter's)."""
+    assert entry.adapter is not None
+    text = f"{entry.slot}: adapter {entry.adapter}: {message}"
+    return KernelBuildError("vulkan", entry.slot, str(entry.adapter.file), text, op=op)
+
+
+def _call_adapter(
+    op: str | None, entry: KernelEntry, what: str, fn: Callable[..., Any], *args: Any
+) -> Any:
+    """Call the user's adapter code; whatever it raises is a build error naming it."""
+    try:
+        return fn(*args)
+    except Exception as err:  # the user's code: anything it raises is its finding
+        # The user's frames: the first is this call.
+        frames = err.__traceback__.tb_next if err.__traceback__ is not None else None
+        text = "".join(traceback.format_exception(type(err), err, frames)).rstrip()
+        message = f"{what} raised {type(err).__name__}: {err}\n{text}"
+        raise _adapter_failure(op, entry, message) from None
+
+
+def _evaluate_static(entry: KernelEntry, expr: Expression, static: Values, what: str) -> Value:
+    """An expression over the values fixed at load (a build error if it fails)."""
+    try:
+        value = expr.evaluate(static)
+    except ExpressionError as err:
+        raise kernel_failure(entry, f"{what}: {err}") from None
+    assert not isinstance(value, bool)  # not a condition
+    return value
+
+
+def _holds(entry: KernelEntry, condition: Expression, values: Values, op: str) -> bool:
+    """Whether a `requires` condition holds (a build error if it cannot be evaluated)."""
+    try:
+        return bool(condition.evaluate(values))
+    except ExpressionError as err:
+        raise kernel_failure(entry, f"requires {condition.text!r}: {err}", op) from None
+
+
+def _pack_static(entry: KernelEntry, layout: BlockLayout, static: Values) -> bytes:
+    """A block that reads only values fixed at load, packed once."""
+    try:
+        return layout.pack(static)
+    except PackError as err:
+        raise kernel_failure(entry, str(err)) from None
 
 
 @dataclass
@@ -179,13 +520,8 @@ class _InputCheck:
 class _Snapshot:
     sizes: dict[str, Sizes]
     symints: dict[str, int]
-    nodes: list[tuple[str, WG, ComputePipeline | None]] = field(default_factory=list)
+    nodes: list[NodeState] = field(default_factory=list)
     updated: set[str] = field(default_factory=set)
-
-
-def descriptor_kinds(bindings: Sequence[VTensor | Buffer]) -> tuple[str, ...]:
-    """Descriptor types of a binding list: tensors are storage buffers, Buffers are UBOs."""
-    return tuple("storage" if isinstance(b, VTensor) else "uniform" for b in bindings)
 
 
 class ComputeGraph:
@@ -205,6 +541,8 @@ class ComputeGraph:
         max_workgroups_per_dim: int | None = None,
         *,
         pool: MemoryPool,
+        manifest: KernelManifest | None = None,
+        allow_adapters: bool = False,
     ) -> None:
         from vulkan_ref.ops import OP_IMPLS  # the registry imports this module
 
@@ -216,9 +554,16 @@ class ComputeGraph:
         self._device_limits = (ctx.max_invocations, ctx.max_workgroup_count)
         self.graph = graph
         self.glsl_dir = glsl_dir  # another folder laid out like glsl/; None: the repo's
+        self.manifest = manifest  # kernels replacing slots; unlisted slots: the project's
+        self.allow_adapters = allow_adapters
         # A limit below the device's, on every axis (None: the device's own).
         self.max_workgroups_per_dim = max_workgroups_per_dim
         self.pipelines = pipeline_cache(ctx)
+        self._dispatch_nodes: list[DispatchNode] = []
+        self._params_nodes: list[DispatchNode] = []  # nodes with params packed per resize
+        self._entries: dict[tuple[str, str], KernelEntry] = {}  # by (slot, project stem)
+        # (entry, scratch roles, adapter values) -> resolved kernel, once per graph
+        self._resolved: dict[tuple[int, tuple[str, ...], tuple[str, ...]], ResolvedKernel] = {}
         self.tensors: dict[str, VTensor] = {}
         self.symints: dict[str, SymInt] = {}
         self.nodes: list[ExecuteNode] = []
@@ -263,16 +608,21 @@ class ComputeGraph:
         )
 
     def _allocate_descriptor_sets(self) -> None:
-        """A descriptor set per dispatch node, from the runtime's cache (see pool.py)."""
-        dispatches = [n for n in self.nodes if isinstance(n, DispatchNode)]
-        requests = []
-        for node in dispatches:
-            kinds = descriptor_kinds(node.bindings)
-            ranges = [b.buffer if isinstance(b, VTensor) else b for b in node.bindings]
-            requests.append((kinds, self.pipelines.set_layout(kinds), ranges))
+        """A descriptor set per dispatch of every kernel a node may pick, from the runtime's
+        cache (see pool.py; parts that bind the same ranges share one)."""
+        parts = [
+            part
+            for node in self._dispatch_nodes
+            for kernel in node.kernels.values()
+            for part in kernel.parts
+        ]
+        requests = [
+            (part.descriptors, self.pipelines.set_layout(part.descriptors), part.ranges)
+            for part in parts
+        ]
         acquired = self.pool.descriptors.acquire(requests)
-        for node, (key, handle) in zip(dispatches, acquired, strict=True):
-            node.descriptor_set = handle
+        for part, (key, handle) in zip(parts, acquired, strict=True):
+            part.descriptor_set = handle
             self._descriptor_keys.append(key)
 
     # ------------------------------------------------------------------ builder API
@@ -350,6 +700,12 @@ class ComputeGraph:
         self._scratch.append(tensor)
         return tensor
 
+    def create_scratch_bytes(self, owner: str, label: str, nbytes: int) -> VTensor:
+        """A private buffer of `nbytes` (an adapter's scratch): a tensor of bytes."""
+        tensor = VTensor(self.arena, f"{owner}.{label}", "uint8", 1, (nbytes,))
+        self._scratch.append(tensor)
+        return tensor
+
     def sizes_of(self, tensor: VTensor) -> Sizes:
         """Live sizes of a tensor."""
         return tensor.sizes
@@ -360,62 +716,240 @@ class ComputeGraph:
         return node
 
     def add_dispatch_node(self, node: DispatchNode) -> DispatchNode:
-        """Append a dispatch node after checking its workgroup size against the device and
-        building the pipeline of every kernel variant it may pick.
+        """Append a dispatch node after binding the kernel of every slot it may pick: the
+        manifest's entry for the slot, else the project's kernel (`vulkan_ref.binding`).
 
         Raises:
-            GraphBuildError: the workgroup size is above the device's.
-            KernelBuildError: a variant's shader does not compile (naming the node's op).
+            GraphBuildError: a kernel's workgroup size is above the device's, or the graph
+                breaks a kernel's `requires` over values fixed at load.
+            KernelBuildError: a kernel does not compile, reflect or validate, or does not fit
+                its entry (naming the node's op).
         """
-        max_invocations = self._device_limits[0]
-        if math.prod(node.local_size) > max_invocations:
-            raise GraphBuildError(
-                node.op,
-                f"local size {node.local_size} exceeds the device's "
-                f"{max_invocations} invocations per workgroup",
-            )
-        if not node.shaders:
-            raise ValueError(f"{node.op}: a dispatch node must list its kernel variants")
-        for variant in node.shaders:
+        _check_static(node.op, tuple(node.slots), frozenset(node.static))
+        for slot, stem in node.slots.items():
             try:
-                self._pipeline(node, variant)
+                node.kernels[slot] = self._bind(node, slot, stem)
             except KernelBuildError as err:
                 raise err.for_op(node.op) from None
         self.nodes.append(node)
+        self._dispatch_nodes.append(node)
+        if any(part.params for k in node.kernels.values() for part in k.parts):
+            self._params_nodes.append(node)
         return node
 
-    def pipeline_for(self, node: DispatchNode) -> ComputePipeline:
-        """The pipeline of a node's current kernel."""
-        if node.kernel not in node.shaders:
-            raise ValueError(
-                f"{node.op}: picked kernel {node.kernel!r}, not one of its variants "
-                f"{sorted(node.shaders)}"
-            )
-        return self._pipeline(node, node.kernel)
+    def kernel_entry(self, slot: str, stem: str) -> KernelEntry:
+        """The entry of `slot`'s kernel: the manifest's, else the project's `<stem>.comp`."""
+        found = self._entries.get((slot, stem))
+        if found is None:
+            manifest = self.manifest
+            found = manifest.entry("vulkan", slot) if manifest is not None else None
+            if found is None:
+                folder = self.glsl_dir or str(vulkan_ref.spirv.GLSL_DIR)
+                found = project_entry(slot, folder, stem)
+            self._entries[(slot, stem)] = found
+        return found
 
-    def _pipeline(self, node: DispatchNode, variant: str) -> ComputePipeline:
-        stem = node.shaders[variant]
-        pipeline = self.pipelines.get(
-            ShaderKey(
-                kernel=stem,
-                defines=(),
-                descriptors=descriptor_kinds(node.bindings),
-                push_constant_size=node.push_constant_size,
-                local_size=node.local_size,
-                spec_constants=node.spec_constants,
-                glsl_dir=self.glsl_dir,
+    def _bind(self, node: DispatchNode, slot: str, stem: str) -> SlotKernel:
+        """Bind one slot's kernel for `node`: its build (`_build`), then the node's buffers."""
+        entry = self.kernel_entry(slot, stem)
+        vocabulary = _vocabulary(slot)
+        static: dict[str, Value] = {k: v for k, v in node.static.items() if k in vocabulary}
+        static[MAX_WORKGROUPS_VALUE] = self.workgroup_limits[0]
+        adapter = None
+        tensors: Mapping[str, VTensor] = node.tensors
+        scratch: tuple[str, ...] = ()
+        provides: tuple[str, ...] = ()
+        if entry.adapter is not None:
+            adapter, provides, extra = self._adapter(node, entry, static)
+            tensors = {**node.tensors, **extra}
+            scratch = tuple(extra)
+        build = self._build(node.op, entry, static, scratch, provides)
+
+        parts = []
+        for plan in build.parts:
+            ranges: list[BoundRange] = []
+            params: list[ParamsUBO] = []
+            for b, tensor in zip(plan.bindings, plan.tensors, strict=True):
+                if tensor is not None:
+                    found = tensors.get(tensor)
+                    if found is None:  # the op module's bug: it hands every role of its slots
+                        raise ValueError(f"{node.op}: no tensor {tensor!r} ({sorted(tensors)})")
+                    ranges.append(found.buffer if b.kind == "storage" else found.meta)
+                elif b.single_value is not None and b.single_value in node.uniforms:
+                    ranges.append(node.uniforms[b.single_value])
+                else:
+                    assert b.params is not None
+                    ubo = ParamsUBO(self.arena.uniform(b.params.size), b.params)
+                    ranges.append(ubo.buffer)
+                    packed = plan.params_data.get(b.binding)
+                    if packed is not None:  # fixed at load: packed once
+                        ubo.written = packed
+                        ubo.buffer.write(0, packed)
+                    else:
+                        params.append(ubo)
+            parts.append(
+                BoundPart(
+                    plan.index,
+                    plan.pipeline,
+                    plan.descriptors,
+                    tuple(ranges),
+                    plan.count,
+                    plan.push,
+                    plan.push_data,
+                    tuple(params),
+                )
             )
+        return SlotKernel(
+            slot,
+            entry,
+            build.local_size,
+            static,
+            tuple(parts),
+            build.live_requires,
+            adapter,
+            frozenset(provides) if provides else _NO_VALUES,
+            states={} if build.simple and adapter is None else None,
         )
-        if pipeline.messages:  # the validation layer refused the shader or its pipeline
-            shader = Path(self.glsl_dir) if self.glsl_dir else vulkan_ref.spirv.GLSL_DIR
-            raise KernelBuildError(
-                "vulkan",
-                stem,
-                str(shader / f"{stem}.comp"),
-                "\n".join(pipeline.messages),
-                op=node.op,
+
+    def _build(
+        self,
+        op: str,
+        entry: KernelEntry,
+        static: dict[str, Value],
+        scratch: tuple[str, ...],
+        provides: tuple[str, ...],
+    ) -> KernelBuild:
+        """What a slot's kernel is for these values fixed at load, whatever node binds it:
+        resolved declarations, `requires` over fixed values checked, specialization
+        constants and local size, a pipeline and the fixed bytes per dispatch. Made once per
+        entry, content and values (cached with the pipelines); a kernel's file is checked
+        for changes once per graph."""
+        resolve_key = (id(entry), scratch, provides)
+        resolved = self._resolved.get(resolve_key)
+        if resolved is None:
+            resolved = resolve_kernel(self.pipelines, entry, scratch, provides)
+            self._resolved[resolve_key] = resolved
+        for condition in entry.requires:  # a refusal is this graph's: never cached
+            if condition.names <= static.keys() and not _holds(entry, condition, static, op):
+                raise KernelRequirementError(op, entry.slot, condition.text, entry.source)
+        key = ("build", id(resolved), tuple(sorted(static.items())))
+        cached = self.pipelines.kernels.get(key)
+        if isinstance(cached, tuple) and cached[0] is resolved:
+            build: KernelBuild = cached[1]
+            return build
+
+        spec: list[SpecValue] = []
+        for spec_id, (fmt, expr) in sorted(resolved.spec.items()):
+            live = sorted(expr.names - static.keys())
+            if live:
+                raise kernel_failure(
+                    entry,
+                    f"specialization constant {spec_id} = {expr.text!r} reads {', '.join(live)}, "
+                    "which change with the live sizes; a specialization constant is fixed when "
+                    f"the pipeline is built, at load (values fixed at load: "
+                    f"{', '.join(sorted(static))})",
+                )
+            value = _evaluate_static(entry, expr, static, f"specialization constant {spec_id}")
+            spec.append((spec_id, fmt, spec_value(entry, spec_id, fmt, value)))
+        chosen = {spec_id: value for spec_id, _, value in spec}
+        ids, defaults = resolved.local_size_ids, resolved.local_size_defaults
+        local = tuple(
+            int(chosen[i]) if i is not None and i in chosen else default
+            for i, default in zip(ids, defaults, strict=True)
+        )
+        local_size: WG = (local[0], local[1], local[2])
+        max_invocations = self._device_limits[0]
+        if min(local_size) < 1 or math.prod(local_size) > max_invocations:
+            raise GraphBuildError(
+                op,
+                f"vulkan: the kernel of slot {entry.slot} ({entry.source}) has local size "
+                f"{local_size}; the device allows 1 to {max_invocations} invocations per "
+                "workgroup",
             )
-        return pipeline
+
+        plans = []
+        for index, dispatch in enumerate(resolved.dispatches):
+            params_data = {
+                b.binding: _pack_static(entry, b.params, static)
+                for b in dispatch.bindings
+                if b.params is not None and b.params.names <= static.keys()
+            }
+            push = dispatch.push
+            push_data = None
+            if push is not None and push.names <= static.keys():
+                push_data = _pack_static(entry, push, static)
+            descriptors = tuple((b.binding, b.kind) for b in dispatch.bindings)
+            shader = ShaderKey(
+                resolved.kernel.sha256,
+                entry.entry,
+                descriptors,
+                push.size if push is not None else 0,
+                tuple(spec),
+            )
+            pipeline = self.pipelines.get(shader, resolved.kernel.code)
+            if pipeline.messages:  # the validation layer refused the shader or its pipeline
+                raise kernel_failure(entry, "\n".join(pipeline.messages))
+            plans.append(
+                PartPlan(
+                    index,
+                    pipeline,
+                    descriptors,
+                    dispatch.bindings,
+                    tuple(b.tensor for b in dispatch.bindings),
+                    dispatch.count,
+                    push,
+                    push_data,
+                    params_data,
+                )
+            )
+        live_requires = tuple(c for c in entry.requires if not c.names <= static.keys())
+        (only, *more) = plans
+        simple = (  # the op's count is all that changes at a resize
+            not more
+            and isinstance(only.count, Expression)
+            and only.count.text == WORKGROUPS_VALUE
+            and len(only.params_data) == sum(b.params is not None for b in only.bindings)
+            and (only.push is None or only.push_data is not None)
+            and not live_requires
+        )
+        build = KernelBuild(local_size, tuple(plans), live_requires, simple)
+        self.pipelines.kernels[key] = (resolved, build)  # held: its id stays its own
+        return build
+
+    def _adapter(
+        self, node: DispatchNode, entry: KernelEntry, static: Mapping[str, Value]
+    ) -> tuple[KernelAdapter, tuple[str, ...], dict[str, VTensor]]:
+        """The entry's adapter for this node, the values it adds, its scratch buffers by role.
+
+        Raises:
+            KernelManifestError: the adapter's module does not import, lacks the class, or
+                its `provides` names a value the slot offers.
+            KernelBuildError: the adapter's own code fails, or asks for bad scratch.
+        """
+        assert entry.adapter is not None
+        if not self.allow_adapters:  # VulkanRuntime refuses such a manifest before this
+            raise RuntimeError(f"vulkan: adapter {entry.adapter} given without allow_adapters")
+        cls = load_adapter(entry.adapter, entry.interface)
+        adapter = _call_adapter(node.op, entry, "__init__", cls, MappingProxyType(dict(static)))
+        sizes = _call_adapter(node.op, entry, "scratch", adapter.scratch)
+        if not isinstance(sizes, Mapping):
+            raise _adapter_failure(node.op, entry, f"scratch() returned {sizes!r}, not a mapping")
+        taken = {*node.tensors, *SLOTS[entry.slot].tensors, PARAMS_TARGET}
+        scratch: dict[str, VTensor] = {}
+        for role, nbytes in sizes.items():
+            if not isinstance(role, str) or not role.isidentifier() or role in taken:
+                raise _adapter_failure(
+                    node.op,
+                    entry,
+                    f"scratch() names {role!r}; a scratch role is a new name (taken: "
+                    f"{', '.join(sorted(taken))})",
+                )
+            if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
+                raise _adapter_failure(
+                    node.op, entry, f"scratch() gives {role} {nbytes!r} bytes; expected an int >= 1"
+                )
+            scratch[role] = self.create_scratch_bytes(node.op, f"{entry.slot}.{role}", nbytes)
+        return adapter, adapter_provides(cls), scratch
 
     def virtual_resize(self, tensor: VTensor, sizes: Sequence[int]) -> None:
         """Set a tensor's live sizes; records it as updated only when they change."""
@@ -438,11 +972,7 @@ class ComputeGraph:
         return _Snapshot(
             sizes={n: t.sizes for n, t in self.tensors.items()},
             symints={n: s.value for n, s in self.symints.items()},
-            nodes=[
-                (n.kernel, n.global_size, n.pipeline)
-                for n in self.nodes
-                if isinstance(n, DispatchNode)
-            ],
+            nodes=[n.state for n in self._dispatch_nodes],
             updated=set(self.updated),
         )
 
@@ -451,11 +981,18 @@ class ComputeGraph:
             self.tensors[name].virtual_resize(sizes)
         for name, value in snap.symints.items():
             self.symints[name].set(value)
-        dispatches = [n for n in self.nodes if isinstance(n, DispatchNode)]
-        for node, (kernel, global_size, pipeline) in zip(dispatches, snap.nodes, strict=True):
-            node.kernel, node.global_size, node.pipeline = kernel, global_size, pipeline
+        for node, state in zip(self._dispatch_nodes, snap.nodes, strict=True):
+            node.state = state
         # Back to what was pending before the step (everything, before the first execute).
         self.updated = set(snap.updated)
+
+    def _write_params(self) -> None:
+        """Write the params uniforms this step's resize packed (once it succeeded)."""
+        for node in self._params_nodes:
+            for ubo, data in node.state.params:
+                if data != ubo.written:
+                    ubo.buffer.write(0, data)
+                    ubo.written = data
 
     def _check_symint_range(self) -> None:
         """Refuse a SymInt the int32 UBO cannot hold, once every op's own checks passed."""
@@ -483,26 +1020,43 @@ class ComputeGraph:
         limit = self.max_workgroups_per_dim
         return (min(device[0], limit), min(device[1], limit), min(device[2], limit))
 
-    def _grids(self) -> list[WG | None]:
-        """The physical grid of every dispatch node (None: skipped) for the live sizes.
+    def _grids(self) -> list[list[WG | None]]:
+        """Per dispatch node, the physical grid of each dispatch of its kernel (None:
+        skipped) for the live sizes.
 
         Raises:
-            InputError: a count no grid within the limits can hold (reason "grid_limit",
-                the op as subject).
+            InputError: a count no grid within the limits can hold, or (a kernel that does
+                not fold) one past the per-dimension limit (reason "grid_limit", the op as
+                subject).
         """
         limits = self.workgroup_limits
-        grids: list[WG | None] = []
-        for node in self.nodes:
-            if not isinstance(node, DispatchNode):
-                continue
-            count = node.logical_count
-            if count == (0, 0, 0):
-                grids.append(None)
-                continue
-            try:
-                grids.append(_fold(count, limits))
-            except ValueError as err:
-                raise InputError(node.op, "grid_limit", f"vulkan: {node.op}: {err}") from None
+        lx, ly, lz = limits
+        grids: list[list[WG | None]] = []
+        for node in self._dispatch_nodes:
+            kernel = node.state.kernel
+            assert kernel is not None  # every node resized before the first execute
+            node_grids: list[WG | None] = []
+            for count in node.state.counts:
+                if count == _SKIPPED:
+                    node_grids.append(None)
+                    continue
+                x, y, z = count
+                if x <= lx and y <= ly and z <= lz:
+                    node_grids.append(count)
+                    continue
+                if not kernel.entry.fold or (y, z) != (1, 1):
+                    raise InputError(
+                        node.op,
+                        "grid_limit",
+                        f"vulkan: {node.op}: {count} workgroups of slot {kernel.slot} exceed "
+                        f"the limits {limits}, and its kernel ({kernel.entry.source}) does not "
+                        "fold a 1-D count (fold = false)",
+                    )
+                try:
+                    node_grids.append(_fold(count, limits))
+                except ValueError as err:
+                    raise InputError(node.op, "grid_limit", f"vulkan: {node.op}: {err}") from None
+            grids.append(node_grids)
         return grids
 
     def allocation_nbytes(self, name: str) -> int:
@@ -593,6 +1147,7 @@ class ComputeGraph:
             raise
         for symint in self.symints.values():
             symint.flush()
+        self._write_params()
         self.updated.clear()
 
         staging_plan = _StagingPlan()
@@ -731,7 +1286,7 @@ class ComputeGraph:
         writes: _Writes,
         reads: _Reads,
         fill: Mapping[str, tuple[int, int]],
-        grids: Sequence[WG | None],
+        grids: Sequence[Sequence[WG | None]],
     ) -> list[DispatchRecord]:
         cb = self.pool.command_buffer
         vk.vkBeginCommandBuffer(cb, _ONE_TIME)
@@ -748,7 +1303,7 @@ class ComputeGraph:
         writes: _Writes,
         reads: _Reads,
         fill: Mapping[str, tuple[int, int]],
-        grids: Sequence[WG | None],
+        grids: Sequence[Sequence[WG | None]],
     ) -> list[DispatchRecord]:
         block = self.arena.block
         assert block is not None
@@ -777,45 +1332,42 @@ class ComputeGraph:
             vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
         )
         records: list[DispatchRecord] = []
-        dispatches = [node for node in self.nodes if isinstance(node, DispatchNode)]
-        for node, grid in zip(dispatches, grids, strict=True):
-            count = node.logical_count
-            if grid is None:
-                records.append(
-                    DispatchRecord(node.op, node.kernel, node.local_size, count, count, False)
-                )
-                continue
-            assert node.pipeline is not None
-            vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, node.pipeline.handle)
-            vk.vkCmdBindDescriptorSets(
-                cb,
-                vk.VK_PIPELINE_BIND_POINT_COMPUTE,
-                node.pipeline.layout,
-                0,
-                1,
-                [node.descriptor_set],
-                0,
-                None,
-            )
-            if node.push_constants is not None:
-                data = node.push_constants(self)
-                vk.vkCmdPushConstants(
+        for node, node_grids in zip(self._dispatch_nodes, grids, strict=True):
+            state = node.state
+            kernel = state.kernel
+            assert kernel is not None
+            local = kernel.local_size
+            for part, count, grid, push in zip(
+                kernel.parts, state.counts, node_grids, state.push, strict=True
+            ):
+                if grid is None:
+                    records.append(DispatchRecord(node.op, kernel.slot, local, count, count, False))
+                    continue
+                handle, layout = part.pipeline.handle, part.pipeline.layout
+                vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, handle)
+                vk.vkCmdBindDescriptorSets(
                     cb,
-                    node.pipeline.layout,
-                    vk.VK_SHADER_STAGE_COMPUTE_BIT,
+                    vk.VK_PIPELINE_BIND_POINT_COMPUTE,
+                    layout,
                     0,
-                    len(data),
-                    vk.ffi.new("char[]", data),
+                    1,
+                    [part.descriptor_set],
+                    0,
+                    None,
                 )
-            vk.vkCmdDispatch(cb, *grid)
-            self._barrier(
-                cb,
-                vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                vk.VK_ACCESS_SHADER_WRITE_BIT,
-                vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
-            )
-            records.append(DispatchRecord(node.op, node.kernel, node.local_size, count, grid, True))
+                if push is not None:
+                    assert part.push is not None
+                    size = part.push.size
+                    vk.vkCmdPushConstants(cb, layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, size, push)
+                vk.vkCmdDispatch(cb, *grid)
+                self._barrier(
+                    cb,
+                    vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                    vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                    vk.VK_ACCESS_SHADER_WRITE_BIT,
+                    vk.VK_ACCESS_SHADER_READ_BIT | vk.VK_ACCESS_SHADER_WRITE_BIT,
+                )
+                records.append(DispatchRecord(node.op, kernel.slot, local, count, grid, True))
         self._barrier(
             cb,
             vk.VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | vk.VK_PIPELINE_STAGE_TRANSFER_BIT,

@@ -1,26 +1,29 @@
 """Compute pipelines for the Vulkan reference runtime, cached per context.
 
-Conventions (as ExecuTorch's Vulkan backend binds its kernels): descriptor set 0,
-bindings numbered in declaration order (tensors first, outputs before inputs, then UBOs);
-specialization constants 0-2 are the local workgroup size and an op's own constants start at
-id 3; scalars that change per execute travel as push constants.
+Everything a pipeline is made of comes from the kernel itself, reflected from its SPIR-V
+(`vulkan_ref.binding`): the descriptor set 0 layout (each binding's number and kind, as the
+module declares them; numbers may have gaps where the compiler dropped an unused binding),
+the push-constant range, and the specialization constants by id (the local size's ids
+among them). A pipeline is cached by the module's sha256, its entry point, that layout, the
+push-constant size and the specialization values.
 """
 
 from __future__ import annotations
 
 import hashlib
 import struct
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import vulkan as vk
 
 from vulkan_ref.cdata import CData
 from vulkan_ref.instance import VulkanContext
-from vulkan_ref.spirv import compile_glsl
 
 DescriptorKind = str  # "storage" | "uniform"
+# (binding number, kind) of every descriptor of set 0, by binding number.
+DescriptorLayout = tuple[tuple[int, DescriptorKind], ...]
+# (constant id, struct format of its value: "I" uint, "i" int, "f" float, "?" bool, value)
+SpecValue = tuple[int, str, int | float]
 
 _DESCRIPTOR_TYPES = {
     "storage": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
@@ -32,13 +35,21 @@ _DESCRIPTOR_TYPES = {
 class ShaderKey:
     """Everything that identifies one pipeline."""
 
-    kernel: str
-    defines: tuple[tuple[str, int], ...]
-    descriptors: tuple[DescriptorKind, ...]
+    module: str  # sha256 of the SPIR-V
+    entry: str
+    descriptors: DescriptorLayout
     push_constant_size: int
-    local_size: tuple[int, int, int]
-    spec_constants: tuple[int | float, ...]
-    glsl_dir: str | None = None  # another folder laid out like glsl/; None: the repo's
+    spec_constants: tuple[SpecValue, ...]  # by id
+
+
+def spec_bytes(value: SpecValue) -> bytes:
+    """A specialization constant's data: 4 bytes (a bool is a VkBool32)."""
+    _, kind, number = value
+    if kind == "f":
+        return struct.pack("<f", number)
+    if kind == "?":
+        return struct.pack("<I", 1 if number else 0)
+    return struct.pack(f"<{kind}", number)
 
 
 @dataclass
@@ -58,25 +69,30 @@ class ComputePipeline:
 
 
 class PipelineCache:
-    """Shader modules, set layouts and pipelines of one context, created once each."""
+    """Shader modules, set layouts and pipelines of one context, created once each.
+
+    `kernels` is where `vulkan_ref.binding` keeps the compiled and reflected kernels and
+    their resolutions for this context (cleared with the pipelines).
+    """
 
     def __init__(self, ctx: VulkanContext) -> None:
         self.ctx = ctx
         self._modules: dict[str, CData] = {}  # by sha256 of the SPIR-V
-        self._set_layouts: dict[tuple[DescriptorKind, ...], CData] = {}
+        self._set_layouts: dict[DescriptorLayout, CData] = {}
         self._pipelines: dict[ShaderKey, ComputePipeline] = {}
+        self.kernels: dict[object, object] = {}
 
-    def set_layout(self, descriptors: tuple[DescriptorKind, ...]) -> CData:
-        """The descriptor set layout for bindings of these kinds."""
+    def set_layout(self, descriptors: DescriptorLayout) -> CData:
+        """The descriptor set layout for these (binding, kind) descriptors."""
         if descriptors not in self._set_layouts:
             bindings = [
                 vk.VkDescriptorSetLayoutBinding(
-                    binding=i,
+                    binding=binding,
                     descriptorType=_DESCRIPTOR_TYPES[kind],
                     descriptorCount=1,
                     stageFlags=vk.VK_SHADER_STAGE_COMPUTE_BIT,
                 )
-                for i, kind in enumerate(descriptors)
+                for binding, kind in descriptors
             ]
             info = vk.VkDescriptorSetLayoutCreateInfo(
                 bindingCount=len(bindings), pBindings=bindings
@@ -86,20 +102,17 @@ class PipelineCache:
             )
         return self._set_layouts[descriptors]
 
-    def _module(
-        self, kernel: str, defines: tuple[tuple[str, int], ...], glsl_dir: str | None = None
-    ) -> CData:
-        # Keyed by the binary, not the kernel name: graphs built from another shader folder
-        # (a repro bundle's copies) share the cache without picking up each other's modules.
-        code = compile_glsl(kernel, dict(defines), Path(glsl_dir) if glsl_dir else None)
+    def _module(self, code: bytes) -> CData:
+        # Keyed by the binary: graphs built from another shader folder (a repro bundle's
+        # copies, a user's kernels) share the cache without picking up each other's modules.
         key = hashlib.sha256(code).hexdigest()
         if key not in self._modules:
             info = vk.VkShaderModuleCreateInfo(codeSize=len(code), pCode=code)
             self._modules[key] = vk.vkCreateShaderModule(self.ctx.device, info, None)
         return self._modules[key]
 
-    def get(self, key: ShaderKey) -> ComputePipeline:
-        """The pipeline for `key`, created on first use."""
+    def get(self, key: ShaderKey, code: bytes) -> ComputePipeline:
+        """The pipeline for `key` (whose module is `code`), created on first use."""
         cached = self._pipelines.get(key)
         if cached is not None:
             return cached
@@ -107,7 +120,7 @@ class PipelineCache:
         # the pipeline's own.
         held = self.ctx.drain_messages()
         try:
-            pipeline = self._create(key)
+            pipeline = self._create(key, code)
         finally:
             emitted = tuple(self.ctx.drain_messages())
             self.ctx.messages[:0] = held
@@ -115,7 +128,7 @@ class PipelineCache:
         self._pipelines[key] = pipeline
         return pipeline
 
-    def _create(self, key: ShaderKey) -> ComputePipeline:
+    def _create(self, key: ShaderKey, code: bytes) -> ComputePipeline:
         set_layout = self.set_layout(key.descriptors)
         ranges = (
             [
@@ -138,22 +151,23 @@ class PipelineCache:
 
         # Every struct and array the create-info points to is held in a local for the
         # duration of the call: cffi frees unreferenced temporaries at once (notes/gpu-machines).
-        values: Sequence[int | float] = (*key.local_size, *key.spec_constants)
-        data = b"".join(
-            struct.pack("<f", v) if isinstance(v, float) else struct.pack("<I", v) for v in values
-        )
-        spec_data = vk.ffi.new("char[]", data)
+        data = b"".join(spec_bytes(v) for v in key.spec_constants)
+        spec_data = vk.ffi.new("char[]", data or b"\0")
         entries = [
-            vk.VkSpecializationMapEntry(constantID=i, offset=4 * i, size=4)
-            for i in range(len(values))
+            vk.VkSpecializationMapEntry(constantID=spec_id, offset=4 * i, size=4)
+            for i, (spec_id, _, _) in enumerate(key.spec_constants)
         ]
-        spec_info = vk.VkSpecializationInfo(
-            mapEntryCount=len(entries), pMapEntries=entries, dataSize=len(data), pData=spec_data
+        spec_info = (
+            vk.VkSpecializationInfo(
+                mapEntryCount=len(entries), pMapEntries=entries, dataSize=len(data), pData=spec_data
+            )
+            if entries
+            else None
         )
-        entry_name = vk.ffi.new("char[]", b"main")
+        entry_name = vk.ffi.new("char[]", key.entry.encode())
         stage = vk.VkPipelineShaderStageCreateInfo(
             stage=vk.VK_SHADER_STAGE_COMPUTE_BIT,
-            module=self._module(key.kernel, key.defines, key.glsl_dir),
+            module=self._module(code),
             pName=entry_name,
             pSpecializationInfo=spec_info,
         )

@@ -69,6 +69,8 @@ _HOST_USAGE = (
 _HOST_FLAGS = vk.VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | vk.VK_MEMORY_PROPERTY_HOST_COHERENT_BIT
 
 DescriptorKind = str  # "storage" | "uniform", as vulkan_ref.pipeline
+# (binding number, kind) of every descriptor of a set, as vulkan_ref.pipeline
+DescriptorLayout = tuple[tuple[int, DescriptorKind], ...]
 _DESCRIPTOR_TYPES = {
     "storage": vk.VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
     "uniform": vk.VK_DESCRIPTOR_TYPE_UNIFORM_BUFFER,
@@ -88,8 +90,8 @@ class BoundRange(Protocol):
     def binding_size(self) -> int: ...
 
 
-# (descriptor kinds, (buffer handle as an int, offset, range) of every binding)
-DescriptorKey = tuple[tuple[DescriptorKind, ...], tuple[tuple[int, int, int], ...]]
+# (descriptor layout, (buffer handle as an int, offset, range) of every binding)
+DescriptorKey = tuple[DescriptorLayout, tuple[tuple[int, int, int], ...]]
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -150,11 +152,11 @@ class StorageSlot:
 class DescriptorCache:
     """Descriptor sets of one device, recycled across graphs.
 
-    A set is cached by (descriptor kinds, the (block, offset, range) of every binding): a
+    A set is cached by (descriptor layout, the (block, offset, range) of every binding): a
     graph that binds the same ranges as an earlier one (the same case rebuilt while
     shrinking or repeating) reuses its sets without a call. Sets in use by a live graph are
     counted and never evicted; beyond `capacity` entries the least recently used idle set
-    is rewritten for the next miss of the same kinds instead of allocating a new one. Sets
+    is rewritten for the next miss of the same layout instead of allocating a new one. Sets
     come from descriptor pools created as needed and kept until `close`.
     """
 
@@ -162,19 +164,20 @@ class DescriptorCache:
         self.ctx = ctx
         self.capacity = capacity
         self._entries: OrderedDict[DescriptorKey, _CachedSet] = OrderedDict()
-        self._spare: dict[tuple[DescriptorKind, ...], list[CData]] = {}
+        self._spare: dict[DescriptorLayout, list[CData]] = {}
         self._pools: list[_DescriptorPool] = []
         self.sets_allocated = 0
         self.hits = 0
         self.misses = 0
 
     def acquire(
-        self, requests: Sequence[tuple[tuple[DescriptorKind, ...], CData, Sequence[BoundRange]]]
+        self, requests: Sequence[tuple[DescriptorLayout, CData, Sequence[BoundRange]]]
     ) -> list[tuple[DescriptorKey, CData]]:
-        """(key, set) per (kinds, set layout, bound ranges) request, in order; every miss is
-        written in one `vkUpdateDescriptorSets`. Requests with the same key share a set."""
+        """(key, set) per (descriptor layout, set layout, bound ranges) request, in order (a
+        range per descriptor of the layout); every miss is written in one
+        `vkUpdateDescriptorSets`. Requests with the same key share a set."""
         out: list[tuple[DescriptorKey, CData]] = []
-        misses: dict[DescriptorKey, tuple[tuple[DescriptorKind, ...], CData, Sequence[BoundRange]]]
+        misses: dict[DescriptorKey, tuple[DescriptorLayout, CData, Sequence[BoundRange]]]
         misses = {}
         for kinds, layout, ranges in requests:
             key = (kinds, tuple((_address(r.handle), r.offset, r.binding_size) for r in ranges))
@@ -237,8 +240,9 @@ class DescriptorCache:
         entry = self._entries.pop(key)
         self._spare.setdefault(entry.kinds, []).append(entry.handle)
 
-    def _take(self, wanted: list[tuple[tuple[DescriptorKind, ...], CData]]) -> list[CData]:
-        """A set per (kinds, layout): a spare one, else newly allocated (one call per pool)."""
+    def _take(self, wanted: list[tuple[DescriptorLayout, CData]]) -> list[CData]:
+        """A set per (descriptor layout, set layout): a spare one, else newly allocated (one
+        call per pool)."""
         handles: list[CData] = [None] * len(wanted)
         fresh: list[int] = []
         for i, (kinds, _) in enumerate(wanted):
@@ -266,12 +270,12 @@ class DescriptorCache:
             fresh = [i for i in fresh if i not in taken]
         return handles
 
-    def _pool_for(self, kinds: list[tuple[DescriptorKind, ...]]) -> _DescriptorPool:
+    def _pool_for(self, kinds: list[DescriptorLayout]) -> _DescriptorPool:
         """A descriptor pool with room for at least the first of these sets."""
         if self._pools and self._pools[-1].fits(kinds[0]):
             return self._pools[-1]
         sets = max(256, len(kinds))
-        per_kind = {k: sum(ks.count(k) for ks in kinds) for k in _DESCRIPTOR_TYPES}
+        per_kind = {k: sum(_count(ks, k) for ks in kinds) for k in _DESCRIPTOR_TYPES}
         counts = {k: max(8 * sets, n) for k, n in per_kind.items()}
         sizes = [
             vk.VkDescriptorPoolSize(type=_DESCRIPTOR_TYPES[k], descriptorCount=n)
@@ -286,9 +290,7 @@ class DescriptorCache:
         self._pools.append(pool)
         return pool
 
-    def _write(
-        self, sets: list[tuple[CData, tuple[DescriptorKind, ...], Sequence[BoundRange]]]
-    ) -> None:
+    def _write(self, sets: list[tuple[CData, DescriptorLayout, Sequence[BoundRange]]]) -> None:
         """One vkUpdateDescriptorSets for every binding of these sets (structs built raw:
         the vulkan package's keyword constructors cost ~30 µs each)."""
         total = sum(len(kinds) for _, kinds, _ in sets)
@@ -296,7 +298,7 @@ class DescriptorCache:
         writes = vk.ffi.new("VkWriteDescriptorSet[]", total)
         j = 0
         for handle, kinds, ranges in sets:
-            for binding, (kind, bound) in enumerate(zip(kinds, ranges, strict=True)):
+            for (binding, kind), bound in zip(kinds, ranges, strict=True):
                 info = infos[j]
                 info.buffer = bound.handle
                 info.offset = bound.offset
@@ -323,8 +325,13 @@ class DescriptorCache:
 @dataclass
 class _CachedSet:
     handle: CData
-    kinds: tuple[DescriptorKind, ...]
+    kinds: DescriptorLayout
     refs: int = 0
+
+
+def _count(layout: DescriptorLayout, kind: DescriptorKind) -> int:
+    """Descriptors of `kind` in `layout`."""
+    return sum(1 for _, k in layout if k == kind)
 
 
 @dataclass
@@ -333,8 +340,8 @@ class _DescriptorPool:
     sets_left: int
     left: dict[DescriptorKind, int] = field(default_factory=dict)
 
-    def fits(self, kinds: tuple[DescriptorKind, ...], commit: bool = False) -> bool:
-        need = {k: kinds.count(k) for k in _DESCRIPTOR_TYPES}
+    def fits(self, kinds: DescriptorLayout, commit: bool = False) -> bool:
+        need = {k: _count(kinds, k) for k in _DESCRIPTOR_TYPES}
         ok = self.sets_left >= 1 and all(self.left[k] >= n for k, n in need.items())
         if ok and commit:
             self.sets_left -= 1

@@ -174,12 +174,16 @@ def time_rounds(
     return out
 
 
-def node_recorder(graph: ComputeGraph, node: DispatchNode) -> Recorder:
-    """A recorder that replays `node` as the graph last resized it."""
-    assert node.pipeline is not None
-    pipeline = node.pipeline
-    grid = _fold(node.logical_count, graph.ctx.max_workgroup_count)
-    push = node.push_constants(graph) if node.push_constants is not None else None
+def part_recorder(graph: ComputeGraph, node: DispatchNode, index: int) -> Recorder:
+    """A recorder that replays dispatch `index` of `node`'s kernel as the graph last resized
+    it."""
+    state = node.state
+    assert state.kernel is not None
+    part = state.kernel.parts[index]
+    pipeline = part.pipeline
+    grid = _fold(state.counts[index], graph.ctx.max_workgroup_count)
+    push = state.push[index]
+    size = part.push.size if part.push is not None else 0
 
     def record(cb: CData) -> None:
         vk.vkCmdBindPipeline(cb, vk.VK_PIPELINE_BIND_POINT_COMPUTE, pipeline.handle)
@@ -189,18 +193,13 @@ def node_recorder(graph: ComputeGraph, node: DispatchNode) -> Recorder:
             pipeline.layout,
             0,
             1,
-            [node.descriptor_set],
+            [part.descriptor_set],
             0,
             None,
         )
         if push is not None:
             vk.vkCmdPushConstants(
-                cb,
-                pipeline.layout,
-                vk.VK_SHADER_STAGE_COMPUTE_BIT,
-                0,
-                len(push),
-                vk.ffi.new("char[]", push),
+                cb, pipeline.layout, vk.VK_SHADER_STAGE_COMPUTE_BIT, 0, size, push
             )
         vk.vkCmdDispatch(cb, *grid)
 
@@ -210,17 +209,21 @@ def node_recorder(graph: ComputeGraph, node: DispatchNode) -> Recorder:
 def graph_recorders(
     graphs: Sequence[ComputeGraph], inputs: Mapping[str, np.ndarray | int]
 ) -> list[list[tuple[str, str, Recorder]]]:
-    """Execute each graph once with `inputs`; per graph, (op, kernel, recorder) of every
-    dispatch node that runs at these sizes, in graph order."""
+    """Execute each graph once with `inputs`; per graph, (op, slot, recorder) of every
+    dispatch that runs at these sizes, in graph order."""
     if not graphs:
         raise ValueError("timing needs at least one loaded graph, got none")
     per_graph = []
     for graph in graphs:
         graph.execute(inputs)
-        running = [
-            n for n in graph.nodes if isinstance(n, DispatchNode) and n.logical_count != (0, 0, 0)
-        ]
-        per_graph.append([(n.op, n.kernel, node_recorder(graph, n)) for n in running])
+        running = []
+        for node in graph.nodes:
+            if not isinstance(node, DispatchNode):
+                continue
+            for index, count in enumerate(node.state.counts):
+                if count != (0, 0, 0):
+                    running.append((node.op, node.slot, part_recorder(graph, node, index)))
+        per_graph.append(running)
     return per_graph
 
 

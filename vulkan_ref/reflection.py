@@ -246,6 +246,18 @@ _VECTOR_PREFIX = {
 _MATRIX_PREFIX = {"mat": "float", "dmat": "double", "f16mat": "float16_t"}
 
 
+def value_shape(glsl_type: str) -> tuple[str, int] | None:
+    """(scalar type, components) of a scalar or vector GLSL type (`uvec4` -> ("uint", 4)),
+    None for a matrix, a struct or an unknown type."""
+    if glsl_type in _SCALAR_BYTES:
+        return glsl_type, 1
+    for prefix, scalar in _VECTOR_PREFIX.items():
+        width = glsl_type.removeprefix(prefix)
+        if width != glsl_type and width.isdigit():
+            return scalar, int(width)
+    return None
+
+
 def _value_size(glsl_type: str, matrix_stride: int | None, row_major: bool) -> int | None:
     """Bytes of one scalar, vector or matrix value (matrices: columns x matrix stride)."""
     if glsl_type in _SCALAR_BYTES:

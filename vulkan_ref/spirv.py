@@ -1,7 +1,14 @@
 """GLSL -> SPIR-V with glslc, cached by content: `glsl/<kernel>.comp` compiled once per source.
 
 Shaders may come from another folder laid out like `glsl/` (`<kernel>.comp` plus
-`include/`), such as a repro bundle's own copies; `compile_glsl` takes that folder.
+`include/`), such as a repro bundle's own copies; `compile_glsl` takes that folder, and
+`compile_glsl_file` any file (a user's kernel, with its own folder searched for includes).
+
+Kernels are compiled with `-O -g`: optimized, with their debug names kept, so that reflection
+(`vulkan_ref.reflection`) sees the names of bindings, block members and specialization
+constants and a kernel is bound by those names. `-g` adds only debug instructions: for every
+project kernel the module stripped of them (`spirv-opt --strip-debug --compact-ids`) is
+byte-identical to the `-O` one, so the driver compiles the same code (docs/reflection.md).
 
 The cache key covers everything that changes the binary (the source and every file it
 includes, the defines, the flags and the compiler's version), so the cache never needs
@@ -17,14 +24,14 @@ import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from graph_format import BackendUnavailable, KernelBuildError
 
 GLSL_DIR = Path(__file__).resolve().parents[1] / "glsl"
 INCLUDE_DIR = GLSL_DIR / "include"
-BASE_FLAGS = ("-fshader-stage=compute", "--target-env=vulkan1.1", "-O")
+BASE_FLAGS = ("-fshader-stage=compute", "--target-env=vulkan1.1", "-O", "-g")
 FLAGS = (*BASE_FLAGS, "-I", str(INCLUDE_DIR))
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
@@ -69,18 +76,26 @@ def _glslc() -> tuple[str, str]:
 
 
 def _sources(
-    path: Path, seen: set[Path] | None = None, include_dir: Path = INCLUDE_DIR
-) -> list[bytes]:
-    """The bytes of a shader and, recursively, of every file it includes."""
-    seen = seen if seen is not None else set()
+    path: Path, include_dirs: Sequence[Path], seen: dict[Path, bytes] | None = None
+) -> dict[Path, bytes]:
+    """The bytes of a shader and, recursively, of every file it includes (looked up next to
+    the including file, then in `include_dirs`, as glslc does), by path."""
+    seen = seen if seen is not None else {}
     if path in seen:
-        return []
-    seen.add(path)
+        return seen
     text = path.read_bytes()
-    parts = [text]
-    for name in _INCLUDE.findall(text.decode()):
-        parts += _sources(include_dir / name, seen, include_dir)
-    return parts
+    seen[path] = text
+    for name in _INCLUDE.findall(text.decode(errors="replace")):
+        for folder in (path.parent, *include_dirs):
+            if (folder / name).is_file():
+                _sources(folder / name, include_dirs, seen)
+                break
+    return seen
+
+
+def include_files(path: Path, include_dirs: Sequence[Path] = ()) -> list[Path]:
+    """Every file the shader at `path` includes, recursively (not the shader itself)."""
+    return [p for p in _sources(path, include_dirs) if p != path]
 
 
 def compile_glsl(
@@ -98,19 +113,35 @@ def compile_glsl(
         BackendUnavailable: glslc is not installed.
     """
     root = glsl_dir or GLSL_DIR
-    include_dir = root / "include"
-    flags = (*BASE_FLAGS, "-I", str(include_dir))
-    path = root / f"{kernel}.comp"
+    return compile_glsl_file(root / f"{kernel}.comp", (root / "include",), defines)
+
+
+def compile_glsl_file(
+    path: Path,
+    include_dirs: Sequence[Path] = (),
+    defines: Mapping[str, int | str] | None = None,
+) -> bytes:
+    """SPIR-V of the GLSL compute shader at `path`, from the cache when possible; includes
+    resolve next to the file, then in `include_dirs`.
+
+    Raises:
+        FileNotFoundError: there is no such shader file.
+        ShaderCompileError: glslc rejected it.
+        BackendUnavailable: glslc is not installed.
+    """
     if not path.exists():
-        raise FileNotFoundError(f"no GLSL shader for kernel {kernel!r}: expected {path}")
+        raise FileNotFoundError(f"no GLSL shader {path.name!r}: expected {path}")
+    flags: tuple[str, ...] = BASE_FLAGS
+    for folder in include_dirs:
+        flags += ("-I", str(folder))
     define_flags = tuple(f"-D{k}={v}" for k, v in sorted((defines or {}).items()))
     exe, version = _glslc()
     digest = hashlib.sha256()
-    sources = _sources(path, include_dir=include_dir)
+    sources = _sources(path, include_dirs).values()
     for part in (*sources, *(f.encode() for f in (*define_flags, *flags)), version.encode()):
         digest.update(hashlib.sha256(part).digest())
     key = digest.hexdigest()[:24]
-    cached = cache_dir() / f"{kernel}-{key}.spv"
+    cached = cache_dir() / f"{path.stem}-{key}.spv"
     if cached.exists():
         return cached.read_bytes()
     if key in _REFUSED:

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from graph_format import Graph, GraphBuildError
+from graph_format.kernels import KernelManifest
+from webgpu_backend.binding import KernelCatalog
 from webgpu_backend.device import WebGPUDevice, get_device
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.pool import BufferPool
@@ -24,10 +26,16 @@ class WebGPURuntime:
     Args:
         device: the device to use (default: the process-wide one).
         shader_dir: a folder of `<kernel>.wgsl` files to build graphs from instead of the
-            repo's `wgsl/` (a repro bundle's own shader copies).
+            repo's `wgsl/` (a repro bundle's own shader copies): drop-in copies of the
+            project's kernels, bound as the project's are.
         max_workgroups_per_dim: a per-dimension workgroup count limit below the device's,
             which every graph honours as if the device had it (counts above it fold into a
             2-D grid; counts no grid can hold are refused), so the fold is tested anywhere.
+        manifest: a kernel manifest (`graph_format.kernels.load_manifest`): the slots it
+            replaces on webgpu run its kernels, bound as it says
+            (docs/bring-your-own-kernels.md); the others the project's.
+        allow_adapters: let the manifest's adapter classes be imported and run (they are
+            the user's Python); without it a graph needing one is refused at load.
 
     Attributes:
         pool: the buffers and bind groups every graph of this runtime shares
@@ -44,9 +52,14 @@ class WebGPURuntime:
         device: WebGPUDevice | None = None,
         shader_dir: str | Path | None = None,
         max_workgroups_per_dim: int | None = None,
+        manifest: KernelManifest | None = None,
+        allow_adapters: bool = False,
     ) -> None:
         self.device = device or get_device()
         self.shader_dir = Path(shader_dir).resolve() if shader_dir else None
+        self.manifest = manifest
+        self.allow_adapters = allow_adapters
+        self.catalog = KernelCatalog(self.shader_dir, manifest, allow_adapters)
         limit = self.device.max_workgroups_per_dim
         if max_workgroups_per_dim is not None and not 1 <= max_workgroups_per_dim <= limit:
             raise ValueError(
@@ -57,19 +70,30 @@ class WebGPURuntime:
         self.pool = BufferPool(self.device.device)
 
     def info(self) -> dict[str, Any]:
-        """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour."""
+        """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour,
+        `kernels` the source file of each slot a manifest replaces (with the manifest),
+        `shader_dir` the folder of the project kernels' copies when one was given."""
         info = self.device.info()
         if self.max_workgroups_per_dim is not None:
             info["device_max_workgroups_per_dim"] = info["max_workgroups_per_dim"]
             info["max_workgroups_per_dim"] = self.max_workgroups_per_dim
+        if self.shader_dir is not None:
+            info["shader_dir"] = str(self.shader_dir)
+        if self.manifest is not None:
+            info["manifest"] = str(self.manifest.path)
+            info["kernels"] = self.catalog.replaced()
         return info
 
     def load(self, graph: Graph) -> WebGPUGraph:
         """Build `graph`.
 
         Raises:
-            GraphBuildError: an op rejects the graph.
-            KernelBuildError: a kernel's shader does not compile or validate.
+            GraphBuildError: an op rejects the graph (`KernelRequirementError`: a replaced
+                kernel's declared limit).
+            KernelBuildError: a kernel's shader does not reflect, compile or validate, or
+                does not fit its slot.
+            KernelManifestError: a manifest's file cannot be read, or an adapter is not
+                allowed or does not load.
         """
         from webgpu_backend.ops import OP_BUILDERS
 
@@ -77,5 +101,5 @@ class WebGPURuntime:
             if node.op not in OP_BUILDERS:
                 raise GraphBuildError(node.name, f"webgpu has no implementation of {node.op!r}")
         return WebGPUGraph(
-            self.device, graph, self.shader_dir, self.max_workgroups_per_dim, pool=self.pool
+            self.device, graph, self.catalog, self.max_workgroups_per_dim, pool=self.pool
         )

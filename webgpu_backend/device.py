@@ -1,19 +1,19 @@
 """Adapter and device acquisition for the WebGPU runtime, and the per-device pipeline cache.
 
 One `GPUDevice` serves every graph of a process: pipelines are expensive to create (about
-0.1 s each on lavapipe), so they are cached per device, keyed by the kernel's source text,
-binding layout and override constants, and shared across graphs and Hypothesis examples.
-Keying by source rather than by kernel name lets graphs built from another shader folder (a
-repro bundle's copies) live in the same process without picking up each other's modules.
+0.1 s each on lavapipe), so they are cached per device, keyed by the kernel's source text
+(its sha256), entry point, bind group layout (as the kernel's reflected bindings resolve it)
+and override constants, and shared across graphs and Hypothesis examples. Keying by source
+rather than by kernel name lets graphs built from another shader folder (a repro bundle's
+copies, a user's manifest) live in the same process without picking up each other's modules.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import wgpu
 
@@ -30,10 +30,7 @@ from wgpu.classes import (
 )
 
 from graph_format import BackendUnavailable, KernelBuildError
-from webgpu_backend.shaders import WGSL_DIR, load_wgsl
-
-# How a kernel sees each of its bindings (group 0, binding = position in the list).
-BindingKind = Literal["storage_rw", "storage_ro", "uniform"]
+from webgpu_backend.binding import Layout
 
 _BUFFER_TYPES = {
     "storage_rw": wgpu.BufferBindingType.storage,
@@ -45,8 +42,8 @@ _BUFFER_TYPES = {
 _RAISED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size")
 
 
-# kernel, sha256 of its source, binding kinds, sorted override constants
-PipelineKey = tuple[str, str, tuple[BindingKind, ...], tuple[tuple[str, int | float], ...]]
+# sha256 of the source, entry point, bind group layout, sorted pipeline constants
+PipelineKey = tuple[str, str, Layout, tuple[tuple[str, int | float], ...]]
 
 
 @dataclass
@@ -68,7 +65,7 @@ class WebGPUDevice:
     max_invocations_per_workgroup: int
     # by sha256 of the WGSL source
     _modules: dict[str, GPUShaderModule] = field(default_factory=dict)
-    _layouts: dict[tuple[BindingKind, ...], tuple[GPUBindGroupLayout, GPUPipelineLayout]] = field(
+    _layouts: dict[Layout, tuple[GPUBindGroupLayout, GPUPipelineLayout]] = field(
         default_factory=dict
     )
     _pipelines: dict[PipelineKey, Pipeline] = field(default_factory=dict)
@@ -86,61 +83,68 @@ class WebGPUDevice:
             "max_workgroups_per_dim": self.max_workgroups_per_dim,
         }
 
-    def bind_group_layout(
-        self, kinds: tuple[BindingKind, ...]
-    ) -> tuple[GPUBindGroupLayout, GPUPipelineLayout]:
-        """(bind group layout, pipeline layout) for bindings of these kinds, cached."""
-        if kinds not in self._layouts:
+    def bind_group_layout(self, layout: Layout) -> tuple[GPUBindGroupLayout, GPUPipelineLayout]:
+        """(bind group layout, pipeline layout) for bindings of these indices and kinds,
+        cached."""
+        if layout not in self._layouts:
             entries = [
                 {
-                    "binding": i,
+                    "binding": index,
                     "visibility": wgpu.ShaderStage.COMPUTE,
                     "buffer": {"type": _BUFFER_TYPES[kind]},
                 }
-                for i, kind in enumerate(kinds)
+                for index, kind in layout
             ]
             bgl = self.device.create_bind_group_layout(entries=entries)
             pl = self.device.create_pipeline_layout(bind_group_layouts=[bgl])
-            self._layouts[kinds] = (bgl, pl)
-        return self._layouts[kinds]
+            self._layouts[layout] = (bgl, pl)
+        return self._layouts[layout]
+
+    def shader_module(self, kernel: str, source: str, digest: str, path: Path) -> GPUShaderModule:
+        """The shader module of WGSL `source` (sha256 `digest`), cached.
+
+        Raises:
+            KernelBuildError: naga rejected the shader, with its whole message.
+        """
+        module = self._modules.get(digest)
+        if module is None:
+            try:
+                module = self.device.create_shader_module(label=kernel, code=source)
+            except GPUError as err:
+                raise KernelBuildError("webgpu", kernel, str(path), str(err)) from None
+            self._modules[digest] = module
+        return module
 
     def pipeline(
         self,
         kernel: str,
-        kinds: tuple[BindingKind, ...],
-        constants: dict[str, int | float] | None = None,
-        shader_dir: Path | None = None,
+        source: str,
+        digest: str,
+        path: Path,
+        layout: Layout,
+        constants: dict[str, int | float],
+        entry_point: str = "main",
     ) -> Pipeline:
-        """The compute pipeline of `<shader_dir>/<kernel>.wgsl` with these override constants.
-
-        `shader_dir` defaults to the repo's `wgsl/`.
+        """The compute pipeline of WGSL `source` (sha256 `digest`, read from `path`) with
+        this bind group layout and these override constants, cached.
 
         Raises:
             KernelBuildError: naga rejected the shader, or the pipeline did not validate;
                 with wgpu's whole message (the "Caused by" chain, line and column).
         """
-        constants = constants or {}
-        source = load_wgsl(kernel, shader_dir)
-        digest = hashlib.sha256(source.encode()).hexdigest()
-        key = (kernel, digest, kinds, tuple(sorted(constants.items())))
+        key = (digest, entry_point, layout, tuple(sorted(constants.items())))
         cached = self._pipelines.get(key)
         if cached is not None:
             return cached
-        bgl, pl = self.bind_group_layout(kinds)
+        bgl, pl = self.bind_group_layout(layout)
+        module = self.shader_module(kernel, source, digest, path)
         try:
-            if digest not in self._modules:
-                self._modules[digest] = self.device.create_shader_module(label=kernel, code=source)
             pipeline = self.device.create_compute_pipeline(
                 label=kernel,
                 layout=pl,
-                compute={
-                    "module": self._modules[digest],
-                    "entry_point": "main",
-                    "constants": dict(constants),
-                },
+                compute={"module": module, "entry_point": entry_point, "constants": constants},
             )
         except GPUError as err:
-            path = (shader_dir or WGSL_DIR) / f"{kernel}.wgsl"
             raise KernelBuildError("webgpu", kernel, str(path), str(err)) from None
         self._pipelines[key] = Pipeline(kernel, pipeline, bgl)
         return self._pipelines[key]

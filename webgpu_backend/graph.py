@@ -12,6 +12,13 @@ Resize model (docs/design.md §4.1; upstream's, with its known divergences fixed
   has not updated yet (docs/design.md §8.1). Its error is therefore held, not raised: it is
   dropped if the hook later succeeds and raised only if it is still pending once the
   fixpoint converges. Any error restores the graph to its state before the step.
+- Kernels are bound through one path, the project's and a manifest's alike
+  (`webgpu_backend.binding`): an op records a dispatch position per kernel it runs
+  (`add_kernel`: the slot or slots it may take, its tensors by role, the values fixed for
+  the graph) and its hook hands each the slot's values by name (`Dispatch.set`); the
+  kernel's reflected declarations say which binding takes which role and how its params
+  uniform is packed, and the count is the op's `workgroups` (a manifest's expression for a
+  replaced slot, one dispatch per entry of a split).
 - Params uniforms are written only after propagation succeeds, with the inputs and all
   dispatches in one submit. The physical grid of every dispatch (a count above the
   per-dimension limit folded into 2-D) is computed before that, so a count no grid can hold
@@ -30,10 +37,14 @@ Resize model (docs/design.md §4.1; upstream's, with its known divergences fixed
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
+import struct
+import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import numpy as np
 import wgpu
@@ -41,10 +52,12 @@ from wgpu.classes import GPUBindGroup, GPUBuffer, GPUValidationError
 
 from graph_format import (
     DTYPES,
+    SLOTS,
     DeviceError,
     DispatchRecord,
     Graph,
     GraphBuildError,
+    Grid,
     InputError,
     KernelBuildError,
     OpNode,
@@ -55,7 +68,19 @@ from graph_format import (
     SymIntValue,
     TensorValue,
 )
-from webgpu_backend.device import BindingKind, Pipeline, WebGPUDevice
+from graph_format.kernels import (
+    Count,
+    Expression,
+    ExpressionError,
+    KernelAdapter,
+    KernelEntry,
+    KernelInterfaceError,
+    KernelRequirementError,
+    Value,
+    adapter_provides,
+)
+from webgpu_backend.binding import KernelCatalog, KernelPlan, Packer
+from webgpu_backend.device import Pipeline, WebGPUDevice
 from webgpu_backend.pool import (
     GUARD_WORD,
     STORAGE,
@@ -66,6 +91,7 @@ from webgpu_backend.pool import (
     Slot,
     align_up,
 )
+from webgpu_backend.reflection import WgslReflectionError
 from webgpu_backend.tensor import Dims, WebGPUTensor, storage_size
 
 
@@ -97,36 +123,207 @@ class ScratchBuffer:
         return self.slot.size
 
 
-@dataclass
-class Dispatch:
-    """One dispatch slot of an op. `count` is the logical 1-D workgroup count; 0 skips it.
+@dataclass(eq=False)
+class KernelRun:
+    """One dispatch of a slot's kernel: its pipeline, workgroup size, bindings (by binding
+    index) and params uniforms, each packed by its `Packer`."""
 
-    A slot may hold several kernel variants built against the same bindings (for example a
-    flat and a broadcasting elementwise kernel); `select` switches between them at resize
-    time without rebuilding anything.
-    """
-
-    op: str
-    kernel: str
-    workgroup_size: int
-    pipelines: dict[str, Pipeline]
-    slots: list[Slot]  # bound in order: written, read, params
-    written: int  # how many of `slots` the kernels write
-    count: int = 0
+    plan: KernelPlan
+    pipeline: Pipeline
+    workgroup_size: Grid
+    bindings: list[tuple[int, Slot]]
+    written: list[Slot]
+    read: list[Slot]
+    params: list[tuple[ParamsBuffer, Packer]]
     _bind_group: GPUBindGroup | None = None
 
     @property
     def bind_group(self) -> GPUBindGroup:
         """The bind group (made once the graph has placed its buffers)."""
         if self._bind_group is None:
-            raise RuntimeError(f"webgpu: {self.op}: the graph is still being built")
+            raise RuntimeError(f"webgpu: {self.plan.entry.slot}: the graph is still being built")
         return self._bind_group
 
-    def select(self, kernel: str) -> None:
-        """Make `kernel` (one of the variants built for this slot) the one that runs."""
-        if kernel not in self.pipelines:
-            raise KeyError(f"{self.op}: no variant {kernel!r}; built: {sorted(self.pipelines)}")
-        self.kernel = kernel
+
+# (slot, names fixed at load, names handed per step) an op module was seen to offer right
+_VALUES_CHECKED: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
+
+
+@dataclass(eq=False)
+class SlotKernel:
+    """The kernel implementing one slot in one op node, with one run per dispatch of its
+    entry (several for a manifest's split)."""
+
+    op: str
+    slot: str
+    entry: KernelEntry
+    runs: list[KernelRun]
+    static: Mapping[str, Value]
+    # the slot's complete values: those fixed at load, updated with each step's
+    values: dict[str, Value] = field(default_factory=dict)
+    adapter: KernelAdapter | None = None
+    provides: frozenset[str] = frozenset()
+    live_requires: tuple[Expression, ...] = ()
+    checked: bool = False
+    # (params, its struct's pack, the getter of its members' values) of every uniform, when
+    # every member is a scalar value by name and nothing else runs at resize (the project's
+    # kernels): a resize is then look-ups and packs, nothing more
+    fast: list[tuple[ParamsBuffer, Callable[..., bytes], Callable[[Any], Any]]] | None = None
+
+    def enable_fast_path(self) -> None:
+        """Set `fast` when this kernel qualifies."""
+        if self.adapter is not None or self.live_requires or not self.entry.builtin:
+            return
+        pairs = [pair for run in self.runs for pair in run.params]
+        if all(packer.simple is not None for _, packer in pairs):
+            self.fast = [
+                (params, packer.struct.pack, packer.simple)
+                for params, packer in pairs
+                if packer.simple is not None
+            ]
+
+    def fail(self, message: str) -> KernelBuildError:
+        """A finding against this kernel, for its op."""
+        return KernelBuildError(
+            "webgpu", self.slot, str(self.entry.source), f"{self.slot}: {message}", op=self.op
+        )
+
+    def check_values(self, step: Mapping[str, Value]) -> None:
+        """The first values an op hands this slot: with those fixed at load, exactly the
+        slot's vocabulary (and the per-dimension limit), none of them fixed at load. (Once
+        per process for each slot and set of names: it checks the op module's code.)"""
+        key = (self.slot, tuple(self.static), tuple(step))
+        if key in _VALUES_CHECKED:
+            self.checked = True
+            return
+        fixed = set(self.static) & set(step)
+        if fixed:
+            raise RuntimeError(
+                f"webgpu: op {self.op!r}: slot {self.slot}: {sorted(fixed)} were fixed at load; "
+                "a step hands only the values that vary"
+            )
+        offered = (set(self.static) | set(step)) - {"max_workgroups_per_dim"}
+        declared = set(SLOTS[self.slot].values)
+        if offered != declared:
+            raise RuntimeError(
+                f"webgpu: op {self.op!r} hands slot {self.slot} the values {sorted(offered)}; "
+                f"its schema declares {sorted(declared)} (missing: "
+                f"{sorted(declared - offered)}, extra: {sorted(offered - declared)})"
+            )
+        if not isinstance(step.get("workgroups"), int):
+            raise RuntimeError(
+                f"webgpu: op {self.op!r}: slot {self.slot}: workgroups "
+                f"{step.get('workgroups')!r} is not a count handed each step"
+            )
+        _VALUES_CHECKED.add(key)
+        self.checked = True
+
+    def derive(self, values: dict[str, Value]) -> dict[str, Value]:
+        """The op's values with the adapter's derived ones added."""
+        assert self.adapter is not None
+        try:
+            derived = dict(self.adapter.values(MappingProxyType(values)))
+        except Exception as err:  # the user's code: any failure is a finding
+            text = "".join(traceback.format_exception(err)).strip()
+            raise self.fail(f"adapter {self.entry.adapter}: values() failed:\n{text}") from None
+        if derived.keys() != self.provides:
+            raise self.fail(
+                f"adapter {self.entry.adapter}: values() returned {sorted(derived)}; its "
+                f"provides declares {sorted(self.provides)}"
+            )
+        return {**values, **derived}
+
+
+class Dispatch:
+    """One dispatch position of an op: the kernel of the slot it runs this step, chosen
+    among the slots built for it (a flat and a broadcasting kernel), and its count.
+
+    `count` is the op's own logical workgroup count (its `workgroups` value; 0 skips the
+    position). A project kernel runs one dispatch of that count; a manifest's kernel runs
+    one dispatch per entry of its `dispatch_list`, each of the count its expression gives
+    (`counts`), and none when the op skips the slot.
+    """
+
+    def __init__(self, op: str, kernels: dict[str, SlotKernel]) -> None:
+        self.op = op
+        self.kernels = kernels
+        self.kernel = next(iter(kernels))  # the slot selected
+        self._selected = kernels[self.kernel]
+        self.count = 0
+        self.counts: tuple[Count, ...] = ()
+
+    @property
+    def workgroup_size(self) -> int:
+        """Invocations along x of the selected kernel's first dispatch."""
+        return self._selected.runs[0].workgroup_size[0]
+
+    @property
+    def values(self) -> dict[str, Value]:
+        """The selected slot's values as its op last handed them for a step it ran (with
+        those fixed at load and `max_workgroups_per_dim`; before an adapter's derived ones)."""
+        return dict(self._selected.values)
+
+    def set(self, step: Mapping[str, Value], slot: str | None = None) -> None:
+        """This step's values of the slot (`slot`, or the one selected): those of its
+        schema's `values` not fixed at load (`add_kernel`'s static), `workgroups` among
+        them. Packs the kernel's params and works out its counts (nothing when
+        `workgroups` is 0: the op skips the slot).
+
+        Raises:
+            InputError: a kernel's `requires` broken by these values ("kernel_requires").
+            KernelBuildError: an expression, an adapter or a params member fails on them.
+        """
+        kernel = self._selected
+        if slot is not None and slot != self.kernel:
+            if slot not in self.kernels:
+                raise KeyError(f"{self.op}: no slot {slot!r}; built: {sorted(self.kernels)}")
+            self.kernel = slot
+            kernel = self._selected = self.kernels[slot]
+        if not kernel.checked:
+            kernel.check_values(step)
+        self.count = count = step["workgroups"]  # type: ignore[assignment]  # int: checked
+        if not count:
+            return  # nothing of a skipped slot is read: its values stay as they last ran
+        values = kernel.values
+        values.update(step)
+        fast = kernel.fast
+        if fast is not None:  # members by name, no adapter, no requires, the op's count
+            try:
+                for params, pack, get in fast:
+                    data = pack(*get(values))
+                    if data != params.data:
+                        params.data = data
+                        params.dirty = True
+                return
+            except (KeyError, struct.error):
+                pass  # the general path below names the member at fault
+        if kernel.adapter is not None:
+            values = kernel.derive(values)
+        try:
+            for condition in kernel.live_requires:
+                if not condition.evaluate(values):
+                    raise InputError(
+                        self.op,
+                        "kernel_requires",
+                        f"webgpu: op {self.op!r}: the kernel of slot {kernel.slot} "
+                        f"({kernel.entry.source}) requires {condition.text}",
+                    )
+            for run in kernel.runs:
+                for params, packer in run.params:
+                    params.update(packer.pack(values))
+            if not kernel.entry.builtin:
+                self.counts = tuple(
+                    d.workgroups(values) for d in kernel.entry.dispatches[: len(kernel.runs)]
+                )
+        except (ExpressionError, KernelInterfaceError) as err:
+            raise kernel.fail(str(err)) from None
+
+
+class Scheduled(NamedTuple):
+    """One dispatch of a step: its record, and the kernel run to dispatch (None: skipped)."""
+
+    record: DispatchRecord
+    run: KernelRun | None
 
 
 @dataclass
@@ -148,7 +345,7 @@ class _InputCheck:
 class _Snapshot:
     cur_dims: dict[str, Dims]
     symints: dict[str, int]
-    counts: list[tuple[str, int]]
+    counts: list[tuple[str, int, tuple[Count, ...]]]
     params: list[tuple[bytes, bool]]
     dirty: set[str]
 
@@ -175,15 +372,15 @@ class WebGPUGraph:
     """A graph built on a WebGPU device. Implements `graph_format.LoadedGraph`.
 
     Op builders (webgpu_backend/ops) use `arg_*`, `int_or_symint`, `int_list`, `output`,
-    `create_params`, `create_scratch`, `add_dispatch`, `add_resize_hook`, `add_input_check`,
-    `set_cur_dims` and `set_symint`; the harness uses `execute`.
+    `create_scratch`, `add_kernel` (then `Dispatch.set` in their hooks), `add_resize_hook`,
+    `add_input_check`, `set_cur_dims` and `set_symint`; the harness uses `execute`.
     """
 
     def __init__(
         self,
         dev: WebGPUDevice,
         graph: Graph,
-        shader_dir: Path | None = None,
+        catalog: KernelCatalog | None = None,
         max_workgroups_per_dim: int | None = None,
         *,
         pool: BufferPool,
@@ -194,7 +391,7 @@ class WebGPUGraph:
         self.pool = pool
         self.arena = Arena(pool)
         self.graph = graph
-        self.shader_dir = shader_dir  # None: the repo's wgsl/
+        self.catalog = catalog or KernelCatalog()  # where each slot's kernel comes from
         self.max_workgroups_per_dim = max_workgroups_per_dim  # None: the device's limit
         self.tensors: dict[str, WebGPUTensor] = {}
         self.symints: dict[str, int] = {}
@@ -244,7 +441,8 @@ class WebGPUGraph:
     def _place(self) -> None:
         """Place every buffer, write each storage block's initial contents and make the bind
         groups (all known once every op is built)."""
-        self.arena.place([(d.slots[: d.written], d.slots[d.written :]) for d in self.dispatches])
+        runs = [run for d in self.dispatches for k in d.kernels.values() for run in k.runs]
+        self.arena.place([(run.written, run.read) for run in runs])
         initial: dict[Slot, np.ndarray] = {}
         for tensor in self.tensors.values():
             value = self.graph.values[tensor.name]
@@ -267,9 +465,8 @@ class WebGPUGraph:
                     raw = data.reshape(-1).view(np.uint8)
                     image[slot.offset : slot.offset + raw.size] = raw
             queue.write_buffer(placed.block.buffer, 0, image)
-        for d in self.dispatches:
-            layout = next(iter(d.pipelines.values())).layout
-            d._bind_group = self.pool.bind_group(layout, d.slots)
+        for run in runs:
+            run._bind_group = self.pool.bind_group(run.pipeline.layout, run.bindings)
         # Host images of the uniform blocks, which params writes are batched through.
         self._uniform_images = {
             p.block.serial: np.zeros(p.used, np.uint8)
@@ -321,7 +518,7 @@ class WebGPUGraph:
         """The tensor written as output `slot`."""
         return self.tensors[node.outputs[slot]]
 
-    def create_params(self, nbytes: int) -> ParamsBuffer:
+    def _create_params(self, nbytes: int) -> ParamsBuffer:
         """A params uniform of `nbytes` bytes (rounded up to 16, as uniform layout wants)."""
         slot = self.arena.uniform(f"params.{len(self._params)}", nbytes)
         params = ParamsBuffer(slot, bytes(slot.size))
@@ -329,61 +526,138 @@ class WebGPUGraph:
         return params
 
     def create_scratch(self, node: OpNode, label: str, nbytes: int) -> ScratchBuffer:
-        """A private storage buffer of `nbytes` for `node`, usable in `add_dispatch`."""
+        """A private storage buffer of `nbytes` for `node`, bound by role in `add_kernel`."""
         name = f"{node.name}.{label}"
         scratch = ScratchBuffer(name, self.arena.storage(name, nbytes))
         self._scratch.append(scratch)
         return scratch
 
-    def add_dispatch(
+    def add_kernel(
         self,
         node: OpNode,
-        kernels: str | Mapping[str, str],
+        kernels: Mapping[str, str],
         *,
-        workgroup_size: int,
-        writes: Sequence[WebGPUTensor | ScratchBuffer],
-        reads: Sequence[WebGPUTensor | ScratchBuffer],
-        params: ParamsBuffer | None,
-        constants: Mapping[str, int | float] | None = None,
+        tensors: Mapping[str, WebGPUTensor | ScratchBuffer],
+        static: Mapping[str, Value],
     ) -> Dispatch:
-        """Record a dispatch slot, initially skipped (count 0).
+        """Record a dispatch position of `node`, initially skipped (count 0).
+
+        Each slot's kernel is the runtime's manifest entry for it, else the project's
+        (`catalog`); it is reflected and bound by role, its uniforms packed by member name
+        from the values its op's hook hands `Dispatch.set` (webgpu_backend/binding.py).
 
         Args:
-            kernels: the kernel name (shader `wgsl/<name>.wgsl`), or variant name -> shader
-                file stem for a slot with several variants; the first variant is selected.
-            workgroup_size: invocations per workgroup; also the override constant `wg_size`.
-            writes, reads, params: bindings, in this order (written tensors first, then
-                read tensors, then the params uniform).
-            constants: further override constants.
+            kernels: slot -> the project kernel's WGSL file stem, for each slot this position
+                may run (selected by `Dispatch.set`; the first runs until then).
+            tensors: role -> the tensor or scratch buffer taking it, for every role of the
+                slots (graph_format/ops/<op>.toml).
+            static: the slots' values that are fixed for the graph (an override reads only
+                these; an adapter is built with them; `requires` over them is checked here).
+
+        Raises:
+            KernelBuildError: a kernel that does not reflect, compile or fit its slot (the
+                message names the file, the field or binding, what the kernel declares and
+                what the op offers).
+            KernelRequirementError: a replaced kernel's `requires` that the graph breaks.
+            KernelManifestError: a manifest's file cannot be read, or its adapter is not
+                allowed or does not load.
+            GraphBuildError: a workgroup above the device's invocation limit.
         """
-        if workgroup_size > self.dev.max_invocations_per_workgroup:
-            raise self.fail(
-                node,
-                f"{workgroup_size} invocations per workgroup requested, the device allows "
-                f"{self.dev.max_invocations_per_workgroup}",
-            )
-        variants = {kernels: kernels} if isinstance(kernels, str) else dict(kernels)
-        kinds: list[BindingKind] = []
-        kinds += ["storage_rw"] * len(writes)
-        kinds += ["storage_ro"] * len(reads)
-        slots = [t.slot for t in [*writes, *reads]]
-        if params is not None:
-            kinds.append("uniform")
-            slots.append(params.slot)
-        all_constants = {"wg_size": workgroup_size, **(constants or {})}
-        try:
-            pipelines = {
-                variant: self.dev.pipeline(shader, tuple(kinds), all_constants, self.shader_dir)
-                for variant, shader in variants.items()
-            }
-        except KernelBuildError as err:
-            raise err.for_op(node.name) from None
-        # The bind group is made once the graph has placed its buffers (`_place`).
-        dispatch = Dispatch(
-            node.name, next(iter(variants)), workgroup_size, pipelines, slots, len(writes)
-        )
+        fixed = {**static, "max_workgroups_per_dim": self.workgroups_per_dim}
+        built: dict[str, SlotKernel] = {}
+        for slot, stem in kernels.items():
+            try:
+                built[slot] = self._build_slot(node, slot, stem, tensors, fixed)
+            except KernelInterfaceError as err:
+                raise KernelBuildError("webgpu", slot, err.source, str(err), op=node.name) from None
+            except KernelBuildError as err:
+                raise err.for_op(node.name) from None
+        dispatch = Dispatch(node.name, built)
         self.dispatches.append(dispatch)
         return dispatch
+
+    def _build_slot(
+        self,
+        node: OpNode,
+        slot: str,
+        stem: str,
+        tensors: Mapping[str, WebGPUTensor | ScratchBuffer],
+        static: dict[str, Value],
+    ) -> SlotKernel:
+        entry = self.catalog.entry(slot, stem)
+        source = self.catalog.source(entry, stem)
+        kernel = SlotKernel(node.name, slot, entry, [], MappingProxyType(static), dict(static))
+        scratch: dict[str, ScratchBuffer] = {}
+        adapter_class = self.catalog.adapter(entry)
+        if adapter_class is not None:
+            kernel.provides = frozenset(adapter_provides(adapter_class))
+            try:
+                kernel.adapter = adapter_class(kernel.static)
+                sizes = dict(kernel.adapter.scratch())
+            except Exception as err:  # the user's code: any failure is a finding
+                text = "".join(traceback.format_exception(err)).strip()
+                raise kernel.fail(f"adapter {entry.adapter} failed at load:\n{text}") from None
+            for role, nbytes in sizes.items():
+                if not isinstance(role, str) or not role.isidentifier() or role in tensors:
+                    raise kernel.fail(
+                        f"adapter {entry.adapter}: scratch role {role!r} must be a new name "
+                        f"(the slot's roles: {', '.join(SLOTS[slot].tensors)})"
+                    )
+                if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
+                    raise kernel.fail(
+                        f"adapter {entry.adapter}: scratch {role!r} of {nbytes!r} bytes; "
+                        "expected a positive integer"
+                    )
+                scratch[role] = self.create_scratch(node, role, nbytes)
+        live: list[Expression] = []
+        for condition in entry.requires:
+            if not condition.names <= static.keys():
+                live.append(condition)
+            elif not condition.evaluate(static):
+                raise KernelRequirementError(node.name, slot, condition.text, entry.source)
+        kernel.live_requires = tuple(live)
+        for index in range(len(entry.dispatches)):
+            try:
+                plan = self.catalog.plan(
+                    entry, index, source, tuple(sorted(kernel.provides)), tuple(scratch)
+                )
+            except WgslReflectionError:
+                # naga is the authority on WGSL: its whole message, when it refuses too.
+                digest = hashlib.sha256(source.encode()).hexdigest()
+                self.dev.shader_module(slot, source, digest, entry.source)
+                raise
+            constants = plan.constants(static, node.op)
+            size = plan.workgroup_size(constants)
+            if math.prod(size) > self.dev.max_invocations_per_workgroup:
+                raise self.fail(
+                    node,
+                    f"{slot}: {entry.source} asks for {math.prod(size)} invocations per "
+                    f"workgroup {list(size)}, the device allows "
+                    f"{self.dev.max_invocations_per_workgroup}",
+                )
+            pipeline = self.dev.pipeline(
+                slot, source, plan.digest, entry.source, plan.layout, constants, entry.entry
+            )
+            run = KernelRun(plan, pipeline, size, [], [], [], [])
+            for binding in plan.bindings:
+                if binding.kind == "uniform":
+                    packer = plan.packers[binding.index]
+                    params = self._create_params(packer.size)
+                    run.params.append((params, packer))
+                    run.bindings.append((binding.index, params.slot))
+                    continue
+                buffer = tensors.get(binding.target) or scratch.get(binding.target)
+                if buffer is None:
+                    raise plan.fail(
+                        f"binding {binding.index} {binding.name!r} takes role "
+                        f"{binding.target!r}, which op {node.op} does not bind here (it binds: "
+                        f"{', '.join([*tensors, *scratch])})"
+                    )
+                run.bindings.append((binding.index, buffer.slot))
+                (run.written if binding.kind == "storage_rw" else run.read).append(buffer.slot)
+            kernel.runs.append(run)
+        kernel.enable_fast_path()
+        return kernel
 
     def add_resize_hook(
         self, node: OpNode, triggers: Iterable[str], fn: Callable[[], None]
@@ -476,7 +750,7 @@ class WebGPUGraph:
         return _Snapshot(
             cur_dims={n: t.cur_dims for n, t in self.tensors.items()},
             symints=dict(self.symints),
-            counts=[(d.kernel, d.count) for d in self.dispatches],
+            counts=[(d.kernel, d.count, d.counts) for d in self.dispatches],
             params=[(p.data, p.dirty) for p in self._params],
             dirty=set(self._dirty),
         )
@@ -485,8 +759,9 @@ class WebGPUGraph:
         for name, dims in snap.cur_dims.items():
             self.tensors[name].cur_dims = dims
         self.symints.update(snap.symints)
-        for dispatch, (kernel, count) in zip(self.dispatches, snap.counts, strict=True):
-            dispatch.kernel, dispatch.count = kernel, count
+        for dispatch, (kernel, count, counts) in zip(self.dispatches, snap.counts, strict=True):
+            dispatch.kernel, dispatch.count, dispatch.counts = kernel, count, counts
+            dispatch._selected = dispatch.kernels[kernel]
         for params, (data, dirty) in zip(self._params, snap.params, strict=True):
             params.data, params.dirty = data, dirty
         self._pending.clear()
@@ -505,24 +780,54 @@ class WebGPUGraph:
         device = self.dev.max_workgroups_per_dim
         return min(device, self.max_workgroups_per_dim or device)
 
-    def _grids(self) -> list[tuple[int, int, int] | None]:
-        """The physical grid of every dispatch (None: skipped) for the live counts.
+    def schedule(self) -> list[Scheduled]:
+        """Every dispatch of the live state, in order: what runs (kernel run and physical
+        grid) or is skipped, with its record.
+
+        A 1-D count above the per-dimension limit is folded into 2-D where the kernel
+        recovers its index (the project's kernels; a manifest's with `fold = true`);
+        an explicit [x, y, z] count runs as given.
 
         Raises:
-            InputError: a count no 2-D grid within the limit can hold (reason "grid_limit",
-                the op as subject).
+            InputError: a count no grid within the limit can hold, or one past the limit of
+                a kernel that does not fold (reason "grid_limit", the op as subject).
         """
         limit = self.workgroups_per_dim
-        grids: list[tuple[int, int, int] | None] = []
+        out: list[Scheduled] = []
         for d in self.dispatches:
-            if d.count == 0:
-                grids.append(None)
-                continue
-            try:
-                grids.append(fold_grid(d.count, limit))
-            except ValueError as err:
-                raise InputError(d.op, "grid_limit", f"webgpu: op {d.op!r}: {err}") from None
-        return grids
+            kernel = d.kernels[d.kernel]
+            if kernel.entry.builtin:
+                counts: Sequence[Count] = (d.count,)
+            else:
+                counts = d.counts if d.count else (0,) * len(kernel.runs)
+            for run, count in zip(kernel.runs, counts, strict=True):
+                logical = (count, 1, 1) if isinstance(count, int) else count
+                if 0 in logical:
+                    record = DispatchRecord(
+                        d.op, d.kernel, run.workgroup_size, (0, 0, 0), (0, 0, 0), False
+                    )
+                    out.append(Scheduled(record, None))
+                    continue
+                if isinstance(count, int) and kernel.entry.fold:
+                    try:
+                        grid = fold_grid(count, limit)
+                    except ValueError as err:
+                        raise InputError(
+                            d.op, "grid_limit", f"webgpu: op {d.op!r}: {err}"
+                        ) from None
+                elif max(logical) > limit:
+                    raise InputError(
+                        d.op,
+                        "grid_limit",
+                        f"webgpu: op {d.op!r}: the kernel of slot {d.kernel} "
+                        f"({kernel.entry.source}) asks for {list(logical)} workgroups, past the "
+                        f"limit of {limit} per dimension, and does not fold its grid",
+                    )
+                else:
+                    grid = logical
+                record = DispatchRecord(d.op, d.kernel, run.workgroup_size, logical, grid, True)
+                out.append(Scheduled(record, run))
+        return out
 
     def allocation_nbytes(self, name: str) -> int:
         """Bytes allocated for tensor `name`."""
@@ -595,7 +900,7 @@ class WebGPUGraph:
             for name, value in symint_inputs.items():
                 self.set_symint(name, value)
             self.propagate_resize()
-            grids = self._grids()
+            scheduled = self.schedule()
             self._check_symint_range()
         except ParityError as err:
             err.live = {**self.cur_dims(), **self.symints}
@@ -621,15 +926,12 @@ class WebGPUGraph:
         encoder = self.dev.device.create_command_encoder()
         try:
             cpass = encoder.begin_compute_pass()
-            for d, grid in zip(self.dispatches, grids, strict=True):
-                wg = (d.workgroup_size, 1, 1)
-                if grid is None:
-                    records.append(DispatchRecord(d.op, d.kernel, wg, (0, 0, 0), (0, 0, 0), False))
-                    continue
-                cpass.set_pipeline(d.pipelines[d.kernel].pipeline)
-                cpass.set_bind_group(0, d.bind_group)
-                cpass.dispatch_workgroups(*grid)
-                records.append(DispatchRecord(d.op, d.kernel, wg, (d.count, 1, 1), grid, True))
+            for item in scheduled:
+                records.append(item.record)
+                if item.run is not None:
+                    cpass.set_pipeline(item.run.pipeline.pipeline)
+                    cpass.set_bind_group(0, item.run.bind_group)
+                    cpass.dispatch_workgroups(*item.record.physical_grid)
             cpass.end()
             reads = self._plan_reads(read, read_raw)
             readback = self.pool.readback(reads.size)

@@ -194,9 +194,15 @@ class BufferPool:
             self._readback = self._create("pool.readback", size, usage)
         return self._readback
 
-    def bind_group(self, layout: GPUBindGroupLayout, slots: Sequence[Slot]) -> GPUBindGroup:
-        """A bind group of `layout` binding each slot (allocation + guard), cached."""
-        key = (id(layout), tuple((s.block_serial, s.offset, s.binding_size) for s in slots))
+    def bind_group(
+        self, layout: GPUBindGroupLayout, bindings: Sequence[tuple[int, Slot]]
+    ) -> GPUBindGroup:
+        """A bind group of `layout` binding each (binding index, slot) to the slot's range
+        (allocation + guard), cached."""
+        key = (
+            id(layout),
+            tuple((i, s.block_serial, s.offset, s.binding_size) for i, s in bindings),
+        )
         cached = self._bind_groups.get(key)
         if cached is not None:
             self.bind_group_hits += 1
@@ -210,7 +216,7 @@ class BufferPool:
                     "binding": i,
                     "resource": {"buffer": s.buffer, "offset": s.offset, "size": s.binding_size},
                 }
-                for i, s in enumerate(slots)
+                for i, s in bindings
             ],
         )
         self._bind_groups[key] = group
@@ -224,7 +230,7 @@ class BufferPool:
 
     def _drop(self, block: Block) -> None:
         """Forget a free block (and the bind groups over it)."""
-        for key in [k for k in self._bind_groups if any(b[0] == block.serial for b in k[1])]:
+        for key in [k for k in self._bind_groups if any(b[1] == block.serial for b in k[1])]:
             del self._bind_groups[key]
         self.drops += 1
 
@@ -254,8 +260,8 @@ class BufferPool:
         self._bind_groups.clear()
 
 
-# (id of the layout, (block serial, offset, size) of every binding)
-_BindGroupKey = tuple[int, tuple[tuple[int, int, int], ...]]
+# (id of the layout, (binding index, block serial, offset, size) of every binding)
+_BindGroupKey = tuple[int, tuple[tuple[int, int, int, int], ...]]
 
 
 def _pow2(nbytes: int) -> int:

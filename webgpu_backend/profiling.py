@@ -26,7 +26,7 @@ import wgpu
 from wgpu.classes import GPUComputePassEncoder
 
 from webgpu_backend.device import WebGPUDevice
-from webgpu_backend.graph import Dispatch, WebGPUGraph, fold_grid
+from webgpu_backend.graph import Scheduled, WebGPUGraph
 
 # Encodes one dispatch (pipeline, bind group, dispatch_workgroups) into a compute pass.
 PassEncoder = Callable[[GPUComputePassEncoder], None]
@@ -117,11 +117,13 @@ def time_rounds(
     return out
 
 
-def dispatch_encoder(dev: WebGPUDevice, dispatch: Dispatch) -> PassEncoder:
-    """A pass encoder that replays `dispatch` as the graph last resized it."""
-    pipeline = dispatch.pipelines[dispatch.kernel].pipeline
-    bind_group = dispatch.bind_group
-    grid = fold_grid(dispatch.count, dev.max_workgroups_per_dim)
+def dispatch_encoder(scheduled: Scheduled) -> PassEncoder:
+    """A pass encoder that replays one dispatch as the graph last resized it."""
+    run = scheduled.run
+    if run is None:
+        raise ValueError(f"{scheduled.record.kernel} of {scheduled.record.op} is skipped")
+    pipeline, bind_group = run.pipeline.pipeline, run.bind_group
+    grid = scheduled.record.physical_grid
 
     def encode(cpass: GPUComputePassEncoder) -> None:
         cpass.set_pipeline(pipeline)
@@ -134,16 +136,15 @@ def dispatch_encoder(dev: WebGPUDevice, dispatch: Dispatch) -> PassEncoder:
 def graph_encoders(
     graphs: Sequence[WebGPUGraph], inputs: Mapping[str, np.ndarray | int]
 ) -> list[list[tuple[str, str, PassEncoder]]]:
-    """Execute each graph once with `inputs`; per graph, (op, kernel, encoder) of every
+    """Execute each graph once with `inputs`; per graph, (op, kernel slot, encoder) of every
     dispatch that runs at these sizes, in graph order."""
     if not graphs:
         raise ValueError("timing needs at least one loaded graph, got none")
-    dev = graphs[0].dev
     per_graph = []
     for graph in graphs:
         graph.execute(inputs)
-        running = [d for d in graph.dispatches if d.count > 0]
-        per_graph.append([(d.op, d.kernel, dispatch_encoder(dev, d)) for d in running])
+        running = [s for s in graph.schedule() if s.run is not None]
+        per_graph.append([(s.record.op, s.record.kernel, dispatch_encoder(s)) for s in running])
     return per_graph
 
 

@@ -203,10 +203,10 @@ def test_detects_vulkan_gemv_not_gated_on_m(
     original = DispatchNode.trigger_resize
 
     def ungated(self: DispatchNode, graph: object) -> bool:
-        # The bug: the GEMV node keeps its M == 1 global size at every M.
+        # The bug: the GEMV node keeps its M == 1 count at every M.
         changed = original(self, graph)
-        if self.kernel == "q4gsw_gemv" and self.global_size == (0, 0, 0):
-            self.global_size = (6 * 64, 1, 1)
+        if self.slot == "q4gsw_gemv" and self.state.counts == ((0, 0, 0),):
+            self.state = self.state._replace(counts=((6, 1, 1),))
         return changed
 
     monkeypatch.setattr(DispatchNode, "trigger_resize", ungated)

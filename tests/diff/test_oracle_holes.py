@@ -31,12 +31,12 @@ from harness.gen.case import Case
 from tests.diff.test_planted_bugs import add_case, assert_found, rms_norm_case
 from tests.plants import (
     glsl_substitution,
-    vulkan_node_patch,
+    vulkan_pipelines_without_push_range,
     webgpu_after_hook,
     webgpu_toggling_hook,
     wgsl_substitution,
 )
-from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.graph import ComputeGraph
 from vulkan_ref.instance import get_context
 from webgpu_backend import WebGPURuntime
 from webgpu_backend.graph import WebGPUGraph
@@ -140,10 +140,7 @@ def test_glsl_kernel_that_does_not_compile_is_a_build_error(runner: LockstepRunn
 def test_vulkan_pipeline_that_does_not_validate_is_a_build_error(runner: LockstepRunner) -> None:
     # The pipeline layout leaves out the push constant the shader reads: the validation
     # layer refuses the pipeline when it is created (at load), not at any dispatch.
-    def no_push_constants(graph: ComputeGraph, node: DispatchNode) -> None:
-        node.push_constant_size, node.push_constants = 0, None
-
-    with vulkan_node_patch("rms_norm", no_push_constants):
+    with vulkan_pipelines_without_push_range():
         result = runner.run(rms_norm_case())
     (hit,) = result.divergences
     assert (hit.kind, hit.blame, hit.step, hit.op) == (Kind.BUILD_ERROR, "vulkan", -1, "norm")

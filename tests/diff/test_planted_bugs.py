@@ -8,7 +8,6 @@ without the plant (`test_cases_are_clean`), so every finding is the plant's.
 
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 from tests.plants import (
     glsl_substitution,
+    push_too_much,
     vulkan_node_patch,
     webgpu_after_hook,
     webgpu_without_set_cur_dims,
@@ -125,7 +125,7 @@ def test_wrong_vulkan_math_is_caught(runner: LockstepRunner) -> None:
 
 def test_wrong_vulkan_resize_is_caught(runner: LockstepRunner) -> None:
     def first_input_sizes(graph: ComputeGraph, node: DispatchNode) -> None:
-        out, a = node.bindings[0], node.bindings[1]
+        out, a = node.tensors["out"], node.tensors["a"]
         node.resize_fn = lambda g: g.virtual_resize(out, g.sizes_of(a))  # type: ignore[arg-type]
 
     case = add_case()
@@ -175,20 +175,15 @@ def test_stale_read_is_caught(runner: LockstepRunner) -> None:
     assert hits[0].details["origins"][0][0] == "b"
 
 
-def push_too_much(graph: ComputeGraph, node: DispatchNode) -> None:
-    """Push 8 bytes where the pipeline's push-constant range is 4."""
-    node.push_constants = lambda g: struct.pack("<ff", 1e-6, 0.0)
-
-
 def test_validation_message_is_caught(runner: LockstepRunner) -> None:
-    with vulkan_node_patch("rms_norm", push_too_much):
+    with vulkan_node_patch("rms_norm", push_too_much, bound=True):
         hits = assert_found(runner, rms_norm_case(), Kind.VALIDATION, "vulkan")
     assert "push" in hits[0].message.lower()
 
 
 def test_accepting_a_bad_step_is_caught(runner: LockstepRunner) -> None:
     def skip_width_check(graph: ComputeGraph, node: DispatchNode) -> None:
-        out, x = node.bindings[0], node.bindings[1]
+        out, x = node.tensors["out"], node.tensors["x"]
         node.resize_fn = lambda g: g.virtual_resize(out, g.sizes_of(x))  # type: ignore[arg-type]
 
     case = rms_norm_case()

@@ -14,11 +14,14 @@ import tomli_w
 from graph_format import SLOTS
 from graph_format.kernels import (
     MANIFEST_NAME,
+    AdapterRef,
     Expression,
     ExpressionError,
     KernelInterfaceError,
     KernelManifestError,
+    adapter_provides,
     builtin_entry,
+    load_adapter,
     load_manifest,
     parse_manifest,
 )
@@ -443,10 +446,18 @@ def test_params_members_fill_by_rename_padding_and_name(folder: Path) -> None:
     }
     with pytest.raises(
         KernelInterfaceError,
-        match=r"params member '_pad1' of .*gemv.wgsl is not a value the op offers "
-        r"\(offered: m, n, k,",
+        match=r"params member '_pad1' \(u32 at offset 8\) of .*gemv.wgsl has no value; "
+        r"linear_q4gsw offers \[m, n, k, .*\]; map it with params._pad1 = \"<expression>\"",
     ):
-        gemv.resolve_members(["m", "K_bytes", "_pad1"])
+        gemv.resolve_members(["m", "K_bytes", "_pad1"], layout={"_pad1": "u32 at offset 8"})
+    # An adapter's values fill members of their names (and only with the adapter).
+    assert gemv.resolve_members(["m", "K_bytes", "blocks"], extra_values=["blocks"]) == {
+        "m": Expression("m"),
+        "K_bytes": Expression("k_words * 4"),
+        "blocks": Expression("blocks"),
+    }
+    with pytest.raises(KernelInterfaceError, match=r"its adapter adds \[blocks\]"):
+        gemv.resolve_members(["m", "K_bytes", "_pad1"], extra_values=["blocks"])
     with pytest.raises(
         KernelInterfaceError,
         match=r"params\.K_bytes: the params block of .* declares no member 'K_bytes' "
@@ -466,8 +477,14 @@ def test_bindings_fill_by_index_name_and_default(folder: Path) -> None:
         4: "bias",
         5: "params",
     }
-    with pytest.raises(KernelInterfaceError, match=r"binding 6 \('extra'\) of .* fills no role"):
+    with pytest.raises(
+        KernelInterfaceError,
+        match=r"binding 6 \('extra'\) of .* fills no role of the slot \(the kernel declares: "
+        r"0 't_out', .*, 6 'extra'; the slot's roles: out, x, weight, scales, bias; or 'params'\)",
+    ):
         gemv.resolve_bindings([*declared, (6, "extra")])
+    # An adapter's scratch buffers are roles too, by the same name rule.
+    assert gemv.resolve_bindings([*declared, (6, "t_extra")], extra_roles=["extra"])[6] == "extra"
     undeclared = r"bindings\.t_in: .* declares no binding 't_in'"
     with pytest.raises(KernelInterfaceError, match=undeclared):
         gemv.resolve_bindings([(0, "t_out"), (5, "u")])
@@ -615,3 +632,67 @@ def test_the_reference_s_example_manifest_parses() -> None:
     manifest = parse_manifest(example, Path("kernels") / MANIFEST_NAME, check_files=False)
     assert manifest.slots("webgpu") == ("q4gsw_gemv", "rotary_emb_hf")
     assert manifest.slots("vulkan") == ("rms_norm",)
+
+
+# --- adapters ---------------------------------------------------------------------------------
+
+GOOD_ADAPTER = """\
+class Blocks:
+    provides = ("blocks",)
+
+    def __init__(self, static):
+        self.width = static["embed_dim"]
+
+    def values(self, values):
+        return {"blocks": values["numel"] // 32}
+
+    def scratch(self):
+        return {"tmp": 4 * self.width}
+"""
+
+
+def _adapter_ref(tmp_path: Path, code: str, name: str = "Blocks") -> AdapterRef:
+    (tmp_path / "adapters.py").write_text(code)
+    return AdapterRef(tmp_path / "adapters.py", name)
+
+
+def test_an_adapter_loads_from_its_file(tmp_path: Path) -> None:
+    cls = load_adapter(_adapter_ref(tmp_path, GOOD_ADAPTER), SLOTS["embedding_q4gsw"])
+    assert adapter_provides(cls) == ("blocks",)
+    adapter = cls({"embed_dim": 64})
+    assert adapter.values({"numel": 96}) == {"blocks": 3}
+    assert adapter.scratch() == {"tmp": 256}
+    assert load_adapter(_adapter_ref(tmp_path, GOOD_ADAPTER)) is cls  # imported once
+
+
+@pytest.mark.parametrize(
+    ("code", "name", "what"),
+    [
+        ("raise RuntimeError('boom')\n", "Blocks", "importing it failed:\nTraceback"),
+        ("def broken(:\n", "Blocks", "importing it failed"),
+        (
+            "class Other:\n    pass\n",
+            "Blocks",
+            "expected a class 'Blocks' in adapters.py, got nothing (classes there: Other)",
+        ),
+        (
+            "class Blocks:\n    def values(self, v):\n        return {}\n",
+            "Blocks",
+            "class Blocks lacks scratch()",
+        ),
+        (GOOD_ADAPTER.replace('("blocks",)', '"blocks"'), "Blocks", "must be a tuple of value"),
+        (
+            GOOD_ADAPTER.replace('("blocks",)', '("numel",)'),
+            "Blocks",
+            "names numel, which slot embedding_q4gsw offers already",
+        ),
+    ],
+)
+def test_a_bad_adapter_names_its_file_and_class(
+    tmp_path: Path, code: str, name: str, what: str
+) -> None:
+    ref = _adapter_ref(tmp_path, code, name)
+    with pytest.raises(KernelManifestError) as info:
+        load_adapter(ref, SLOTS["embedding_q4gsw"])
+    assert str(info.value).startswith(f"{ref.file}: adapter adapters.py:{name}: "), info.value
+    assert what in str(info.value), info.value

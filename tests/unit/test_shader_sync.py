@@ -112,38 +112,3 @@ def test_no_orphan_shaders() -> None:
     assert glsl == used_glsl, (
         f"GLSL files without a kernel: {glsl - used_glsl}; missing: {used_glsl - glsl}"
     )
-
-
-WGSL_PARAMS = re.compile(r"^struct Params \{\n(.*?)^\}", re.S | re.M)
-
-
-def _params_fields(text: str) -> list[str] | None:
-    """The `struct Params` fields of a WGSL file, comments and spacing dropped."""
-    match = WGSL_PARAMS.search(text)
-    if match is None:
-        return None
-    lines = (re.sub(r"//.*", "", line).strip() for line in match.group(1).splitlines())
-    return [re.sub(r"\s+", "", line) for line in lines if line]
-
-
-@pytest.mark.parametrize(
-    "op",
-    sorted(op for op, model in MODELS.items() if len({s.wgsl for s in model.kernels.values()}) > 1),
-)
-def test_one_params_layout_per_op(op: str) -> None:
-    """An op's WGSL kernels share one params uniform, and WGSL has no includes: each file
-    repeats the struct, so a field added to one and not the others would misread silently.
-    A kernel may declare a prefix of the full layout (the flat binary kernel reads numel
-    only); every layout must be a prefix of the longest."""
-    layouts = {
-        stem: _params_fields((WGSL_DIR / f"{stem}.wgsl").read_text())
-        for stem in sorted({spec.wgsl for spec in MODELS[op].kernels.values()})
-    }
-    missing = [stem for stem, fields in layouts.items() if not fields]
-    assert not missing, f"no `struct Params` found in {[f'{m}.wgsl' for m in missing]}"
-    full_stem = max(layouts, key=lambda stem: len(layouts[stem] or []))
-    full = layouts[full_stem] or []
-    for stem, fields in layouts.items():
-        assert fields == full[: len(fields or [])], (
-            f"{stem}.wgsl Params {fields} are not a prefix of {full_stem}.wgsl's {full}"
-        )

@@ -100,13 +100,13 @@ def test_shipped_kernels_agree_with_the_projects_declarations(kernel: str) -> No
         words = _scalar_words(b.block)
         assert words in (_meta_words(), [(0, "int")], [(0, "uint")]), (kernel, b.binding, words)
         assert b.block.size <= _META.size
-    # The local size is spec constant 0; the others run from 3 on, as pipeline.py maps them
-    # (value i of (local size, *spec_constants) to constant id i).
+    # The project's convention (docs/adding-an-op.md): the local size is spec constant 0, an
+    # op's own constants run from 3 on (the runtime sets each by the id reflection reports).
     assert found.local_size[0].spec_id == 0 and found.local_size[0].value == 1
     assert [d.spec_id for d in found.local_size[1:]] == [None, None]
     ids = [s.id for s in found.spec_constants]
     assert ids == [0, *range(3, 3 + len(ids) - 1)]
-    # rms_norm pushes eps (vulkan_ref/ops/rms_norm.py: struct.pack("<f", eps), 4 bytes).
+    # rms_norm pushes eps (one float, packed from the value eps by its member name).
     if spec.glsl.startswith("rms_norm"):
         push = found.push_constants
         assert push is not None and push.size == 4

@@ -1,17 +1,15 @@
 """WGSL reflection (webgpu_backend/reflection.py through node and wgsl_reflect): every shipped,
 test and upstream kernel reflects; the result agrees with the project's declared interfaces
-(the contract's KernelSpec bindings, the params struct formats of webgpu_backend/ops) and
-with WGSL's layout rules; the shim's repairs of the library hold; errors name the file;
+(the contract's KernelSpec bindings; the params the runtime packs from reflection are checked
+against the former hand-written formats in tests/backend/test_webgpu_slots.py) and with
+WGSL's layout rules; the shim's repairs of the library hold; errors name the file;
 the cache spares the second process. tests/backend/test_reflection_pipelines.py checks the
 same reflections against wgpu's own validation and the GPU's reading of a struct."""
 
 from __future__ import annotations
 
 import copy
-import importlib
 import json
-import re
-import struct
 import subprocess
 import uuid
 from pathlib import Path
@@ -23,7 +21,6 @@ from harness.model import KernelSpec
 from harness.ops import MODELS
 from tests.reflection_support import DATA, ROOT, SHIPPED_WGSL, TEST_WGSL, upstream_wgsl
 from webgpu_backend import reflection
-from webgpu_backend.ops import OP_BUILDERS
 from webgpu_backend.reflection import (
     ReflectionUnavailable,
     WgslReflectionError,
@@ -41,39 +38,6 @@ KERNELS: dict[str, tuple[str, KernelSpec]] = {
 
 def _members(t: WgslType) -> list[tuple[str, str, int, int | None, int]]:
     return [(m.name, m.type.name, m.offset, m.size, m.align) for m in t.members]
-
-
-def _scalars(t: WgslType, base: int = 0) -> list[tuple[int, str]]:
-    """(byte offset, scalar type) of every scalar in a value of type `t`."""
-    if t.kind in ("scalar", "atomic"):
-        return [(base, t.name if t.kind == "scalar" else t.element.name)]  # type: ignore[union-attr]
-    if t.kind == "vector":
-        assert t.element is not None and t.element.size is not None and t.count is not None
-        return [(base + i * t.element.size, t.element.name) for i in range(t.count)]
-    if t.kind == "matrix":
-        assert t.element is not None and t.count is not None and t.rows is not None
-        column = WgslType("vector", "", None, None, t.element, count=t.rows)
-        stride = (t.size or 0) // t.count
-        return [s for c in range(t.count) for s in _scalars(column, base + c * stride)]
-    if t.kind == "array":
-        assert t.element is not None and t.count is not None and t.stride is not None
-        return [s for i in range(t.count) for s in _scalars(t.element, base + i * t.stride)]
-    assert t.kind == "struct", t
-    return [s for m in t.members for s in _scalars(m.type, base + m.offset)]
-
-
-_FORMAT_TYPES = {"I": "u32", "i": "i32", "f": "f32", "e": "f16"}
-
-
-def _format_scalars(fmt: struct.Struct) -> dict[int, str]:
-    """Byte offset -> WGSL scalar type of each field of a little-endian struct format."""
-    assert fmt.format[0] == "<", fmt.format
-    out, offset = {}, 0
-    for count, code in re.findall(r"(\d*)([a-zA-Z])", fmt.format[1:]):
-        for _ in range(int(count or 1)):
-            out[offset] = _FORMAT_TYPES[code]
-            offset += struct.calcsize("<" + code)
-    return out
 
 
 # --- every kernel reflects, and agrees with the project's declarations -----------------------
@@ -108,34 +72,6 @@ def test_bindings_and_workgroup_size_agree_with_the_contract(kernel: str) -> Non
     x, y, z = found.entry_point("main").workgroup_size  # type: ignore[misc]
     assert (x.overrides, x.value, y.value, z.value) == (("wg_size",), 64, 1, 1)
     assert found.override("wg_size").type == "u32"
-
-
-def _op_kernels_with_params() -> list[tuple[str, str]]:
-    pairs = set()
-    for op, model in MODELS.items():
-        module = importlib.import_module(OP_BUILDERS[op].__module__)
-        if hasattr(module, "PARAMS"):
-            pairs |= {(op, spec.wgsl) for spec in model.kernels.values()}
-    return sorted(pairs)
-
-
-@pytest.mark.parametrize(("op", "stem"), _op_kernels_with_params())
-def test_params_struct_agrees_with_the_backend_format(op: str, stem: str) -> None:
-    """The uniform a kernel declares reads, at each of its scalars' offsets, a field of the
-    same type in the struct format its op module packs (a kernel may read a prefix)."""
-    params: struct.Struct = importlib.import_module(OP_BUILDERS[op].__module__).PARAMS
-    found = reflect_wgsl_file(WGSL_DIR / f"{stem}.wgsl")
-    uniforms = [b for b in found.bindings if b.resource == "uniform"]
-    assert len(uniforms) == 1, f"{stem}: one params uniform expected, got {uniforms}"
-    declared = uniforms[0].type
-    assert declared.kind == "struct" and declared.size is not None
-    assert declared.size <= params.size, f"{stem}: {declared.size} B > {params.format}"
-    packed = _format_scalars(params)
-    for offset, scalar in _scalars(declared):
-        assert packed.get(offset) == scalar, (
-            f"{stem}.wgsl reads a {scalar} at offset {offset} of {declared.name}; "
-            f"{OP_BUILDERS[op].__module__}.PARAMS ({params.format}) packs {packed.get(offset)}"
-        )
 
 
 # --- layout rules, f16, overrides, workgroup sizes -------------------------------------------

@@ -1,18 +1,35 @@
 """sigmoid, silu and the fused silu_mul on Vulkan: one dispatch node each, one invocation per
 element in workgroups of 64; the shaders read the live numel from out's metadata UBO.
 
-sigmoid and silu share the `unary_activation` shader, specialized by an op-kind constant.
+sigmoid and silu share the `unary_activation` shader, specialized by the op-kind constant
+(`OP_KIND`, from the value `op_kind`).
 silu_mul's resize function refuses gate and up of different live sizes (no broadcasting).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
+from vulkan_ref.tensor import VTensor
 
-LOCAL_SIZE = (64, 1, 1)
+WORKGROUP = 64
 OP_KIND = {"sigmoid": 0, "silu": 1}
+
+
+def elementwise_values(
+    out: VTensor, workgroup: int
+) -> Callable[[ComputeGraph, str], dict[str, int]]:
+    """The live values of a slot with an invocation per element of out, in workgroups of
+    `workgroup`: out's live numel and the count."""
+
+    def values(g: ComputeGraph, slot: str) -> dict[str, int]:
+        numel = out.numel
+        return {"numel": numel, "workgroups": -(-numel // workgroup)}
+
+    return values
 
 
 @register("sigmoid", "silu")
@@ -38,12 +55,10 @@ def add_unary_activation_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, x.name),
             resize_fn=resize_unary_activation_node,
-            pick_shader=lambda g: node.op,
-            shaders={node.op: "unary_activation"},
-            pick_global=lambda g: (out.numel, 1, 1),
-            local_size=LOCAL_SIZE,
-            bindings=(out, x, out.meta),
-            spec_constants=(OP_KIND[node.op],),
+            slots={node.op: "unary_activation"},
+            tensors={"out": out, "x": x},
+            static={"op_kind": OP_KIND[node.op], "workgroup_size": WORKGROUP},
+            values=elementwise_values(out, WORKGROUP),
         )
     )
 
@@ -82,10 +97,9 @@ def add_silu_mul_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, gate.name, up.name),
             resize_fn=resize_silu_mul_node,
-            pick_shader=lambda g: "silu_mul",
-            shaders={"silu_mul": "silu_mul"},
-            pick_global=lambda g: (out.numel, 1, 1),
-            local_size=LOCAL_SIZE,
-            bindings=(out, gate, up, out.meta),
+            slots={"silu_mul": "silu_mul"},
+            tensors={"out": out, "gate": gate, "up": up},
+            static={"workgroup_size": WORKGROUP},
+            values=elementwise_values(out, WORKGROUP),
         )
     )

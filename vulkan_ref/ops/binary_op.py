@@ -1,18 +1,22 @@
-"""add and mul on Vulkan: one dispatch node, flat or broadcast shader picked per execute.
+"""add and mul on Vulkan: one dispatch node, flat or broadcast slot picked per execute.
 
 `resize_binary_op_node` sets out to the broadcast of the live input sizes (refusing sizes that
-do not broadcast, which upstream leaves as a TODO); the node's global size is one invocation
-per output element in workgroups of 64. Broadcast offsets are computed in the shader from the
-inputs' metadata UBOs.
+do not broadcast, which upstream leaves as a TODO); the count is one invocation per output
+element in workgroups of 64. The project's broadcast kernel computes its offsets from the
+inputs' metadata UBOs; the broadcast slot also offers them as values (`out_sizes`,
+`a_strides`, `b_strides`) for kernels that take them as params.
 """
 
 from __future__ import annotations
+
+import math
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 
-LOCAL_SIZE = (64, 1, 1)
+WORKGROUP = 64
+RANK = 4  # the vectors of the broadcast slot's values: out's dims right-aligned to 4
 OP_KIND = {"add": 0, "mul": 1}
 
 
@@ -29,6 +33,18 @@ def broadcast_sizes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] |
         else:
             return None
     return tuple(reversed(out))
+
+
+def broadcast_strides(sizes: tuple[int, ...], out: tuple[int, ...]) -> tuple[int, ...]:
+    """Element strides of a tensor of live `sizes` along the RANK dims of `out`, both
+    right-aligned with leading 1s: 0 where it broadcasts (a dim of 1 under a larger one)."""
+    padded = (1,) * (RANK - len(sizes)) + sizes
+    padded_out = (1,) * (RANK - len(out)) + out
+    strides = []
+    for d in range(RANK):
+        step = math.prod(padded[d + 1 :])
+        strides.append(step if padded[d] == padded_out[d] and padded[d] != 1 else 0)
+    return tuple(strides)
 
 
 @register("add", "mul")
@@ -62,16 +78,29 @@ def add_binary_op_node(graph: ComputeGraph, node: OpNode) -> None:
         g.virtual_resize(out, sizes)
 
     flat, bcast = f"{node.op}_flat", f"{node.op}_broadcast"
+
+    def values(g: ComputeGraph, slot: str) -> dict[str, int | tuple[int, ...]]:
+        numel = out.numel
+        live: dict[str, int | tuple[int, ...]] = {
+            "numel": numel,
+            "workgroups": -(-numel // WORKGROUP),
+        }
+        if slot == bcast:
+            sizes = g.sizes_of(out)
+            live["out_sizes"] = (1,) * (RANK - len(sizes)) + sizes
+            live["a_strides"] = broadcast_strides(g.sizes_of(a), sizes)
+            live["b_strides"] = broadcast_strides(g.sizes_of(b), sizes)
+        return live
+
     graph.add_dispatch_node(
         DispatchNode(
             op=node.name,
             args=(out.name, a.name, b.name),
             resize_fn=resize_binary_op_node,
-            pick_shader=lambda g: flat if g.sizes_of(a) == g.sizes_of(b) else bcast,
-            shaders={flat: "binary_flat", bcast: "binary_broadcast"},
-            pick_global=lambda g: (out.numel, 1, 1),
-            local_size=LOCAL_SIZE,
-            bindings=(out, a, b, out.meta, a.meta, b.meta),
-            spec_constants=(OP_KIND[node.op],),
+            slots={flat: "binary_flat", bcast: "binary_broadcast"},
+            pick_slot=lambda g: flat if g.sizes_of(a) == g.sizes_of(b) else bcast,
+            tensors={"out": out, "a": a, "b": b},
+            static={"op_kind": OP_KIND[node.op], "workgroup_size": WORKGROUP},
+            values=values,
         )
     )

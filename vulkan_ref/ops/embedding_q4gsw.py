@@ -1,9 +1,10 @@
 """embedding_q4gsw on Vulkan: one dispatch node, one invocation per output element.
 
 The weight stays in its uint8 `[vocab, D/2]` bytes (no repack: the shader reads bytes out of
-32-bit words), the group size is specialization constant 3 and the shader reads D and the
-vocabulary from the metadata UBOs. Token ids are checked on the host before any resize
-(`add_input_check`); upstream reads an out-of-range row unchecked.
+32-bit words), the group size is a specialization constant (`GROUP_SIZE`, from the value
+`group_size`) and the shader reads D and the vocabulary from the metadata UBOs. Token ids
+are checked on the host before any resize (`add_input_check`); upstream reads an
+out-of-range row unchecked.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import numpy as np
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
+from vulkan_ref.ops.activation import elementwise_values
 
-LOCAL_SIZE = (64, 1, 1)
+WORKGROUP = 64
 
 
 @register("embedding_q4gsw")
@@ -72,11 +74,15 @@ def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, indices.name),
             resize_fn=resize_embedding_node,
-            pick_shader=lambda g: "embedding_q4gsw",
-            shaders={"embedding_q4gsw": "embedding_q4gsw"},
-            pick_global=lambda g: (out.numel, 1, 1),
-            local_size=LOCAL_SIZE,
-            bindings=(out, indices, weight, scales, out.meta, weight.meta),
-            spec_constants=(group_size,),
+            slots={"embedding_q4gsw": "embedding_q4gsw"},
+            tensors={"out": out, "indices": indices, "weight": weight, "scales": scales},
+            static={
+                "embed_dim": dim,
+                "group_size": group_size,
+                "groups_per_row": -(-dim // group_size),
+                "vocab": vocab,
+                "workgroup_size": WORKGROUP,
+            },
+            values=elementwise_values(out, WORKGROUP),
         )
     )

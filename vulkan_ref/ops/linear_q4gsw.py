@@ -8,7 +8,7 @@ leading dims (not `sizes[-2]`), the output keeps x's rank, and N need not be a m
 the kernels read the uint8 `[N, K_pad/2]` bytes as u32 words directly, with no repack.
 
 The shaders read M, N and K from the metadata UBOs of x and out; group_size, has_bias and the
-GEMV's grid cap are specialization constants.
+GEMV's grid cap are specialization constants (from the values of those names).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 
-GEMM_LOCAL_SIZE = (64, 1, 1)
+GEMM_WORKGROUP = 64
 GEMM_TILE = (4, 4)  # outputs per invocation: rows, columns
-GEMV_LOCAL_SIZE = (64, 1, 1)  # lanes per column pair; a power of two
+GEMV_WORKGROUP = 64  # lanes per column pair; a power of two
 GEMV_MAX_WORKGROUPS = 8192  # column pairs past this many workgroups are grid-strided
 
 
@@ -102,36 +102,44 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
             )
         g.virtual_resize(out, (*sizes[:-1], out_features))
 
-    def gemm_global(g: ComputeGraph) -> tuple[int, int, int]:
+    rows, cols = GEMM_TILE
+    gemv_workgroups = min(-(-out_features // 2), GEMV_MAX_WORKGROUPS)
+
+    def gemm_values(g: ComputeGraph, slot: str) -> dict[str, int]:
         m = live_m(g)
-        if has_gemv and m == 1:
-            return (0, 0, 0)
-        rows, cols = GEMM_TILE
-        return (math.ceil(m / rows) * math.ceil(out_features / cols), 1, 1)
+        skip = has_gemv and m == 1
+        tiles = -(-m // rows) * -(-out_features // cols)
+        return {"m": m, "workgroups": 0 if skip else -(-tiles // GEMM_WORKGROUP)}
 
-    def gemv_global(g: ComputeGraph) -> tuple[int, int, int]:
-        if live_m(g) != 1:
-            return (0, 0, 0)
-        pairs = math.ceil(out_features / 2)
-        return (min(pairs, GEMV_MAX_WORKGROUPS) * GEMV_LOCAL_SIZE[0], 1, 1)
+    def gemv_values(g: ComputeGraph, slot: str) -> dict[str, int]:
+        m = live_m(g)
+        return {"m": m, "workgroups": gemv_workgroups if m == 1 else 0}
 
-    # Without a bias, a one-element dummy fills binding 4 (read only when has_bias is 1).
+    # Without a bias, a one-element dummy fills the bias role (read only when has_bias is 1).
     bias_tensor = (
         bias if bias is not None else graph.create_scratch(node, "no_bias", "float32", (1,))
     )
-    bindings = (out, x, weight, scales, bias_tensor, out.meta, x.meta)
+    tensors = {"out": out, "x": x, "weight": weight, "scales": scales, "bias": bias_tensor}
+    static = {
+        "n": out_features,
+        "k": in_features,
+        "k_words": -(-in_features // 8),
+        "group_size": group_size,
+        "n_padded": scales_width,
+        "has_bias": int(bias is not None),
+        "gemv_workgroups": gemv_workgroups,
+        "workgroup_size": GEMM_WORKGROUP,
+    }
     args = tuple(t.name for t in (out, x, weight, scales)) + ((bias.name,) if bias else ())
     graph.add_dispatch_node(
         DispatchNode(
             op=node.name,
             args=args,
             resize_fn=resize_linear_q4gsw_node,
-            pick_shader=lambda g: "q4gsw_gemm",
-            shaders={"q4gsw_gemm": "q4gsw_gemm"},
-            pick_global=gemm_global,
-            local_size=GEMM_LOCAL_SIZE,
-            bindings=bindings,
-            spec_constants=(group_size, int(bias is not None)),
+            slots={"q4gsw_gemm": "q4gsw_gemm"},
+            tensors=tensors,
+            static=static,
+            values=gemm_values,
         )
     )
     if has_gemv:
@@ -139,11 +147,13 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
             DispatchNode(
                 op=node.name,
                 args=args,
-                pick_shader=lambda g: "q4gsw_gemv",
-                shaders={"q4gsw_gemv": "q4gsw_gemv"},
-                pick_global=gemv_global,
-                local_size=GEMV_LOCAL_SIZE,
-                bindings=bindings,
-                spec_constants=(group_size, int(bias is not None), GEMV_MAX_WORKGROUPS),
+                slots={"q4gsw_gemv": "q4gsw_gemv"},
+                tensors=tensors,
+                static={
+                    **static,
+                    "max_workgroups": GEMV_MAX_WORKGROUPS,
+                    "workgroup_size": GEMV_WORKGROUP,
+                },
+                values=gemv_values,
             )
         )

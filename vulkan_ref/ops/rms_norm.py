@@ -1,20 +1,18 @@
 """rms_norm on Vulkan: a dispatch node with one 64-lane workgroup per row.
 
 The shader reads the live row width and row count from x's metadata UBO; the node's
-global size is 64 invocations per live row, and the vec4 shader is picked when the live
-width is a multiple of 4. The resize function keeps out at x's live sizes and refuses a
-live width other than the weight's length (upstream silently used the build-time width).
+count is one workgroup per live row, and the vec4 slot is picked when the live width is a
+multiple of 4. The resize function keeps out at x's live sizes and refuses a live width
+other than the weight's length (upstream silently used the build-time width).
 """
 
 from __future__ import annotations
-
-import struct
 
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 
-LOCAL_SIZE = (64, 1, 1)
+WORKGROUP = 64  # lanes per row; a power of two (tree reduction)
 
 
 @register("rms_norm")
@@ -51,24 +49,22 @@ def add_rms_norm_node(graph: ComputeGraph, node: OpNode) -> None:
             )
         g.virtual_resize(out, sizes)
 
-    def pick_shader(g: ComputeGraph) -> str:
+    def pick_slot(g: ComputeGraph) -> str:
         return "rms_norm_vec4" if g.sizes_of(x)[-1] % 4 == 0 else "rms_norm"
 
-    def pick_global(g: ComputeGraph) -> tuple[int, int, int]:
+    def values(g: ComputeGraph, slot: str) -> dict[str, int]:
         rows = x.numel // g.sizes_of(x)[-1]
-        return (rows * LOCAL_SIZE[0], 1, 1)
+        return {"num_rows": rows, "workgroups": rows}
 
     graph.add_dispatch_node(
         DispatchNode(
             op=node.name,
             args=(out.name, x.name, weight.name),
             resize_fn=resize_rms_norm_node,
-            pick_shader=pick_shader,
-            shaders={"rms_norm": "rms_norm", "rms_norm_vec4": "rms_norm_vec4"},
-            pick_global=pick_global,
-            local_size=LOCAL_SIZE,
-            bindings=(out, x, weight, out.meta, x.meta),
-            push_constants=lambda g: struct.pack("<f", eps),
-            push_constant_size=4,
+            slots={"rms_norm": "rms_norm", "rms_norm_vec4": "rms_norm_vec4"},
+            pick_slot=pick_slot,
+            tensors={"out": out, "x": x, "weight": weight},
+            static={"row_width": weight.max_sizes[0], "eps": eps, "workgroup_size": WORKGROUP},
+            values=values,
         )
     )

@@ -1,7 +1,7 @@
 """apply_rotary_emb and apply_rotary_emb_hf on Vulkan: one dispatch node rotating q and k.
 
-One invocation per rotated pair (q's, then k's): global = (numel(xq) + numel(xk)) / 2 from
-live sizes, so any even D, any batch and different q and k head counts work (upstream's
+One invocation per rotated pair (q's, then k's): (numel(xq) + numel(xk)) / 2 from live
+sizes, so any even D, any batch and different q and k head counts work (upstream's
 shader does 8 elements per thread, drops D % 8 tails and only batch 0, docs/design.md §8.9). The
 HF shader binds the start_pos SymInt's UBO and reads each half's own table columns (upstream
 reads column i for both halves, docs/design.md §8.5). The resize functions check live shapes and
@@ -10,12 +10,39 @@ reads column i for both halves, docs/design.md §8.5). The resize functions chec
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
 from vulkan_ref.ops import register
 from vulkan_ref.tensor import VTensor
 
-LOCAL_SIZE = (64, 1, 1)
+WORKGROUP = 64
+
+
+def _pair_values(
+    xq: VTensor, xk: VTensor, position: Callable[[], int] | None
+) -> Callable[[ComputeGraph, str], dict[str, int]]:
+    """The live values of a rotary slot: the pairs of q and k, S, the head counts (and, for
+    the HF tables, start_pos)."""
+
+    def values(g: ComputeGraph, slot: str) -> dict[str, int]:
+        q, k = g.sizes_of(xq), g.sizes_of(xk)
+        q_pairs = xq.numel // 2
+        total = q_pairs + xk.numel // 2
+        live = {
+            "q_pairs": q_pairs,
+            "total_pairs": total,
+            "seq": q[1],
+            "q_heads": q[2],
+            "k_heads": k[2],
+            "workgroups": -(-total // WORKGROUP),
+        }
+        if position is not None:
+            live["start_pos"] = position()
+        return live
+
+    return values
 
 
 def _check_build(
@@ -94,11 +121,17 @@ def add_rotary_emb_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(xq_out.name, xk_out.name, xq.name, xk.name, cos.name, sin.name),
             resize_fn=resize_rotary_emb_node,
-            pick_shader=lambda g: "rotary_emb",
-            shaders={"rotary_emb": "rotary_emb"},
-            pick_global=lambda g: ((xq.numel + xk.numel) // 2, 1, 1),
-            local_size=LOCAL_SIZE,
-            bindings=(xq_out, xk_out, xq, xk, cos, sin, xq.meta, xk.meta),
+            slots={"rotary_emb": "rotary_emb"},
+            tensors={
+                "xq_out": xq_out,
+                "xk_out": xk_out,
+                "xq": xq,
+                "xk": xk,
+                "freqs_cos": cos,
+                "freqs_sin": sin,
+            },
+            static={"half_dim": half, "workgroup_size": WORKGROUP},
+            values=_pair_values(xq, xk, None),
         )
     )
 
@@ -113,6 +146,9 @@ def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
     dim = xq.max_sizes[3]
     start_pos = graph.symint_arg(node, "start_pos")
 
+    def position() -> int:
+        return start_pos.value if isinstance(start_pos, SymInt) else start_pos
+
     def resize_rotary_emb_hf_node(g: ComputeGraph) -> None:
         seq = _check_qk(g, node, xq, xk)
         table = g.sizes_of(cos)
@@ -120,7 +156,7 @@ def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
             raise _fail(
                 node, "table_shape", f"tables {list(table)} / {list(sin.sizes)} need {dim} columns"
             )
-        pos = start_pos.value if isinstance(start_pos, SymInt) else start_pos
+        pos = position()
         if pos < 0 or pos + seq > table[0]:
             raise _fail(
                 node, "start_pos", f"rows {pos}..{pos + seq - 1} are not all in the {table[0]} rows"
@@ -134,20 +170,17 @@ def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(xq_out.name, xk_out.name, xq.name, xk.name, cos.name, sin.name, *symint_args),
             resize_fn=resize_rotary_emb_hf_node,
-            pick_shader=lambda g: "rotary_emb_hf",
-            shaders={"rotary_emb_hf": "rotary_emb_hf"},
-            pick_global=lambda g: ((xq.numel + xk.numel) // 2, 1, 1),
-            local_size=LOCAL_SIZE,
-            bindings=(
-                xq_out,
-                xk_out,
-                xq,
-                xk,
-                cos,
-                sin,
-                xq.meta,
-                xk.meta,
-                graph.int_ubo(node, "start_pos"),
-            ),
+            slots={"rotary_emb_hf": "rotary_emb_hf"},
+            tensors={
+                "xq_out": xq_out,
+                "xk_out": xk_out,
+                "xq": xq,
+                "xk": xk,
+                "cos": cos,
+                "sin": sin,
+            },
+            static={"half_dim": dim // 2, "workgroup_size": WORKGROUP},
+            values=_pair_values(xq, xk, position),
+            uniforms={"start_pos": graph.int_ubo(node, "start_pos")},
         )
     )

@@ -13,7 +13,7 @@ from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 
-LOCAL_SIZE = (64, 1, 1)
+WORKGROUP = 64
 TEXEL = 4
 
 
@@ -52,15 +52,22 @@ def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
             )
         g.virtual_resize(out, sizes)
 
+    def values(g: ComputeGraph, slot: str) -> dict[str, int]:
+        texels = x.numel // TEXEL
+        return {
+            "texels": texels,
+            "tokens": g.sizes_of(x)[1],
+            "workgroups": -(-texels // WORKGROUP),
+        }
+
     graph.add_dispatch_node(
         DispatchNode(
             op=node.name,
             args=(out.name, x.name, freqs.name),
             resize_fn=resize_rotary_emb_interleaved_node,
-            pick_shader=lambda g: "rotary_emb_interleaved",
-            shaders={"rotary_emb_interleaved": "rotary_emb_interleaved"},
-            pick_global=lambda g: (x.numel // TEXEL, 1, 1),
-            local_size=LOCAL_SIZE,
-            bindings=(out, x, freqs, x.meta),
+            slots={"rotary_emb_interleaved": "rotary_emb_interleaved"},
+            tensors={"out": out, "x": x, "freqs_cis": freqs},
+            static={"row_texels": width // TEXEL, "workgroup_size": WORKGROUP},
+            values=values,
         )
     )

@@ -1,10 +1,11 @@
 """sdpa_with_kv_cache on Vulkan (docs/design.md §7; upstream's `SDPA.cpp`), with the cache update.
 
-Six dispatch nodes in graph order, all built at load and self-gating by their global size:
+Six dispatch nodes in graph order, all built at load and self-gating by their count (0 skips):
 `sdpa_update_cache`; the materialized route `sdpa_qk` -> `sdpa_softmax` -> `sdpa_av` for
 S > 1; the split-K decode route `sdpa_fd_split` -> `sdpa_fd_reduce` for S == 1. Shaders
 read S, Hq and D from q's metadata UBO, Hkv from the cache's, and input_pos from the SymInt's
-UBO (a constant UBO for an int literal); the scale is specialization constant 3.
+UBO (a constant UBO for an int literal); the scale is a specialization constant (`SCALE`,
+from the value `scale`).
 
 The first node's resize function checks the live shapes and `input_pos + S <= C` and
 resizes out; it raises before anything is recorded, so a refused step leaves the caches as
@@ -15,16 +16,23 @@ Scores `[Hq, S_max, C]` and the decode partials are private scratch tensors.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from graph_format import InputError, OpNode
-from vulkan_ref.graph import WG, ComputeGraph, DispatchNode, SymInt
-from vulkan_ref.memory import Buffer
+from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
 from vulkan_ref.ops import register
-from vulkan_ref.tensor import VTensor
 
-LOCAL_SIZE = (64, 1, 1)
+WORKGROUP = 64
 SPLIT_ROWS = 64  # cache rows per split of the decode route: sdpa_fd_split's local size
+# The dispatch nodes in graph order (each slot's GLSL is glsl/<slot>.comp); the first
+# resizes out.
+SLOTS = (
+    "sdpa_update_cache",
+    "sdpa_qk",
+    "sdpa_softmax",
+    "sdpa_av",
+    "sdpa_fd_split",
+    "sdpa_fd_reduce",
+)
 
 
 def _check_build(graph: ComputeGraph, node: OpNode) -> None:
@@ -105,62 +113,61 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
 
     symint_args = (input_pos.name,) if isinstance(input_pos, SymInt) else ()
     args = (out.name, q.name, k.name, v.name, k_cache.name, v_cache.name, *symint_args)
+    tensors = {
+        "out": out,
+        "q": q,
+        "k": k,
+        "v": v,
+        "k_cache": k_cache,
+        "v_cache": v_cache,
+        "scores": scores,
+        "part_o": part_o,
+        "part_ml": part_ml,
+    }
+    static = {
+        "q_heads": q_heads,
+        "kv_heads": kv_heads,
+        "head_dim": dim,
+        "scale": scale,
+        "workgroup_size": WORKGROUP,
+    }
 
-    def node_for(
-        kernel: str,
-        pick_global: Callable[[ComputeGraph], WG],
-        bindings: tuple[VTensor | Buffer, ...],
-        spec: tuple[float, ...] = (),
-        resize: Callable[[ComputeGraph], None] | None = None,
-    ) -> None:
+    def workgroups(slot: str, s: int, context: int) -> int:
+        """The slot's count: the update always, one route's kernels per step."""
+        wg = WORKGROUP
+        if slot == "sdpa_update_cache":
+            return -(-s * kv_heads * dim // wg)
+        if s == 1:  # decode: the split-K route
+            if slot == "sdpa_fd_split":
+                return q_heads * -(-context // SPLIT_ROWS)
+            return q_heads if slot == "sdpa_fd_reduce" else 0
+        if slot == "sdpa_qk":  # prefill: the materialized route
+            return -(-q_heads * s * context // wg)
+        if slot == "sdpa_softmax":
+            return q_heads * s
+        return -(-s * q_heads * dim // wg) if slot == "sdpa_av" else 0
+
+    def values(g: ComputeGraph, slot: str) -> dict[str, int]:
+        s, start = seq(g), pos()
+        context = start + s
+        return {
+            "seq": s,
+            "input_pos": start,
+            "context": context,
+            "num_splits": -(-context // SPLIT_ROWS),
+            "workgroups": workgroups(slot, s, context),
+        }
+
+    for slot in SLOTS:
         graph.add_dispatch_node(
             DispatchNode(
                 op=node.name,
                 args=args,
-                resize_fn=resize,
-                pick_shader=lambda g: kernel,
-                shaders={kernel: kernel},
-                pick_global=pick_global,
-                local_size=LOCAL_SIZE,
-                bindings=bindings,
-                spec_constants=spec,
+                resize_fn=resize_sdpa_node if slot == SLOTS[0] else None,
+                slots={slot: slot},
+                tensors=tensors,
+                static=static,
+                values=values,
+                uniforms={"input_pos": pos_ubo},
             )
         )
-
-    def context(g: ComputeGraph) -> int:
-        return pos() + seq(g)
-
-    wg = LOCAL_SIZE[0]
-    node_for(
-        "sdpa_update_cache",
-        lambda g: (k.numel, 1, 1),
-        (k_cache, v_cache, k, v, k.meta, pos_ubo),
-        resize=resize_sdpa_node,
-    )
-    node_for(
-        "sdpa_qk",
-        lambda g: (q_heads * seq(g) * context(g), 1, 1) if seq(g) > 1 else (0, 1, 1),
-        (scores, q, k_cache, q.meta, k_cache.meta, pos_ubo),
-        spec=(scale,),
-    )
-    node_for(
-        "sdpa_softmax",
-        lambda g: (q_heads * seq(g) * wg, 1, 1) if seq(g) > 1 else (0, 1, 1),
-        (scores, q.meta, pos_ubo),
-    )
-    node_for(
-        "sdpa_av",
-        lambda g: (q.numel, 1, 1) if seq(g) > 1 else (0, 1, 1),
-        (out, scores, v_cache, q.meta, v_cache.meta, pos_ubo),
-    )
-    node_for(
-        "sdpa_fd_split",
-        lambda g: (q_heads * -(-context(g) // SPLIT_ROWS) * wg, 1, 1) if seq(g) == 1 else (0, 1, 1),
-        (part_o, part_ml, q, k_cache, v_cache, q.meta, k_cache.meta, pos_ubo),
-        spec=(scale,),
-    )
-    node_for(
-        "sdpa_fd_reduce",
-        lambda g: (q_heads * wg, 1, 1) if seq(g) == 1 else (0, 1, 1),
-        (out, part_o, part_ml, q.meta, pos_ubo),
-    )

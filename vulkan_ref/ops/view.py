@@ -14,8 +14,9 @@ import math
 from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode, ExecuteNode
 from vulkan_ref.ops import register
+from vulkan_ref.ops.activation import elementwise_values
 
-LOCAL_SIZE = (64, 1, 1)
+WORKGROUP = 64
 VIEW_DTYPES = ("float32", "int32")
 
 
@@ -60,11 +61,10 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, x.name, *(n for n in names if n in graph.symints)),
             resize_fn=resize_view_node,
-            pick_shader=lambda g: "view_copy",
-            shaders={"view_copy": "view_copy"},
-            pick_global=lambda g: (x.numel, 1, 1),
-            local_size=LOCAL_SIZE,
-            bindings=(out, x, out.meta),
+            slots={"view_copy": "view_copy"},
+            tensors={"out": out, "x": x},
+            static={"workgroup_size": WORKGROUP},
+            values=elementwise_values(out, WORKGROUP),
         )
     )
 

@@ -1,8 +1,10 @@
 """WebGPU op builders, one module per op: each records dispatches and registers resize hooks.
 
 A builder validates what it can at load (dtypes, ranks, formats: `GraphBuildError`), records
-its dispatch slots with `WebGPUGraph.add_dispatch` and registers a hook on every value it
-reads, which recomputes params, workgroup counts and its outputs' `cur_dims`.
+its kernel slots with `WebGPUGraph.add_kernel` (tensors by role, the values fixed for the
+graph) and registers a hook on every value it reads, which hands each slot the values of the
+step (`Dispatch.set`: its count among them) and sets its outputs' `cur_dims`. A module never
+packs params: the runtime packs each kernel's own declaration from those values.
 
 Every module of this package is imported here (found by `pkgutil`, not listed), and each
 registers its builders with `@register("<op>", ...)`: adding an op is adding its module.

@@ -8,16 +8,13 @@ that pass, as the graph holds such errors until the fixpoint converges.
 
 from __future__ import annotations
 
-import struct
-
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
 OP_KINDS = {"sigmoid": 0, "silu": 1}
-# struct Params { numel: u32, pad x3 }
-PARAMS = struct.Struct("<4I")
 
 
 @register("sigmoid", "silu")
@@ -34,21 +31,15 @@ def build_unary(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(
             node, f"out must have x's dims {list(x.dims)}, got {list(out.dims)}", tensor=out.name
         )
-    params = graph.create_params(PARAMS.size)
-    dispatch = graph.add_dispatch(
-        node,
-        {node.op: "unary_activation"},
-        workgroup_size=WORKGROUP_SIZE,
-        writes=[out],
-        reads=[x],
-        params=params,
-        constants={"op_kind": OP_KINDS[node.op]},
+    static: dict[str, Value] = {"op_kind": OP_KINDS[node.op], "workgroup_size": WORKGROUP_SIZE}
+    dispatch = graph.add_kernel(
+        node, {node.op: "unary_activation"}, tensors={"out": out, "x": x}, static=static
     )
 
     def resize() -> None:
         graph.set_cur_dims(out, x.cur_dims)
-        params.update(PARAMS.pack(x.cur_numel, 0, 0, 0))
-        dispatch.count = -(-x.cur_numel // WORKGROUP_SIZE)
+        numel = x.cur_numel
+        dispatch.set({"numel": numel, "workgroups": -(-numel // WORKGROUP_SIZE)})
 
     graph.add_resize_hook(node, [x.name], resize)
 
@@ -74,14 +65,9 @@ def build_silu_mul(graph: WebGPUGraph, node: OpNode) -> None:
             f"out must have gate's dims {list(gate.dims)}, got {list(out.dims)}",
             tensor=out.name,
         )
-    params = graph.create_params(PARAMS.size)
-    dispatch = graph.add_dispatch(
-        node,
-        "silu_mul",
-        workgroup_size=WORKGROUP_SIZE,
-        writes=[out],
-        reads=[gate, up],
-        params=params,
+    static: dict[str, Value] = {"workgroup_size": WORKGROUP_SIZE}
+    dispatch = graph.add_kernel(
+        node, {"silu_mul": "silu_mul"}, tensors={"out": out, "gate": gate, "up": up}, static=static
     )
 
     def resize() -> None:
@@ -93,7 +79,7 @@ def build_silu_mul(graph: WebGPUGraph, node: OpNode) -> None:
                 f"{list(up.cur_dims)} must be equal",
             )
         graph.set_cur_dims(out, gate.cur_dims)
-        params.update(PARAMS.pack(gate.cur_numel, 0, 0, 0))
-        dispatch.count = -(-gate.cur_numel // WORKGROUP_SIZE)
+        numel = gate.cur_numel
+        dispatch.set({"numel": numel, "workgroups": -(-numel // WORKGROUP_SIZE)})
 
     graph.add_resize_hook(node, [gate.name, up.name], resize)

@@ -9,9 +9,9 @@ while a co-input is still stale, the graph holds that error until propagation co
 from __future__ import annotations
 
 import math
-import struct
 
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 from webgpu_backend.tensor import Dims
@@ -19,8 +19,6 @@ from webgpu_backend.tensor import Dims
 WORKGROUP_SIZE = 64
 MAX_RANK = 4
 OP_KINDS = {"add": 0, "mul": 1}
-# struct Params { numel, pad x3, out_sizes: vec4<u32>, a_strides: vec4<u32>, b_strides: vec4<u32> }
-PARAMS = struct.Struct("<4I4I4I4I")
 
 
 def broadcast_dims(a: Dims, b: Dims) -> Dims | None:
@@ -69,15 +67,12 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         )
 
     flat, broadcast = f"{node.op}_flat", f"{node.op}_broadcast"
-    params = graph.create_params(PARAMS.size)
-    dispatch = graph.add_dispatch(
+    static: dict[str, Value] = {"op_kind": OP_KINDS[node.op], "workgroup_size": WORKGROUP_SIZE}
+    dispatch = graph.add_kernel(
         node,
         {flat: "binary_flat", broadcast: "binary_broadcast"},
-        workgroup_size=WORKGROUP_SIZE,
-        writes=[out],
-        reads=[a, b],
-        params=params,
-        constants={"op_kind": OP_KINDS[node.op]},
+        tensors={"out": out, "a": a, "b": b},
+        static=static,
     )
 
     def resize() -> None:
@@ -91,17 +86,17 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             )
         graph.set_cur_dims(out, dims)
         numel = math.prod(dims)
-        out4 = (1,) * (MAX_RANK - len(dims)) + dims
+        workgroups = -(-numel // WORKGROUP_SIZE)
         if a.cur_dims == b.cur_dims:
-            dispatch.select(flat)
-            params.update(PARAMS.pack(numel, 0, 0, 0, *out4, *([0] * 8)))
+            dispatch.set({"numel": numel, "workgroups": workgroups}, flat)
         else:
-            dispatch.select(broadcast)
-            params.update(
-                PARAMS.pack(
-                    numel, 0, 0, 0, *out4, *_strides(a.cur_dims, dims), *_strides(b.cur_dims, dims)
-                )
-            )
-        dispatch.count = -(-numel // WORKGROUP_SIZE)
+            values: dict[str, Value] = {
+                "numel": numel,
+                "out_sizes": (1,) * (MAX_RANK - len(dims)) + dims,
+                "a_strides": _strides(a.cur_dims, dims),
+                "b_strides": _strides(b.cur_dims, dims),
+                "workgroups": workgroups,
+            }
+            dispatch.set(values, broadcast)
 
     graph.add_resize_hook(node, [a.name, b.name], resize)

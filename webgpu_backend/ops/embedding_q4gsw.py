@@ -8,17 +8,15 @@ indices must be a graph input. Any even D (the kernel reads bytes out of u32 wor
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy as np
 
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
-# struct Params { numel, embed_dim, group_size, groups_per_row, vocab, pad x3 }
-PARAMS = struct.Struct("<8I")
 
 
 @register("embedding_q4gsw")
@@ -70,21 +68,24 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             )
 
     graph.add_input_check(node, indices, check_ids)
-    params = graph.create_params(PARAMS.size)
-    dispatch = graph.add_dispatch(
+    static: dict[str, Value] = {
+        "embed_dim": dim,
+        "group_size": group_size,
+        "groups_per_row": groups,
+        "vocab": vocab,
+        "workgroup_size": WORKGROUP_SIZE,
+    }
+    dispatch = graph.add_kernel(
         node,
-        "embedding_q4gsw",
-        workgroup_size=WORKGROUP_SIZE,
-        writes=[out],
-        reads=[indices, weight, scales],
-        params=params,
+        {"embedding_q4gsw": "embedding_q4gsw"},
+        tensors={"out": out, "indices": indices, "weight": weight, "scales": scales},
+        static=static,
     )
 
     def resize() -> None:
         dims = (*indices.cur_dims, dim)
         graph.set_cur_dims(out, dims)
         numel = math.prod(dims)
-        params.update(PARAMS.pack(numel, dim, group_size, groups, vocab, 0, 0, 0))
-        dispatch.count = -(-numel // WORKGROUP_SIZE)
+        dispatch.set({"numel": numel, "workgroups": -(-numel // WORKGROUP_SIZE)})
 
     graph.add_resize_hook(node, [indices.name], resize)

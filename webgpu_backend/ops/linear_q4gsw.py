@@ -1,9 +1,10 @@
 """linear_q4gsw on WebGPU: a register-tiled GEMM and a cooperative GEMV, routed by the live M.
 
-Both kernels are recorded at load (the GEMV when K % 8 == 0 and group_size % 8 == 0) and
-share one params uniform. The resize hook on x recomputes M = numel(x) / K over all leading
-dims, rewrites the params, gives the route it takes its workgroup count and the other 0
-(skipped), and sets out's live dims to `x.dims[:-1] + [N]`. Unlike upstream (docs/design.md
+Both kernels are recorded at load (the GEMV when K % 8 == 0 and group_size % 8 == 0), each
+a slot of its own (`q4gsw_gemm`, `q4gsw_gemv`). The resize hook on x recomputes
+M = numel(x) / K over all leading dims, hands both slots their values, giving the route it
+takes its workgroup count and the other 0 (skipped), and sets out's live dims to
+`x.dims[:-1] + [N]`. Unlike upstream (docs/design.md
 §8.3), the route is chosen from the live M on every resize rather than from the max M at
 build, and M counts every leading dim.
 
@@ -14,9 +15,9 @@ rounded up to 4 bytes, and a row of K_pad/2 bytes is a whole number of words.
 from __future__ import annotations
 
 import math
-import struct
 
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 
@@ -24,8 +25,6 @@ TILE = 4  # the GEMM's outputs per invocation: TILE rows × TILE columns
 GEMM_WORKGROUP = 64
 GEMV_LANES = 64  # a power of two (tree reduction)
 GEMV_MAX_WORKGROUPS = 8192
-# struct Params { m, n, k, k_words, group_size, n_padded, has_bias, gemv_workgroups: u32 }
-PARAMS = struct.Struct("<8I")
 
 
 def gemv_supported(k: int, group_size: int) -> bool:
@@ -105,23 +104,29 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             tensor=out.name,
         )
 
-    params = graph.create_params(PARAMS.size)
-    # Without a bias, a 4-byte dummy fills binding 4 (the kernels read it only if has_bias).
+    # Without a bias, a 4-byte dummy fills the bias role (the kernels read it only if has_bias).
     bias_buffer = bias if bias is not None else graph.create_scratch(node, "no_bias", 4)
-    reads = [x, weight, scales, bias_buffer]
-    gemm = graph.add_dispatch(
-        node, "q4gsw_gemm", workgroup_size=GEMM_WORKGROUP, writes=[out], reads=reads, params=params
-    )
+    tensors = {"out": out, "x": x, "weight": weight, "scales": scales, "bias": bias_buffer}
+    pairs_grid = gemv_workgroups(n)
+    gemm_static: dict[str, Value] = {
+        "n": n,
+        "k": k,
+        "k_words": k_words,
+        "group_size": group_size,
+        "n_padded": n_padded,
+        "has_bias": int(bias is not None),
+        "gemv_workgroups": pairs_grid,
+        "workgroup_size": GEMM_WORKGROUP,
+    }
+    # The GEMV reads the group size as an override (a pipeline per group size, as on Vulkan).
+    gemv_static: dict[str, Value] = {
+        **gemm_static,
+        "max_workgroups": GEMV_MAX_WORKGROUPS,
+        "workgroup_size": GEMV_LANES,
+    }
+    gemm = graph.add_kernel(node, {"q4gsw_gemm": "q4gsw_gemm"}, tensors=tensors, static=gemm_static)
     gemv = (
-        graph.add_dispatch(
-            node,
-            "q4gsw_gemv",
-            workgroup_size=GEMV_LANES,
-            writes=[out],
-            reads=reads,
-            params=params,
-            constants={"group_size": group_size},  # a pipeline per group size, as on Vulkan
-        )
+        graph.add_kernel(node, {"q4gsw_gemv": "q4gsw_gemv"}, tensors=tensors, static=gemv_static)
         if gemv_supported(k, group_size)
         else None
     )
@@ -137,13 +142,9 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             )
         m = math.prod(dims[:-1])
         route = choose_route(m, gemv is not None)
-        pairs_grid = gemv_workgroups(n)
-        params.update(
-            PARAMS.pack(m, n, k, k_words, group_size, n_padded, int(bias is not None), pairs_grid)
-        )
-        gemm.count = gemm_workgroups(m, n) if route == "gemm" else 0
+        gemm.set({"m": m, "workgroups": gemm_workgroups(m, n) if route == "gemm" else 0})
         if gemv is not None:
-            gemv.count = pairs_grid if route == "gemv" else 0
+            gemv.set({"m": m, "workgroups": pairs_grid if route == "gemv" else 0})
         graph.set_cur_dims(out, (*dims[:-1], n))
 
     graph.add_resize_hook(node, [x.name], resize)

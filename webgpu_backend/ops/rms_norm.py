@@ -7,15 +7,13 @@ that differs from the weight's, instead of silently normalizing with the build-t
 from __future__ import annotations
 
 import math
-import struct
 
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
-# struct Params { num_rows: u32, row_width: u32, eps: f32, _pad: u32 }
-PARAMS = struct.Struct("<IIfI")
 
 
 @register("rms_norm")
@@ -41,15 +39,10 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         )
 
     # The row width is the weight length, fixed at build, so the variant is fixed too.
-    kernel = "rms_norm_vec4" if width % 4 == 0 else "rms_norm"
-    params = graph.create_params(PARAMS.size)
-    dispatch = graph.add_dispatch(
-        node,
-        kernel,
-        workgroup_size=WORKGROUP_SIZE,
-        writes=[out],
-        reads=[x, weight],
-        params=params,
+    slot = "rms_norm_vec4" if width % 4 == 0 else "rms_norm"
+    static: dict[str, Value] = {"row_width": width, "eps": eps, "workgroup_size": WORKGROUP_SIZE}
+    dispatch = graph.add_kernel(
+        node, {slot: slot}, tensors={"out": out, "x": x, "weight": weight}, static=static
     )
 
     def resize() -> None:
@@ -62,8 +55,7 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
                 f"length), got {dims[-1]}",
             )
         rows = math.prod(dims[:-1])
-        params.update(PARAMS.pack(rows, width, eps, 0))
-        dispatch.count = rows
+        dispatch.set({"num_rows": rows, "workgroups": rows})
         graph.set_cur_dims(out, dims)
 
     graph.add_resize_hook(node, [x.name], resize)

@@ -9,17 +9,15 @@ The HF kernel reads each half's own table columns (docs/design.md §8.5).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
-# struct Params { q_pairs, total_pairs, half_dim, seq, q_heads, k_heads, start_pos, pad }
-PARAMS = struct.Struct("<8I")
 
 
 def _check_build(
@@ -73,16 +71,11 @@ def _build(
     xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     dim = xq.dims[3]
-    kernel = "rotary_emb_hf" if hf else "rotary_emb"
-    params = graph.create_params(PARAMS.size)
-    dispatch = graph.add_dispatch(
-        node,
-        kernel,
-        workgroup_size=WORKGROUP_SIZE,
-        writes=[xq_out, xk_out],
-        reads=[xq, xk, cos, sin],
-        params=params,
-    )
+    slot = "rotary_emb_hf" if hf else "rotary_emb"
+    tensors = {"xq_out": xq_out, "xk_out": xk_out, "xq": xq, "xk": xk}
+    tensors |= {table_slots[0]: cos, table_slots[1]: sin}
+    static: dict[str, Value] = {"half_dim": dim // 2, "workgroup_size": WORKGROUP_SIZE}
+    dispatch = graph.add_kernel(node, {slot: slot}, tensors=tensors, static=static)
 
     def fail(reason: str, message: str) -> InputError:
         return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
@@ -119,8 +112,17 @@ def _build(
         graph.set_cur_dims(xk_out, k)
         q_pairs = xq.cur_numel // 2
         total = q_pairs + xk.cur_numel // 2
-        params.update(PARAMS.pack(q_pairs, total, dim // 2, seq, q[2], k[2], position, 0))
-        dispatch.count = -(-total // WORKGROUP_SIZE)
+        values: dict[str, Value] = {
+            "q_pairs": q_pairs,
+            "total_pairs": total,
+            "seq": seq,
+            "q_heads": q[2],
+            "k_heads": k[2],
+            "workgroups": -(-total // WORKGROUP_SIZE),
+        }
+        if hf:
+            values["start_pos"] = position
+        dispatch.set(values)
 
     triggers = [xq.name, xk.name, cos.name, sin.name]
     pos_name = node.arg("start_pos") if hf else None  # apply_rotary_emb has no start_pos

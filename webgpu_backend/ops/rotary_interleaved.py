@@ -8,16 +8,13 @@ live N (upstream checks only the max sizes, at build time).
 
 from __future__ import annotations
 
-import struct
-
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
 TEXEL = 4
-# struct Params { texels, row_texels, tokens, _pad }
-PARAMS = struct.Struct("<4I")
 
 
 @register("apply_rotary_emb_interleaved")
@@ -41,14 +38,12 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         )
     if out.dims != x.dims:
         raise graph.fail(node, f"out must be {list(x.dims)}", tensor=out.name)
-    params = graph.create_params(PARAMS.size)
-    dispatch = graph.add_dispatch(
+    static: dict[str, Value] = {"row_texels": width // TEXEL, "workgroup_size": WORKGROUP_SIZE}
+    dispatch = graph.add_kernel(
         node,
-        "rotary_emb_interleaved",
-        workgroup_size=WORKGROUP_SIZE,
-        writes=[out],
-        reads=[x, freqs],
-        params=params,
+        {"rotary_emb_interleaved": "rotary_emb_interleaved"},
+        tensors={"out": out, "x": x, "freqs_cis": freqs},
+        static=static,
     )
 
     def fail(reason: str, message: str) -> InputError:
@@ -64,7 +59,7 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             )
         graph.set_cur_dims(out, dims)
         texels = x.cur_numel // TEXEL
-        params.update(PARAMS.pack(texels, width // TEXEL, dims[1], 0))
-        dispatch.count = -(-texels // WORKGROUP_SIZE)
+        workgroups = -(-texels // WORKGROUP_SIZE)
+        dispatch.set({"texels": texels, "tokens": dims[1], "workgroups": workgroups})
 
     graph.add_resize_hook(node, [x.name, freqs.name], resize)

@@ -1,6 +1,6 @@
 """sdpa_with_kv_cache on WebGPU: cache update, then a materialized or a split-K decode route.
 
-Six dispatch slots share one params uniform and are all recorded at load:
+Six dispatch slots, each reading the same values, are all recorded at load:
 `sdpa_update_cache`; the materialized route `sdpa_qk` -> `sdpa_softmax` -> `sdpa_av` (scores
 in a private `[Hq, S, C]` scratch, dense at the live `[Hq, S, ctx]`); the decode route
 `sdpa_fd_split` -> `sdpa_fd_reduce` (partials per 64-row split of the context). The hook picks
@@ -15,18 +15,15 @@ their contents (upstream Vulkan drops such writes silently, docs/design.md §8.8
 from __future__ import annotations
 
 import math
-import struct
 
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import Dispatch, ScratchBuffer, WebGPUGraph
 from webgpu_backend.ops import register
 from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
 SPLIT_ROWS = 64  # cache rows per split of the decode route: one per lane of sdpa_fd_split
-# struct Params { seq, input_pos, context, q_heads, kv_heads, head_dim, num_splits, pad,
-#                 scale: f32, pad x3 }
-PARAMS = struct.Struct("<8If3I")
 
 
 def _check_build(graph: WebGPUGraph, node: OpNode) -> None:
@@ -84,23 +81,34 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     scores = graph.create_scratch(node, "scores", 4 * q_heads * max_seq * cache_rows)
     part_o = graph.create_scratch(node, "part_o", 4 * q_heads * max_splits * dim)
     part_ml = graph.create_scratch(node, "part_ml", 4 * q_heads * max_splits * 2)
-    params = graph.create_params(PARAMS.size)
+    static: dict[str, Value] = {
+        "q_heads": q_heads,
+        "kv_heads": kv_heads,
+        "head_dim": dim,
+        "scale": scale,
+        "workgroup_size": WORKGROUP_SIZE,
+    }
+    buffers: dict[str, WebGPUTensor | ScratchBuffer] = {
+        "q": q,
+        "k": k,
+        "v": v,
+        "k_cache": k_cache,
+        "v_cache": v_cache,
+        "out": out,
+        "scores": scores,
+        "part_o": part_o,
+        "part_ml": part_ml,
+    }
 
-    def slot(
-        kernel: str,
-        writes: list[WebGPUTensor | ScratchBuffer],
-        reads: list[WebGPUTensor | ScratchBuffer],
-    ) -> Dispatch:
-        return graph.add_dispatch(
-            node, kernel, workgroup_size=WORKGROUP_SIZE, writes=writes, reads=reads, params=params
-        )
+    def slot(name: str) -> Dispatch:
+        return graph.add_kernel(node, {name: name}, tensors=buffers, static=static)
 
-    update = slot("sdpa_update_cache", [k_cache, v_cache], [k, v])
-    qk = slot("sdpa_qk", [scores], [q, k_cache])
-    softmax = slot("sdpa_softmax", [scores], [])
-    av = slot("sdpa_av", [out], [scores, v_cache])
-    split = slot("sdpa_fd_split", [part_o, part_ml], [q, k_cache, v_cache])
-    reduce = slot("sdpa_fd_reduce", [out], [part_o, part_ml])
+    update = slot("sdpa_update_cache")
+    qk = slot("sdpa_qk")
+    softmax = slot("sdpa_softmax")
+    av = slot("sdpa_av")
+    split = slot("sdpa_fd_split")
+    reduce = slot("sdpa_fd_reduce")
 
     def fail(reason: str, message: str) -> InputError:
         return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
@@ -124,17 +132,20 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             )
         context = pos + seq
         splits = -(-context // SPLIT_ROWS)
-        params.update(
-            PARAMS.pack(seq, pos, context, q_heads, kv_heads, dim, splits, 0, scale, 0, 0, 0)
-        )
+        values: dict[str, Value] = {
+            "seq": seq,
+            "input_pos": pos,
+            "context": context,
+            "num_splits": splits,
+        }
         wg = WORKGROUP_SIZE
-        update.count = -(-seq * kv_heads * dim // wg)
         decode = seq == 1
-        qk.count = 0 if decode else -(-q_heads * seq * context // wg)
-        softmax.count = 0 if decode else q_heads * seq
-        av.count = 0 if decode else -(-seq * q_heads * dim // wg)
-        split.count = q_heads * splits if decode else 0
-        reduce.count = q_heads if decode else 0
+        update.set({**values, "workgroups": -(-seq * kv_heads * dim // wg)})
+        qk.set({**values, "workgroups": 0 if decode else -(-q_heads * seq * context // wg)})
+        softmax.set({**values, "workgroups": 0 if decode else q_heads * seq})
+        av.set({**values, "workgroups": 0 if decode else -(-seq * q_heads * dim // wg)})
+        split.set({**values, "workgroups": q_heads * splits if decode else 0})
+        reduce.set({**values, "workgroups": q_heads if decode else 0})
         graph.set_cur_dims(out, qd)
 
     triggers = [q.name, k.name, v.name]

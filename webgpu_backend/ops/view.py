@@ -13,16 +13,14 @@ of a stale intermediate (upstream evaluates it before any tensor hook, docs/desi
 from __future__ import annotations
 
 import math
-import struct
 
 from graph_format import InputError, OpNode
+from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
 VIEW_DTYPES = ("float32", "int32")
-# struct Params { numel: u32, pad x3 }
-PARAMS = struct.Struct("<4I")
 
 
 @register("view_copy")
@@ -47,9 +45,9 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
                     node, f"literal size {size} of dim {d} is not in [1, {out.dims[d]}]", out.name
                 )
     sizes = graph.int_list(node, "sizes")
-    params = graph.create_params(PARAMS.size)
-    dispatch = graph.add_dispatch(
-        node, "view_copy", workgroup_size=WORKGROUP_SIZE, writes=[out], reads=[x], params=params
+    static: dict[str, Value] = {"workgroup_size": WORKGROUP_SIZE}
+    dispatch = graph.add_kernel(
+        node, {"view_copy": "view_copy"}, tensors={"out": out, "x": x}, static=static
     )
 
     def resize() -> None:
@@ -63,8 +61,8 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
                 f"{x.cur_numel} elements of {x.name!r} {list(x.cur_dims)}",
             )
         graph.set_cur_dims(out, dims)
-        params.update(PARAMS.pack(x.cur_numel, 0, 0, 0))
-        dispatch.count = -(-x.cur_numel // WORKGROUP_SIZE)
+        numel = x.cur_numel
+        dispatch.set({"numel": numel, "workgroups": -(-numel // WORKGROUP_SIZE)})
 
     triggers = [x.name, *(n for n in names if n in graph.symints)]
     graph.add_resize_hook(node, triggers, resize)
