@@ -52,7 +52,14 @@ from harness.run.records import (
 from harness.run.regress import regress_command, replay_command
 from harness.run.report import load_run, render_report
 from harness.run.runlock import LockUnavailable, RunFolderLock, command_line
-from harness.run.session import RunConfig, RunFolderError, RunSession, RunSetupError
+from harness.run.session import (
+    RunConfig,
+    RunFolderError,
+    RunSession,
+    RunSetupError,
+    available_jobs,
+    workers_text,
+)
 
 REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
 
@@ -204,6 +211,22 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             if p.fold_limit
         )
         + ")",
+    )
+    run.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="processes that run chunks: 1 runs them in this process; N > 1 starts N "
+        "worker processes, each with its own runtimes (default: the CPUs this process may "
+        "use)",
+    )
+    run.add_argument(
+        "--adapters",
+        default=None,
+        metavar="I,J,...",
+        help="adapters (by index, as `parity list` numbers them) the workers open, dealt "
+        "round robin (default: every GPU the backends find, else the default adapter)",
     )
     run.add_argument(
         "--progress-every",
@@ -435,6 +458,20 @@ def _shader_dir(text: str | None, backend: str) -> Path | None:
     return path
 
 
+def _adapters(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    try:
+        chosen = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(
+            f"--adapters must be adapter indices separated by commas, e.g. 0,1; got {text!r}"
+        ) from None
+    if not chosen or min(chosen) < 0:
+        raise UsageError(f"--adapters needs indices >= 0; got {text!r}")
+    return chosen
+
+
 def _run(args: argparse.Namespace) -> int:
     families = _families(args)
     profile = PROFILES[args.profile]
@@ -479,6 +516,8 @@ def _run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         command=command_line(),
         max_workgroups_per_dim=args.max_workgroups_per_dim,
+        jobs=args.jobs or available_jobs(),
+        adapters=_adapters(args.adapters),
     )
     session = RunSession(config, log=console.err)
     try:
@@ -486,7 +525,12 @@ def _run(args: argparse.Namespace) -> int:
         console.err(
             f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
             f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
-            f"out {config.out}"
+            f"out {config.out}, "
+            + (
+                "in this process"
+                if config.jobs == 1
+                else f"{config.jobs} workers ({workers_text(session.meta.workers)})"
+            )
         )
         session.run()
         # The status comes from the run's own tallies; summary.json records it as is.
