@@ -118,6 +118,8 @@ PLANTED_RUN_ARGS: Sequence[str] = (
     "--no-expectations",
     "--progress-every",
     "5",
+    "--jobs",
+    "1",
 )
 
 

@@ -27,7 +27,9 @@ pytestmark = pytest.mark.gpu
 
 # Small budgets: 2 chunks per family, so that the pr profile runs the second one under its
 # lowered workgroup limit.
-SMALL = ("--no-database", "--no-expectations", "--repeats", "1", "--time-budget", "120")
+SMALL = (
+    "--no-database", "--no-expectations", "--repeats", "1", "--time-budget", "120", "--jobs", "1"
+)  # fmt: skip
 
 
 def _records(folder: Path) -> list[dict[str, Any]]:

@@ -15,9 +15,7 @@ parent with its tallies (harness.run.workers).
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 
 SECTIONS = ("generation", "build", "execute", "reference", "oracles", "records")
 
@@ -37,15 +35,15 @@ def disable() -> None:
     _times = None
 
 
-def enabled() -> bool:
-    """Whether this process is accumulating."""
-    return _times is not None
-
-
 def add(section: str, seconds: float) -> None:
     """Count `seconds` toward `section` (nothing while timing is off)."""
     if _times is not None:
         _times[section] = _times.get(section, 0.0) + seconds
+
+
+def get(section: str) -> float:
+    """The seconds counted toward `section` so far (0 while timing is off)."""
+    return _times.get(section, 0.0) if _times is not None else 0.0
 
 
 def take() -> dict[str, float]:
@@ -63,17 +61,4 @@ def merge(into: dict[str, float], figures: Mapping[str, float]) -> None:
         into[section] = into.get(section, 0.0) + seconds
 
 
-@contextmanager
-def section(name: str) -> Iterator[None]:
-    """Time a block into `name` (for blocks that run once per case or less often)."""
-    if _times is None:
-        yield
-        return
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        add(name, time.perf_counter() - start)
-
-
-__all__ = ["SECTIONS", "add", "disable", "enable", "enabled", "merge", "section", "take"]
+__all__ = ["SECTIONS", "add", "disable", "enable", "get", "merge", "take"]

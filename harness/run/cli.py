@@ -534,7 +534,12 @@ def _run(args: argparse.Namespace) -> int:
         )
         session.run()
         # The status comes from the run's own tallies; summary.json records it as is.
-        render_report(config.out, exit_status=session.exit_status)
+        summary = render_report(config.out, exit_status=session.exit_status)
+        for family, stats in summary.per_family.items():
+            console.err(
+                f"parity: family {family}: {stats.cases} cases, {stats.steps} steps, "
+                f"{stats.duration_s or 0.0:.1f} s"
+            )
         console.err(
             f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})"
         )
