@@ -104,17 +104,20 @@ def test_the_summary_does_not_depend_on_the_order_of_the_records(
 
 
 SITECUSTOMIZE = """
-import multiprocessing, os
+import multiprocessing, os, time
 from harness.run import chunks
 
 _check = chunks.ChunkRunner._check
 
 
 def _planted(self, state, case):
-    # In a worker only, at the second case of chunk add/1, once per run (a marker file).
+    # In a worker only, at case PLANT_SEQ of chunk PLANT_CHUNK ("*": any chunk).
     worker = multiprocessing.parent_process() is not None
-    if worker and state.chunk.id == "add/1" and state.seq == 1:
-        try:
+    where = os.environ["PLANT_CHUNK"] in ("*", state.chunk.id)
+    if worker and where and state.seq == int(os.environ["PLANT_SEQ"]):
+        if os.environ["PLANT_ACTION"] == "hang":
+            time.sleep(300)  # a case that never ends (a hung driver)
+        try:  # exit once per run (a marker file)
             os.close(os.open(os.environ["PLANT_MARKER"], os.O_CREAT | os.O_EXCL))
         except FileExistsError:
             pass
@@ -127,19 +130,30 @@ chunks.ChunkRunner._check = _planted
 """
 
 
+def _plant(tmp_path: Path, action: str, chunk: str, seq: int) -> dict[str, str]:
+    """The environment that plants `action` in the workers of a run."""
+    folder = tmp_path / "plant"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return {
+        "PYTHONPATH": f"{folder}{os.pathsep}{REPO}",
+        "PLANT_ACTION": action,
+        "PLANT_CHUNK": chunk,
+        "PLANT_SEQ": str(seq),
+        "PLANT_MARKER": str(tmp_path / "marker"),
+    }
+
+
 def test_a_worker_that_dies_is_a_chunk_error_and_the_run_goes_on(tmp_path: Path) -> None:
-    plant = tmp_path / "plant"
-    plant.mkdir()
-    (plant / "sitecustomize.py").write_text(SITECUSTOMIZE)
     out = tmp_path / "run"
     proc = parity(
         "run", "--families", "add", "--max-examples", "6", "--chunk-examples", "2",
         "--no-database", "--no-expectations", "--jobs", "2", "--out", out,
-        env={"PYTHONPATH": f"{plant}{os.pathsep}{REPO}", "PLANT_MARKER": str(tmp_path / "m")},
+        env=_plant(tmp_path, "exit", "add/1", 1),
     )  # fmt: skip
     # A chunk failed for a reason other than a divergence: exit 3, with a report.
     assert proc.returncode == 3, proc.stderr
-    assert (tmp_path / "m").exists(), "the plant never fired"
+    assert (tmp_path / "marker").exists(), "the plant never fired"
     chunks = {r["chunk"]: r for r in _records(out) if r["record"] == "chunk"}
     assert set(chunks) == {"add/0", "add/1", "add/2"}  # every chunk of the plan, once
     lost = chunks["add/1"]
@@ -161,13 +175,15 @@ def test_killing_the_parent_kills_its_workers_and_keeps_the_findings(
     planted_wgsl: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "killed"
+    # Each worker hangs in the second case of its chunk: nothing it does would notice the
+    # parent's death, so only the kernel (or the worker's watchdog) can end it.
     proc = popen_parity(
         "run", "--families", "rms_norm", "--max-examples", "200", "--no-expectations",
         "--no-database", "--wgsl-dir", planted_wgsl, "--jobs", "2", "--out", out,
-        stderr_path=tmp_path / "stderr",
+        stderr_path=tmp_path / "stderr", env=_plant(tmp_path, "hang", "*", 1),
     )  # fmt: skip
     try:
-        _wait_for(lambda: _unexpected_cases(out) >= 3, 180, "3 divergent case records")
+        _wait_for(lambda: _unexpected_cases(out) >= 2, 180, "2 divergent case records")
         pids = [w["pid"] for w in json.loads((out / "run.json").read_text())["workers"]]
         assert pids and all(_alive(pid) for pid in pids)
         proc.send_signal(signal.SIGKILL)
@@ -175,7 +191,7 @@ def test_killing_the_parent_kills_its_workers_and_keeps_the_findings(
     finally:
         if proc.poll() is None:
             proc.kill()
-    _wait_for(lambda: not any(_alive(pid) for pid in pids), 30, "the workers to die")
+    _wait_for(lambda: not any(_alive(pid) for pid in pids), 20, "the workers to die")
     report = parity("report", out)
     assert report.returncode == 1, report.stderr
     summary = _summary(out)

@@ -20,9 +20,9 @@ from harness.check.contract import ContractModel, ModelStep
 from harness.check.oracles import compiler_headline, error_op, upstream_origin
 from harness.gen.builder import GraphBuilder
 from harness.run.bundle import replay_commands
+from harness.run.chunks import describe
 from harness.run.plan import Shard, make_plan, shard_of
 from harness.run.records import Budgets, CaseRecord, RunMeta
-from harness.run.chunks import describe
 from harness.run.session import RunConfig, RunSession
 from tests.unit.test_report import _case, _run_meta, _summarize, _typed
 
