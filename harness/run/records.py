@@ -781,6 +781,7 @@ class WorkerLine:
         adapter: the adapter index it was asked to open (`--adapters`), or None: the default.
         adapters: per backend, the adapter it opened (its name).
         chunks: chunks it ran to their end; `cases`: the cases it ran.
+        peak_rss_mb: its largest resident memory, in MiB, as of its last chunk.
         exit: how it ended: "done", "died: <why>", "failed to start: <why>", or "running"
             (a run that never finalized).
     """
@@ -791,6 +792,7 @@ class WorkerLine:
     adapters: dict[str, str] = field(default_factory=dict)
     chunks: int = 0
     cases: int = 0
+    peak_rss_mb: float | None = None
     exit: str = "running"
 
 

@@ -306,7 +306,7 @@ class WorkerPool:
                     w.seen[str(tally.bug)] = tally
             self.session.case_line(line, tally)
         elif kind == "chunk":
-            _, line, tally, figures = message
+            _, line, tally, figures, w.line.peak_rss_mb = message
             timing.merge(self.timings, figures)
             w.line.chunks += 1
             w.chunk, w.state = None, "idle"
@@ -332,7 +332,8 @@ class WorkerPool:
                 raise _setup_error(what, text)
             self.session.error(f"worker {w.line.index}: {w.line.exit}")
         elif kind == "bye":
-            timing.merge(self.timings, message[1])
+            _, figures, w.line.peak_rss_mb = message
+            timing.merge(self.timings, figures)
             w.line.exit = "done"
             w.state = "dead"
             w.process.join(5.0)
@@ -424,13 +425,24 @@ class _PipeSink:
         self.conn.send(("case", record_line(record), CaseTally.of(record)))
 
     def chunk(self, record: ChunkRecord, tally: ChunkTally) -> None:
-        self.conn.send(("chunk", record_line(record), tally, timing.take()))
+        self.conn.send(("chunk", record_line(record), tally, timing.take(), peak_rss_mb()))
 
     def error(self, text: str) -> None:
         self.conn.send(("error", text))
 
     def log(self, line: str) -> None:
         self.conn.send(("log", line))
+
+
+def peak_rss_mb() -> float | None:
+    """This process's largest resident memory so far, in MiB (None where unknown)."""
+    try:
+        import resource
+    except ImportError:  # not a Unix
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    # Linux counts KiB, macOS bytes.
+    return round(peak / (2**20 if sys.platform == "darwin" else 2**10), 1)
 
 
 def _die_with(parent: int) -> None:
@@ -493,7 +505,7 @@ def worker_main(
         except (EOFError, OSError):
             return
         except KeyboardInterrupt:  # a second signal while idle: nothing left to finish
-            conn.send(("bye", timing.take()))
+            conn.send(("bye", timing.take(), peak_rss_mb()))
             return
         if message[0] == "begin":
             meta, started = message[1], message[2]
@@ -503,8 +515,8 @@ def worker_main(
         elif message[0] == "chunk":
             runner.run_chunk(message[1], sink)
         else:  # "exit"
-            conn.send(("bye", timing.take()))
+            conn.send(("bye", timing.take(), peak_rss_mb()))
             return
 
 
-__all__ = ["ADAPTER_VARIABLE", "WorkerPool", "WorkerSetupError", "worker_main"]
+__all__ = ["ADAPTER_VARIABLE", "WorkerPool", "WorkerSetupError", "peak_rss_mb", "worker_main"]
