@@ -10,10 +10,11 @@ prints side by side (and writes as JSON with `--json`):
   chunks ran (summed over processes) and its steps per second of that time;
 - the host time per step, split by harness.check.timing into generation (Hypothesis drawing
   and shrinking), build (load and close of both graphs), execute (both backends'
-  `LoadedGraph.execute`: encode, submit, wait, read back), reference (float64 references and
-  error budgets), oracles (every other check), records (records written, counted) and other
-  (bundles, re-runs' bookkeeping, what is left); summed over all processes, so per step it
-  is the host time one process spends on a step;
+  `LoadedGraph.execute`: encode, submit, wait, read back), reference (the whole-graph
+  float64 reference and its propagated error bounds), oracles (every other check, the
+  per-op checks on each backend's own inputs included), records (records made and handed
+  over) and other (bundles, what is left); summed over all processes, so per step it is the
+  host time one process spends on a step;
 - the ratio of the harness's host time to the raw execute time (per step: everything but
   execute, over execute);
 - the GPU's busy share and SM clock (`nvidia-smi` sampled every 200 ms while the search

@@ -8,7 +8,6 @@ predict, classify each difference and say which side is to blame.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,7 +27,6 @@ from graph_format import (
     SymIntValue,
     TensorValue,
 )
-from harness.check import timing
 from harness.check.contract import ModelStep
 from harness.check.divergence import MODEL, Divergence, Kind, blame_from
 from harness.check.reference import op_args
@@ -603,10 +601,8 @@ def check_ops(
     for node in graph.ops:
         model = model_for(node.op)
         args = op_args(graph, node, values, symints)
-        started = time.perf_counter()
         outs = model.reference(node, args)
         budgets = model.budget(node, args, outs)
-        timing.add("reference", time.perf_counter() - started)
         checks = [
             (node.outputs[slot], outs[slot], budgets[slot])
             for slot in node.outputs

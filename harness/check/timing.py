@@ -3,10 +3,12 @@
 `benchmarks/throughput.py` splits the time of every step into sections (the names in
 `SECTIONS`): drawing the case (`generation`, Hypothesis's own time between test calls),
 building and closing both graphs (`build`), the backends' `LoadedGraph.execute` calls
-(`execute`: encode, submit, wait, read back), the float64 references (`reference`), the
-rest of the oracles (`oracles`) and the records and bundles (`records`). The code on the
-step path adds to the running process's accumulator with `add(section, seconds)`; while
-timing is off (the default) that is one global lookup and a `None` test, so the parity run
+(`execute`: encode, submit, wait, read back), the whole-graph float64 reference with its
+propagated error bounds (`reference`: `ReferenceEvaluator.step`), every other check
+(`oracles`, which includes the per-op checks on each backend's own inputs) and making and
+handing over the case records (`records`). The code on the step path adds to the running
+process's accumulator with `add(section, seconds)`; while timing is off (the default) that
+is two `perf_counter` calls, a global lookup and a `None` test per section, so a parity run
 pays nothing measurable for it.
 
 Each process times itself: a worker of `parity run --jobs N` hands its figures to the
