@@ -148,7 +148,7 @@ def test_a_worker_that_dies_is_a_chunk_error_and_the_run_goes_on(tmp_path: Path)
     out = tmp_path / "run"
     proc = parity(
         "run", "--families", "add", "--max-examples", "6", "--chunk-examples", "2",
-        "--no-database", "--no-expectations", "--jobs", "2", "--out", out,
+        "--no-database", "--no-expectations", "--jobs", "2", "--adapters", "0", "--out", out,
         env=_plant(tmp_path, "exit", "add/1", 1),
     )  # fmt: skip
     # A chunk failed for a reason other than a divergence: exit 3, with a report.
@@ -166,6 +166,7 @@ def test_a_worker_that_dies_is_a_chunk_error_and_the_run_goes_on(tmp_path: Path)
     run = json.loads((out / "run.json").read_text())
     ends = [w["exit"] for w in run["workers"]]
     assert ends.count("died: exited with status 7") == 1 and len(ends) == 3  # one replaced
+    assert [w["adapter"] for w in run["workers"]] == [0, 0, 0]  # as --adapters dealt them
     summary = _summary(out)
     assert summary["status"] == "error" and summary["exit_status"] == 3
     assert any("add/1" in e for e in summary["runs"][0]["errors"])
@@ -234,3 +235,16 @@ def _unexpected_cases(out: Path) -> int:
     if not path.exists():
         return 0
     return sum(1 for line in path.read_text().splitlines() if '"unexpected":0' not in line)
+
+
+def test_an_adapter_the_machine_lacks_is_bad_input(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = parity(
+        "run", "--families", "add", "--max-examples", "1", "--no-database", "--jobs", "2",
+        "--adapters", "0,7", "--out", out,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("parity run: --adapters: worker 2 was given adapter 7: ")
+    assert "VULKAN_PARITY_ADAPTER=7 asks for adapter 7" in line and "Traceback" not in proc.stderr
+    assert not out.exists()  # refused before the folder was touched

@@ -225,8 +225,9 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "--adapters",
         default=None,
         metavar="I,J,...",
-        help="adapters (by index, as `parity list` numbers them) the workers open, dealt "
-        "round robin (default: every GPU the backends find, else the default adapter)",
+        help="adapters the workers open, dealt round robin, by index among the machine's "
+        "Vulkan adapters ranked GPUs first (with --jobs 1: the first one) (default: worker k "
+        "opens GPU k modulo the machine's GPUs; the default adapter where there is none)",
     )
     run.add_argument(
         "--progress-every",

@@ -35,6 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from graph_format import ADAPTER_VARIABLE
 from harness.check import timing
 from harness.check.backends import BACKENDS
 from harness.check.coverage import Coverage, missing_cells
@@ -189,6 +190,8 @@ class RunSession:
         """
         limits = [c.max_workgroups_per_dim for c in self.mine]
         if self.config.jobs == 1:
+            if self.config.adapters:  # this process runs on the first adapter asked for
+                os.environ[ADAPTER_VARIABLE] = str(self.config.adapters[0])
             if self.config.timings:
                 timing.enable()
             self.runner = ChunkRunner(self.config, self.stop)

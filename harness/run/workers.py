@@ -16,6 +16,9 @@ Nothing assumes the order of the lines: the summary keys everything by chunk and
 
 Lifetimes and signals:
 - The parent holds the run folder's lock for the run's life (harness.run.session).
+- Adapters: worker k opens the k-th GPU of the machine (modulo their number; every worker
+  the default adapter where there is no GPU), or the adapter `--adapters` gives it, through
+  graph_format's ADAPTER_VARIABLE, which both runtimes honour.
 - Workers die with their parent: each asks the kernel for SIGKILL when its parent dies
   (`PR_SET_PDEATHSIG`, Linux), and a watchdog thread also ends it when the parent's pid
   changes (other systems, and the moment before the request took effect). So a SIGKILL of
@@ -51,7 +54,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from graph_format import BackendUnavailable
+from graph_format import ADAPTER_VARIABLE, BackendUnavailable
 from harness.check import timing
 from harness.run.bundle import existing_bundle
 from harness.run.chunks import (
@@ -72,8 +75,6 @@ from harness.run.records import (
     record_line,
 )
 
-# The variable a worker sets to pick its adapter (`--adapters`), read by both backends.
-ADAPTER_VARIABLE = "VULKAN_PARITY_ADAPTER"
 # Replacement workers started over a run's life, beyond the first N, before giving up.
 SPARE_WORKERS = 4
 # After a second signal, how long the parent waits for its workers to finish their records.
@@ -328,6 +329,9 @@ class WorkerPool:
             w.line.exit = f"failed to start: {text.splitlines()[-1] if text else what}"
             w.state = "dead"
             w.process.join(5.0)
+            if what == "BackendUnavailable" and w.line.adapter is not None:
+                given = f"worker {w.line.index} was given adapter {w.line.adapter}"
+                text = f"--adapters: {given}: {text}"
             if starting and not self._begin:
                 raise _setup_error(what, text)
             self.session.error(f"worker {w.line.index}: {w.line.exit}")
@@ -472,7 +476,14 @@ def worker_main(
     limits: list[int | None],
     adapter: int | None,
 ) -> None:
-    """A worker process's life: open the runtimes, then run chunks until told to exit."""
+    """A worker process's life: open the runtimes, then run chunks until told to exit.
+
+    Args:
+        index: the worker's number (1-based).
+        adapter: the adapter `--adapters` gave it; None: worker k opens GPU k - 1 modulo the
+            machine's GPUs (graph_format's ADAPTER_VARIABLE, `spread:`), so workers spread
+            over every GPU, and all open the default adapter of a machine without one.
+    """
     _die_with(parent)
     os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the parent alone, which passes it on
     stop = Stop(config.time_budget_s)
@@ -484,8 +495,7 @@ def worker_main(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
-    if adapter is not None:
-        os.environ[ADAPTER_VARIABLE] = str(adapter)
+    os.environ[ADAPTER_VARIABLE] = str(adapter) if adapter is not None else f"spread:{index - 1}"
     if config.timings:
         timing.enable()
     runner = ChunkRunner(config, stop)
@@ -519,4 +529,4 @@ def worker_main(
             return
 
 
-__all__ = ["ADAPTER_VARIABLE", "WorkerPool", "WorkerSetupError", "peak_rss_mb", "worker_main"]
+__all__ = ["WorkerPool", "WorkerSetupError", "peak_rss_mb", "worker_main"]
