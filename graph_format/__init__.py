@@ -28,10 +28,20 @@ from graph_format.graph import (
     TensorValue,
     Value,
 )
-from graph_format.runtime import Dims, DispatchRecord, Grid, LoadedGraph, Runtime, StepResult
+from graph_format.runtime import (
+    ADAPTER_VARIABLE,
+    Dims,
+    DispatchRecord,
+    Grid,
+    LoadedGraph,
+    Runtime,
+    StepResult,
+    pick_adapter,
+)
 from graph_format.signatures import SIGNATURES, SLOTS, ArgSlot, OpSignature, SlotInterface
 
 __all__ = [
+    "ADAPTER_VARIABLE",
     "DTYPES",
     "FORMAT_NAME",
     "FORMAT_VERSION",
@@ -62,4 +72,5 @@ __all__ = [
     "SymIntValue",
     "TensorValue",
     "Value",
+    "pick_adapter",
 ]

@@ -7,12 +7,14 @@ by field. The runtimes satisfy the Protocols structurally; neither imports the h
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from graph_format.errors import BackendUnavailable
 from graph_format.graph import Graph
 
 Dims = tuple[int, ...]
@@ -120,3 +122,49 @@ class Runtime(Protocol):
     def load(self, graph: Graph) -> LoadedGraph:
         """Build `graph` on the device; raises GraphBuildError when an op rejects it."""
         ...
+
+
+# The environment variable that picks the adapter a runtime opens (`parity run --jobs N`
+# sets it in each worker). Unset: the runtime's own default. `I`: the adapter at index I of
+# the runtime's ranked list (its API's adapters, most preferred kind first: discrete GPUs,
+# integrated, virtual, CPU; enumeration order within a kind). `spread:K`: adapter K modulo
+# the number of adapters of the most preferred kind, so that workers 0, 1, 2, ... spread
+# over every GPU of a machine (and all share the one default adapter of a machine without).
+ADAPTER_VARIABLE = "VULKAN_PARITY_ADAPTER"
+
+A = TypeVar("A")
+
+
+def pick_adapter(backend: str, ranked: Sequence[A], best: int, name: Callable[[A], str]) -> A:
+    """The adapter `ADAPTER_VARIABLE` asks for among `ranked` (see there).
+
+    Args:
+        backend: the runtime's name, for messages.
+        ranked: the API's adapters, most preferred first.
+        best: how many of them are of the most preferred kind (>= 1).
+        name: an adapter's name, for messages.
+
+    Raises:
+        BackendUnavailable: no adapter, an index past the list, or a value of another form.
+    """
+    if not ranked:
+        raise BackendUnavailable(f"{backend}: no adapter found")
+    text = os.environ.get(ADAPTER_VARIABLE, "").strip()
+    if not text:
+        return ranked[0]
+    listed = ", ".join(f"{i}: {name(a)}" for i, a in enumerate(ranked))
+    try:
+        if text.startswith("spread:"):
+            return ranked[int(text.removeprefix("spread:")) % max(1, best)]
+        index = int(text)
+    except ValueError:
+        raise BackendUnavailable(
+            f"{backend}: {ADAPTER_VARIABLE}={text!r} is neither an adapter index nor "
+            f"spread:K; the adapters here are {listed}"
+        ) from None
+    if not 0 <= index < len(ranked):
+        raise BackendUnavailable(
+            f"{backend}: {ADAPTER_VARIABLE}={text} asks for adapter {index}, but there "
+            f"{'is' if len(ranked) == 1 else 'are'} {len(ranked)}: {listed}"
+        )
+    return ranked[index]

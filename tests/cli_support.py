@@ -57,12 +57,15 @@ def parity(
     )
 
 
-def popen_parity(*args: str | Path, stderr_path: Path) -> subprocess.Popen[bytes]:
+def popen_parity(
+    *args: str | Path, stderr_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start `parity ARGS` in the background, stderr to a file."""
     with stderr_path.open("wb") as stderr:  # the child keeps its own copy of the handle
         return subprocess.Popen(
             [sys.executable, "-m", "harness.cli", *map(str, args)],
             cwd=REPO,
+            env={**os.environ, **(env or {})},
             stdout=subprocess.DEVNULL,
             stderr=stderr,
         )
@@ -118,6 +121,8 @@ PLANTED_RUN_ARGS: Sequence[str] = (
     "--no-expectations",
     "--progress-every",
     "5",
+    "--jobs",
+    "1",
 )
 
 

@@ -122,7 +122,7 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
     other = tmp_path / "other"
     proc = parity(
         "run", "--families", "add", "--max-examples", "1", "--no-database",
-        "--no-expectations", "--out", other,
+        "--no-expectations", "--jobs", "1", "--out", other,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     proc = parity("merge", "--out", tmp_path / "bad-merge", shards[0], other)
@@ -204,7 +204,7 @@ def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path)
     out = tmp_path / "killed"
     proc = popen_parity(
         "run", "--families", "rms_norm", "--max-examples", "200", "--no-expectations",
-        "--no-database", "--wgsl-dir", planted_wgsl, "--out", out,
+        "--no-database", "--wgsl-dir", planted_wgsl, "--jobs", "1", "--out", out,
         stderr_path=tmp_path / "stderr",
     )  # fmt: skip
     try:
@@ -240,7 +240,7 @@ def test_sigterm_stops_after_the_current_case_and_reports(
     out = tmp_path / "terminated"
     proc = popen_parity(
         "run", "--families", "rms_norm", "--max-examples", "200", "--no-expectations",
-        "--no-database", "--wgsl-dir", planted_wgsl, "--out", out,
+        "--no-database", "--wgsl-dir", planted_wgsl, "--jobs", "1", "--out", out,
         stderr_path=tmp_path / "stderr",
     )  # fmt: skip
     try:
@@ -298,7 +298,7 @@ link = "https://example.invalid/issues/3"
     out = tmp_path / "known"
     proc = parity(
         "run", "--families", "rms_norm", "--max-examples", "3", "--no-database", "--expectations",
-        expectations, "--wgsl-dir", planted_wgsl, "--out", out,
+        expectations, "--wgsl-dir", planted_wgsl, "--jobs", "1", "--out", out,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     summary = _summary(out)
@@ -365,7 +365,9 @@ def test_usage_errors_exit_2_with_a_message(
         assert "Traceback" not in err, args
     (tmp_path / "not-a-run").mkdir()
     (tmp_path / "not-a-run" / "notes.txt").write_text("mine")
-    status, _, err = _main(capsys, "run", "--families", "add", "--out", tmp_path / "not-a-run")
+    status, _, err = _main(
+        capsys, "run", "--families", "add", "--jobs", "1", "--out", tmp_path / "not-a-run"
+    )
     assert status == 2 and "refusing to write" in err
     assert (tmp_path / "not-a-run" / "notes.txt").exists()
 
@@ -403,7 +405,7 @@ def test_time_budget_stops_generation_and_skips_the_rest(
     status, _, err = _main(
         capsys, "run", "--families", "rms_norm,add", "--max-examples", "400",
         "--chunk-examples", "100", "--time-budget", "1", "--no-database", "--no-expectations",
-        "--out", out,
+        "--jobs", "1", "--out", out,
     )  # fmt: skip
     assert status == 0, err
     summary = _summary(out)

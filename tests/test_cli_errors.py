@@ -27,7 +27,9 @@ from tests.cli_support import REPO, parity, popen_parity
 
 pytestmark = pytest.mark.gpu
 
-TINY_RUN = ("--families", "add", "--max-examples", "1", "--no-database", "--no-expectations")
+TINY_RUN = (
+    "--families", "add", "--max-examples", "1", "--no-database", "--no-expectations", "--jobs", "1"
+)  # fmt: skip
 
 
 def _main(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
@@ -264,7 +266,8 @@ def live_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     out = tmp_path / "live"
     proc = popen_parity(
         "run", "--families", "rms_norm", "--max-examples", "5000", "--chunk-examples", "5000",
-        "--no-database", "--no-expectations", "--out", out, stderr_path=tmp_path / "stderr",
+        "--no-database", "--no-expectations", "--jobs", "1", "--out", out,
+        stderr_path=tmp_path / "stderr",
     )  # fmt: skip
     try:
         records = out / "cases.jsonl"

@@ -14,7 +14,7 @@ from typing import Any
 
 import vulkan as vk
 
-from graph_format import BackendUnavailable
+from graph_format import BackendUnavailable, pick_adapter
 from vulkan_ref.cdata import CData
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
@@ -250,6 +250,8 @@ def _robustness(physical: CData) -> tuple[CData, tuple[str, ...], list[str], lis
 
 
 def _pick_physical_device(instance: CData) -> CData:
+    """The preferred device, or the one VULKAN_PARITY_ADAPTER names (graph_format's
+    `pick_adapter`: devices ranked by kind, in the loader's order within a kind)."""
     devices = vk.vkEnumeratePhysicalDevices(instance)
     if not devices:
         raise BackendUnavailable(
@@ -260,7 +262,14 @@ def _pick_physical_device(instance: CData) -> CData:
         kind = _DEVICE_TYPES.get(vk.vkGetPhysicalDeviceProperties(pd).deviceType, "")
         return _PREFERENCE.get(kind, 4)
 
-    return min(devices, key=rank)
+    ranked = sorted(devices, key=rank)
+    best = sum(1 for pd in ranked if rank(pd) == rank(ranked[0]))
+    return pick_adapter(
+        "vulkan",
+        ranked,
+        best,
+        lambda pd: str(vk.vkGetPhysicalDeviceProperties(pd).deviceName),
+    )
 
 
 def _route_message(severity: int, types: int, data: CData, user: CData) -> int:

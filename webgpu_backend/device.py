@@ -11,6 +11,7 @@ copies, a user's manifest) live in the same process without picking up each othe
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from wgpu.classes import (
     GPUShaderModule,
 )
 
-from graph_format import BackendUnavailable, KernelBuildError
+from graph_format import ADAPTER_VARIABLE, BackendUnavailable, KernelBuildError, pick_adapter
 from webgpu_backend.binding import Layout
 
 _BUFFER_TYPES = {
@@ -150,6 +151,32 @@ class WebGPUDevice:
         return self._pipelines[key]
 
 
+# Adapter kinds, most preferred first (the ranking of graph_format's `pick_adapter`).
+_PREFERENCE = ("DiscreteGPU", "IntegratedGPU", "VirtualGPU", "CPU")
+
+
+def _chosen_adapter() -> GPUAdapter | None:
+    """The "high-performance" adapter, or the one VULKAN_PARITY_ADAPTER names among wgpu's
+    Vulkan adapters, ranked by kind (in the Vulkan loader's order within a kind, as the
+    Vulkan runtime ranks them, so that both runtimes of a worker open the same GPU)."""
+    if not os.environ.get(ADAPTER_VARIABLE, "").strip():
+        default: GPUAdapter | None = wgpu.gpu.request_adapter_sync(
+            power_preference="high-performance"
+        )
+        return default
+
+    def rank(adapter: GPUAdapter) -> int:
+        kind = str(adapter.info.get("adapter_type", ""))
+        return _PREFERENCE.index(kind) if kind in _PREFERENCE else len(_PREFERENCE)
+
+    adapters = wgpu.gpu.enumerate_adapters_sync()
+    ranked: list[GPUAdapter] = sorted(
+        (a for a in adapters if a.info.get("backend_type") == "Vulkan"), key=rank
+    )
+    best = sum(1 for a in ranked if rank(a) == rank(ranked[0])) if ranked else 0
+    return pick_adapter("webgpu", ranked, best, lambda a: str(a.info.get("device", "?")))
+
+
 @functools.cache
 def get_device() -> WebGPUDevice:
     """The process-wide WebGPU device (created on first use).
@@ -158,7 +185,9 @@ def get_device() -> WebGPUDevice:
         BackendUnavailable: no adapter was found; the message names the package to install.
     """
     try:
-        adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+        adapter = _chosen_adapter()
+    except BackendUnavailable:
+        raise
     except Exception as err:  # wgpu raises RuntimeError subclasses with driver text
         adapter = None
         reason = str(err)

@@ -32,7 +32,7 @@ from graph_format import (
     Runtime,
     StepResult,
 )
-from harness.check import oracles
+from harness.check import oracles, timing
 from harness.check.contract import ModelStep, expected_build_error
 from harness.check.coverage import Coverage, max_state, op_regimes
 from harness.check.divergence import Divergence, primary
@@ -224,6 +224,21 @@ class _CaseRun:
         pre_state: dict[str, dict[str, np.ndarray]],
     ) -> StepRecord:
         """Apply the oracle stack to one step as every runtime ran it."""
+        started = time.perf_counter()
+        before = timing.get("reference")
+        try:
+            return self._judge_step(step, reference, pre_state)
+        finally:
+            # The oracles' own time: the judging less the references it evaluated.
+            referenced = timing.get("reference") - before
+            timing.add("oracles", time.perf_counter() - started - referenced)
+
+    def _judge_step(
+        self,
+        step: StepRun,
+        reference: ReferenceEvaluator,
+        pre_state: dict[str, dict[str, np.ndarray]],
+    ) -> StepRecord:
         graph = self.graph
         index, inputs, expected = step.index, step.inputs, step.expected
         assert expected is not None  # the loop runs with the contract model
@@ -241,7 +256,9 @@ class _CaseRun:
         div += oracles.check_validation(index, results)
         if self.runner.canaries:
             div += oracles.check_canaries(index, graph, expected, results, fill)
+        referenced = time.perf_counter()
         ref_values, ref_errors, _ = reference.step(inputs)
+        timing.add("reference", time.perf_counter() - referenced)
         div += oracles.check_degenerate(index, graph, inputs, ref_values, ref_errors)
         numeric: list[Divergence] = []
         for name, res in results.items():

@@ -19,6 +19,7 @@ live dims before and after, and closing every loaded graph however the loop ends
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -32,6 +33,7 @@ from graph_format import (
     TensorValue,
 )
 from graph_format.runtime import Dims
+from harness.check import timing
 from harness.check.contract import ContractModel, ModelStep
 from harness.check.oracles import canary_fill
 from harness.gen.case import Case, StepInputs
@@ -139,6 +141,7 @@ class StepLoop:
         self.load_errors: dict[str, BaseException | None] = {}
 
     def __enter__(self) -> StepLoop:
+        started = time.perf_counter()
         try:
             for rt in self.runtimes:
                 try:
@@ -149,6 +152,7 @@ class StepLoop:
         except BaseException:
             self.close()
             raise
+        timing.add("build", time.perf_counter() - started)
         return self
 
     def __exit__(
@@ -161,9 +165,11 @@ class StepLoop:
 
     def close(self) -> None:
         """Close every loaded graph (idempotent)."""
+        started = time.perf_counter()
         loaded, self.loaded = self.loaded, {}
         for lg in loaded.values():
             lg.close()
+        timing.add("build", time.perf_counter() - started)
 
     @property
     def all_loaded(self) -> bool:
@@ -189,6 +195,7 @@ class StepLoop:
             if isinstance(step.expected, ModelStep) and self.canaries:
                 step.fill = canary_fill(index, graph, step.expected, tagged)
             step.before = {name: lg.cur_dims() for name, lg in self.loaded.items()}
+            started = time.perf_counter()
             for name, lg in self.loaded.items():
                 try:
                     step.results[name] = lg.execute(
@@ -196,5 +203,6 @@ class StepLoop:
                     )
                 except Exception as err:  # every failure is evidence, not a harness crash
                     step.failures[name] = err
+            timing.add("execute", time.perf_counter() - started)
             step.after = {name: lg.cur_dims() for name, lg in self.loaded.items()}
             yield step

@@ -52,7 +52,14 @@ from harness.run.records import (
 from harness.run.regress import regress_command, replay_command
 from harness.run.report import load_run, render_report
 from harness.run.runlock import LockUnavailable, RunFolderLock, command_line
-from harness.run.session import RunConfig, RunFolderError, RunSession, RunSetupError
+from harness.run.session import (
+    RunConfig,
+    RunFolderError,
+    RunSession,
+    RunSetupError,
+    available_jobs,
+    workers_text,
+)
 
 REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
 
@@ -204,6 +211,23 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
             if p.fold_limit
         )
         + ")",
+    )
+    run.add_argument(
+        "--jobs",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="processes that run chunks: 1 runs them in this process; N > 1 starts N "
+        "worker processes, each with its own runtimes (default: the CPUs this process may "
+        "use)",
+    )
+    run.add_argument(
+        "--adapters",
+        default=None,
+        metavar="I,J,...",
+        help="adapters the workers open, dealt round robin, by index among the machine's "
+        "Vulkan adapters ranked GPUs first (with --jobs 1: the first one) (default: worker k "
+        "opens GPU k modulo the machine's GPUs; the default adapter where there is none)",
     )
     run.add_argument(
         "--progress-every",
@@ -435,6 +459,20 @@ def _shader_dir(text: str | None, backend: str) -> Path | None:
     return path
 
 
+def _adapters(text: str | None) -> tuple[int, ...]:
+    if text is None:
+        return ()
+    try:
+        chosen = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UsageError(
+            f"--adapters must be adapter indices separated by commas, e.g. 0,1; got {text!r}"
+        ) from None
+    if not chosen or min(chosen) < 0:
+        raise UsageError(f"--adapters needs indices >= 0; got {text!r}")
+    return chosen
+
+
 def _run(args: argparse.Namespace) -> int:
     families = _families(args)
     profile = PROFILES[args.profile]
@@ -479,6 +517,8 @@ def _run(args: argparse.Namespace) -> int:
         repeats=args.repeats,
         command=command_line(),
         max_workgroups_per_dim=args.max_workgroups_per_dim,
+        jobs=args.jobs or available_jobs(),
+        adapters=_adapters(args.adapters),
     )
     session = RunSession(config, log=console.err)
     try:
@@ -486,11 +526,21 @@ def _run(args: argparse.Namespace) -> int:
         console.err(
             f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
             f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
-            f"out {config.out}"
+            f"out {config.out}, "
+            + (
+                "in this process"
+                if config.jobs == 1
+                else f"{config.jobs} workers ({workers_text(session.meta.workers)})"
+            )
         )
         session.run()
         # The status comes from the run's own tallies; summary.json records it as is.
-        render_report(config.out, exit_status=session.exit_status)
+        summary = render_report(config.out, exit_status=session.exit_status)
+        for family, stats in summary.per_family.items():
+            console.err(
+                f"parity: family {family}: {stats.cases} cases, {stats.steps} steps, "
+                f"{stats.duration_s or 0.0:.1f} s"
+            )
         console.err(
             f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})"
         )

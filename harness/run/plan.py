@@ -8,6 +8,10 @@ can be dealt out to shards (`--shard I/N` runs chunks I-1, I-1+N, I-1+2N, ... of
 and a merge of all N shards finds exactly what one unsharded run finds with the same seed,
 provided no example database feeds earlier failures back in (`--no-database`).
 
+The plan interleaves the families chunk by chunk (chunk 0 of each requested family, then
+chunk 1 of each, ...), so that a run stopped by `--time-budget` has given every family its
+share of the time instead of spending it all on the first families.
+
 A chunk may run under a lowered workgroups-per-dimension limit (`max_workgroups_per_dim`),
 so that the backends fold their counts into 2-D grids as they would only above a device's
 limit (65535 and up). The limit is part of the chunk, fixed by the plan: every k-th chunk
@@ -82,7 +86,8 @@ def make_plan(
     fold_every: int | None = None,
     fold_limit: int | None = None,
 ) -> list[Chunk]:
-    """All chunks of a run, families in the given order.
+    """All chunks of a run, the families interleaved: round robin over `families` (in the
+    given order), one chunk of each at a time.
 
     Args:
         max_examples: the example budget of each family.
@@ -96,18 +101,21 @@ def make_plan(
             f"example budgets must be >= 1, got max_examples={max_examples}, "
             f"chunk_examples={chunk_examples}"
         )
-    plan = []
+    per_family: list[list[Chunk]] = []
     for family in families:
+        chunks = []
         left, index = max_examples, 0
         while left > 0:
             n = min(chunk_examples, left)
             limit = max_workgroups_per_dim
             if limit is None and fold_every and (index + 1) % fold_every == 0:
                 limit = fold_limit
-            plan.append(Chunk(family, index, chunk_seed(seed, family, index), n, limit))
+            chunks.append(Chunk(family, index, chunk_seed(seed, family, index), n, limit))
             left -= n
             index += 1
-    return plan
+        per_family.append(chunks)
+    rounds = max((len(chunks) for chunks in per_family), default=0)
+    return [chunks[i] for i in range(rounds) for chunks in per_family if i < len(chunks)]
 
 
 def shard_of(plan: Sequence[Chunk], shard: Shard) -> list[Chunk]:

@@ -643,11 +643,18 @@ def regime_of(case: Case, step: int) -> str:
     return "scalars"
 
 
+def record_line(record: Record) -> str:
+    """A record as its line of `cases.jsonl` (without the newline)."""
+    return json.dumps(plain(record), separators=(",", ":"))
+
+
 class RecordWriter:
     """Appends records to `cases.jsonl`, one line each, flushed at once.
 
     Flushing hands each line to the OS, so it survives the process being killed (SIGKILL
-    included); only a crash of the machine itself could lose the last lines.
+    included); only a crash of the machine itself could lose the last lines. One process
+    writes a run's file: a worker of `parity run --jobs N` sends its lines to its parent,
+    which writes them (harness.run.workers says why).
     """
 
     def __init__(self, path: Path) -> None:
@@ -656,7 +663,11 @@ class RecordWriter:
 
     def write(self, record: Record) -> None:
         """Write one record as one line."""
-        self._file.write(json.dumps(plain(record), separators=(",", ":")) + "\n")
+        self.write_line(record_line(record))
+
+    def write_line(self, line: str) -> None:
+        """Write one record already made into its line (`record_line`)."""
+        self._file.write(line + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -760,6 +771,32 @@ class Budgets:
 
 
 @dataclass
+class WorkerLine:
+    """One worker process of a `parity run --jobs N` (harness.run.workers), as run.json and
+    the summary list it.
+
+    Attributes:
+        index: its number (1-based); a worker started to replace one that died gets the
+            next free number.
+        adapter: the adapter index it was asked to open (`--adapters`), or None: the default.
+        adapters: per backend, the adapter it opened (its name).
+        chunks: chunks it ran to their end; `cases`: the cases it ran.
+        peak_rss_mb: its largest resident memory, in MiB, as of its last chunk.
+        exit: how it ended: "done", "died: <why>", "failed to start: <why>", or "running"
+            (a run that never finalized).
+    """
+
+    index: int
+    pid: int = 0
+    adapter: int | None = None
+    adapters: dict[str, str] = field(default_factory=dict)
+    chunks: int = 0
+    cases: int = 0
+    peak_rss_mb: float | None = None
+    exit: str = "running"
+
+
+@dataclass
 class RunMeta:
     """`run.json` of one run (shard), written by `parity run` when it starts and again when
     it ends (`status`, `exit_status`, `stop_reason`, `errors`, `duration_s`, `finished`).
@@ -770,6 +807,8 @@ class RunMeta:
         adapters: per backend, the runtime's `info()`.
         sources: hashes of the code the run ran (harness.run.bundle.source_digests).
         expectations: the known divergences it ran with.
+        jobs: the processes that ran its chunks (1: the command's own); `workers`: each
+            worker process of a `--jobs N` run (N > 1), with its adapters.
     """
 
     format: str = RUN_FORMAT
@@ -800,6 +839,8 @@ class RunMeta:
     stop_reason: str | None = None
     errors: list[str] = field(default_factory=list)
     finished: str | None = None
+    jobs: int = 1
+    workers: list[WorkerLine] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """run.json's object (expectations as `Expectations.to_json` writes them)."""
@@ -957,6 +998,9 @@ class Stats:
     max_utilization: float = 0.0
     divergences: dict[str, int] = field(default_factory=dict)  # by class
     chunks: dict[str, int] | None = None  # families: chunks by status
+    # Families: the time their chunks ran (summed over the processes that ran them), so a
+    # time-budgeted run shows each family's share.
+    duration_s: float | None = None
 
 
 @dataclass
@@ -1026,6 +1070,8 @@ class RunLine:
     started: str | None = None
     git: str | None = None
     shader_overrides: dict[str, str] = field(default_factory=dict)
+    jobs: int = 1
+    workers: list[WorkerLine] = field(default_factory=list)
 
 
 @dataclass

@@ -1,65 +1,58 @@
 """One `parity run`: the chunks of a work plan searched with Hypothesis, recorded as they go.
 
 Lifecycle of a `RunSession`:
-1. `start()` opens both runtimes (BackendUnavailable if a driver is missing), locks and
-   prepares the output folder (`harness.run.runlock`: one parity process per folder; `close()`
-   releases it) and writes `run.json` (seed, profile, plan, adapters, versions).
-2. `run()` searches each chunk of this shard's plan. Every executed case is appended to
-   `cases.jsonl` at once; when a chunk ends, each minimal failing case gets a repro bundle
-   (one per finding: a chunk that shrinks to a finding already bundled reuses it) and the
-   chunk a record naming them. Progress lines go to stderr.
-3. SIGINT/SIGTERM stop after the current case (a second signal stops at once); the time
-   budget stops generation (a chunk that found a failure may finish shrinking, within a
-   grace period). Either way the run is finalized: summary, JUnit XML and HTML report.
+1. `start()` opens the runtimes: in this process for `--jobs 1`, else in each of N worker
+   processes (harness.run.workers), waiting until every one has opened them
+   (BackendUnavailable if a driver is missing); then it locks and prepares the output folder
+   (`harness.run.runlock`: one parity process per folder; `close()` releases it) and writes
+   `run.json` (seed, profile, plan, adapters, workers, versions).
+2. `run()` deals the chunks of this shard's plan, in plan order, to this process or to the
+   workers (harness.run.chunks runs each). Every executed case is appended to `cases.jsonl`
+   at once, by this process alone; when a chunk ends, each minimal failing case has a repro
+   bundle (one per finding: a chunk that shrinks to a finding already bundled reuses it)
+   and the chunk a record naming them. Progress lines go to stderr.
+3. SIGINT/SIGTERM stop after the current case (a second signal stops at once), in every
+   worker alike; the time budget stops dealing chunks and generating cases (a chunk that
+   found a failure may finish shrinking, within a grace period). Either way the run is
+   finalized: summary, JUnit XML and HTML report. The exit status comes from this
+   process's own tallies of the records it wrote.
 
-A SIGKILL skips step 3, but `cases.jsonl` already holds every finding, and `parity report`
-renders it.
+A SIGKILL skips step 3, but `cases.jsonl` already holds every finding (the workers die with
+this process), and `parity report` renders it.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import os
 import shutil
 import signal
 import sys
 import time
-import weakref
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import numpy as np
-from hypothesis import given, seed, settings, target
-from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
-
-from graph_format import Runtime
-from harness.check.backends import BACKENDS, open_runtimes
+from graph_format import ADAPTER_VARIABLE
+from harness.check import timing
+from harness.check.backends import BACKENDS
 from harness.check.coverage import Coverage, missing_cells
-from harness.check.divergence import BugKey
-from harness.check.lockstep import CaseResult, LockstepRunner
-from harness.check.repeatability import classify
-from harness.check.verdict import (
-    CaseChecker,
-    DivergenceFound,
-    exception_for,
-    utilization_by_op_type,
-)
-from harness.families import FAMILIES
-from harness.gen.case import Case
-from harness.run.bundle import (
-    REPO_SHADER_DIRS,
-    copy_shaders,
-    existing_bundle,
-    source_digests,
-    write_bundle,
+from harness.run.bundle import REPO_SHADER_DIRS, copy_shaders, source_digests
+from harness.run.chunks import (
+    CaseTally,
+    ChunkRunner,
+    ChunkTally,
+    RunConfig,
+    RunSetupError,
+    Stop,
+    chunk_record,
 )
 from harness.run.exitcodes import ExitStatus
-from harness.run.expectations import Expectations
-from harness.run.findings import CLEAN, KNOWN, UNEXPECTED, finding_id, severity, totals_text
-from harness.run.plan import Chunk, Shard, make_plan, plan_digest, shard_of
-from harness.run.profiles import PROFILES, hypothesis_settings
+from harness.run.findings import CLEAN, KNOWN, UNEXPECTED, finding_id, totals_text
+from harness.run.plan import Chunk, make_plan, plan_digest, shard_of
+from harness.run.profiles import PROFILES
 from harness.run.records import (
     CASES_FILE,
     RUN_FILE,
@@ -73,12 +66,14 @@ from harness.run.records import (
     RecordWriter,
     RunMeta,
     Totals,
-    case_record,
+    WorkerLine,
     read_run_meta,
+    record_line,
     versions,
     write_json,
 )
 from harness.run.runlock import LOCK_FILES, RunFolderLock
+from harness.run.workers import WorkerPool
 
 # Files and folders a run writes; only these are cleared when a run folder is reused.
 RUN_OUTPUTS = (RUN_FILE, CASES_FILE, "summary.json", "junit.xml", "index.html")
@@ -89,58 +84,24 @@ class RunFolderError(ValueError):
     """The output folder cannot be used; the message says why."""
 
 
-class RunSetupError(ValueError):
-    """The devices cannot run as asked (a workgroup limit above theirs); the message says why."""
+def available_jobs() -> int:
+    """The processes this machine offers a run: the CPUs this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
 
 
-class _Stop(BaseException):
-    """Ends a chunk's search early (a signal or the time budget); Hypothesis lets it through."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything a run is asked to do (resolved from the command line)."""
-
-    families: list[str]
-    profile: str
-    seed: int
-    max_examples: int  # per family
-    chunk_examples: int
-    out: Path
-    shard: Shard = field(default_factory=Shard)
-    time_budget_s: float | None = None
-    database: Path | None = None
-    shader_dirs: Mapping[str, Path] = field(default_factory=dict)
-    expectations: Expectations = field(default_factory=Expectations)
-    progress_every_s: float = 10.0
-    repeats: int = 3  # re-runs per backend to classify a divergent case's repeatability
-    command: str = ""
-    max_workgroups_per_dim: int | None = None  # a lowered limit for every chunk
-
-
-class _KeyedDatabase(ExampleDatabase):
-    """A view of a database under a per-chunk key prefix, so chunks never share entries."""
-
-    def __init__(self, inner: ExampleDatabase, prefix: bytes) -> None:
-        super().__init__()
-        self.inner = inner
-        self.prefix = prefix
-
-    def save(self, key: bytes, value: bytes) -> None:
-        self.inner.save(self.prefix + key, value)
-
-    def fetch(self, key: bytes) -> Any:
-        return self.inner.fetch(self.prefix + key)
-
-    def delete(self, key: bytes, value: bytes) -> None:
-        self.inner.delete(self.prefix + key, value)
-
-    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
-        self.inner.move(self.prefix + src, self.prefix + dest, value)
+def workers_text(lines: Sequence[WorkerLine]) -> str:
+    """Which worker runs on which adapter, e.g. `workers 1, 2 on NVIDIA H100 80GB HBM3`."""
+    by_adapter: dict[str, list[str]] = {}
+    for w in lines:
+        label = " + ".join(sorted(set(w.adapters.values()))) or "?"
+        by_adapter.setdefault(label, []).append(str(w.index))
+    return "; ".join(
+        f"worker{'s' if len(ids) > 1 else ''} {', '.join(ids)} on {label}"
+        for label, ids in by_adapter.items()
+    )
 
 
 @dataclass
@@ -152,12 +113,11 @@ class _Totals:
     findings: set[str] = field(default_factory=set)  # finding ids
     examples_done: int = 0  # planned examples of finished chunks
 
-    def add_case(self, record: CaseRecord) -> None:
+    def add_case(self, tally: CaseTally) -> None:
         """Count an executed case once, however often Hypothesis runs it."""
-        if record.case_id not in self.severity:
-            self.steps += record.steps
-        level = severity(record.divergences)
-        self.severity[record.case_id] = max(self.severity.get(record.case_id, CLEAN), level)
+        if tally.case_id not in self.severity:
+            self.steps += tally.steps
+        self.severity[tally.case_id] = max(self.severity.get(tally.case_id, CLEAN), tally.level)
 
     def counts(self) -> Totals:
         """The totals `totals_text` prints."""
@@ -172,47 +132,19 @@ class _Totals:
         )
 
 
-@dataclass
-class _Engine:
-    """The runtimes of one workgroups-per-dimension limit, and a runner over them."""
-
-    runtimes: list[Runtime]
-    runner: LockstepRunner
-    checker: CaseChecker
-
-
-@dataclass
-class _ChunkState:
-    chunk: Chunk
-    engine: _Engine
-    seq: int = 0
-    unexpected_found: bool = False
-    # Smallest divergent case per bug: the findings of an interrupted chunk.
-    best: dict[BugKey, tuple[Case, CaseRecord]] = field(default_factory=dict)
-    # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`).
-    provisional: dict[BugKey, str] = field(default_factory=dict)
-    # The case and record of each verdict raised to Hypothesis, found again when Hypothesis
-    # raises its final (shrunk) verdicts; weak, so that the many raised while shrinking go.
-    raised: weakref.WeakKeyDictionary[DivergenceFound, tuple[Case, CaseRecord]] = field(
-        default_factory=weakref.WeakKeyDictionary
-    )
-
-
-def _size(case: Case) -> tuple[int, int]:
-    return (
-        len(case.steps),
-        sum(int(np.size(v)) for step in case.steps for v in step.values()),
-    )
-
-
 class RunSession:
-    """Runs one shard of a work plan into an output folder (see the module docstring)."""
+    """Runs one shard of a work plan into an output folder (see the module docstring).
+
+    It is the `ChunkSink` of its chunks (in this process, or through the workers' pipes):
+    it writes every record and counts it.
+    """
 
     def __init__(self, config: RunConfig, log: Callable[[str], None] | None = None) -> None:
+        if config.jobs < 1:
+            raise ValueError(f"jobs must be >= 1, got {config.jobs}")
         self.config = config
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
         profile = PROFILES[config.profile]
-        self.steer = profile.steer
         self.plan = make_plan(
             config.families,
             config.seed,
@@ -224,19 +156,20 @@ class RunSession:
         )
         self.mine = shard_of(self.plan, config.shard)
         self.totals = _Totals()
-        self.stop_reason: str | None = None
-        self.started = time.monotonic()
-        self.runtimes: list[Runtime] = []
-        self.runner: LockstepRunner | None = None
-        self.engines: dict[int | None, _Engine] = {}  # by lowered limit (None: the device's)
+        self.stop = Stop(config.time_budget_s)
+        self.runner: ChunkRunner | None = None  # --jobs 1
+        self.pool: WorkerPool | None = None  # --jobs N
+        self.adapters: dict[str, dict[str, Any]] = {}
         self.writer: RecordWriter | None = None
-        self.database: ExampleDatabase | None = None
         self.meta = RunMeta()
         self.lock: RunFolderLock | None = None
         self.coverage = Coverage()
         self.ops_run: set[str] = set()
         self.exit_status = ExitStatus.CLEAN
         self.errors: list[str] = []
+        # Host-time split (harness.check.timing) of every process, when config.timings.
+        self.timings: dict[str, float] = {}
+        self._queue: deque[Chunk] = deque()
         self._last_progress = 0.0
         self._chunk_no = 0
 
@@ -253,27 +186,32 @@ class RunSession:
             RunFolderError: the output folder holds something that is not a parity run, or
                 cannot be written.
             RunFolderBusy: another parity process is using the output folder.
+            WorkerSetupError: a worker failed to start for another reason.
         """
-        for limit in dict.fromkeys([None, *(c.max_workgroups_per_dim for c in self.mine)]):
-            try:
-                runtimes = open_runtimes(BACKENDS, self.config.shader_dirs, limit)
-            except ValueError as err:  # a limit the device cannot lower to
-                raise RunSetupError(f"--max-workgroups-per-dim: {err}") from None
-            runner = LockstepRunner(runtimes)
-            # No re-runs while searching: classifying every divergent case would multiply
-            # the cost of a frequent bug. Each final finding is classified once (see
-            # `_findings`); a failure that does not replay reaches us as Hypothesis's
-            # FlakyFailure group.
-            self.engines[limit] = _Engine(runtimes, runner, CaseChecker(runner, repeats=0))
-        self.runtimes = self.engines[None].runtimes
-        self.runner = self.engines[None].runner
+        limits = [c.max_workgroups_per_dim for c in self.mine]
+        if self.config.jobs == 1:
+            if self.config.adapters:  # this process runs on the first adapter asked for
+                os.environ[ADAPTER_VARIABLE] = str(self.config.adapters[0])
+            if self.config.timings:
+                timing.enable()
+            self.runner = ChunkRunner(self.config, self.stop)
+            self.adapters = dict(self.runner.open(limits))
+        else:
+            self.pool = WorkerPool(self.config, limits)
+            self.adapters = dict(self.pool.start())
+        try:
+            self._prepare()
+        except BaseException:
+            if self.pool is not None:
+                self.pool.close()
+            raise
+
+    def _prepare(self) -> None:
         out = self.config.out
         self.lock = RunFolderLock(out, self.config.command)
         replaced = prepare_run_folder(out, self.lock)
         if replaced is not None:
             self.log(f"parity: replacing {replaced}")
-        if self.config.database is not None:
-            self.database = DirectoryBasedExampleDatabase(str(self.config.database))
         dirs = {b: Path(self.config.shader_dirs.get(b, REPO_SHADER_DIRS[b])) for b in BACKENDS}
         self.meta = RunMeta(
             format=RUN_FORMAT,
@@ -294,7 +232,7 @@ class RunSession:
             plan=list(self.plan),
             plan_digest=plan_digest(self.plan),
             chunks=[c.id for c in self.mine],
-            adapters=self.runner.adapters,
+            adapters=dict(self.adapters),
             versions=versions(),
             git=git_commit(),
             # "+dirty" covers tracked files only: hashes of the code itself, for replay.
@@ -304,9 +242,13 @@ class RunSession:
             expectations=list(self.config.expectations.entries),
             expectations_file=self.config.expectations.source,
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            jobs=self.config.jobs,
+            workers=self.pool.lines if self.pool is not None else [],
         )
         write_json(out / RUN_FILE, self.meta)
         self.writer = RecordWriter(out / CASES_FILE)
+        if self.runner is not None:
+            self.runner.meta = self.meta
 
     # ------------------------------------------------------------------ the run
 
@@ -318,39 +260,49 @@ class RunSession:
         """
         assert self.writer is not None, "start() first"
         # The time budget is for the search: device start-up in start() does not count.
-        self.started = time.monotonic()
+        self.stop.started = time.monotonic()
+        self._queue = deque(self.mine)
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
         }
         status = "complete"
         try:
-            for chunk in self.mine:
-                self._chunk_no += 1
-                if self.stop_reason is not None:
-                    self._skip(chunk, self.stop_reason)
-                    continue
-                if self._out_of_time():
-                    self.stop_reason = "time_budget"
-                    self._skip(chunk, "time_budget")
-                    continue
-                self._run_chunk(chunk)
+            if self.pool is not None:
+                self.pool.begin(self.meta, self.stop.started)
+                self.pool.run(self)
+                for left in self._queue:  # every worker died and none could replace them
+                    reason = "not run: no worker was left to run it"
+                    self.errors.append(f"{left.id}: {reason}")
+                    record = chunk_record(left, self.config.shard, "error", reason=reason)
+                    self._write_chunk(record)
+                self._queue.clear()
+            else:
+                assert self.runner is not None
+                while (chunk := self.deal(0)) is not None:
+                    self.runner.run_chunk(chunk, self)
         except KeyboardInterrupt:
-            self.stop_reason = self.stop_reason or "interrupted"
+            self.stop.reason = self.stop.reason or "interrupted"
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             self.writer.close()
-        if self.stop_reason is not None:
-            status = "time_budget" if self.stop_reason == "time_budget" else "interrupted"
+        if self.pool is not None:
+            timing.merge(self.timings, self.pool.timings)
+        else:
+            timing.merge(self.timings, timing.take())
+        if self.stop.reason is not None:
+            status = "time_budget" if self.stop.reason == "time_budget" else "interrupted"
         elif self.errors:
             status = "error"
         self.exit_status = self._exit_status(status)
         self.meta.status = status
         self.meta.exit_status = int(self.exit_status)
-        self.meta.stop_reason = self.stop_reason
+        self.meta.stop_reason = self.stop.reason
         self.meta.errors = self.errors
-        self.meta.duration_s = round(time.monotonic() - self.started, 2)
+        self.meta.duration_s = round(time.monotonic() - self.stop.started, 2)
         self.meta.finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+        if self.pool is not None:
+            self.meta.workers = self.pool.lines
         write_json(self.config.out / RUN_FILE, self.meta)
         self.log(f"parity: {status}: {totals_text(self.totals.counts())}, {self.meta.duration_s} s")
         return status
@@ -376,264 +328,114 @@ class RunSession:
         return ExitStatus.CLEAN
 
     def close(self) -> None:
-        """Release the output folder's lock (idempotent)."""
+        """End the workers, if any, and release the output folder's lock (idempotent)."""
+        if self.pool is not None:
+            self.pool.close()
         if self.lock is not None:
             self.lock.release()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
-        if self.stop_reason is not None:
+        if self.pool is not None:
+            # The workers stop (after their current case, or at once on a second signal);
+            # this process goes on collecting what they send until they have.
+            if self.stop.reason is None or self.stop.reason == "time_budget":
+                self.stop.reason = name
+                self.log(
+                    f"parity: {name}: stopping after the current cases (again to stop at once)"
+                )
+            self.pool.forward(signum)
+            return
+        if self.stop.reason is not None and self.stop.reason != "time_budget":
             raise KeyboardInterrupt  # a second signal: stop now
-        self.stop_reason = name
+        self.stop.reason = name
         self.log(f"parity: {name}: stopping after the current case (again to stop at once)")
 
-    def _out_of_time(self, grace: bool = False) -> bool:
-        budget = self.config.time_budget_s
-        if budget is None:
-            return False
-        if grace:
-            budget += max(30.0, 0.25 * budget)
-        return time.monotonic() - self.started > budget
+    # ------------------------------------------------------------------ dealing
 
-    def _skip(self, chunk: Chunk, reason: str) -> None:
+    def deal(self, worker: int) -> Chunk | None:
+        """The next chunk of the plan to run (on `worker`; 0: this process), or None when
+        none is left. Once the run stops (a signal, the time budget), every chunk left is
+        recorded as skipped instead."""
+        while self._queue:
+            chunk = self._queue.popleft()
+            self._chunk_no += 1
+            if self.stop.reason is None and self.stop.out_of_time():
+                self.stop.reason = "time_budget"
+            if self.stop.reason is not None:
+                reason = "time_budget" if self.stop.reason == "time_budget" else self.stop.reason
+                self._write_chunk(chunk_record(chunk, self.config.shard, "skipped", reason=reason))
+                continue
+            limit = chunk.max_workgroups_per_dim
+            self.log(
+                f"parity: chunk {self._chunk_no}/{len(self.mine)} {chunk.id} "
+                f"(seed {chunk.seed}, {chunk.max_examples} examples"
+                + (f", {limit} workgroups per grid dimension" if limit else "")
+                + (f", worker {worker}" if worker else "")
+                + ")"
+            )
+            return chunk
+        return None
+
+    # ------------------------------------------------------------------ the records (ChunkSink)
+
+    def case(self, record: CaseRecord) -> None:
+        """A case of this process's chunk: written and counted."""
+        self.case_line(record_line(record), CaseTally.of(record))
+
+    def case_line(self, line: str, tally: CaseTally) -> None:
+        """A case record's line: written and counted."""
         assert self.writer is not None
-        self.writer.write(self._chunk_record(chunk, "skipped", 0, [], 0.0, reason=reason))
+        self.writer.write_line(line)
+        self.coverage.merge(tally.coverage)
+        self.ops_run.update(tally.ops)
+        self.totals.add_case(tally)
+        self.tick()
 
-    def _chunk_record(
-        self,
-        chunk: Chunk,
-        status: str,
-        cases: int,
-        findings: list[ChunkFinding],
-        duration: float,
-        reason: str | None = None,
-    ) -> ChunkRecord:
-        return ChunkRecord(
-            chunk=chunk.id,
-            family=chunk.family,
-            index=chunk.index,
-            seed=chunk.seed,
-            max_examples=chunk.max_examples,
-            max_workgroups_per_dim=chunk.max_workgroups_per_dim,
-            shard=str(self.config.shard),
-            status=status,
-            reason=reason,
-            cases=cases,
-            findings=findings,
-            duration_s=round(duration, 3),
-        )
+    def chunk(self, record: ChunkRecord, tally: ChunkTally) -> None:
+        """The end of a chunk of this process."""
+        self.chunk_line(record_line(record), tally)
 
-    def _run_chunk(self, chunk: Chunk) -> None:
+    def chunk_line(self, line: str, tally: ChunkTally) -> None:
+        """A chunk record's line: written and counted."""
         assert self.writer is not None
-        state = _ChunkState(chunk, self.engines[chunk.max_workgroups_per_dim])
-        started = time.monotonic()
-        limit = chunk.max_workgroups_per_dim
-        self.log(
-            f"parity: chunk {self._chunk_no}/{len(self.mine)} {chunk.id} "
-            f"(seed {chunk.seed}, {chunk.max_examples} examples"
-            + (f", {limit} workgroups per grid dimension" if limit else "")
-            + ")"
-        )
-        database = (
-            _KeyedDatabase(self.database, f"parity:{chunk.id}:".encode())
-            if self.database is not None
-            else None
-        )
-        chunk_settings = settings(
-            hypothesis_settings(self.config.profile, max_examples=chunk.max_examples),
-            database=database,
-        )
+        self.writer.write_line(line)
+        self.totals.examples_done += tally.examples
+        self.totals.findings.update(tally.findings)
+        self._progress(force=True, current=tally.chunk)
 
-        def run_case(case: Case) -> None:
-            self._check(state, case)
+    def lost(self, chunk: Chunk, reason: str, findings: list[ChunkFinding], seconds: float) -> None:
+        """A chunk whose worker died: an error record keeping the findings its cases showed."""
+        self.errors.append(f"{chunk.id}: {reason}")
+        record = chunk_record(
+            chunk, self.config.shard, "error", findings=findings, duration=seconds, reason=reason
+        )
+        self._write_chunk(record)
+        self.totals.findings.update(finding_id(f.case_id, f.bug) for f in findings)
 
-        run_case.__name__ = f"parity_{chunk.family}_{chunk.index}"
-        test = seed(chunk.seed)(chunk_settings(given(case=FAMILIES[chunk.family]())(run_case)))
-        finals: list[DivergenceFound] = []
-        status, reason = "complete", None
-        try:
-            test()
-        except DivergenceFound as err:
-            finals = [err]
-        except _Stop as stop:
-            status, reason = (
-                ("time_budget" if stop.reason == "time_budget" else "interrupted"),
-                (stop.reason),
-            )
-        except KeyboardInterrupt:
-            self.stop_reason = self.stop_reason or "SIGINT"
-            status, reason = "interrupted", self.stop_reason
-        except BaseExceptionGroup as group:
-            found, rest = group.split(DivergenceFound)
-            finals = _leaves(found) if found else []
-            if rest is not None:
-                status, reason = "error", _describe(rest)
-        except Exception as err:  # a harness or Hypothesis error: recorded, the run goes on
-            status, reason = "error", _describe(err)
-        if status == "error":
-            self.errors.append(f"{chunk.id}: {reason}")
-            self.log(f"parity: chunk {chunk.id} failed: {reason}")
-        findings = self._findings(chunk, state, finals, shrunk=status == "complete")
-        self.totals.examples_done += chunk.max_examples
-        duration = time.monotonic() - started
-        record = self._chunk_record(chunk, status, state.seq, findings, duration, reason)
+    def error(self, text: str) -> None:
+        """A failure that is not a divergence: the run ends with status "error"."""
+        self.errors.append(text)
+
+    def tick(self) -> None:
+        """A progress line, if one is due."""
+        self._progress()
+
+    def _write_chunk(self, record: ChunkRecord) -> None:
+        assert self.writer is not None
         self.writer.write(record)
-        self._drop_provisional(state, findings)
-        self._progress(force=True, current=chunk)
-
-    def _check(self, state: _ChunkState, case: Case) -> None:
-        """The Hypothesis test body: run, record, steer, fail on unexpected divergences."""
-        assert self.runner is not None and self.writer is not None
-        if self.stop_reason is not None and self.stop_reason != "time_budget":
-            raise _Stop(self.stop_reason)
-        if self._out_of_time(grace=state.unexpected_found):
-            raise _Stop("time_budget")
-        result, repeat = state.engine.checker.run(case)
-        chunk = state.chunk
-        record = case_record(case, result, chunk=chunk.id, family=chunk.family, seq=state.seq)
-        record.max_workgroups_per_dim = chunk.max_workgroups_per_dim
-        if repeat is not None:
-            record.repeatability = repeat.to_json()
-        adapters = self.runner.adapters
-        for d in record.divergences:
-            d.expected = self.config.expectations.match(d, chunk.family, adapters)
-        unexpected = [
-            d
-            for d, r in zip(result.divergences, record.divergences, strict=True)
-            if r.expected is None
-        ]
-        # A case found non-deterministic keeps that verdict on every replay, even one that
-        # happens to pass, so Hypothesis never sees it as flaky.
-        nondeterministic = repeat is not None and not repeat.deterministic
-        record.unexpected = len(unexpected)
-        record.shard = str(self.config.shard)
-        # The bug the case stands for: the key of its primary unexpected divergence
-        # (harness.check.divergence.BugKey), the same key the exception below and its finding use.
-        key = record.bug
-        if repeat is not None and nondeterministic:
-            key = BugKey.nondeterministic(repeat.backends)
-        # The first divergent case of each bug gets a provisional bundle at once, so that a
-        # run killed while Hypothesis shrinks still leaves a replayable finding; its record
-        # names it (written first: a kill mid-bundle leaves no bundle.json, and no claim).
-        provisional = None
-        if key is not None and (unexpected or nondeterministic) and key not in state.provisional:
-            provisional = self._provisional_id(chunk, record)
-            state.provisional[key] = f"bundles/{provisional}"
-            record.provisional_bundle = state.provisional[key]
-        state.seq += 1
-        self.writer.write(record)
-        if provisional is not None:
-            self._write_bundle(state, provisional, case, record, shrunk=False, provisional=True)
-        self.coverage.merge(record.coverage)
-        self.ops_run.update(record.ops)
-        self.totals.add_case(record)
-        self._progress(current=chunk)
-        if self.steer:
-            # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
-            for op_type, value in utilization_by_op_type(case, result).items():
-                target(min(value, 1e6), label=f"{op_type} error/budget")
-        if key is not None and (unexpected or nondeterministic):
-            state.unexpected_found = True
-            best = state.best.get(key)
-            if best is None or _size(case) < _size(best[0]):
-                state.best[key] = (case, record)
-            # The exception class stands for the bug key, so that Hypothesis only accepts
-            # shrinks that keep it (harness/check/verdict.py).
-            err = exception_for(key)(_only(result, unexpected), repeat)
-            state.raised[err] = (case, record)
-            raise err
-
-    def _findings(
-        self, chunk: Chunk, state: _ChunkState, finals: list[DivergenceFound], shrunk: bool
-    ) -> list[ChunkFinding]:
-        """Write a bundle per finding; the findings as listed in the chunk record."""
-        picked = [state.raised[err] for err in finals if err in state.raised]
-        if not picked:
-            # Interrupted before Hypothesis finished: the smallest case seen per bug.
-            picked = list(state.best.values())
-            shrunk = False
-        out = []
-        for case, record in picked:
-            bug = record.bug
-            bundle_id = finding_id(record.case_id, bug)
-            known = existing_bundle(self.config.out / "bundles" / bundle_id)
-            bundle: str | None
-            if known is not None:
-                # Another chunk already shrank to this case with this bug: one finding, one
-                # bundle; the summary lists every chunk that found it.
-                record.repeatability = known.repeatability
-                bundle = f"bundles/{bundle_id}"
-            else:
-                if self.config.repeats:
-                    repeat = classify(case, state.engine.runtimes, self.config.repeats)
-                    record.repeatability = repeat.to_json()
-                bundle = self._write_bundle(state, bundle_id, case, record, shrunk=shrunk)
-            self.totals.findings.add(bundle_id)
-            out.append(
-                ChunkFinding(
-                    case_id=record.case_id,
-                    seq=record.seq,
-                    bundle=bundle,
-                    shrunk=shrunk,
-                    bug=bug,
-                    unexpected=record.unexpected,
-                    repeatability=(record.repeatability or {}).get("class"),
-                )
-            )
-        return out
-
-    @staticmethod
-    def _provisional_id(chunk: Chunk, record: CaseRecord) -> str:
-        """Provisional bundles live apart from findings' (content-addressed) bundles, so
-        that dropping one never removes a finding another chunk reuses."""
-        return f"provisional-{chunk.family}-{chunk.index}-{record.case_id}"
-
-    def _write_bundle(
-        self,
-        state: _ChunkState,
-        bundle_id: str,
-        case: Case,
-        record: CaseRecord,
-        *,
-        shrunk: bool,
-        provisional: bool = False,
-    ) -> str | None:
-        """Write one bundle; its path in the run folder, or None if it could not be written
-        (the finding stays in the records, and the run's errors say why)."""
-        try:
-            write_bundle(
-                self.config.out / "bundles" / bundle_id,
-                case,
-                record,
-                run=self.meta,
-                runtimes=state.engine.runtimes,
-                shader_dirs=self.config.shader_dirs,
-                shrunk=shrunk,
-                provisional=provisional,
-            )
-        except Exception as err:
-            self.errors.append(f"{state.chunk.id}: bundle {bundle_id}: {_describe(err)}")
-            return None
-        return f"bundles/{bundle_id}"
-
-    def _drop_provisional(self, state: _ChunkState, findings: list[ChunkFinding]) -> None:
-        """Remove the chunk's provisional bundles that its findings replaced."""
-        kept = {f.bundle for f in findings}
-        for path in state.provisional.values():
-            if path not in kept:
-                shutil.rmtree(self.config.out / path, ignore_errors=True)
 
     # ------------------------------------------------------------------ progress
 
-    def _progress(self, force: bool = False, current: Chunk | None = None) -> None:
+    def _progress(self, force: bool = False, current: str | None = None) -> None:
         now = time.monotonic()
         if not force and now - self._last_progress < self.config.progress_every_s:
             return
         self._last_progress = now
-        elapsed = now - self.started
+        elapsed = now - self.stop.started
         self.log(
             f"parity: [{self._chunk_no}/{len(self.mine)} chunks"
-            + (f", {current.id}" if current else "")
+            + (f", {current}" if current else "")
             + f"] {totals_text(self.totals.counts())} | "
             f"{elapsed:.0f} s elapsed, {self._time_left(elapsed)}"
         )
@@ -653,23 +455,6 @@ class RunSession:
         if estimate is None:
             return "time left unknown yet"
         return f"~{estimate:.0f} s left"
-
-
-def _only(result: CaseResult, divergences: list[Any]) -> CaseResult:
-    return dataclasses.replace(result, divergences=divergences)
-
-
-def _leaves(group: BaseException) -> list[DivergenceFound]:
-    if isinstance(group, BaseExceptionGroup):
-        return [leaf for sub in group.exceptions for leaf in _leaves(sub)]
-    return [group] if isinstance(group, DivergenceFound) else []
-
-
-def _describe(err: BaseException) -> str:
-    """The whole text of an error (a compiler's output runs over many lines: keep them)."""
-    if isinstance(err, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in err.exceptions)
-    return f"{type(err).__name__}: {str(err).strip()}"
 
 
 def prepare_run_folder(out: Path, lock: RunFolderLock | None = None) -> str | None:
@@ -771,6 +556,8 @@ __all__ = [
     "RunFolderError",
     "RunSession",
     "RunSetupError",
+    "available_jobs",
     "copy_shaders",
     "prepare_run_folder",
+    "workers_text",
 ]

@@ -9,12 +9,15 @@ from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summa
   `merge` the records' verdict: 0 no unexpected divergence and every required coverage cell
   filled, 1 otherwise);
 - `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
-  the run's exit status, duration), `adapters` (per backend: adapter, driver, API),
+  the run's exit status, duration, its `jobs` and `workers` with each one's adapters),
+  `adapters` (per backend: adapter, driver, API),
   `versions`, `duration_s`;
 - `totals`: cases, steps, divergent / unexpected / known cases, divergences, findings,
   bugs (a case is a distinct case id per device and a finding a distinct case and bug: see
   harness.run.findings; the CLI's lines print the same numbers);
-- `per_family` and `per_op`: cases, steps, divergent cases, divergences by class;
+- `per_family` and `per_op`: cases, steps, divergent cases, divergences by class; for
+  each family also its chunks by status and the time its chunks ran (`duration_s`, summed
+  over the processes that ran them: a time budget's share);
 - `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
   `coverage_required` (the profile's cells for the op types run), `coverage_checked` (a
   complete run of every shard) and `coverage_missing` ((op, backend, cell) left empty);
@@ -170,6 +173,8 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
             chunk_status[family][rec.status if rec else "missing"] += 1
     for family, counter in chunk_status.items():
         per_family.setdefault(family, Stats()).chunks = dict(counter)
+    for family, seconds in _family_seconds(records, chunk_records).items():
+        per_family.setdefault(family, Stats()).duration_s = round(seconds, 2)
 
     statuses = [run.status for run in runs]
     complete = all(s == "complete" for s in statuses) and all(
@@ -213,6 +218,8 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
                 started=run.started,
                 git=run.git,
                 shader_overrides=dict(run.shader_overrides),
+                jobs=run.jobs,
+                workers=list(run.workers),
             )
             for run in runs
         ],
@@ -259,6 +266,21 @@ def _chunk_records(
     }
 
 
+def _family_seconds(
+    records: Sequence[Sequence[Record]], chunk_records: Mapping[tuple[int, str], ChunkRecord]
+) -> dict[str, float]:
+    """The time each family's chunks ran, summed over every process that ran them: a
+    chunk's own duration, or for a chunk that never ended the time of its cases."""
+    seconds: dict[str, float] = defaultdict(float)
+    for rec in chunk_records.values():
+        seconds[rec.chunk.rsplit("/", 1)[0]] += rec.duration_s
+    for source, recs in enumerate(records):
+        for r in recs:
+            if isinstance(r, CaseRecord) and (source, r.chunk) not in chunk_records:
+                seconds[r.family] += r.duration_s
+    return dict(seconds)
+
+
 def _count(stats: Stats, r: CaseRecord, only_op: str | None = None) -> None:
     stats.cases += 1
     stats.steps += r.steps
@@ -280,11 +302,14 @@ def _count(stats: Stats, r: CaseRecord, only_op: str | None = None) -> None:
 def distinct_cases(
     runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]
 ) -> list[DistinctCase]:
-    """One entry per distinct case (see harness.run.findings), in the order first seen.
+    """One entry per distinct case (see harness.run.findings), in (shard, family, chunk
+    index, position in the chunk) order, whatever the order of the records.
 
     A case is its `case_id` on one device: Hypothesis runs a case several times (shrinking,
     the final replay) and several chunks may reach the same one. The record kept is the
-    most severe run of it (unexpected, then known, then clean; the first among equals).
+    most severe run of it (unexpected, then known, then clean); among equals the one of the
+    first chunk in (family, index) order and the earliest in it, so that what is kept does
+    not depend on the order of the records (workers write them as they finish).
     """
     out: dict[tuple[str, str], DistinctCase] = {}
     for source, recs in enumerate(records):
@@ -296,13 +321,21 @@ def distinct_cases(
             kept = out.get(key)
             if kept is None:
                 kept = out[key] = DistinctCase(r, source, device)
-            elif severity(r.divergences) > severity(kept.record.divergences):
+            elif _keep_rank(r, source) < _keep_rank(kept.record, kept.source):
                 kept.record, kept.source = r, source
             if r.chunk not in kept.chunks:
                 kept.chunks.append(r.chunk)
             if r.family not in kept.families:
                 kept.families.append(r.family)
-    return list(out.values())
+    for kept in out.values():
+        kept.chunks.sort(key=_chunk_order)
+        kept.families.sort()
+    return sorted(out.values(), key=lambda c: _keep_rank(c.record, c.source)[1:])
+
+
+def _keep_rank(r: CaseRecord, source: int) -> tuple[int, int, tuple[str, int], int]:
+    """Which record of a case `distinct_cases` keeps: the lowest rank."""
+    return (-severity(r.divergences), source, _chunk_order(r.chunk), r.seq)
 
 
 def _chunk_order(chunk: str) -> tuple[str, int]:

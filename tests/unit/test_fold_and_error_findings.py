@@ -20,9 +20,10 @@ from harness.check.contract import ContractModel, ModelStep
 from harness.check.oracles import compiler_headline, error_op, upstream_origin
 from harness.gen.builder import GraphBuilder
 from harness.run.bundle import replay_commands
+from harness.run.chunks import describe
 from harness.run.plan import Shard, make_plan, shard_of
 from harness.run.records import Budgets, CaseRecord, RunMeta
-from harness.run.session import RunConfig, RunSession, _describe
+from harness.run.session import RunConfig, RunSession
 from tests.unit.test_report import _case, _run_meta, _summarize, _typed
 
 # ---------------------------------------------------------------------------- plan
@@ -40,14 +41,15 @@ def test_pr_runs_every_second_chunk_of_each_family_under_its_fold_limit(tmp_path
         )
     )
     limits = [(c.id, c.max_workgroups_per_dim) for c in session.plan]
+    # The families interleave chunk by chunk (a time budget gives each its share).
     assert limits == [
         ("rms_norm/0", None),
-        ("rms_norm/1", 4),
-        ("rms_norm/2", None),
-        ("rms_norm/3", 4),
         ("add/0", None),
+        ("rms_norm/1", 4),
         ("add/1", 4),
+        ("rms_norm/2", None),
         ("add/2", None),
+        ("rms_norm/3", 4),
         ("add/3", 4),
     ]
     # Shards take the limits with the chunks: the plan alone decides them.
@@ -191,7 +193,7 @@ def test_compiler_headline_quotes_the_line_that_says_what_is_wrong() -> None:
 
 def test_chunk_errors_keep_the_whole_text() -> None:
     err = KernelBuildError("webgpu", "rms_norm", "wgsl/rms_norm.wgsl", NAGA, op="norm")
-    text = _describe(err)
+    text = describe(err)
     assert text.startswith("KernelBuildError: webgpu: kernel 'rms_norm'")
     assert "Caused by" in text and "wgsl:26:10" in text and "lett row" in text
 

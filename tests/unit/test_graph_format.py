@@ -10,7 +10,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graph_format import SIGNATURES, SLOTS, Graph, GraphFormatError, SlotInterface
+from graph_format import (
+    ADAPTER_VARIABLE,
+    SIGNATURES,
+    SLOTS,
+    BackendUnavailable,
+    Graph,
+    GraphFormatError,
+    SlotInterface,
+    pick_adapter,
+)
 from graph_format.signatures import SchemaError, index_slots, parse_signature
 from harness.gen.builder import GraphBuilder
 
@@ -246,3 +255,24 @@ def test_every_slot_parses_with_a_doc_line_per_value() -> None:
     assert SIGNATURES["sym_size"].slots == {}  # no kernel: a host-side op
     assert SLOTS["q4gsw_gemv"].doc["k_words"].startswith("K in u32 words")
     assert SIGNATURES["sdpa_with_kv_cache"].tensors == ("q", "k", "v", "k_cache", "v_cache", "out")
+
+
+def test_the_adapter_variable_picks_an_adapter_by_index_or_spreads_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    ranked = ["gpu0", "gpu1", "gpu2", "lavapipe"]  # three GPUs of the best kind, then a CPU
+
+    def pick(value: str | None) -> str:
+        if value is None:
+            monkeypatch.delenv(ADAPTER_VARIABLE, raising=False)
+        else:
+            monkeypatch.setenv(ADAPTER_VARIABLE, value)
+        return pick_adapter("vulkan", ranked, 3, str)
+
+    assert pick(None) == "gpu0"  # the runtime's own preference
+    assert pick("3") == "lavapipe"  # an index into the whole ranked list
+    assert [pick(f"spread:{k}") for k in range(5)] == ["gpu0", "gpu1", "gpu2", "gpu0", "gpu1"]
+    with pytest.raises(BackendUnavailable, match=r"=4 asks for adapter 4, but there are 4: 0: gpu"):
+        pick("4")
+    with pytest.raises(BackendUnavailable, match=r"neither an adapter index nor spread:K"):
+        pick("gpu")

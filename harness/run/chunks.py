@@ -1,0 +1,550 @@
+"""Running the chunks of a work plan: one `ChunkRunner` per process that runs chunks.
+
+`parity run --jobs 1` runs its chunks in its own process; `--jobs N` starts N worker
+processes (harness.run.workers), each with a `ChunkRunner` of its own. Either way a
+`ChunkRunner` opens both runtimes once (per workgroup limit the plan uses; their memory
+pools, pipelines and the SPIR-V cache on disk are then shared by every case it runs) and
+runs many chunks with them. For each chunk it runs the Hypothesis search, checks every case
+in lockstep, shrinks, classifies each finding's repeatability, writes the bundles (a
+provisional one per bug as soon as it is seen, the finding's own when the chunk ends) and
+hands every record to a `ChunkSink`: the session writes them into `cases.jsonl` and counts
+them (in the same process, or in the parent of the workers).
+
+A stop (`Stop`: a signal, or the end of the time budget) ends the current chunk after the
+case it is running, as in the single-process run of earlier versions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import time
+import weakref
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+from hypothesis import given, seed, settings, target
+from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+
+from graph_format import Runtime
+from harness.check import timing
+from harness.check.backends import BACKENDS, open_runtimes
+from harness.check.divergence import BugKey
+from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.check.repeatability import classify
+from harness.check.verdict import (
+    CaseChecker,
+    DivergenceFound,
+    exception_for,
+    utilization_by_op_type,
+)
+from harness.families import FAMILIES
+from harness.gen.case import Case
+from harness.run.bundle import existing_bundle, write_bundle
+from harness.run.expectations import Expectations
+from harness.run.findings import finding_id, severity
+from harness.run.plan import Chunk, Shard
+from harness.run.profiles import PROFILES, hypothesis_settings
+from harness.run.records import (
+    CaseRecord,
+    ChunkFinding,
+    ChunkRecord,
+    RunMeta,
+    case_record,
+)
+
+
+class RunSetupError(ValueError):
+    """The devices cannot run as asked (a workgroup limit above theirs); the message says why."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Everything a run is asked to do (resolved from the command line).
+
+    Attributes:
+        jobs: chunk-running processes: 1 runs the chunks in the command's own process;
+            N > 1 starts N workers (harness.run.workers).
+        adapters: the adapter (by index, `parity list` order) each worker opens, dealt out
+            round robin; empty: every worker opens the default one.
+        timings: accumulate the host-time split of harness.check.timing (benchmarks).
+    """
+
+    families: list[str]
+    profile: str
+    seed: int
+    max_examples: int  # per family
+    chunk_examples: int
+    out: Path
+    shard: Shard = field(default_factory=Shard)
+    time_budget_s: float | None = None
+    database: Path | None = None
+    shader_dirs: Mapping[str, Path] = field(default_factory=dict)
+    expectations: Expectations = field(default_factory=Expectations)
+    progress_every_s: float = 10.0
+    repeats: int = 3  # re-runs per backend to classify a divergent case's repeatability
+    command: str = ""
+    max_workgroups_per_dim: int | None = None  # a lowered limit for every chunk
+    jobs: int = 1
+    adapters: tuple[int, ...] = ()
+    timings: bool = False
+
+
+@dataclass
+class Stop:
+    """Why chunks should stop, shared by the code that decides it and the chunks that obey.
+
+    Attributes:
+        reason: a signal's name ("SIGINT", "SIGTERM") or "time_budget"; None: go on.
+        started: when the search began (`time.monotonic()`); the time budget counts from it.
+            CLOCK_MONOTONIC is the machine's, so a worker may be handed its parent's.
+    """
+
+    budget_s: float | None = None
+    started: float = field(default_factory=time.monotonic)
+    reason: str | None = None
+
+    def out_of_time(self, grace: bool = False) -> bool:
+        """The time budget is spent (with `grace`: also its grace period for shrinking)."""
+        budget = self.budget_s
+        if budget is None:
+            return False
+        if grace:
+            budget += max(30.0, 0.25 * budget)
+        return time.monotonic() - self.started > budget
+
+
+@dataclass
+class CaseTally:
+    """What the session counts of a case record (its totals, coverage and ops), small enough
+    for a worker to send beside the record's line."""
+
+    case_id: str
+    steps: int
+    level: int  # harness.run.findings: CLEAN, KNOWN or UNEXPECTED
+    coverage: dict[str, Any]
+    ops: list[str]
+    # What a chunk lost with its worker keeps of a divergent case (harness.run.workers).
+    seq: int = 0
+    bug: BugKey | None = None
+    unexpected: int = 0
+    provisional_bundle: str | None = None
+
+    @classmethod
+    def of(cls, record: CaseRecord) -> CaseTally:
+        """The tally of one case record."""
+        return cls(
+            record.case_id,
+            record.steps,
+            severity(record.divergences),
+            record.coverage,
+            list(record.ops),
+            record.seq,
+            record.bug,
+            record.unexpected,
+            record.provisional_bundle,
+        )
+
+
+@dataclass
+class ChunkTally:
+    """What the session counts of a chunk's end: its planned examples and finding ids."""
+
+    chunk: str
+    examples: int
+    findings: list[str] = field(default_factory=list)
+
+
+class ChunkSink(Protocol):
+    """Where a `ChunkRunner` hands what it produces (the session, or a worker's pipe)."""
+
+    def case(self, record: CaseRecord) -> None:
+        """One executed case, as soon as it ran."""
+
+    def chunk(self, record: ChunkRecord, tally: ChunkTally) -> None:
+        """The end of a chunk, naming its findings."""
+
+    def error(self, text: str) -> None:
+        """A failure that is not a divergence (a chunk that failed, a bundle not written)."""
+
+    def log(self, line: str) -> None:
+        """A progress line for stderr."""
+
+
+@dataclass
+class _Engine:
+    """The runtimes of one workgroups-per-dimension limit, and a runner over them."""
+
+    runtimes: list[Runtime]
+    runner: LockstepRunner
+    checker: CaseChecker
+
+
+@dataclass
+class _ChunkState:
+    chunk: Chunk
+    engine: _Engine
+    sink: ChunkSink
+    seq: int = 0
+    unexpected_found: bool = False
+    # Smallest divergent case per bug: the findings of an interrupted chunk.
+    best: dict[BugKey, tuple[Case, CaseRecord]] = field(default_factory=dict)
+    # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`).
+    provisional: dict[BugKey, str] = field(default_factory=dict)
+    # The case and record of each verdict raised to Hypothesis, found again when Hypothesis
+    # raises its final (shrunk) verdicts; weak, so that the many raised while shrinking go.
+    raised: weakref.WeakKeyDictionary[DivergenceFound, tuple[Case, CaseRecord]] = field(
+        default_factory=weakref.WeakKeyDictionary
+    )
+    # Where the test body last returned (perf_counter): Hypothesis's time starts there.
+    left_body: float = 0.0
+
+
+class _Halt(BaseException):
+    """Ends a chunk's search early (a signal or the time budget); Hypothesis lets it through."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _KeyedDatabase(ExampleDatabase):
+    """A view of a database under a per-chunk key prefix, so chunks never share entries."""
+
+    def __init__(self, inner: ExampleDatabase, prefix: bytes) -> None:
+        super().__init__()
+        self.inner = inner
+        self.prefix = prefix
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(self.prefix + key, value)
+
+    def fetch(self, key: bytes) -> Any:
+        return self.inner.fetch(self.prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(self.prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(self.prefix + src, self.prefix + dest, value)
+
+
+def _size(case: Case) -> tuple[int, int]:
+    return (
+        len(case.steps),
+        sum(int(np.size(v)) for step in case.steps for v in step.values()),
+    )
+
+
+class ChunkRunner:
+    """Runs chunks of a plan on runtimes it opens once (see the module docstring).
+
+    Args:
+        config: the run's configuration.
+        stop: the stop this runner obeys (checked before every case).
+    """
+
+    def __init__(self, config: RunConfig, stop: Stop) -> None:
+        self.config = config
+        self.stop = stop
+        self.steer = PROFILES[config.profile].steer
+        self.engines: dict[int | None, _Engine] = {}  # by lowered limit (None: the device's)
+        self.meta = RunMeta()  # run.json, for bundles; set once the run folder is ready
+        self.database: ExampleDatabase | None = (
+            DirectoryBasedExampleDatabase(str(config.database)) if config.database else None
+        )
+
+    def open(self, limits: Iterable[int | None]) -> dict[str, dict[str, Any]]:
+        """Open the runtimes of each workgroup limit (None: the devices' own); the adapters.
+
+        Raises:
+            BackendUnavailable: a driver is missing (the message names the package).
+            RunSetupError: a limit is above a device's.
+        """
+        for limit in dict.fromkeys([None, *limits]):
+            if limit in self.engines:
+                continue
+            try:
+                runtimes = open_runtimes(BACKENDS, self.config.shader_dirs, limit)
+            except ValueError as err:  # a limit the device cannot lower to
+                raise RunSetupError(f"--max-workgroups-per-dim: {err}") from None
+            runner = LockstepRunner(runtimes)
+            # No re-runs while searching: classifying every divergent case would multiply
+            # the cost of a frequent bug. Each final finding is classified once (see
+            # `_findings`); a failure that does not replay reaches us as Hypothesis's
+            # FlakyFailure group.
+            self.engines[limit] = _Engine(runtimes, runner, CaseChecker(runner, repeats=0))
+        return self.adapters
+
+    @property
+    def adapters(self) -> dict[str, dict[str, Any]]:
+        """Each backend's adapter facts (its device's own limits)."""
+        return self.engines[None].runner.adapters
+
+    # ------------------------------------------------------------------ a chunk
+
+    def run_chunk(self, chunk: Chunk, sink: ChunkSink) -> None:
+        """Search one chunk; every case and the chunk's end go to `sink`."""
+        if chunk.max_workgroups_per_dim not in self.engines:
+            self.open([chunk.max_workgroups_per_dim])
+        state = _ChunkState(chunk, self.engines[chunk.max_workgroups_per_dim], sink)
+        started = time.monotonic()
+        database = (
+            _KeyedDatabase(self.database, f"parity:{chunk.id}:".encode())
+            if self.database is not None
+            else None
+        )
+        chunk_settings = settings(
+            hypothesis_settings(self.config.profile, max_examples=chunk.max_examples),
+            database=database,
+        )
+
+        def run_case(case: Case) -> None:
+            entered = time.perf_counter()
+            timing.add("generation", entered - state.left_body)
+            try:
+                self._check(state, case)
+            finally:
+                state.left_body = time.perf_counter()
+
+        run_case.__name__ = f"parity_{chunk.family}_{chunk.index}"
+        test = seed(chunk.seed)(chunk_settings(given(case=FAMILIES[chunk.family]())(run_case)))
+        finals: list[DivergenceFound] = []
+        status, reason = "complete", None
+        state.left_body = time.perf_counter()
+        try:
+            test()
+        except DivergenceFound as err:
+            finals = [err]
+        except _Halt as halt:
+            status = "time_budget" if halt.reason == "time_budget" else "interrupted"
+            reason = halt.reason
+        except KeyboardInterrupt:
+            self.stop.reason = self.stop.reason or "SIGINT"
+            status, reason = "interrupted", self.stop.reason
+        except BaseExceptionGroup as group:
+            found, rest = group.split(DivergenceFound)
+            finals = _leaves(found) if found else []
+            if rest is not None:
+                status, reason = "error", describe(rest)
+        except Exception as err:  # a harness or Hypothesis error: recorded, the run goes on
+            status, reason = "error", describe(err)
+        if status == "error":
+            sink.error(f"{chunk.id}: {reason}")
+            sink.log(f"parity: chunk {chunk.id} failed: {reason}")
+        findings = self._findings(state, finals, shrunk=status == "complete")
+        record = chunk_record(
+            chunk,
+            self.config.shard,
+            status,
+            cases=state.seq,
+            findings=findings,
+            duration=time.monotonic() - started,
+            reason=reason,
+        )
+        self._drop_provisional(state, findings)
+        tally = ChunkTally(chunk.id, chunk.max_examples, [_bundle_name(f) for f in findings])
+        sink.chunk(record, tally)
+
+    def _check(self, state: _ChunkState, case: Case) -> None:
+        """The Hypothesis test body: run, record, steer, fail on unexpected divergences."""
+        if self.stop.reason is not None and self.stop.reason != "time_budget":
+            raise _Halt(self.stop.reason)
+        if self.stop.out_of_time(grace=state.unexpected_found):
+            raise _Halt("time_budget")
+        result, repeat = state.engine.checker.run(case)
+        records_started = time.perf_counter()
+        chunk = state.chunk
+        record = case_record(case, result, chunk=chunk.id, family=chunk.family, seq=state.seq)
+        record.max_workgroups_per_dim = chunk.max_workgroups_per_dim
+        if repeat is not None:
+            record.repeatability = repeat.to_json()
+        adapters = state.engine.runner.adapters
+        for d in record.divergences:
+            d.expected = self.config.expectations.match(d, chunk.family, adapters)
+        unexpected = [
+            d
+            for d, r in zip(result.divergences, record.divergences, strict=True)
+            if r.expected is None
+        ]
+        # A case found non-deterministic keeps that verdict on every replay, even one that
+        # happens to pass, so Hypothesis never sees it as flaky.
+        nondeterministic = repeat is not None and not repeat.deterministic
+        record.unexpected = len(unexpected)
+        record.shard = str(self.config.shard)
+        # The bug the case stands for: the key of its primary unexpected divergence
+        # (harness.check.divergence.BugKey), the same key the exception below and its finding use.
+        key = record.bug
+        if repeat is not None and nondeterministic:
+            key = BugKey.nondeterministic(repeat.backends)
+        # The first divergent case of each bug gets a provisional bundle at once, so that a
+        # run killed while Hypothesis shrinks still leaves a replayable finding; its record
+        # names it (written first: a kill mid-bundle leaves no bundle.json, and no claim).
+        provisional = None
+        if key is not None and (unexpected or nondeterministic) and key not in state.provisional:
+            provisional = _provisional_id(chunk, record)
+            state.provisional[key] = f"bundles/{provisional}"
+            record.provisional_bundle = state.provisional[key]
+        state.seq += 1
+        state.sink.case(record)
+        timing.add("records", time.perf_counter() - records_started)
+        if provisional is not None:
+            self._write_bundle(state, provisional, case, record, shrunk=False, provisional=True)
+        if self.steer:
+            # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
+            for op_type, value in utilization_by_op_type(case, result).items():
+                target(min(value, 1e6), label=f"{op_type} error/budget")
+        if key is not None and (unexpected or nondeterministic):
+            state.unexpected_found = True
+            best = state.best.get(key)
+            if best is None or _size(case) < _size(best[0]):
+                state.best[key] = (case, record)
+            # The exception class stands for the bug key, so that Hypothesis only accepts
+            # shrinks that keep it (harness/check/verdict.py).
+            err = exception_for(key)(_only(result, unexpected), repeat)
+            state.raised[err] = (case, record)
+            raise err
+
+    def _findings(
+        self, state: _ChunkState, finals: list[DivergenceFound], shrunk: bool
+    ) -> list[ChunkFinding]:
+        """Write a bundle per finding; the findings as listed in the chunk record."""
+        picked = [state.raised[err] for err in finals if err in state.raised]
+        if not picked:
+            # Interrupted before Hypothesis finished: the smallest case seen per bug.
+            picked = list(state.best.values())
+            shrunk = False
+        out = []
+        for case, record in picked:
+            bug = record.bug
+            bundle_id = finding_id(record.case_id, bug)
+            known = existing_bundle(self.config.out / "bundles" / bundle_id)
+            bundle: str | None
+            if known is not None:
+                # Another chunk already shrank to this case with this bug: one finding, one
+                # bundle; the summary lists every chunk that found it.
+                record.repeatability = known.repeatability
+                bundle = f"bundles/{bundle_id}"
+            else:
+                if self.config.repeats:
+                    repeat = classify(case, state.engine.runtimes, self.config.repeats)
+                    record.repeatability = repeat.to_json()
+                bundle = self._write_bundle(state, bundle_id, case, record, shrunk=shrunk)
+            out.append(
+                ChunkFinding(
+                    case_id=record.case_id,
+                    seq=record.seq,
+                    bundle=bundle,
+                    shrunk=shrunk,
+                    bug=bug,
+                    unexpected=record.unexpected,
+                    repeatability=(record.repeatability or {}).get("class"),
+                )
+            )
+        return out
+
+    def _write_bundle(
+        self,
+        state: _ChunkState,
+        bundle_id: str,
+        case: Case,
+        record: CaseRecord,
+        *,
+        shrunk: bool,
+        provisional: bool = False,
+    ) -> str | None:
+        """Write one bundle; its path in the run folder, or None if it could not be written
+        (the finding stays in the records, and the run's errors say why)."""
+        try:
+            write_bundle(
+                self.config.out / "bundles" / bundle_id,
+                case,
+                record,
+                run=self.meta,
+                runtimes=state.engine.runtimes,
+                shader_dirs=self.config.shader_dirs,
+                shrunk=shrunk,
+                provisional=provisional,
+            )
+        except Exception as err:
+            state.sink.error(f"{state.chunk.id}: bundle {bundle_id}: {describe(err)}")
+            return None
+        return f"bundles/{bundle_id}"
+
+    def _drop_provisional(self, state: _ChunkState, findings: list[ChunkFinding]) -> None:
+        """Remove the chunk's provisional bundles that its findings replaced."""
+        kept = {f.bundle for f in findings}
+        for path in state.provisional.values():
+            if path not in kept:
+                shutil.rmtree(self.config.out / path, ignore_errors=True)
+
+
+def chunk_record(
+    chunk: Chunk,
+    shard: Shard,
+    status: str,
+    *,
+    cases: int = 0,
+    findings: list[ChunkFinding] | None = None,
+    duration: float = 0.0,
+    reason: str | None = None,
+) -> ChunkRecord:
+    """The record of a chunk's end (run, skipped, or lost with its worker)."""
+    return ChunkRecord(
+        chunk=chunk.id,
+        family=chunk.family,
+        index=chunk.index,
+        seed=chunk.seed,
+        max_examples=chunk.max_examples,
+        max_workgroups_per_dim=chunk.max_workgroups_per_dim,
+        shard=str(shard),
+        status=status,
+        reason=reason,
+        cases=cases,
+        findings=findings or [],
+        duration_s=round(duration, 3),
+    )
+
+
+def _bundle_name(finding: ChunkFinding) -> str:
+    """A finding's id (its bundle folder's name), counted once however many chunks find it."""
+    return finding_id(finding.case_id, finding.bug)
+
+
+def _provisional_id(chunk: Chunk, record: CaseRecord) -> str:
+    """Provisional bundles live apart from findings' (content-addressed) bundles, so that
+    dropping one never removes a finding another chunk reuses."""
+    return f"provisional-{chunk.family}-{chunk.index}-{record.case_id}"
+
+
+def _only(result: CaseResult, divergences: list[Any]) -> CaseResult:
+    return dataclasses.replace(result, divergences=divergences)
+
+
+def _leaves(group: BaseException) -> list[DivergenceFound]:
+    if isinstance(group, BaseExceptionGroup):
+        return [leaf for sub in group.exceptions for leaf in _leaves(sub)]
+    return [group] if isinstance(group, DivergenceFound) else []
+
+
+def describe(err: BaseException) -> str:
+    """The whole text of an error (a compiler's output runs over many lines: keep them)."""
+    if isinstance(err, BaseExceptionGroup):
+        return "; ".join(describe(e) for e in err.exceptions)
+    return f"{type(err).__name__}: {str(err).strip()}"
+
+
+__all__ = [
+    "CaseTally",
+    "ChunkRunner",
+    "ChunkSink",
+    "ChunkTally",
+    "RunConfig",
+    "RunSetupError",
+    "Stop",
+    "chunk_record",
+    "describe",
+]

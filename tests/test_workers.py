@@ -1,0 +1,250 @@
+"""`parity run --jobs N`: chunks in worker processes, one cases.jsonl, today's guarantees.
+
+The runs here are small (a couple of chunks of a couple of examples) and use two workers
+at most: the suite already runs under xdist on CI's two cores. A worker that dies is
+planted in the workers alone: a `sitecustomize` module on the workers' PYTHONPATH (every
+interpreter imports it at start-up, spawned workers included) wraps the chunk runner so
+that the first worker to reach a given case calls `os._exit`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli_support import PLANTED_RUN_ARGS, REPO, parity, popen_parity
+
+pytestmark = pytest.mark.gpu
+
+assert PLANTED_RUN_ARGS[-2:] == ("--jobs", "1")
+TWO_WORKERS = (*PLANTED_RUN_ARGS[:-2], "--jobs", "2")
+
+
+def _summary(folder: Path) -> dict[str, Any]:
+    return json.loads((folder / "summary.json").read_text())
+
+
+def _records(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
+
+
+def _cases(folder: Path) -> set[tuple[str, str]]:
+    return {(r["chunk"], r["case_id"]) for r in _records(folder) if r["record"] == "case"}
+
+
+def _findings(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return sorted((f["chunk"], f["case_id"], f["bug"]) for f in summary["findings"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (dead, not yet reaped by whoever adopted it) counts as gone.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_two_workers_find_what_one_process_finds(
+    planted_run: Path, planted_wgsl: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "two"
+    proc = parity("run", *TWO_WORKERS, "--wgsl-dir", planted_wgsl, "--out", out)
+    assert proc.returncode == 1, proc.stderr
+    one, two = _summary(planted_run), _summary(out)
+    # Same seed, no database, no time budget: the same cases, chunk by chunk, and findings.
+    assert _cases(out) == _cases(planted_run)
+    assert _findings(two) == _findings(one)
+    assert two["totals"] == one["totals"]
+    run = json.loads((out / "run.json").read_text())
+    assert run["jobs"] == 2 and [w["index"] for w in run["workers"]] == [1, 2]
+    for worker in run["workers"]:
+        assert worker["exit"] == "done" and worker["pid"] != os.getpid()
+        assert set(worker["adapters"]) == {"webgpu", "vulkan"} and all(worker["adapters"].values())
+        assert not _alive(worker["pid"])
+    assert sum(w["chunks"] for w in run["workers"]) == 2
+    # The report names each worker and its adapters.
+    index = (out / "index.html").read_text()
+    assert 'id="workers1"' in index and run["workers"][0]["adapters"]["vulkan"] in index
+    assert "2 workers" in proc.stderr
+
+
+def test_the_summary_does_not_depend_on_the_order_of_the_records(
+    planted_run: Path, tmp_path: Path
+) -> None:
+    copy = tmp_path / "shuffled"
+    shutil.copytree(planted_run, copy, ignore=shutil.ignore_patterns(".parity.lock*"))
+    lines = (copy / "cases.jsonl").read_text().splitlines()
+    random.Random(3).shuffle(lines)
+    (copy / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    proc = parity("report", copy)
+    assert proc.returncode == 1, proc.stderr
+    shuffled, original = _summary(copy), _summary(planted_run)
+    for key in ("totals", "findings", "bugs", "per_family", "per_op", "coverage", "status"):
+        assert shuffled[key] == original[key], key
+
+
+SITECUSTOMIZE = """
+import multiprocessing, os, time
+from harness.run import chunks
+
+_check = chunks.ChunkRunner._check
+
+
+def _planted(self, state, case):
+    # In a worker only, at case PLANT_SEQ of chunk PLANT_CHUNK ("*": any chunk).
+    worker = multiprocessing.parent_process() is not None
+    where = os.environ["PLANT_CHUNK"] in ("*", state.chunk.id)
+    if worker and where and state.seq == int(os.environ["PLANT_SEQ"]):
+        if os.environ["PLANT_ACTION"] == "hang":
+            time.sleep(300)  # a case that never ends (a hung driver)
+        try:  # exit once per run (a marker file)
+            os.close(os.open(os.environ["PLANT_MARKER"], os.O_CREAT | os.O_EXCL))
+        except FileExistsError:
+            pass
+        else:
+            os._exit(7)
+    return _check(self, state, case)
+
+
+chunks.ChunkRunner._check = _planted
+"""
+
+
+def _plant(tmp_path: Path, action: str, chunk: str, seq: int) -> dict[str, str]:
+    """The environment that plants `action` in the workers of a run."""
+    folder = tmp_path / "plant"
+    folder.mkdir()
+    (folder / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    return {
+        "PYTHONPATH": f"{folder}{os.pathsep}{REPO}",
+        "PLANT_ACTION": action,
+        "PLANT_CHUNK": chunk,
+        "PLANT_SEQ": str(seq),
+        "PLANT_MARKER": str(tmp_path / "marker"),
+    }
+
+
+def test_a_worker_that_dies_is_a_chunk_error_and_the_run_goes_on(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = parity(
+        "run", "--families", "add", "--max-examples", "6", "--chunk-examples", "2",
+        "--no-database", "--no-expectations", "--jobs", "2", "--adapters", "0", "--out", out,
+        env=_plant(tmp_path, "exit", "add/1", 1),
+    )  # fmt: skip
+    # A chunk failed for a reason other than a divergence: exit 3, with a report.
+    assert proc.returncode == 3, proc.stderr
+    assert (tmp_path / "marker").exists(), "the plant never fired"
+    chunks = {r["chunk"]: r for r in _records(out) if r["record"] == "chunk"}
+    assert set(chunks) == {"add/0", "add/1", "add/2"}  # every chunk of the plan, once
+    lost = chunks["add/1"]
+    assert lost["status"] == "error"
+    assert "exited with status 7" in lost["reason"] and "after 1 of its cases" in lost["reason"]
+    assert chunks["add/0"]["status"] == chunks["add/2"]["status"] == "complete"
+    # The case the dead worker finished is kept.
+    kept = [r["seq"] for r in _records(out) if r["record"] == "case" and r["chunk"] == "add/1"]
+    assert kept == [0]
+    run = json.loads((out / "run.json").read_text())
+    ends = [w["exit"] for w in run["workers"]]
+    assert ends.count("died: exited with status 7") == 1 and len(ends) == 3  # one replaced
+    assert [w["adapter"] for w in run["workers"]] == [0, 0, 0]  # as --adapters dealt them
+    summary = _summary(out)
+    assert summary["status"] == "error" and summary["exit_status"] == 3
+    assert any("add/1" in e for e in summary["runs"][0]["errors"])
+
+
+def test_killing_the_parent_kills_its_workers_and_keeps_the_findings(
+    planted_wgsl: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "killed"
+    # Each worker hangs in the second case of its chunk: nothing it does would notice the
+    # parent's death, so only the kernel (or the worker's watchdog) can end it.
+    proc = popen_parity(
+        "run", "--families", "rms_norm", "--max-examples", "200", "--no-expectations",
+        "--no-database", "--wgsl-dir", planted_wgsl, "--jobs", "2", "--out", out,
+        stderr_path=tmp_path / "stderr", env=_plant(tmp_path, "hang", "*", 1),
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _unexpected_cases(out) >= 2, 180, "2 divergent case records")
+        pids = [w["pid"] for w in json.loads((out / "run.json").read_text())["workers"]]
+        assert pids and all(_alive(pid) for pid in pids)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _wait_for(lambda: not any(_alive(pid) for pid in pids), 20, "the workers to die")
+    report = parity("report", out)
+    assert report.returncode == 1, report.stderr
+    summary = _summary(out)
+    assert summary["status"] == "killed" and summary["totals"]["unexpected_cases"] >= 1
+    assert any(f["provisional"] and f["bundle"] for f in summary["findings"])
+
+
+def test_sigterm_stops_every_worker_after_its_current_case(
+    planted_wgsl: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "terminated"
+    proc = popen_parity(
+        "run", "--families", "rms_norm", "--max-examples", "200", "--no-expectations",
+        "--no-database", "--wgsl-dir", planted_wgsl, "--jobs", "2", "--out", out,
+        stderr_path=tmp_path / "stderr",
+    )  # fmt: skip
+    try:
+        _wait_for(lambda: _unexpected_cases(out) >= 2, 180, "2 divergent case records")
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130
+    summary = _summary(out)
+    assert summary["status"] == "interrupted" and summary["exit_status"] == 130
+    chunks = [r for r in _records(out) if r["record"] == "chunk"]
+    # Both workers' chunks ended interrupted, with their findings; the rest were skipped.
+    assert len(chunks) == len(json.loads((out / "run.json").read_text())["chunks"])
+    interrupted = [c for c in chunks if c["status"] == "interrupted"]
+    assert interrupted and all(c["reason"] == "SIGTERM" for c in interrupted)
+    assert {c["status"] for c in chunks} <= {"interrupted", "skipped", "complete"}
+    assert summary["findings"] and all(f["bundle"] for f in summary["findings"])
+    run = json.loads((out / "run.json").read_text())
+    assert all(w["exit"] == "done" for w in run["workers"])
+
+
+def _unexpected_cases(out: Path) -> int:
+    path = out / "cases.jsonl"
+    if not path.exists():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if '"unexpected":0' not in line)
+
+
+def test_an_adapter_the_machine_lacks_is_bad_input(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = parity(
+        "run", "--families", "add", "--max-examples", "1", "--no-database", "--jobs", "2",
+        "--adapters", "0,7", "--out", out,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("parity run: --adapters: worker 2 was given adapter 7: ")
+    assert "VULKAN_PARITY_ADAPTER=7 asks for adapter 7" in line and "Traceback" not in proc.stderr
+    assert not out.exists()  # refused before the folder was touched
