@@ -152,6 +152,8 @@ class LockstepRunner:
         self.canaries = canaries
         self.per_op = per_op
         self.adapters = {rt.name: rt.info() for rt in self.runtimes}
+        # Per runtime with a manifest: its replaced slots (the contract's per-backend view).
+        self.kernels = backend_kernels(self.runtimes)
         # Workgroups per grid dimension each runtime honours (its device's, or lowered).
         self.limits = {
             name: int(info.get("max_workgroups_per_dim", 65535))
@@ -199,7 +201,7 @@ class _CaseRun:
                     raise error
             # A backend refusing a graph its manifest's kernel declares it cannot take is
             # as expected; the others go on with the case.
-            kernels = backend_kernels(self.runner.runtimes)
+            kernels = self.runner.kernels
             load_errors = dict(loop.load_errors)
             for name, error in loop.load_errors.items():
                 if (
@@ -380,7 +382,9 @@ class _CaseRun:
                 ran = [d for d in res.dispatches if d.op == node.name and d.ran]
                 # "fold": a count above the per-dimension limit ran as a folded grid.
                 folded = {"fold"} if any(d.physical_grid != d.logical_count for d in ran) else set()
-                self.coverage.add(node.op, name, regimes | folded, {d.kernel for d in ran})
+                kernels = {d.kernel for d in ran}
+                foreign = self.runner.kernels[name].slots if name in self.runner.kernels else ()
+                self.coverage.add(node.op, name, regimes | folded, kernels, kernels & set(foreign))
 
 
 def _initial(graph: Graph, name: str) -> np.ndarray:
