@@ -478,6 +478,7 @@ class ChunkRunner:
                 run=self.meta,
                 runtimes=state.engine.runtimes,
                 shader_dirs=self.config.shader_dirs,
+                manifest=self.manifest,
                 shrunk=shrunk,
                 provisional=provisional,
             )

@@ -912,6 +912,8 @@ class BundleDoc:
         run: what it keeps of the run that found it.
         sources: hashes of the code it was found with.
         shaders: relative path -> sha256 of every shader it holds.
+        kernels: with a kernel manifest (`parity run --kernels`): `kernels/<path>` ->
+            sha256 of the manifest and every file it names, copied into the bundle.
         commands: replay commands, run from the run folder.
     """
 
@@ -935,6 +937,7 @@ class BundleDoc:
     sources: dict[str, Any] = field(default_factory=dict)
     chunk_seed: int | None = None
     shaders: dict[str, str] = field(default_factory=dict)
+    kernels: dict[str, str] = field(default_factory=dict)
     commands_cwd: str = ""
     commands: list[str] = field(default_factory=list)
 
