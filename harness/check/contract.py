@@ -149,7 +149,11 @@ class BackendKernels:
         node = next((n for n in graph.ops if n.name == err.op), None)
         if entry is None or node is None or err.requirement not in (r.text for r in entry.requires):
             return False
-        live = LiveState(graph, {t.name: t.dims for t in graph.tensors()})
+        live = LiveState(
+            graph,
+            {t.name: t.dims for t in graph.tensors()},
+            {n: 0 for n, v in graph.values.items() if isinstance(v, SymIntValue)},
+        )
         try:
             values = self.values(slot_values(node, live, err.slot))
             return err.requirement in entry.unmet_requirements(values)
