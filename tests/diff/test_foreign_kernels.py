@@ -1,0 +1,367 @@
+"""examples/foreign-kernels: kernels written in a foreign style, checked through their manifest.
+
+The folder replaces rms_norm (both slots), the q4gsw GEMM and GEMV, the HF rope (split into a
+q and a k dispatch) and embedding_q4gsw (32-wide blocks, `requires embed_dim % 32 == 0`) on
+both backends: WGSL for WebGPU, GLSL for Vulkan, rms_norm as SPIR-V compiled elsewhere
+without names (docs/bring-your-own-kernels.md walks through it).
+
+- Their ops' families run in lockstep on both runtimes built from the manifest, every oracle
+  on, and agree with the contract and the float64 reference; so do fixed cases that run
+  every replaced slot (the baseline the planted bugs are measured against).
+- A one-line bug planted in each kernel (text substitution in a temporary copy of the folder;
+  the SPIR-V recompiled from its planted source with the README's command) is found and
+  blamed on the backend whose kernel carries it.
+
+The dispatch log of a replaced slot is the manifest's design, not the project's, and a case
+breaking a kernel's `requires` is an expected refusal: `unexpected()` sets those apart until
+the lockstep runner judges replaced slots per backend itself (`parity run --kernels`).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from graph_format import Runtime
+from graph_format.kernels import KernelManifest, load_manifest
+from harness import GraphBuilder, single_op_graph
+from harness.check.divergence import Divergence, Kind
+from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.families import FAMILIES
+from harness.gen.case import Case
+from harness.model import q4
+from vulkan_ref import VulkanRuntime
+from vulkan_ref.reflection import reflect_spirv_file
+from webgpu_backend import WebGPURuntime
+
+pytestmark = pytest.mark.gpu
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "foreign-kernels"
+# The families of the ops whose slots the examples replace.
+EXAMPLE_FAMILIES = ("rms_norm", "linear_q4gsw", "rope_hf", "embedding")
+# The command examples/foreign-kernels/README.md gives for the precompiled module.
+SPIRV_COMMAND = ("glslc", "-O", "--target-env=vulkan1.1", "glsl/rms_norm.comp", "-o")
+SPIRV_SOURCE, SPIRV_MODULE = "glsl/rms_norm.comp", "spirv/rms_norm.spv"
+REQUIREMENT_BROKEN = re.compile(r"requires (.+), which this graph breaks")
+
+
+# --- what the per-backend oracles of a replaced slot leave ----------------------------------
+
+
+def _replaced_dispatches_differ(d: Divergence, manifest: KernelManifest) -> bool:
+    """Whether a dispatch divergence remains once each backend's replaced slots are left out
+    of both its log and the contract's (their counts and workgroup sizes are the manifest's
+    design), checking that a replaced slot runs exactly when the contract runs the slot."""
+    expected: list[dict[str, Any]] = d.details["expected"]
+    for backend, got in d.details["got"].items():
+        replaced = set(manifest.slots(backend))
+        if [e for e in got if e["kernel"] not in replaced] != [
+            e for e in expected if e["kernel"] not in replaced
+        ]:
+            return True
+        for slot in replaced:
+            ran = {e["ran"] for e in expected if e["kernel"] == slot}
+            if {e["ran"] for e in got if e["kernel"] == slot} != ran:
+                return True
+    return False
+
+
+def _declared_refusal(d: Divergence, manifest: KernelManifest) -> bool:
+    """A graph every refusing backend refused for a `requires` its manifest entry declares."""
+    if d.details.get("expected") is not None:
+        return False
+    for backend, message in d.details["got"].items():
+        if message == "loaded":
+            continue
+        broken = REQUIREMENT_BROKEN.search(message)
+        declared = {
+            req.text
+            for (side, _), entry in manifest.entries.items()
+            if side == backend
+            for req in entry.requires
+        }
+        if broken is None or broken.group(1) not in declared:
+            return False
+    return True
+
+
+def unexpected(result: CaseResult, manifest: KernelManifest) -> list[Divergence]:
+    """The divergences of a case that the manifest does not account for."""
+    return [
+        d
+        for d in result.divergences
+        if not (d.kind is Kind.DISPATCH and not _replaced_dispatches_differ(d, manifest))
+        and not (d.kind is Kind.BUILD_ERROR and _declared_refusal(d, manifest))
+    ]
+
+
+# --- runtimes built from a kernel folder ----------------------------------------------------
+
+
+def foreign_runner(folder: Path, **limits: int) -> tuple[LockstepRunner, KernelManifest]:
+    """Both runtimes running the folder's kernels for the slots it replaces."""
+    manifest = load_manifest(folder)
+    runtimes: list[Runtime] = [
+        WebGPURuntime(manifest=manifest, **limits),
+        VulkanRuntime(manifest=manifest, **limits),
+    ]
+    return LockstepRunner(runtimes), manifest
+
+
+@pytest.fixture(scope="module")
+def examples() -> tuple[LockstepRunner, KernelManifest]:
+    return foreign_runner(EXAMPLES)
+
+
+# --- fixed cases that run every replaced slot -----------------------------------------------
+
+
+def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def _linear(k: int, group: int, rows: list[int]) -> Case:
+    """linear_q4gsw with a bias, N = 13 (scales padded to 16 columns), one step per M."""
+    rng = np.random.default_rng(7)
+    n = 13
+    packed, scales = q4.quantize(rng.standard_normal((n, k)), group)
+    b = GraphBuilder()
+    x = b.input("x", "float32", [max(rows), k])
+    out = b.op(
+        "linear_q4gsw",
+        name="linear",
+        out_dims=[max(rows), n],
+        x=x,
+        weight=b.constant("weight", packed),
+        scales=b.constant("scales", scales),
+        group_size=b.int(group, "group_size"),
+        bias=b.constant("bias", _f32(rng, n)),
+    )
+    b.output(out)
+    return Case(b.build(), [{"x": _f32(rng, m, k)} for m in rows], name=f"linear K={k}")
+
+
+def _fixed_cases() -> dict[str, Case]:
+    rng = np.random.default_rng(5)
+    rms = single_op_graph(
+        "rms_norm",
+        {"x": _f32(rng, 3, 30), "weight": _f32(rng, 30), "eps": 1e-5},
+        constants={"weight"},
+    )
+    rms_vec4 = single_op_graph(
+        "rms_norm",
+        {"x": _f32(rng, 5, 96), "weight": _f32(rng, 96), "eps": 1e-6},
+        constants={"weight"},
+    )
+    rope = single_op_graph(
+        "apply_rotary_emb_hf",
+        {
+            "xq": _f32(rng, 2, 3, 4, 8),
+            "xk": _f32(rng, 2, 3, 2, 8),
+            "cos": _f32(rng, 9, 8),
+            "sin": _f32(rng, 9, 8),
+            "start_pos": 2,
+        },
+        constants={"cos", "sin"},
+    )
+    vocab, dim, group = 9, 64, 16
+    embedding = single_op_graph(
+        "embedding_q4gsw",
+        {
+            "weight": rng.integers(0, 256, (vocab, dim // 2), dtype=np.uint8),
+            "scales": rng.uniform(0.1, 1.0, (vocab, dim // group)).astype(np.float32),
+            "group_size": group,
+            "indices": rng.integers(0, vocab, (2, 3)).astype(np.int32),
+        },
+        constants={"weight", "scales"},
+    )
+    return {
+        "rms_norm": rms,
+        "rms_norm_vec4": rms_vec4,
+        # K = 60: a padded last word (4 bytes more per row than K / 2), the GEMM alone.
+        "q4gsw_gemm": _linear(60, 20, [5, 1]),
+        # K = 64, two scale groups: the GEMM at M = 3, then the GEMV at M = 1.
+        "q4gsw_gemv": _linear(64, 32, [3, 1]),
+        "rotary_emb_hf": rope,
+        "embedding_q4gsw": embedding,
+    }
+
+
+FIXED = _fixed_cases()
+
+
+def _slots_run(result: CaseResult) -> dict[str, set[str]]:
+    """The slots each backend ran in a case."""
+    ran: dict[str, set[str]] = {}
+    for step in result.steps:
+        for backend, seen in step.backends.items():
+            ran.setdefault(backend, set()).update(d["kernel"] for d in seen.dispatches if d["ran"])
+    return ran
+
+
+# --- the examples pass ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("slot", sorted(FIXED))
+def test_the_examples_pass_on_a_case_running_their_slot(
+    examples: tuple[LockstepRunner, KernelManifest], slot: str
+) -> None:
+    runner, manifest = examples
+    result = runner.run(FIXED[slot])
+    assert unexpected(result, manifest) == []
+    assert result.steps and all(slot in ran for ran in _slots_run(result).values())
+
+
+@pytest.mark.parametrize("family", EXAMPLE_FAMILIES)
+@given(data=st.data())
+def test_the_examples_agree_over_their_families(
+    examples: tuple[LockstepRunner, KernelManifest], family: str, data: st.DataObject
+) -> None:
+    """Every case of the family: the contract's dims and refusals, canaries, the float64
+    reference within budget on both backends, the manifest's dispatches."""
+    runner, manifest = examples
+    result = runner.run(data.draw(FAMILIES[family](), label=family))
+    assert unexpected(result, manifest) == []
+
+
+def test_a_graph_breaking_a_requirement_is_refused_by_both_kernels(
+    examples: tuple[LockstepRunner, KernelManifest],
+) -> None:
+    """An embedding width of 48 breaks `embed_dim % 32 == 0`: both backends refuse the graph
+    at load, naming the requirement, and that is the only divergence."""
+    rng = np.random.default_rng(3)
+    case = single_op_graph(
+        "embedding_q4gsw",
+        {
+            "weight": rng.integers(0, 256, (4, 24), dtype=np.uint8),
+            "scales": np.ones((4, 3), np.float32),
+            "group_size": 16,
+            "indices": np.array([1, 2], np.int32),
+        },
+        constants={"weight", "scales"},
+    )
+    runner, manifest = examples
+    result = runner.run(case)
+    (refusal,) = result.divergences
+    assert refusal.kind is Kind.BUILD_ERROR
+    assert set(refusal.details["got"]) == {"webgpu", "vulkan"}
+    assert unexpected(result, manifest) == []
+
+
+# --- planted bugs ---------------------------------------------------------------------------
+
+# (file, slot whose fixed case shows it, the line as shipped, the line with the bug)
+PLANTS = [
+    (
+        "wgsl/rms_norm.wgsl",
+        "rms_norm",
+        "inverseSqrt(lane_sums[0] / f32(width) + settings.epsilon)",
+        "inverseSqrt(lane_sums[0] / f32(LANES) + settings.epsilon)",  # mean over the lanes
+    ),
+    (
+        "wgsl/q4_gemm.wgsl",
+        "q4gsw_gemm",
+        "let shift = 8u * (byte_at % 4u) + 4u * (k % 2u);",
+        "let shift = 8u * (byte_at % 4u) + 4u * ((k + 1u) % 2u);",  # nibbles swapped
+    ),
+    (
+        "wgsl/q4_gemv.wgsl",
+        "q4gsw_gemv",
+        "dot = fma(q, vec_in[w * 8u + j], dot);",
+        "dot = fma(q, vec_in[w * 8u + 7u - j], dot);",  # nibbles in reverse order
+    ),
+    (
+        "wgsl/rope_hf.wgsl",
+        "rotary_emb_hf",
+        "t_out[at + h] = hi * t_cos[table + col + h] + lo * t_sin[table + col + h];",
+        "t_out[at + h] = hi * t_cos[table + col] + lo * t_sin[table + col];",  # 1st half columns
+    ),
+    (
+        "wgsl/embed_q4.wgsl",
+        "embedding_q4gsw",
+        "f32(i32((packed >> (4u * j)) & 0xFu) - 8)",
+        "f32(i32((packed >> (4u * j)) & 0x7u) - 8)",  # a 3-bit mask
+    ),
+    (
+        SPIRV_SOURCE,
+        "rms_norm_vec4",
+        "for (uint half_lanes = lanes / 2; half_lanes > 0; half_lanes /= 2) {",
+        "for (uint half_lanes = lanes / 2; half_lanes > 1; half_lanes /= 2) {",  # one level short
+    ),
+    (
+        "glsl/q4_gemm.comp",
+        "q4gsw_gemm",
+        "const uint byte_at = col * dims.k_bytes + k / 2;",
+        "const uint byte_at = col * (dims.k_len / 2) + k / 2;",  # rows taken as K / 2 bytes
+    ),
+    (
+        "glsl/q4_gemv.comp",
+        "q4gsw_gemv",
+        "w_scale[(w / mv.group_words) * mv.scale_cols + feature]",
+        "w_scale[(w / mv.group_words) * mv.features + feature]",  # scale rows of N, not N_pad
+    ),
+    (
+        "glsl/rope_hf.comp",
+        "rotary_emb_hf",
+        "const uint table = (rope.start + token) * 2 * h;",
+        "const uint table = token * 2 * h;",  # start_pos forgotten
+    ),
+    (
+        "glsl/embed_q4.comp",
+        "embedding_q4gsw",
+        "w_scale[vocab_row * info.group_count + d / info.group]",
+        "w_scale[vocab_row * info.group_count + first_dim / info.group]",  # one scale a block
+    ),
+]
+
+
+@pytest.fixture()
+def planted_folder(tmp_path: Path) -> Iterator[Path]:
+    """A copy of the examples to plant a bug in."""
+    folder = tmp_path / "foreign-kernels"
+    shutil.copytree(EXAMPLES, folder)
+    yield folder
+
+
+def plant(folder: Path, file: str, old: str, new: str) -> None:
+    """Replace the one occurrence of `old` in the folder's `file`, recompiling the SPIR-V
+    module when `file` is its source."""
+    path = folder / file
+    source = path.read_text()
+    assert source.count(old) == 1, f"{file} holds {source.count(old)} copies of {old!r}"
+    path.write_text(source.replace(old, new))
+    if file == SPIRV_SOURCE:
+        subprocess.run([*SPIRV_COMMAND, SPIRV_MODULE], cwd=folder, check=True)
+
+
+@pytest.mark.parametrize(
+    ("file", "slot", "old", "new"), PLANTS, ids=[f"{p[0]}:{p[1]}" for p in PLANTS]
+)
+def test_a_bug_planted_in_a_kernel_is_found_and_blamed_on_its_backend(
+    planted_folder: Path, file: str, slot: str, old: str, new: str
+) -> None:
+    plant(planted_folder, file, old, new)
+    runner, manifest = foreign_runner(planted_folder)
+    result = runner.run(FIXED[slot])
+    found = unexpected(result, manifest)
+    backend = "webgpu" if file.startswith("wgsl/") else "vulkan"
+    assert found, f"the bug planted in {file} went unnoticed"
+    assert {d.blame for d in found} == {backend}, [str(d) for d in found]
+    assert {d.kind for d in found} <= {Kind.NUMERIC, Kind.NAN_INF}, [str(d) for d in found]
+
+
+def test_the_shipped_spirv_carries_no_names_and_is_bound_by_index() -> None:
+    """spirv/rms_norm.spv was compiled as another project's build would (README.md): without
+    debug names, so the manifest binds it by index, and the examples pass with it."""
+    module = reflect_spirv_file(EXAMPLES / SPIRV_MODULE)
+    assert not module.has_debug_names
+    assert [b.binding for b in module.bindings] == [0, 1, 2]
