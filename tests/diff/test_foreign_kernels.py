@@ -11,6 +11,10 @@ without names (docs/bring-your-own-kernels.md walks through it).
 - A one-line bug planted in each kernel (text substitution in a temporary copy of the folder;
   the SPIR-V recompiled from its planted source with the README's command) is found and
   blamed on the backend whose kernel carries it.
+- The tutorial of docs/bring-your-own-kernels.md: its manifests, step by step, give the
+  refusals it quotes word for word, then the finding of the wrong units, then nothing.
+- `parity run --kernels examples/foreign-kernels --profile pr` exits 0 (once the command
+  takes `--kernels`).
 
 The dispatch log of a replaced slot is the manifest's design, not the project's, and a case
 breaking a kernel's `requires` is an expected refusal: `unexpected()` sets those apart until
@@ -388,3 +392,58 @@ def test_parity_run_with_the_examples_exits_clean(tmp_path: Path) -> None:
         "--no-database", "--no-expectations", "--jobs", "1", "--out", tmp_path / "run",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- the tutorial tells the truth -----------------------------------------------------------
+
+DOC = EXAMPLES.parents[1] / "docs" / "bring-your-own-kernels.md"
+
+
+def _tutorial_blocks() -> list[tuple[str, str]]:
+    """(language, text) of each fenced block of the doc's tutorial, in order."""
+    text = DOC.read_text()
+    start = text.index("## Tutorial: from refused to checked")
+    section = text[start : text.index("\n## ", start + 1)]
+    return re.findall(r"```(\w*)\n(.*?)```", section, re.S)
+
+
+def _manifest_after(fragments: list[str]) -> str:
+    """The tutorial's manifest after these fragments: each line `key = value` replaces an
+    earlier line of the same key, as the reader edits the file."""
+    lines: dict[str, str] = {}
+    for fragment in fragments:
+        for line in fragment.splitlines():
+            key = line.split("=")[0].strip() if "=" in line and not line.startswith("[") else line
+            if key and not key.startswith("#"):
+                lines[key] = line
+    return "\n".join(lines.values()) + "\n"
+
+
+def test_the_tutorial_steps_give_the_errors_and_findings_it_shows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each manifest of docs/bring-your-own-kernels.md's tutorial, on the K = 60 GEMM case:
+    the refusals it quotes, word for word; the finding of the wrong units; then clean."""
+    blocks = _tutorial_blocks()
+    manifests = [text for lang, text in blocks if lang == "toml"]
+    quoted = [text.strip() for lang, text in blocks if lang == "" and "\n" not in text.strip()]
+    assert len(manifests) == 4 and len(quoted) == 3, (manifests, quoted)
+    monkeypatch.chdir(tmp_path)
+    folder = Path("my-kernels")
+    folder.mkdir()
+    shutil.copy(EXAMPLES / "wgsl" / "q4_gemm.wgsl", folder / "q4_gemm.wgsl")
+    seen: list[list[Divergence]] = []
+    for step in range(len(manifests)):
+        (folder / "kernels.toml").write_text(_manifest_after(manifests[: step + 1]))
+        runner, manifest = foreign_runner(folder)
+        seen.append(unexpected(runner.run(FIXED["q4gsw_gemm"]), manifest))
+    refused_bindings, refused_params, wrong_units, checked = seen
+    for found, line in [(refused_bindings, quoted[0]), (refused_params, quoted[1])]:
+        (refusal,) = found
+        assert (refusal.kind, refusal.blame) == (Kind.BUILD_ERROR, "webgpu")
+        assert refusal.message.startswith(line), (refusal.message, line)
+    finding = quoted[2].removeprefix("numeric, blamed on webgpu: ")
+    assert any(
+        d.kind is Kind.NUMERIC and d.blame == "webgpu" and finding in d.message for d in wrong_units
+    ), [str(d) for d in wrong_units]
+    assert checked == []
