@@ -30,7 +30,7 @@ from graph_format import (
 from harness.check.contract import ModelStep
 from harness.check.divergence import MODEL, Divergence, Kind, blame_from
 from harness.check.reference import OpEvaluation, op_args
-from harness.model import ExpectedDispatch, arg_values
+from harness.model import ExpectedDispatch, arg_values, local_budget
 from harness.model.numerics import Comparison, compare
 from harness.ops import model_for
 
@@ -612,7 +612,7 @@ def check_ops(
             args.update(known.state_after)  # the state as the reference updated it
         else:
             outs = model.reference(node, args)
-            budgets = model.budget(node, args, outs)
+            budgets = local_budget(graph, node, args, outs)
         checks = [
             (node.outputs[slot], outs[slot], budgets[slot])
             for slot in node.outputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from harness.gen.blocks import float_array, leading_dims, seeds, step_dims
+from harness.gen.blocks import family_dtype, float_array, leading_dims, seeds, step_dims
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
@@ -21,17 +21,18 @@ def dag_cases(draw: st.DrawFn) -> Case:
     reads a stale co-input goes wrong.
     """
     seed = draw(seeds())
+    dtype = draw(family_dtype("dag"))
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims(min_rank=2, max_rank=3, max_size=16))
     width = draw(st.sampled_from([8, 12, 30, 64]))
     b = GraphBuilder()
-    x = b.input("x", "float32", [d.max_size for d in leading] + [width])
+    x = b.input("x", dtype, [d.max_size for d in leading] + [width])
     eps = b.float(1e-6, "eps")
 
     def branch(depth: int) -> str:
         value = x
         for _ in range(depth):
-            w = b.constant(b.fresh("w"), float_array(rng, [width]))
+            w = b.constant(b.fresh("w"), float_array(rng, [width], dtype=dtype))
             value = b.op("rms_norm", x=value, weight=w, eps=eps)
         return value
 
@@ -44,6 +45,6 @@ def dag_cases(draw: st.DrawFn) -> Case:
         current = b.op(draw(st.sampled_from(["add", "mul"])), a=current, b=other)
     b.output(current)
     steps: list[StepInputs] = [
-        {"x": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
+        {"x": float_array(rng, [*lead, width], dtype=dtype)} for lead in draw(step_dims(leading))
     ]
-    return Case(b.build(), steps, name="dag", meta={"seed": seed, "family": "dag"})
+    return Case(b.build(), steps, name="dag", meta={"seed": seed, "family": "dag", "dtype": dtype})

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
 from harness.gen.blocks import (
+    family_dtype,
     float_array,
     leading_dims,
     row_widths,
@@ -181,17 +182,18 @@ SILU_MUL = register("silu_mul", SiluMulModel())
 def unary_cases(draw: st.DrawFn, op: str) -> Case:
     """sigmoid or silu over dynamic leading dims; magnitudes up to ~60 exercise exp's error."""
     seed = draw(seeds())
+    dtype = draw(family_dtype(op))
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims())
     width = draw(row_widths())
     scale = draw(st.sampled_from([1.0, 4.0, 16.0]))
     b = GraphBuilder()
-    x = b.input("x", "float32", [d.max_size for d in leading] + [width])
+    x = b.input("x", dtype, [d.max_size for d in leading] + [width])
     b.output(b.op(op, name=op, x=x))
     steps: list[StepInputs] = [
-        {"x": float_array(rng, [*lead, width], scale)} for lead in draw(step_dims(leading))
+        {"x": float_array(rng, [*lead, width], scale, dtype)} for lead in draw(step_dims(leading))
     ]
-    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": op})
+    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": op, "dtype": dtype})
 
 
 @family("silu_mul", exercises={"silu_mul"})
@@ -199,13 +201,14 @@ def unary_cases(draw: st.DrawFn, op: str) -> Case:
 def silu_mul_cases(draw: st.DrawFn) -> Case:
     """The fused silu(gate) * up; now and then a step whose up has another live shape."""
     seed = draw(seeds())
+    dtype = draw(family_dtype("silu_mul"))
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims())
     width = draw(row_widths())
     scale = draw(st.sampled_from([1.0, 4.0, 16.0]))
     b = GraphBuilder()
     dims = [d.max_size for d in leading] + [width]
-    gate, up = b.input("gate", "float32", dims), b.input("up", "float32", dims)
+    gate, up = b.input("gate", dtype, dims), b.input("up", dtype, dims)
     b.output(b.op("silu_mul", name="silu_mul", gate=gate, up=up))
     steps: list[StepInputs] = []
     for lead in draw(step_dims(leading)):
@@ -213,8 +216,14 @@ def silu_mul_cases(draw: st.DrawFn) -> Case:
         up_live = list(live)
         if draw(st.integers(0, 9)) == 0 and live[-1] > 1:
             up_live[-1] -= 1  # refused by both: gate and up must match
-        steps.append({"gate": float_array(rng, live, scale), "up": float_array(rng, up_live)})
-    return Case(b.build(), steps, name="silu_mul", meta={"seed": seed, "family": "silu_mul"})
+        steps.append(
+            {
+                "gate": float_array(rng, live, scale, dtype),
+                "up": float_array(rng, up_live, dtype=dtype),
+            }
+        )
+    meta = {"seed": seed, "family": "silu_mul", "dtype": dtype}
+    return Case(b.build(), steps, name="silu_mul", meta=meta)
 
 
 # ---------------------------------------------------------------------------- random graphs

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode
 from harness.gen.blocks import (
     DynamicDim,
+    case_dtypes,
     float_array,
     leading_dims,
     seeds,
@@ -132,6 +133,7 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     op = op or draw(st.sampled_from(["add", "mul"]))
+    dtype = draw(case_dtypes([op]))
     leading = draw(leading_dims(max_rank=3))
     width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
     out_dims = [*leading, DynamicDim(width, False)]
@@ -154,7 +156,7 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
         max_dims = [
             1 if m == _ONE else out_dims[offset + j].max_size for j, m in enumerate(dims_modes)
         ]
-        names.append(b.input("ab"[k], "float32", max_dims))
+        names.append(b.input("ab"[k], dtype, max_dims))
     b.output(b.op(op, a=names[0], b=names[1], out_dims=[d.max_size for d in out_dims]))
     steps: list[StepInputs] = []
     for lead in draw(step_dims(leading)):
@@ -168,9 +170,10 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
                 if m == _ONE or (m == _EITHER and draw(st.booleans())):
                     size = 1
                 live.append(size)
-            step["ab"[k]] = float_array(rng, live)
+            step["ab"[k]] = float_array(rng, live, dtype=dtype)
         steps.append(step)
-    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": "binary"})
+    meta = {"seed": seed, "family": "binary", "dtype": dtype}
+    return Case(b.build(), steps, name=op, meta=meta)
 
 
 # ---------------------------------------------------------------------------- random graphs

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode, ScalarValue
 from harness.gen.blocks import (
+    family_dtype,
     float_array,
     head_dims,
     live_sequences,
@@ -153,13 +154,14 @@ def view_cases(draw: st.DrawFn) -> Case:
     numel (refused by both); the view back to [1, S, H*D] takes a sym_size of the view.
     """
     seed = draw(seeds())
+    dtype = draw(family_dtype("view"))
     rng = np.random.default_rng(seed)
     max_seq, heads, dim = draw(st.integers(1, 24)), draw(st.integers(1, 4)), draw(head_dims())
     from_input = draw(st.booleans())
     b = GraphBuilder()
-    x = b.input("x", "float32", [1, max_seq, heads * dim])
+    x = b.input("x", dtype, [1, max_seq, heads * dim])
     n = b.symint_input("n") if from_input else None
-    w = b.constant("w", float_array(rng, [heads * dim]))
+    w = b.constant("w", float_array(rng, [heads * dim], dtype=dtype))
     h = b.op("rms_norm", name="norm", x=x, weight=w, eps=b.float(1e-6))
     seq = n or b.op("sym_size", name="seq", x=h, dim=b.int(-2, "dim"))
     one = b.int(1, "one")
@@ -181,12 +183,14 @@ def view_cases(draw: st.DrawFn) -> Case:
     b.output(split, merged)
     steps: list[StepInputs] = []
     for s in draw(live_sequences(max_seq)):
-        step: StepInputs = {"x": float_array(rng, [1, s, heads * dim])}
+        step: StepInputs = {"x": float_array(rng, [1, s, heads * dim], dtype=dtype)}
         if n is not None:
             wrong = draw(st.integers(0, 9)) == 0
             step["n"] = s % max_seq + 1 if wrong and max_seq > 1 else s
         steps.append(step)
-    return Case(b.build(), steps, name="view", meta={"seed": seed, "family": "view"})
+    return Case(
+        b.build(), steps, name="view", meta={"seed": seed, "family": "view", "dtype": dtype}
+    )
 
 
 # ---------------------------------------------------------------------------- random graphs
