@@ -159,3 +159,17 @@ def test_f16_data_are_the_f32_data_rounded() -> None:
     f16 = blocks.float_array(np.random.default_rng(3), [4, 5], dtype="float16")
     assert f16.dtype == np.float16
     np.testing.assert_array_equal(f16, f32.astype(np.float16))
+
+
+def test_a_record_keeps_the_precision_of_its_divergence_and_why_a_case_was_unavailable() -> None:
+    from harness.run.records import CaseRecord, DivergenceRecord, from_json, plain
+
+    record = DivergenceRecord("numeric", "webgpu", 0, op_type="rms_norm", factor=30.0)
+    half = DivergenceRecord(
+        "numeric", "webgpu", 0, op_type="rms_norm", factor=30.0, dtype="float16"
+    )
+    assert str(record.bug) == "rms_norm|numeric|webgpu|x10"
+    assert str(half.bug) == "rms_norm@float16|numeric|webgpu|x10"
+    assert from_json(DivergenceRecord, plain(half.to_json())).bug == half.bug
+    case = CaseRecord("f/0", "f", 0, "0" * 12, [], [], 0, 0, [], unavailable="vulkan: f16 ...")
+    assert from_json(CaseRecord, plain(case.to_json())).unavailable == "vulkan: f16 ..."
