@@ -61,6 +61,7 @@ from graph_format import (
     SIGNATURES,
     Dims,
     Graph,
+    GraphBuildError,
     OpNode,
     ResizeError,
     SymIntValue,
@@ -167,6 +168,23 @@ def tensors(node: OpNode, graph: Graph, *slots: str) -> tuple[TensorValue, ...]:
     load-time `check` reads, e.g. `x, weight, out = tensors(node, graph, "x", "weight", "out")`.
     """
     return tuple(graph.tensor(slot_name(node, slot)) for slot in slots)
+
+
+def uniform_float_dtype(node: OpNode, graph: Graph, *slots: str, name_tensor: bool = True) -> str:
+    """The one float dtype of the tensors of `slots` (float32, or float16 for the op's
+    `_f16` kernels): the first one's, when it is a float type. Otherwise raise the
+    `GraphBuildError` both backends raise, naming the first tensor of another dtype (or no
+    tensor, for an op whose backends name none)."""
+    found = tensors(node, graph, *slots)
+    want = found[0].dtype if found[0].dtype in FLOAT_DTYPES else "float32"
+    for t in found:
+        if t.dtype != want:
+            raise GraphBuildError(
+                node.name,
+                f"{node.op} takes all float32 or all float16; {t.name!r} is {t.dtype}",
+                tensor=t.name if name_tensor else None,
+            )
+    return want
 
 
 def optional_tensor(node: OpNode, graph: Graph, slot: str) -> TensorValue | None:

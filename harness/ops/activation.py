@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from harness.gen.blocks import (
     family_dtype,
     float_array,
@@ -42,6 +42,7 @@ from harness.model import (
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import (
     DIVISOR_LIMIT,
@@ -85,18 +86,19 @@ class UnaryActivationModel:
 
     activations = ("x",)
     required_regimes = ("size=1", "size=max")
+    dtypes = FLOAT_DTYPES
 
     def __init__(self, op: str) -> None:
         self.op = op
+        half = "unary_activation_f16"
         self.kernels = kernels(
-            KernelSpec(op, "unary_activation", "unary_activation", (rw("out"), ro("x")))
+            KernelSpec(op, "unary_activation", "unary_activation", (rw("out"), ro("x"))),
+            KernelSpec(f"{op}_f16", half, half, (rw("out", "f16"), ro("x", "f16"))),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         x, out = tensors(node, graph, "x", "out")
-        for t in (x, out):
-            if t.dtype != "float32":
-                raise GraphBuildError(node.name, f"{self.op} is float32 only", tensor=t.name)
+        uniform_float_dtype(node, graph, "x", "out")
         if out.dims != x.dims:
             raise GraphBuildError(node.name, "out dims != x dims", tensor=out.name)
 
@@ -105,7 +107,8 @@ class UnaryActivationModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "x")), WORKGROUP[0])
-        return [(node.name, self.op, WORKGROUP, (count, 1, 1), True)]
+        kernel = dtype_slot(self.op, live.graph.tensor(node.arg("x")).dtype)
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         x = args["x"]
@@ -126,15 +129,20 @@ class SiluMulModel:
 
     activations = ("gate", "up")
     required_regimes = ("size=1", "size=max")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
-        KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up")))
+        KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up"))),
+        KernelSpec(
+            "silu_mul_f16",
+            "silu_mul_f16",
+            "silu_mul_f16",
+            (rw("out", "f16"), ro("gate", "f16"), ro("up", "f16")),
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         gate, up, out = tensors(node, graph, "gate", "up", "out")
-        for t in (gate, up, out):
-            if t.dtype != "float32":
-                raise GraphBuildError(node.name, "silu_mul is float32 only", tensor=t.name)
+        uniform_float_dtype(node, graph, "gate", "up", "out")
         if up.dims != gate.dims:
             raise GraphBuildError(node.name, "up dims != gate dims", tensor=up.name)
         if out.dims != gate.dims:
@@ -148,7 +156,8 @@ class SiluMulModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "gate")), WORKGROUP[0])
-        return [(node.name, "silu_mul", WORKGROUP, (count, 1, 1), True)]
+        kernel = dtype_slot("silu_mul", live.graph.tensor(node.arg("gate")).dtype)
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         g, up = args["gate"], args["up"]

@@ -2,7 +2,8 @@
 
 Kernel design (both backends): one dispatch slot, 64 invocations per workgroup, one per
 output element, logical count ceil(numel(out) / 64); kernel `<op>_flat` when the two live
-shapes are equal and `<op>_broadcast` otherwise. Live shapes that do not broadcast are
+shapes are equal and `<op>_broadcast` otherwise (`<op>_flat_f16`, `<op>_broadcast_f16` in
+half precision: load f16, compute in f32, store f16). Live shapes that do not broadcast are
 refused (`InputError` reason "broadcast").
 """
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Dims, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from harness.gen.blocks import (
     DynamicDim,
     case_dtypes,
@@ -38,6 +39,7 @@ from harness.model import (
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import SAFETY, U32
 
@@ -57,19 +59,22 @@ class BinaryModel:
 
     activations = ("a", "b")
     required_regimes = ("size=1", "size=max", "step=shrink")
+    dtypes = FLOAT_DTYPES
 
     def __init__(self, op: str) -> None:
         self.op = op
         bindings = (rw("out"), ro("a"), ro("b"))
+        half = (rw("out", "f16"), ro("a", "f16"), ro("b", "f16"))
         self.kernels = kernels(
             KernelSpec(f"{op}_flat", "binary_flat", "binary_flat", bindings),
             KernelSpec(f"{op}_broadcast", "binary_broadcast", "binary_broadcast", bindings),
+            KernelSpec(f"{op}_flat_f16", "binary_flat_f16", "binary_flat_f16", half),
+            KernelSpec(f"{op}_broadcast_f16", "binary_broadcast_f16", "binary_broadcast_f16", half),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         a, b, out = tensors(node, graph, "a", "b", "out")
-        if any(t.dtype != "float32" for t in (a, b, out)):
-            raise GraphBuildError(node.name, f"{self.op} is float32 only")
+        uniform_float_dtype(node, graph, "a", "b", "out", name_tensor=False)
         if any(len(t.dims) > 4 for t in (a, b, out)):
             raise GraphBuildError(node.name, "rank above 4")
         if broadcast(a.dims, b.dims) != out.dims:
@@ -84,8 +89,9 @@ class BinaryModel:
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         a, b = live.of(node, "a"), live.of(node, "b")
         variant = "flat" if a == b else "broadcast"
+        kernel = dtype_slot(f"{self.op}_{variant}", live.graph.tensor(node.outputs["out"]).dtype)
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
-        return [(node.name, f"{self.op}_{variant}", WORKGROUP, (count, 1, 1), True)]
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def _apply(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out: np.ndarray = a + b if self.op == "add" else a * b

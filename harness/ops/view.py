@@ -18,7 +18,15 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode, ScalarValue
+from graph_format import (
+    FLOAT_DTYPES,
+    Graph,
+    GraphBuildError,
+    InputError,
+    OpNode,
+    ScalarValue,
+    dtype_slot,
+)
 from harness.gen.blocks import (
     family_dtype,
     float_array,
@@ -47,7 +55,7 @@ from harness.model import (
 )
 
 WORKGROUP = (64, 1, 1)
-VIEW_DTYPES = ("float32", "int32")
+VIEW_DTYPES = ("float32", "int32", "float16")
 
 
 class ViewCopyModel:
@@ -55,14 +63,20 @@ class ViewCopyModel:
 
     activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=shrink")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
-        KernelSpec("view_copy", "view_copy", "view_copy", (rw("out", "u32"), ro("x", "u32")))
+        KernelSpec("view_copy", "view_copy", "view_copy", (rw("out", "u32"), ro("x", "u32"))),
+        KernelSpec(
+            "view_copy_f16", "view_copy_f16", "view_copy_f16", (rw("out", "f16"), ro("x", "f16"))
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         x, out = tensors(node, graph, "x", "out")
         if x.dtype not in VIEW_DTYPES:
-            raise GraphBuildError(node.name, "view_copy copies float32 or int32", tensor=x.name)
+            raise GraphBuildError(
+                node.name, "view_copy copies float32, int32 or float16", tensor=x.name
+            )
         if out.dtype != x.dtype:
             raise GraphBuildError(node.name, "out dtype != x dtype", tensor=out.name)
         sizes = node.size_list("sizes")
@@ -90,7 +104,8 @@ class ViewCopyModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "x")), WORKGROUP[0])
-        return [(node.name, "view_copy", WORKGROUP, (count, 1, 1), True)]
+        kernel = dtype_slot("view_copy", live.graph.tensor(node.arg("x")).dtype)
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         return {"out": args["x"].reshape(args["sizes"])}
@@ -104,6 +119,16 @@ class ViewCopyModel:
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         return {"out": np.zeros(outputs["out"].shape)}  # a bitwise copy: exact
+
+    def half_budget(
+        self,
+        node: OpNode,
+        args: Args,
+        outputs: Mapping[str, np.ndarray],
+        budgets: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """In half precision too: a copy of f16 elements rounds nothing."""
+        return dict(budgets)
 
 
 class SymSizeModel:
