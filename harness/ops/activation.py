@@ -191,16 +191,17 @@ SILU_MUL = register("silu_mul", SiluMulModel())
 def unary_cases(draw: st.DrawFn, op: str) -> Case:
     """sigmoid or silu over dynamic leading dims; magnitudes up to ~60 exercise exp's error."""
     seed = draw(seeds())
-    dtype = draw(family_dtype(op))
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims())
     width = draw(row_widths())
     scale = draw(st.sampled_from([1.0, 4.0, 16.0]))
+    lives = draw(step_dims(leading))
+    dtype = draw(family_dtype(op))  # last: the shape draws stay where they were
     b = GraphBuilder()
     x = b.input("x", dtype, [d.max_size for d in leading] + [width])
     b.output(b.op(op, name=op, x=x))
     steps: list[StepInputs] = [
-        {"x": float_array(rng, [*lead, width], scale, dtype)} for lead in draw(step_dims(leading))
+        {"x": float_array(rng, [*lead, width], scale, dtype)} for lead in lives
     ]
     return Case(b.build(), steps, name=op, meta={"seed": seed, "family": op, "dtype": dtype})
 
@@ -210,21 +211,24 @@ def unary_cases(draw: st.DrawFn, op: str) -> Case:
 def silu_mul_cases(draw: st.DrawFn) -> Case:
     """The fused silu(gate) * up; now and then a step whose up has another live shape."""
     seed = draw(seeds())
-    dtype = draw(family_dtype("silu_mul"))
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims())
     width = draw(row_widths())
     scale = draw(st.sampled_from([1.0, 4.0, 16.0]))
-    b = GraphBuilder()
-    dims = [d.max_size for d in leading] + [width]
-    gate, up = b.input("gate", dtype, dims), b.input("up", dtype, dims)
-    b.output(b.op("silu_mul", name="silu_mul", gate=gate, up=up))
-    steps: list[StepInputs] = []
+    shapes = []
     for lead in draw(step_dims(leading)):
         live = [*lead, width]
         up_live = list(live)
         if draw(st.integers(0, 9)) == 0 and live[-1] > 1:
             up_live[-1] -= 1  # refused by both: gate and up must match
+        shapes.append((live, up_live))
+    dtype = draw(family_dtype("silu_mul"))  # last: the shape draws stay where they were
+    b = GraphBuilder()
+    dims = [d.max_size for d in leading] + [width]
+    gate, up = b.input("gate", dtype, dims), b.input("up", dtype, dims)
+    b.output(b.op("silu_mul", name="silu_mul", gate=gate, up=up))
+    steps: list[StepInputs] = []
+    for live, up_live in shapes:
         steps.append(
             {
                 "gate": float_array(rng, live, scale, dtype),

@@ -139,7 +139,6 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     op = op or draw(st.sampled_from(["add", "mul"]))
-    dtype = draw(case_dtypes([op]))
     leading = draw(leading_dims(max_rank=3))
     width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
     out_dims = [*leading, DynamicDim(width, False)]
@@ -155,6 +154,21 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
         second = modes[1][i - offset] if i >= offset else _ONE
         if modes[0][i] == _ONE and second == _ONE:
             modes[0][i] = _FOLLOW
+    shapes: list[list[list[int]]] = []  # per step, each input's live dims
+    for lead in draw(step_dims(leading)):
+        live_out = [*lead, width]
+        step_shapes = []
+        for dims_modes in modes:
+            offset = len(out_dims) - len(dims_modes)
+            live = []
+            for j, m in enumerate(dims_modes):
+                size = live_out[offset + j]
+                if m == _ONE or (m == _EITHER and draw(st.booleans())):
+                    size = 1
+                live.append(size)
+            step_shapes.append(live)
+        shapes.append(step_shapes)
+    dtype = draw(case_dtypes([op]))  # last: the shape draws stay where they were
     b = GraphBuilder()
     names = []
     for k, dims_modes in enumerate(modes):
@@ -164,20 +178,10 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
         ]
         names.append(b.input("ab"[k], dtype, max_dims))
     b.output(b.op(op, a=names[0], b=names[1], out_dims=[d.max_size for d in out_dims]))
-    steps: list[StepInputs] = []
-    for lead in draw(step_dims(leading)):
-        live_out = [*lead, width]
-        step: StepInputs = {}
-        for k, dims_modes in enumerate(modes):
-            offset = len(out_dims) - len(dims_modes)
-            live = []
-            for j, m in enumerate(dims_modes):
-                size = live_out[offset + j]
-                if m == _ONE or (m == _EITHER and draw(st.booleans())):
-                    size = 1
-                live.append(size)
-            step["ab"[k]] = float_array(rng, live, dtype=dtype)
-        steps.append(step)
+    steps: list[StepInputs] = [
+        {"ab"[k]: float_array(rng, live, dtype=dtype) for k, live in enumerate(step_shapes)}
+        for step_shapes in shapes
+    ]
     meta = {"seed": seed, "family": "binary", "dtype": dtype}
     return Case(b.build(), steps, name=op, meta=meta)
 

@@ -121,17 +121,18 @@ MODEL = register("rms_norm", RmsNormModel())
 def rms_norm_cases(draw: st.DrawFn) -> Case:
     """A single rms_norm over an input with dynamic leading dims."""
     seed = draw(seeds())
-    dtype = draw(family_dtype("rms_norm"))
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims())
     width = draw(row_widths())
     eps = draw(st.sampled_from([1e-6, 1e-5]))
+    lives = draw(step_dims(leading))
+    dtype = draw(family_dtype("rms_norm"))  # last: the shape draws stay where they were
     b = GraphBuilder()
     x = b.input("x", dtype, [d.max_size for d in leading] + [width])
     w = b.constant("weight", float_array(rng, [width], dtype=dtype))
     b.output(b.op("rms_norm", x=x, weight=w, eps=b.float(eps)))
     steps: list[StepInputs] = [
-        {"x": float_array(rng, [*lead, width], dtype=dtype)} for lead in draw(step_dims(leading))
+        {"x": float_array(rng, [*lead, width], dtype=dtype)} for lead in lives
     ]
     meta = {"seed": seed, "family": "rms_norm", "dtype": dtype}
     return Case(b.build(), steps, name="rms_norm", meta=meta)

@@ -179,10 +179,14 @@ def view_cases(draw: st.DrawFn) -> Case:
     numel (refused by both); the view back to [1, S, H*D] takes a sym_size of the view.
     """
     seed = draw(seeds())
-    dtype = draw(family_dtype("view"))
     rng = np.random.default_rng(seed)
     max_seq, heads, dim = draw(st.integers(1, 24)), draw(st.integers(1, 4)), draw(head_dims())
     from_input = draw(st.booleans())
+    lives: list[tuple[int, int | None]] = []  # per step: S, and the SymInt n when an input
+    for s in draw(live_sequences(max_seq)):
+        wrong = from_input and draw(st.integers(0, 9)) == 0
+        lives.append((s, (s % max_seq + 1 if wrong and max_seq > 1 else s) if from_input else None))
+    dtype = draw(family_dtype("view"))  # last: the shape draws stay where they were
     b = GraphBuilder()
     x = b.input("x", dtype, [1, max_seq, heads * dim])
     n = b.symint_input("n") if from_input else None
@@ -207,11 +211,10 @@ def view_cases(draw: st.DrawFn) -> Case:
     )
     b.output(split, merged)
     steps: list[StepInputs] = []
-    for s in draw(live_sequences(max_seq)):
+    for s, given_n in lives:
         step: StepInputs = {"x": float_array(rng, [1, s, heads * dim], dtype=dtype)}
-        if n is not None:
-            wrong = draw(st.integers(0, 9)) == 0
-            step["n"] = s % max_seq + 1 if wrong and max_seq > 1 else s
+        if n is not None and given_n is not None:
+            step["n"] = given_n
         steps.append(step)
     return Case(
         b.build(), steps, name="view", meta={"seed": seed, "family": "view", "dtype": dtype}

@@ -137,11 +137,12 @@ def test_half_precision_cells_are_required_only_where_both_devices_offer_f16() -
 def test_a_family_draws_f16_only_when_every_op_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without f16 kernels the draw is no draw at all (the fp32 cases stay as they were);
     with them a quarter of the cases are f16."""
-    assert blocks.family_dtypes(["add", "sym_size"]) == ("float32",)
-    assert blocks.family_dtypes(["sym_size"]) == FLOAT_DTYPES  # reads dims only
-    monkeypatch.setattr(type(model_for("add")), "dtypes", FLOAT_DTYPES, raising=False)
     assert blocks.family_dtypes(["add", "sym_size"]) == FLOAT_DTYPES
-    assert blocks.family_dtypes(["add", "rms_norm"]) == ("float32",)
+    assert blocks.family_dtypes(["sym_size"]) == FLOAT_DTYPES  # reads dims only
+    assert blocks.family_dtypes(["add", "linear_q4gsw"]) == ("float32",)
+    assert repr(blocks.case_dtypes(["add", "linear_q4gsw"])) == "just('float32')"
+    monkeypatch.setattr(type(model_for("linear_q4gsw")), "dtypes", FLOAT_DTYPES, raising=False)
+    assert blocks.family_dtypes(["add", "linear_q4gsw"]) == FLOAT_DTYPES
     drawn: list[str] = []
 
     @settings(max_examples=400, derandomize=True, database=None)
