@@ -2,19 +2,28 @@
 `shader-f16`, the Vulkan one with shaderFloat16 and 16-bit storage), each backend picks a
 slot's f16 variant by dtype and refuses one its op lacks, and a device without f16 refuses a
 float16 graph as unavailable, which the lockstep runner reports as such: no divergence, no
-failed run, and fp32 graphs still run there."""
+failed run, and fp32 graphs still run there. A planted f16-only bug (rms_norm_f16 summing
+its squares in f16) is found, blamed and keyed as an f16 bug, by a fixed case and by the
+rms_norm family's own search."""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 import pytest
 
 from graph_format import SLOTS, FeatureUnavailable, GraphBuildError, Runtime
+from harness.check.divergence import BugKey
 from harness.check.lockstep import LockstepRunner
+from harness.check.shrinking import find_minimal
+from harness.check.verdict import CaseChecker
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
+from harness.ops.rms_norm import rms_norm_cases
+from tests.plants import glsl_substitution
 
 pytestmark = pytest.mark.gpu
 
@@ -85,3 +94,58 @@ def test_a_device_without_f16_makes_f16_cases_unavailable_not_failed(
     # fp32 graphs run on that device as before.
     full = runner.run(_rms_norm_case("float32"))
     assert full.ok and not full.unavailable and len(full.steps) == 1
+
+
+# The planted f16-only bug: rms_norm_f16 accumulating its sum of squares in f16 (lane sums
+# and the shared-memory tree), where its contract says f32. Planted on the Vulkan side.
+F16_ACCUMULATION = (
+    ("float acc = 0.0;", "float16_t acc = float16_t(0.0);"),
+    ("acc += v * v;", "acc += float16_t(v * v);"),
+    ("shared float partial[", "shared float16_t partial["),
+)
+
+
+@contextmanager
+def _f16_accumulating_rms_norm() -> Iterator[None]:
+    with ExitStack() as stack:
+        for old, new in F16_ACCUMULATION:
+            stack.enter_context(glsl_substitution("rms_norm_f16", old, new))
+        yield
+
+
+def _wide_rms_norm_case(dtype: str) -> Case:
+    """Rows of 256 values of mean 12 and deviation 24: their sum of squares (about 180 000
+    a row) fits f32, not f16 (65504)."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder()
+    x = b.input("x", dtype, [6, 256])
+    w = b.constant("w", rng.standard_normal(256).astype(dtype))
+    b.output(b.op("rms_norm", name="norm", x=x, weight=w, eps=b.float(1e-6)))
+    steps = [{"x": ((rng.standard_normal((r, 256)) + 0.5) * 24).astype(dtype)} for r in (6, 3)]
+    return Case(b.build(), steps, name=f"rms_norm_{dtype}")
+
+
+def test_an_f16_kernel_accumulating_in_f16_is_found_and_blamed(runner: LockstepRunner) -> None:
+    assert runner.run(_wide_rms_norm_case("float16")).ok  # f32 accumulation survives
+    with _f16_accumulating_rms_norm():
+        result = runner.run(_wide_rms_norm_case("float16"))
+        assert runner.run(_wide_rms_norm_case("float32")).ok  # only the f16 kernel changed
+    assert result.divergences
+    keys = {d.bug_key() for d in result.divergences}
+    assert keys == {BugKey("rms_norm", "numeric", "vulkan", "x1000", "float16")}, keys
+
+
+@pytest.mark.slow
+def test_generation_finds_the_f16_accumulation_and_keeps_it_f16(runner: LockstepRunner) -> None:
+    """The rms_norm family's f16 cases (a quarter, half of them with large rows) reach the
+    bug, and shrinking keeps the case f16: an fp32 case cannot show it."""
+    checker = CaseChecker(runner, repeats=0)
+    with _f16_accumulating_rms_norm():
+        outcome = find_minimal(rms_norm_cases(), checker.check, max_examples=150)
+    assert outcome.bug is not None, "never found"
+    assert (outcome.bug.op_type, outcome.bug.blame, outcome.bug.dtype) == (
+        "rms_norm",
+        "vulkan",
+        "float16",
+    ), outcome.error
+    assert outcome.bug.kind in ("numeric", "nan_inf")
