@@ -81,8 +81,9 @@ Args = dict[str, Any]
 class Binding:
     """A storage-buffer binding of a kernel, identical in its WGSL and its GLSL file.
 
-    `element` uses WGSL spelling (f32, i32, u32, vec4<f32>, vec4<u32>); the GLSL side spells
-    it float, int, uint, vec4, uvec4. Binding indices are positions: outputs first.
+    `element` uses WGSL spelling (f32, i32, u32, f16, vec4<f32>, vec4<u32>); the GLSL side
+    spells it float, int, uint, float16_t, vec4, uvec4. Binding indices are positions:
+    outputs first.
     """
 
     name: str

@@ -23,7 +23,7 @@ from harness.check.verdict import CaseChecker
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 from harness.ops.rms_norm import rms_norm_cases
-from tests.plants import glsl_substitution
+from tests.plants import glsl_substitution, wgsl_substitution
 
 pytestmark = pytest.mark.gpu
 
@@ -149,3 +149,24 @@ def test_generation_finds_the_f16_accumulation_and_keeps_it_f16(runner: Lockstep
         "float16",
     ), outcome.error
     assert outcome.bug.kind in ("numeric", "nan_inf")
+
+
+def test_an_f16_read_of_slack_poison_is_a_stale_read(runner: LockstepRunner) -> None:
+    """A 16-bit element read from the slack holds half a poison word; the upper half (two
+    elements past an even live end) is recognized as poison."""
+    rng = np.random.default_rng(2)
+    b = GraphBuilder()
+    x, y = b.input("a", "float16", [4, 8]), b.input("b", "float16", [4, 8])
+    b.output(b.op("add", name="add", a=x, b=y))
+    live = [{k: rng.standard_normal((2, 8)).astype(np.float16) for k in "ab"}]
+    case = Case(b.build(), live, name="add_f16")
+    assert runner.run(case).ok
+    # A copy of the element (no arithmetic, which may turn a NaN canonical).
+    sum_ = "f16(f32(a[i]) + f32(b[i]))"
+    read_past = f"select({sum_}, b[i + 2u], i + 1u == params.numel)"
+    with wgsl_substitution("binary_flat_f16", sum_, read_past):
+        result = runner.run(case)
+    stale = [d for d in result.divergences if d.kind == "stale_read"]
+    assert stale and {(d.blame, d.op_type, d.dtype) for d in stale} == {
+        ("webgpu", "add", "float16")
+    }, result.divergences
