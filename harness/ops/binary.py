@@ -2,7 +2,8 @@
 
 Kernel design (both backends): one dispatch slot, 64 invocations per workgroup, one per
 output element, logical count ceil(numel(out) / 64); kernel `<op>_flat` when the two live
-shapes are equal and `<op>_broadcast` otherwise. Live shapes that do not broadcast are
+shapes are equal and `<op>_broadcast` otherwise (`<op>_flat_f16`, `<op>_broadcast_f16` in
+half precision: load f16, compute in f32, store f16). Live shapes that do not broadcast are
 refused (`InputError` reason "broadcast").
 """
 
@@ -13,10 +14,11 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Dims, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from graph_format.kernels import Value
 from harness.gen.blocks import (
     DynamicDim,
+    case_dtypes,
     float_array,
     leading_dims,
     seeds,
@@ -38,6 +40,7 @@ from harness.model import (
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import SAFETY, U32
 
@@ -76,19 +79,22 @@ class BinaryModel:
 
     activations = ("a", "b")
     required_regimes = ("size=1", "size=max", "step=shrink")
+    dtypes = FLOAT_DTYPES
 
     def __init__(self, op: str) -> None:
         self.op = op
         bindings = (rw("out"), ro("a"), ro("b"))
+        half = (rw("out", "f16"), ro("a", "f16"), ro("b", "f16"))
         self.kernels = kernels(
             KernelSpec(f"{op}_flat", "binary_flat", "binary_flat", bindings),
             KernelSpec(f"{op}_broadcast", "binary_broadcast", "binary_broadcast", bindings),
+            KernelSpec(f"{op}_flat_f16", "binary_flat_f16", "binary_flat_f16", half),
+            KernelSpec(f"{op}_broadcast_f16", "binary_broadcast_f16", "binary_broadcast_f16", half),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         a, b, out = tensors(node, graph, "a", "b", "out")
-        if any(t.dtype != "float32" for t in (a, b, out)):
-            raise GraphBuildError(node.name, f"{self.op} is float32 only")
+        uniform_float_dtype(node, graph, "a", "b", "out", name_tensor=False)
         if any(len(t.dims) > 4 for t in (a, b, out)):
             raise GraphBuildError(node.name, "rank above 4")
         if broadcast(a.dims, b.dims) != out.dims:
@@ -107,7 +113,7 @@ class BinaryModel:
             "op_kind": OP_KINDS[self.op],
             "workgroup_size": WORKGROUP[0],
         }
-        if slot.endswith("_broadcast"):
+        if "_broadcast" in slot:  # add_broadcast, add_broadcast_f16, ...
             values["out_sizes"] = _right_aligned(out)
             values["a_strides"] = _broadcast_strides(live.of(node, "a"), out)
             values["b_strides"] = _broadcast_strides(live.of(node, "b"), out)
@@ -116,8 +122,9 @@ class BinaryModel:
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         a, b = live.of(node, "a"), live.of(node, "b")
         variant = "flat" if a == b else "broadcast"
+        kernel = dtype_slot(f"{self.op}_{variant}", live.graph.tensor(node.outputs["out"]).dtype)
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
-        return [(node.name, f"{self.op}_{variant}", WORKGROUP, (count, 1, 1), True)]
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def _apply(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         out: np.ndarray = a + b if self.op == "add" else a * b
@@ -180,20 +187,11 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
         second = modes[1][i - offset] if i >= offset else _ONE
         if modes[0][i] == _ONE and second == _ONE:
             modes[0][i] = _FOLLOW
-    b = GraphBuilder()
-    names = []
-    for k, dims_modes in enumerate(modes):
-        offset = len(out_dims) - len(dims_modes)
-        max_dims = [
-            1 if m == _ONE else out_dims[offset + j].max_size for j, m in enumerate(dims_modes)
-        ]
-        names.append(b.input("ab"[k], "float32", max_dims))
-    b.output(b.op(op, a=names[0], b=names[1], out_dims=[d.max_size for d in out_dims]))
-    steps: list[StepInputs] = []
+    shapes: list[list[list[int]]] = []  # per step, each input's live dims
     for lead in draw(step_dims(leading)):
         live_out = [*lead, width]
-        step: StepInputs = {}
-        for k, dims_modes in enumerate(modes):
+        step_shapes = []
+        for dims_modes in modes:
             offset = len(out_dims) - len(dims_modes)
             live = []
             for j, m in enumerate(dims_modes):
@@ -201,9 +199,24 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
                 if m == _ONE or (m == _EITHER and draw(st.booleans())):
                     size = 1
                 live.append(size)
-            step["ab"[k]] = float_array(rng, live)
-        steps.append(step)
-    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": "binary"})
+            step_shapes.append(live)
+        shapes.append(step_shapes)
+    dtype = draw(case_dtypes([op]))  # last: the shape draws stay where they were
+    b = GraphBuilder()
+    names = []
+    for k, dims_modes in enumerate(modes):
+        offset = len(out_dims) - len(dims_modes)
+        max_dims = [
+            1 if m == _ONE else out_dims[offset + j].max_size for j, m in enumerate(dims_modes)
+        ]
+        names.append(b.input("ab"[k], dtype, max_dims))
+    b.output(b.op(op, a=names[0], b=names[1], out_dims=[d.max_size for d in out_dims]))
+    steps: list[StepInputs] = [
+        {"ab"[k]: float_array(rng, live, dtype=dtype) for k, live in enumerate(step_shapes)}
+        for step_shapes in shapes
+    ]
+    meta = {"seed": seed, "family": "binary", "dtype": dtype}
+    return Case(b.build(), steps, name=op, meta=meta)
 
 
 # ---------------------------------------------------------------------------- random graphs
