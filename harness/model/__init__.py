@@ -19,7 +19,7 @@ both backends. Each op's module in `harness/ops/` defines it and registers it he
 - `dtypes` (optional class attribute, default `("float32",)`): the float element types the
   op's kernels take; an op offers `"float16"` when it has its f16 kernel slots
   (`<slot>_f16`, graph_format's `dtype_slot`), and only then do case families draw f16
-  for it (harness/gen/blocks.py, `float_dtypes`).
+  for it (harness/gen/blocks.py, `family_dtype`).
 
 Half precision: an op whose float tensors are float16 (`op_dtype`) loads f16, computes as
 its docs say (f32 unless the slot says otherwise) and stores f16. `local_budget` is the one

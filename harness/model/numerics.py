@@ -53,6 +53,9 @@ def f16_store(compute: np.ndarray | float, reference: np.ndarray | float) -> np.
     |fl16(y') - y| <= |y' - y| + u16 |y| + u16 |y' - y| + 2^-25. The product u16 |y' - y| is
     second order and dropped as every fp32 derivation drops its own; the new first-order
     terms get the same safety factor as the rest: budget = compute + SAFETY (u16 |y| + 2^-25).
+    Round to nearest, as the fp32 budgets assume (U32); WGSL lets a conversion pick either
+    neighbour, an error up to 2 u16 |y|, which SAFETY = 2 covers with no margin left, and
+    the 2^-25 term assumes f16 subnormals are kept, not flushed (both hold on lavapipe).
     """
     return compute + SAFETY * (U16 * np.abs(reference) + SUBNORMAL_HALF_SPACING16)
 
