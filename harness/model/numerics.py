@@ -69,21 +69,26 @@ def compare(actual: np.ndarray, reference: np.ndarray, budget: np.ndarray) -> Co
         return Comparison(float("inf"), float("inf"), None, 0, False)
     # Fast path (the per-op checks compare ~30 mostly tiny arrays a step, so numpy's per-call
     # overhead is the cost): when every difference is finite, no element of either side is
-    # NaN or Inf (either would make its difference non-finite), and when every budget is
-    # positive no ratio needs the zero-budget or NaN rules. Both give exactly what
-    # `_compare_masked` gives; anything else goes there.
+    # NaN or Inf (either would make its difference non-finite), so only the budgets' rules
+    # remain (a zero budget takes no error; a negative or NaN one goes the masked way). Both
+    # give exactly what `_compare_masked` gives; anything else goes there.
     ref = np.asarray(reference, np.float64)
     with np.errstate(invalid="ignore", over="ignore"):  # Inf - Inf, overflow: masked path
         err = np.abs(np.subtract(actual, ref, dtype=np.float64))
     if err.size:
         max_abs_error = float(err.max())
         bud = np.asarray(budget, np.float64)
+        least = float(bud.min()) if bud.size else math.nan
         if (
             math.isfinite(max_abs_error)
             and (bud.ndim == 0 or bud.shape == ref.shape)
-            and float(bud.min()) > 0.0
+            and least >= 0.0
         ):
-            ratio = err / bud
+            if least > 0.0:
+                ratio = err / bud
+            else:  # exact ops budget 0: an exact element is within it, any error is not
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = np.where(err == 0, 0.0, err / np.where(bud > 0, bud, 0.0))
             flat = int(ratio.argmax())
             worst = np.unravel_index(flat, ratio.shape)
             return Comparison(

@@ -81,6 +81,9 @@ def test_fast_path_facts() -> None:
     cmp = compare(actual, reference, np.array(0.0))
     assert cmp.utilization == np.inf and cmp.worst_index == (0, 1)
     assert compare(actual, actual.astype(np.float64), np.array(0.0)).utilization == 0.0
+    # A budget of -0.0 is a zero budget: an error there is unbudgeted (+Inf, not -Inf).
+    cmp = compare(actual, reference, np.array([[1.0, -0.0], [1.0, 2.0]]))
+    assert cmp.utilization == np.inf and cmp.worst_index == (0, 1)
     # A NaN where the reference has one is no mismatch; Inf against a number is.
     cmp = compare(np.array([np.nan, np.inf], np.float32), np.array([np.nan, 1.0]), np.array(1.0))
     assert cmp.nan_mismatch == 1
