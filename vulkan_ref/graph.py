@@ -1198,6 +1198,10 @@ class ComputeGraph:
         return vk.VkSubmitInfo(commandBufferCount=1, pCommandBuffers=[self.pool.command_buffer])
 
     @functools.cached_property
+    def _storage_by_offset(self) -> list[VTensor]:
+        return sorted(self._storage, key=lambda t: t.buffer.offset)
+
+    @functools.cached_property
     def _guard_pattern(self) -> bytes:
         longest = max((t.buffer.guard for t in self._storage), default=0)
         return np.full(longest // 4, GUARD_WORD, np.uint32).tobytes()
@@ -1254,21 +1258,26 @@ class ComputeGraph:
             reads.wanted.append((kind, tensor))
             need = tensor.buffer.size if kind == "raw" else (tensor.nbytes + 3) // 4 * 4
             live[name] = max(live.get(name, 0), need)
-        pieces: list[tuple[int, int]] = []  # (block offset, bytes)
-        owners: list[tuple[VTensor, bool]] = []  # (tensor, whether the piece is its guard)
-        for tensor in self._storage:
+        # One pass in block order: a range within _MERGE_GAP of the run before joins it.
+        runs: list[list[int]] = []  # [block start, end]
+        placed: list[tuple[VTensor, int, int, bool]] = []  # (tensor, run, offset in it, guard)
+        for tensor in self._storage_by_offset:
             slot = tensor.buffer
             need = live.get(tensor.name, 0) if self.tensors.get(tensor.name) is tensor else 0
-            if need:
-                pieces.append((slot.offset, need))
-                owners.append((tensor, False))
-            pieces.append((slot.guard_offset, slot.guard))
-            owners.append((tensor, True))
-        runs, at = _coalesce(pieces, _MERGE_GAP)
+            for offset, size, guard in (
+                ((slot.offset, need, False), (slot.guard_offset, slot.guard, True))
+                if need
+                else ((slot.guard_offset, slot.guard, True),)
+            ):
+                if not runs or offset - runs[-1][1] > _MERGE_GAP:
+                    runs.append([offset, offset])
+                run = runs[-1]
+                run[1] = max(run[1], offset + size)
+                placed.append((tensor, len(runs) - 1, offset - run[0], guard))
         for start, end in runs:
             reads.copies.append((start, plan.take(end - start), end - start))
-        for (tensor, guard), (run, within) in zip(owners, at, strict=True):
-            offset = reads.copies[run][1] + within
+        for tensor, run_index, within, guard in placed:
+            offset = reads.copies[run_index][1] + within
             if guard:
                 reads.guards.append((tensor, offset))
             else:
