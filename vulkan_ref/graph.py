@@ -1258,22 +1258,30 @@ class ComputeGraph:
             reads.wanted.append((kind, tensor))
             need = tensor.buffer.size if kind == "raw" else (tensor.nbytes + 3) // 4 * 4
             live[name] = max(live.get(name, 0), need)
-        # One pass in block order: a range within _MERGE_GAP of the run before joins it.
-        runs: list[list[int]] = []  # [block start, end]
+        # One pass in block order (slots do not overlap): a range at most _MERGE_GAP after
+        # the open run's end joins it, else it starts the next run.
+        runs: list[tuple[int, int]] = []  # closed runs, (block start, end)
+        start = end = -(1 << 62)
         placed: list[tuple[VTensor, int, int, bool]] = []  # (tensor, run, offset in it, guard)
         for tensor in self._storage_by_offset:
             slot = tensor.buffer
             need = live.get(tensor.name, 0) if self.tensors.get(tensor.name) is tensor else 0
-            for offset, size, guard in (
-                ((slot.offset, need, False), (slot.guard_offset, slot.guard, True))
-                if need
-                else ((slot.guard_offset, slot.guard, True),)
-            ):
-                if not runs or offset - runs[-1][1] > _MERGE_GAP:
-                    runs.append([offset, offset])
-                run = runs[-1]
-                run[1] = max(run[1], offset + size)
-                placed.append((tensor, len(runs) - 1, offset - run[0], guard))
+            if need:
+                offset = slot.offset
+                if offset - end > _MERGE_GAP:
+                    if placed:
+                        runs.append((start, end))
+                    start = offset
+                end = offset + need
+                placed.append((tensor, len(runs), offset - start, False))
+            offset = slot.guard_offset
+            if offset - end > _MERGE_GAP:
+                if placed:
+                    runs.append((start, end))
+                start = offset
+            end = offset + slot.guard
+            placed.append((tensor, len(runs), offset - start, True))
+        runs.append((start, end))
         for start, end in runs:
             reads.copies.append((start, plan.take(end - start), end - start))
         for tensor, run_index, within, guard in placed:
