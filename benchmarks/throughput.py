@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import subprocess
 import sys
@@ -47,6 +46,7 @@ from harness.run.profiles import PROFILES
 from harness.run.records import RunMeta, read_records
 from harness.run.session import RunSession, available_jobs
 from harness.run.summary import summarize
+from harness.run.workers import peak_rss_mb
 
 
 class GpuSampler:
@@ -201,8 +201,7 @@ def measure(args: argparse.Namespace, jobs: int, out: Path) -> Measured:
 
 def _peak_memory(meta: RunMeta, jobs: int) -> dict[str, float | None]:
     if jobs == 1:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return {"this process": round(peak, 1)}
+        return {"this process": peak_rss_mb()}
     return {f"worker {w.index}": w.peak_rss_mb for w in meta.workers}
 
 

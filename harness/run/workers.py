@@ -439,7 +439,19 @@ class _PipeSink:
 
 
 def peak_rss_mb() -> float | None:
-    """This process's largest resident memory so far, in MiB (None where unknown)."""
+    """This process's largest resident memory so far, in MiB (None where unknown).
+
+    Linux: the address space's high-water mark (VmHWM). Not getrusage's ru_maxrss, which a
+    spawned worker inherits across its exec from the fork of its parent, so that every
+    worker reported at least the parent's size.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)  # kB
+    except OSError:  # not Linux
+        pass
     try:
         import resource
     except ImportError:  # not a Unix
