@@ -112,7 +112,8 @@ def available_cells(
 @dataclass
 class Coverage:
     """op type -> backend -> {"regimes": tags, "variants": kernels that ran, "foreign": the
-    variants among them that ran a manifest's kernel (docs/design.md §9), when any}."""
+    variants among them that ran a manifest's kernel (docs/design.md §9), when any,
+    "unfolding": the foreign variants whose kernel declares no fold, when any}."""
 
     cells: dict[str, dict[str, dict[str, set[str]]]] = field(default_factory=dict)
 
@@ -123,9 +124,11 @@ class Coverage:
         regimes: Iterable[str],
         variants: Iterable[str],
         foreign: Iterable[str] = (),
+        unfolding: Iterable[str] = (),
     ) -> None:
         """Record regimes and variants exercised by one op on one backend (`foreign`: the
-        variants that ran a manifest's kernel)."""
+        variants that ran a manifest's kernel; `unfolding`: those of them whose kernel
+        declares no fold, so that a grid over the limit is refused instead)."""
         cell = self.cells.setdefault(op_type, {}).setdefault(
             backend, {"regimes": set(), "variants": set()}
         )
@@ -134,6 +137,9 @@ class Coverage:
         foreign = set(foreign)
         if foreign:
             cell.setdefault("foreign", set()).update(foreign)
+        unfolding = set(unfolding)
+        if unfolding:
+            cell.setdefault("unfolding", set()).update(unfolding)
 
     def merge(self, other: Coverage | Mapping[str, Any]) -> None:
         """Add another coverage (or its JSON form) into this one."""
@@ -141,7 +147,12 @@ class Coverage:
         for op_type, backends in cells.items():
             for backend, cell in backends.items():
                 self.add(
-                    op_type, backend, cell["regimes"], cell["variants"], cell.get("foreign", ())
+                    op_type,
+                    backend,
+                    cell["regimes"],
+                    cell["variants"],
+                    cell.get("foreign", ()),
+                    cell.get("unfolding", ()),
                 )
 
     def to_json(self) -> dict[str, dict[str, dict[str, list[str]]]]:
@@ -157,13 +168,20 @@ def missing_cells(
     required: Mapping[str, Sequence[str]],
     backends: Sequence[str],
 ) -> list[tuple[str, str, str]]:
-    """Required (op type, regime-or-variant) cells that some backend never exercised."""
+    """Required (op type, regime-or-variant) cells that some backend never exercised.
+
+    `fold` is not required of an op on a backend whose every variant that ran is a foreign
+    kernel declaring no fold: it has no folded path to exercise (a grid over the limit is a
+    refusal the dispatch oracle checks instead)."""
     cells = coverage.cells if isinstance(coverage, Coverage) else coverage
     missing = []
     for op_type, wanted in required.items():
         for backend in backends:
             cell = cells.get(op_type, {}).get(backend, {"regimes": (), "variants": ()})
             seen = set(cell["regimes"]) | set(cell["variants"])
+            variants = set(cell["variants"])
+            if variants and variants <= set(cell.get("unfolding", ())):
+                seen.add("fold")
             missing += [(op_type, backend, w) for w in wanted if w not in seen]
     return missing
 

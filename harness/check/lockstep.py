@@ -33,7 +33,7 @@ from graph_format import (
     Runtime,
     StepResult,
 )
-from graph_format.kernels import KernelRequirementError
+from graph_format.kernels import KernelEntry, KernelRequirementError
 from harness.check import oracles, timing
 from harness.check.contract import ModelStep, expected_build_error
 from harness.check.coverage import Coverage, max_state, op_regimes
@@ -401,8 +401,15 @@ class _CaseRun:
                 # "fold": a count above the per-dimension limit ran as a folded grid.
                 folded = {"fold"} if any(d.physical_grid != d.logical_count for d in ran) else set()
                 kernels = {d.kernel for d in ran}
-                foreign = self.runner.kernels[name].slots if name in self.runner.kernels else ()
-                self.coverage.add(node.op, name, regimes | folded, kernels, kernels & set(foreign))
+                manifest = self.runner.kernels.get(name)
+                foreign = kernels & manifest.slots if manifest else set()
+                unfolding = {s for s in foreign if manifest and not _folds(manifest.entry(s))}
+                self.coverage.add(node.op, name, regimes | folded, kernels, foreign, unfolding)
+
+
+def _folds(entry: KernelEntry | None) -> bool:
+    """Whether a manifest's kernel recovers its index from a folded grid (`fold = true`)."""
+    return entry is None or entry.fold
 
 
 def _initial(graph: Graph, name: str) -> np.ndarray:

@@ -136,10 +136,8 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
                 target = coverage.setdefault(op, {}).setdefault(
                     backend, {"regimes": set(), "variants": set()}
                 )
-                target["regimes"].update(cell.get("regimes", []))
-                target["variants"].update(cell.get("variants", []))
-                if cell.get("foreign"):
-                    target.setdefault("foreign", set()).update(cell["foreign"])
+                for key, values in cell.items():  # regimes, variants, foreign, unfolding
+                    target.setdefault(key, set()).update(values)
         groups_hit: set[tuple[BugKey, str | None]] = set()
         for d in r.divergences:
             if d.expected:

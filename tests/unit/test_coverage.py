@@ -63,3 +63,23 @@ def test_nightly_requires_every_ops_declared_regimes_and_kernels() -> None:
         own = set(model.required_regimes) - GENERIC_TAGS
         assert not own or hasattr(model, "regimes"), f"{op}: no model tags {sorted(own)}"
         assert "size=1" in model.required_regimes, f"{op}: live size 1 is every op's edge"
+
+
+def test_fold_is_not_required_of_foreign_kernels_that_declare_no_fold() -> None:
+    """A manifest kernel with `fold = false` has no folded path: over the limit it is refused
+    (the dispatch oracle checks that), so `fold` is not required of an op on a backend where
+    every variant that ran is such a kernel; a project or folding kernel beside it still needs
+    it, and so does the other backend."""
+    coverage = Coverage()
+    coverage.add("rms_norm", "webgpu", ["size=1"], ["rms_norm"], ["rms_norm"], ["rms_norm"])
+    coverage.add("rms_norm", "vulkan", ["size=1"], ["rms_norm"])
+    required = {"rms_norm": ["fold"]}
+    assert missing_cells(coverage, required, ["webgpu", "vulkan"]) == [
+        ("rms_norm", "vulkan", "fold")
+    ]
+    coverage.add("rms_norm", "webgpu", ["size=1"], ["rms_norm_vec4"])  # a project kernel ran
+    assert ("rms_norm", "webgpu", "fold") in missing_cells(coverage, required, ["webgpu"])
+    # The JSON form (summaries merge it) keeps the mark.
+    again = Coverage()
+    again.merge(Coverage(coverage.to_json()).to_json())
+    assert again.to_json()["rms_norm"]["webgpu"]["unfolding"] == ["rms_norm"]
