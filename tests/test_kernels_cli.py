@@ -4,7 +4,7 @@ carry the manifest, its shaders and its adapter module, and `parity replay --all
 
 The kernel folders are copies of tests/data/kernels/foreign (an RMS norm and a split HF rope
 in a foreign style, for both backends) with, where a test needs one, a bug planted in the copy
-(a WGSL RMS norm that ignores its weight) or an adapter (tests/data/vulkan_kernels: a two-pass
+(a WGSL RMS norm that ignores its weight) or an adapter (tests/data/kernels/foreign: a two-pass
 Vulkan RMS norm whose adapter adds a value and a scratch buffer).
 """
 
@@ -61,7 +61,7 @@ def _foreign(dest: Path, *, planted: bool = False, adapter: bool = False) -> Pat
         wgsl.write_text(text.replace(GAMMA_USE, GAMMA_DROPPED))
     if adapter:
         for name in ("rms_norm_two_pass.comp", "adapters.py"):
-            shutil.copy(DATA / "vulkan_kernels" / name, dest / name)
+            shutil.copy(FOREIGN / name, dest / name)
         manifest = dest / "kernels.toml"
         head, _, _ = manifest.read_text().partition("\n[vulkan.rms_norm]")
         rest = manifest.read_text().partition("\n[vulkan.rotary_emb_hf]")[2]

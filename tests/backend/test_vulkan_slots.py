@@ -1,7 +1,7 @@
 """Kernels from elsewhere on the Vulkan runtime: a manifest replaces a slot's kernel, bound
 through the same path as the project's own (vulkan_ref/binding.py).
 
-Foreign kernels live in tests/data/vulkan_kernels/, written in a style other than the
+Foreign kernels live in tests/data/kernels/foreign/, written in a style other than the
 project's: a params block instead of TensorMeta, other binding names and order, spec
 constants with other ids and names, one tensor per dispatch, two passes with an adapter's
 scratch buffer. Each runs generated cases against the float64 reference (the contract
@@ -48,7 +48,7 @@ from vulkan_ref.spirv import GLSL_DIR
 
 pytestmark = pytest.mark.gpu
 
-DATA = Path(__file__).resolve().parents[1] / "data" / "vulkan_kernels"
+DATA = Path(__file__).resolve().parents[1] / "data" / "kernels" / "foreign"
 FORMAT = 'format = "parity-kernels/1"\n'
 
 FOREIGN_RMS_NORM = """

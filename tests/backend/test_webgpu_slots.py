@@ -254,55 +254,13 @@ def test_an_op_offers_each_slot_exactly_its_declared_values(webgpu: Runtime) -> 
 
 # --- foreign kernels through a manifest -------------------------------------------------------
 
+# The kernels live in tests/data/kernels/foreign/ (tests/test_kernels_cli.py runs them too).
+FOREIGN_DATA = Path(__file__).parents[1] / "data" / "kernels" / "foreign"
+
 # An RMS norm written elsewhere: a config uniform first with its own names, order and units
 # (the row in bytes), the tensors in another order and under other names, an entry point of
 # its own, a workgroup-size override of another name; it recovers its row from a 2-D grid.
-FOREIGN_RMS = """\
-struct Config {
-    epsilon: f32,
-    row_bytes: u32,
-    n_rows: u32,
-    reserved: u32,
-}
-
-@group(0) @binding(0) var<uniform> cfg: Config;
-@group(0) @binding(1) var<storage, read> gamma: array<f32>;
-@group(0) @binding(2) var<storage, read> input_data: array<f32>;
-@group(0) @binding(3) var<storage, read_write> output_data: array<f32>;
-
-override block_size: u32 = 128u;
-var<workgroup> sums: array<f32, block_size>;
-
-@compute @workgroup_size(block_size)
-fn rms_main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(num_workgroups) nwg: vec3<u32>,
-    @builtin(local_invocation_index) lane: u32,
-) {
-    let row = wid.x + wid.y * nwg.x;
-    if (row >= cfg.n_rows) {
-        return;
-    }
-    let width = cfg.row_bytes / 4u;
-    let base = row * width;
-    var acc = 0.0;
-    for (var i = lane; i < width; i += block_size) {
-        acc += input_data[base + i] * input_data[base + i];
-    }
-    sums[lane] = acc;
-    workgroupBarrier();
-    for (var half = block_size / 2u; half > 0u; half /= 2u) {
-        if (lane < half) {
-            sums[lane] += sums[lane + half];
-        }
-        workgroupBarrier();
-    }
-    let scale = inverseSqrt(sums[0] / f32(width) + cfg.epsilon);
-    for (var i = lane; i < width; i += block_size) {
-        output_data[base + i] = input_data[base + i] * scale * gamma[i];
-    }
-}
-"""
+FOREIGN_RMS = (FOREIGN_DATA / "rms.wgsl").read_text()
 
 RMS_MANIFEST = """\
 format = "parity-kernels/1"
@@ -322,39 +280,7 @@ fold = true
 
 # HF rope as upstream dispatches it: one output per dispatch, q and k one after the other,
 # a params block of its own.
-SPLIT_ROPE = """\
-struct RopeArgs {
-    pairs: u32,
-    heads: u32,
-    seq_len: u32,
-    half: u32,
-    start: u32,
-}
-
-@group(0) @binding(0) var<storage, read> t_in: array<f32>;
-@group(0) @binding(1) var<storage, read> t_cos: array<f32>;
-@group(0) @binding(2) var<storage, read> t_sin: array<f32>;
-@group(0) @binding(3) var<storage, read_write> t_out: array<f32>;
-@group(0) @binding(4) var<uniform> args: RopeArgs;
-
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let p = gid.x;
-    if (p >= args.pairs) {
-        return;
-    }
-    let h = args.half;
-    let i = p % h;
-    let row = p / h;
-    let s = (row / args.heads) % args.seq_len;
-    let table = (args.start + s) * 2u * h;
-    let first = row * 2u * h + i;
-    let x1 = t_in[first];
-    let x2 = t_in[first + h];
-    t_out[first] = x1 * t_cos[table + i] - x2 * t_sin[table + i];
-    t_out[first + h] = x2 * t_cos[table + i + h] + x1 * t_sin[table + i + h];
-}
-"""
+SPLIT_ROPE = (FOREIGN_DATA / "rope.wgsl").read_text()
 
 ROPE_MANIFEST = """\
 format = "parity-kernels/1"
