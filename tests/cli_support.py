@@ -8,6 +8,7 @@ workers (a lock file in the session's common temp folder serializes the first ru
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,44 @@ def plant_rms_norm_without_weight(dest: Path) -> Path:
         path.write_text(text.replace(WEIGHT_USE, WEIGHT_DROPPED))
     tmp.rename(dest)
     return dest
+
+
+def read_summary(folder: Path) -> dict[str, Any]:
+    """A run folder's summary.json."""
+    summary: dict[str, Any] = json.loads((folder / "summary.json").read_text())
+    return summary
+
+
+def read_records(folder: Path) -> list[dict[str, Any]]:
+    """Every record of a run folder's cases.jsonl."""
+    return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
+
+
+def divergent_cases(folder: Path) -> int:
+    """Distinct cases with unexpected divergences a (live) run has recorded so far: a case
+    Hypothesis runs again while shrinking is recorded again, and counted once, as the summary
+    counts it; the line being written is skipped."""
+    path = folder / "cases.jsonl"
+    if not path.exists():
+        return 0
+    seen = set()
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if record.get("record") == "case" and record.get("unexpected"):
+            seen.add((record["chunk"], record["case_id"]))
+    return len(seen)
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll `predicate` every 0.2 s; fail naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.2)
 
 
 def parity(

@@ -16,7 +16,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +24,15 @@ import pytest
 from tests.cli_support import (
     PLANTED_RUN_ARGS,
     REPO,
+    divergent_cases,
     parity,
     popen_parity,
+    read_records,
+    read_summary,
+    wait_for,
 )
 
 pytestmark = pytest.mark.gpu
-
-
-def _summary(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "summary.json").read_text())
-
-
-def _records(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
 
 
 def _findings(summary: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]:
@@ -45,7 +40,7 @@ def _findings(summary: dict[str, Any]) -> list[tuple[str, str, tuple[str, ...]]]
 
 
 def test_planted_bug_is_found_recorded_and_bundled(planted_run: Path) -> None:
-    summary = _summary(planted_run)
+    summary = read_summary(planted_run)
     assert summary["exit_status"] == 1
     assert summary["status"] == "complete"
     # Both chunks shrink to the same case: one finding (tests/test_triage.py).
@@ -67,7 +62,7 @@ def test_planted_bug_is_found_recorded_and_bundled(planted_run: Path) -> None:
         }
         for path in ("case/case.json", "case/graph.json", "case/steps.npz", "arrays.npz"):
             assert (bundle / path).is_file(), path
-    records = _records(planted_run)
+    records = read_records(planted_run)
     cases = [r for r in records if r["record"] == "case"]
     chunks = [r for r in records if r["record"] == "chunk"]
     assert [c["chunk"] for c in chunks] == ["rms_norm/0", "rms_norm/1"]
@@ -103,7 +98,7 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
     merged = tmp_path / "merged"
     proc = parity("merge", "--out", merged, *shards)
     assert proc.returncode == 1, proc.stderr
-    whole, combined = _summary(planted_run), _summary(merged)
+    whole, combined = read_summary(planted_run), read_summary(merged)
     assert _findings(combined) == _findings(whole)
     assert combined["totals"] == whole["totals"]
 
@@ -111,7 +106,7 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
     def case_ids(records: list[dict[str, Any]]) -> set[tuple[str, str]]:
         return {(r["chunk"], r["case_id"]) for r in records if r["record"] == "case"}
 
-    assert case_ids(_records(merged)) == case_ids(_records(planted_run))
+    assert case_ids(read_records(merged)) == case_ids(read_records(planted_run))
     assert combined["shards"] == ["1/2", "2/2"]
     for f in combined["findings"]:
         assert (merged / f["bundle"] / "bundle.json").is_file()
@@ -144,7 +139,7 @@ def test_bundle_replays_on_a_fresh_clone(planted_run: Path, tmp_path: Path) -> N
     # and its npm package for WGSL reflection (.cache/node, which every WebGPU kernel needs).
     (clone / ".cache").mkdir()
     (clone / ".cache" / "node").symlink_to(REPO / ".cache" / "node")
-    bundle = planted_run / _summary(planted_run)["findings"][0]["bundle"]
+    bundle = planted_run / read_summary(planted_run)["findings"][0]["bundle"]
     env = {"PYTHONPATH": str(clone), "VULKAN_PARITY_CACHE": str(tmp_path / "spirv")}
     where = subprocess.run(
         [sys.executable, "-c", "import harness; print(harness.__file__)"],
@@ -171,7 +166,7 @@ def test_bundle_replays_on_a_fresh_clone(planted_run: Path, tmp_path: Path) -> N
 
 
 def test_regress_turns_a_bundle_into_a_regression_test(planted_run: Path, tmp_path: Path) -> None:
-    bundle = planted_run / _summary(planted_run)["findings"][0]["bundle"]
+    bundle = planted_run / read_summary(planted_run)["findings"][0]["bundle"]
     dest = tmp_path / "regressions"
     proc = parity("regress", bundle, "--dest", dest, "--name", "rms-norm-weight")
     assert proc.returncode == 0, proc.stderr
@@ -185,31 +180,6 @@ def test_regress_turns_a_bundle_into_a_regression_test(planted_run: Path, tmp_pa
     assert proc.returncode == 2 and "--force" in proc.stderr
 
 
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
-
-
-def _divergent_lines(folder: Path) -> int:
-    """Distinct cases with unexpected divergences recorded so far (a case Hypothesis runs
-    again while shrinking is recorded again, and counted once, as the summary counts it)."""
-    path = folder / "cases.jsonl"
-    if not path.exists():
-        return 0
-    seen = set()
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # the line being written
-            continue
-        if record.get("record") == "case" and record.get("unexpected"):
-            seen.add(record["case_id"])
-    return len(seen)
-
-
 def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path) -> None:
     out = tmp_path / "killed"
     proc = popen_parity(
@@ -218,7 +188,7 @@ def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path)
         stderr_path=tmp_path / "stderr",
     )  # fmt: skip
     try:
-        _wait_for(lambda: _divergent_lines(out) >= 5, 120, "5 divergent case records")
+        wait_for(lambda: divergent_cases(out) >= 5, 120, "5 divergent case records")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -226,7 +196,7 @@ def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path)
     assert not (out / "summary.json").exists()  # it never got to finalize
     report = parity("report", out)
     assert report.returncode == 1, report.stderr  # the findings so far: divergences
-    summary = _summary(out)
+    summary = read_summary(out)
     assert summary["status"] == "killed" and not summary["complete"]
     assert summary["totals"]["unexpected_cases"] >= 5
     provisional = [f for f in summary["findings"] if f["provisional"]]
@@ -254,14 +224,14 @@ def test_sigterm_stops_after_the_current_case_and_reports(
         stderr_path=tmp_path / "stderr",
     )  # fmt: skip
     try:
-        _wait_for(lambda: _divergent_lines(out) >= 3, 120, "3 divergent case records")
+        wait_for(lambda: divergent_cases(out) >= 3, 120, "3 divergent case records")
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130  # interrupted, by SIGINT or SIGTERM alike
-    summary = _summary(out)
+    summary = read_summary(out)
     assert summary["status"] == "interrupted"
     assert summary["exit_status"] == summary["runs"][0]["exit_status"] == 130
     assert summary["findings"], "the smallest failing case so far is kept"
@@ -311,7 +281,7 @@ link = "https://example.invalid/issues/3"
         expectations, "--wgsl-dir", planted_wgsl, "--jobs", "1", "--out", out,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    summary = _summary(out)
+    summary = read_summary(out)
     status = {e["id"]: e["status"] for e in summary["expectations"]}
     assert status == {
         "rms-norm-weight": "matched",
@@ -426,9 +396,9 @@ def test_time_budget_stops_generation_and_skips_the_rest(
         "--jobs", "1", "--out", out,
     )  # fmt: skip
     assert status == 0, err
-    summary = _summary(out)
+    summary = read_summary(out)
     assert summary["status"] == "time_budget" and not summary["complete"]
-    chunks = [r for r in _records(out) if r["record"] == "chunk"]
+    chunks = [r for r in read_records(out) if r["record"] == "chunk"]
     assert len(chunks) == 8  # every chunk of the plan is accounted for
     statuses = "".join(c["status"][0] for c in chunks)  # complete, time_budget, skipped
     assert re.fullmatch(r"c*t?s+", statuses), statuses

@@ -16,14 +16,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli_support import REPO, parity, popen_parity
+from tests.cli_support import REPO, parity, popen_parity, read_summary, wait_for
 
 pytestmark = pytest.mark.gpu
 
@@ -42,10 +41,6 @@ def _main(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, s
         status = int(exit_.code or 0)
     out, err = capsys.readouterr()
     return status, out, err
-
-
-def _summary(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "summary.json").read_text())
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +101,7 @@ def test_malformed_records_are_one_line_naming_file_and_line(
 def test_damaged_bundles_are_one_line_naming_the_file(
     planted_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    finding = _summary(planted_run)["findings"][0]
+    finding = read_summary(planted_run)["findings"][0]
     source = planted_run / finding["bundle"]
 
     truncated = _copy(source, tmp_path / "truncated")
@@ -224,7 +219,7 @@ def test_merge_takes_out_and_never_overwrites_what_it_was_not_asked_to(
     for _ in range(2):  # a new folder, then an earlier merge's output: both fine
         status, _, err = _main(capsys, "merge", "--out", merged, shard)
         assert status == 0, err
-    assert _summary(merged)["merged"] and _summary(merged)["exit_status"] == 0
+    assert read_summary(merged)["merged"] and read_summary(merged)["exit_status"] == 0
     status, _, err = _main(capsys, "merge", "--out", mine, shard, "--force")
     assert status == 0, err
     assert (mine / "notes.txt").read_text() == "keep" and (mine / "index.html").is_file()
@@ -239,7 +234,7 @@ def test_summary_records_the_exit_status_the_process_returns(
     tiny_run: Path, planted_run: Path, tmp_path: Path
 ) -> None:
     for folder, status in ((tiny_run, 0), (planted_run, 1)):
-        summary = _summary(folder)
+        summary = read_summary(folder)
         assert summary["status"] == "complete"
         assert summary["exit_status"] == summary["runs"][0]["exit_status"] == status
     # A run replacing its own earlier run says what it replaces.
@@ -250,14 +245,6 @@ def test_summary_records_the_exit_status_the_process_returns(
 
 
 # ---------------------------------------------------------------------------- the lock
-
-
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -271,7 +258,7 @@ def live_run(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     )  # fmt: skip
     try:
         records = out / "cases.jsonl"
-        _wait_for(lambda: records.is_file() and records.stat().st_size, 120, "a first record")
+        wait_for(lambda: records.is_file() and records.stat().st_size, 120, "a first record")
         yield proc, out
     finally:
         if proc.poll() is None:
@@ -301,7 +288,7 @@ def test_a_killed_run_leaves_no_stale_lock(
     proc.wait(timeout=30)
     report = parity("report", out)
     assert report.returncode == 0, report.stderr  # the records so far: no bug planted
-    assert _summary(out)["status"] == "killed"
+    assert read_summary(out)["status"] == "killed"
     rerun = parity("run", *TINY_RUN, "--out", out)
     assert rerun.returncode == 0, rerun.stderr
 
@@ -338,7 +325,7 @@ def test_a_closed_pipe_is_dropped_quietly(planted_run: Path, tmp_path: Path) -> 
     listing = _run_into_closed_pipe("list")
     assert listing.returncode == 0, listing.stderr
     assert listing.stderr == ""
-    bundle = planted_run / _summary(planted_run)["findings"][0]["bundle"]
+    bundle = planted_run / read_summary(planted_run)["findings"][0]["bundle"]
     replay = _run_into_closed_pipe("replay", bundle, "--json")
     assert replay.returncode == 1, replay.stderr  # still failing: its own status, not a crash
     assert "still failing" in replay.stderr
@@ -347,7 +334,7 @@ def test_a_closed_pipe_is_dropped_quietly(planted_run: Path, tmp_path: Path) -> 
     out = tmp_path / "run"
     run = _run_into_closed_pipe("run", *TINY_RUN, "--out", out, stderr_too=True)
     assert run.returncode == 0
-    summary = _summary(out)
+    summary = read_summary(out)
     assert summary["status"] == "complete" and summary["totals"]["cases"] == 1
 
 

@@ -20,7 +20,7 @@ import pytest
 
 from harness.run.bundle import load_bundle, replay
 from harness.run.cli import main
-from tests.cli_support import REPO
+from tests.cli_support import REPO, read_records
 from tests.plants import webgpu_fold_with_floor, webgpu_toggling_hook
 
 pytestmark = pytest.mark.gpu
@@ -32,12 +32,8 @@ SMALL = (
 )  # fmt: skip
 
 
-def _records(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
-
-
 def _findings(folder: Path) -> list[dict[str, Any]]:
-    return [f for r in _records(folder) if r["record"] == "chunk" for f in r["findings"]]
+    return [f for r in read_records(folder) if r["record"] == "chunk" for f in r["findings"]]
 
 
 def _run(out: Path, *args: str, plant: AbstractContextManager[Any] | None = None) -> int:
@@ -103,7 +99,7 @@ def test_pr_run_finds_a_fold_that_drops_workgroups(tmp_path: Path) -> None:
         # Replay applies the recorded limit: without it nothing would fold.
         with webgpu_fold_with_floor():
             assert replay(load_bundle(bundle)).status == "still_failing"
-    cases = [r for r in _records(out) if r["record"] == "case"]
+    cases = [r for r in read_records(out) if r["record"] == "case"]
     assert {r["chunk"]: r["max_workgroups_per_dim"] for r in cases}["rms_norm/1"] == 4
     pages = [p.read_text() for p in (out / "failures").glob("*.html")]
     assert any('id="workgroup-limit"' in page for page in pages)
@@ -120,7 +116,7 @@ def test_max_workgroups_per_dim_applies_to_every_chunk(tmp_path: Path) -> None:
     run = json.loads((out / "run.json").read_text())
     assert run["max_workgroups_per_dim"] == 4
     assert [c["max_workgroups_per_dim"] for c in run["plan"]] == [4, 4]
-    assert all(r["max_workgroups_per_dim"] == 4 for r in _records(out))
+    assert all(r["max_workgroups_per_dim"] == 4 for r in read_records(out))
     summary = json.loads((out / "summary.json").read_text())
     assert "fold" in summary["coverage"]["rms_norm"]["webgpu"]["regimes"]
 

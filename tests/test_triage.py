@@ -25,7 +25,7 @@ import pytest
 from harness.check.divergence import BugKey
 from harness.gen.case import Case
 from harness.run.findings import finding_id
-from tests.cli_support import parity
+from tests.cli_support import parity, read_summary
 
 pytestmark = pytest.mark.gpu
 
@@ -36,18 +36,14 @@ TOTALS_LINE = re.compile(
 )
 
 
-def _summary(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "summary.json").read_text())
-
-
 def _only_finding(folder: Path) -> dict[str, Any]:
-    findings = _summary(folder)["findings"]
+    findings = read_summary(folder)["findings"]
     assert len(findings) == 1, [f["id"] for f in findings]
     return findings[0]
 
 
 def _first_finding(folder: Path) -> dict[str, Any]:
-    return _summary(folder)["findings"][0]
+    return read_summary(folder)["findings"][0]
 
 
 def _text(fragment: str) -> str:
@@ -91,7 +87,7 @@ def test_cli_lines_summary_and_html_count_the_same(planted_run: Path, tmp_path: 
     assert last, stderr[-2000:]
     run_line = TOTALS_LINE.search(last[-1])
     assert run_line, last[-1]
-    totals = _summary(planted_run)["totals"]
+    totals = read_summary(planted_run)["totals"]
     assert {k: int(v) for k, v in run_line.groupdict().items()} == {
         k: totals[k] for k in run_line.groupdict()
     }
@@ -105,7 +101,7 @@ def test_cli_lines_summary_and_html_count_the_same(planted_run: Path, tmp_path: 
     for key in [*run_line.groupdict(), "divergences", "bugs"]:
         assert f'data-total="{key}">{totals[key]}<' in index, key
     # The bug table's "divergent cases" are cases: never more than the run's.
-    summary = _summary(copy)
+    summary = read_summary(copy)
     for group in summary["bugs"]:
         assert group["cases"] <= totals["divergent_cases"] <= totals["cases"]
         assert group["cases"] <= group["divergences"]

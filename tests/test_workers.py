@@ -14,13 +14,21 @@ import os
 import random
 import shutil
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cli_support import PLANTED_RUN_ARGS, REPO, parity, popen_parity
+from tests.cli_support import (
+    PLANTED_RUN_ARGS,
+    REPO,
+    divergent_cases,
+    parity,
+    popen_parity,
+    read_records,
+    read_summary,
+    wait_for,
+)
 
 pytestmark = pytest.mark.gpu
 
@@ -28,16 +36,8 @@ assert PLANTED_RUN_ARGS[-2:] == ("--jobs", "1")
 TWO_WORKERS = (*PLANTED_RUN_ARGS[:-2], "--jobs", "2")
 
 
-def _summary(folder: Path) -> dict[str, Any]:
-    return json.loads((folder / "summary.json").read_text())
-
-
-def _records(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
-
-
 def _cases(folder: Path) -> set[tuple[str, str]]:
-    return {(r["chunk"], r["case_id"]) for r in _records(folder) if r["record"] == "case"}
+    return {(r["chunk"], r["case_id"]) for r in read_records(folder) if r["record"] == "case"}
 
 
 def _findings(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -56,21 +56,13 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.2)
-
-
 def test_two_workers_find_what_one_process_finds(
     planted_run: Path, planted_wgsl: Path, tmp_path: Path
 ) -> None:
     out = tmp_path / "two"
     proc = parity("run", *TWO_WORKERS, "--wgsl-dir", planted_wgsl, "--out", out)
     assert proc.returncode == 1, proc.stderr
-    one, two = _summary(planted_run), _summary(out)
+    one, two = read_summary(planted_run), read_summary(out)
     # Same seed, no database, no time budget: the same cases, chunk by chunk, and findings.
     assert _cases(out) == _cases(planted_run)
     assert _findings(two) == _findings(one)
@@ -98,7 +90,7 @@ def test_the_summary_does_not_depend_on_the_order_of_the_records(
     (copy / "cases.jsonl").write_text("\n".join(lines) + "\n")
     proc = parity("report", copy)
     assert proc.returncode == 1, proc.stderr
-    shuffled, original = _summary(copy), _summary(planted_run)
+    shuffled, original = read_summary(copy), read_summary(planted_run)
     for key in ("totals", "findings", "bugs", "per_family", "per_op", "coverage", "status"):
         assert shuffled[key] == original[key], key
 
@@ -154,20 +146,20 @@ def test_a_worker_that_dies_is_a_chunk_error_and_the_run_goes_on(tmp_path: Path)
     # A chunk failed for a reason other than a divergence: exit 3, with a report.
     assert proc.returncode == 3, proc.stderr
     assert (tmp_path / "marker").exists(), "the plant never fired"
-    chunks = {r["chunk"]: r for r in _records(out) if r["record"] == "chunk"}
+    chunks = {r["chunk"]: r for r in read_records(out) if r["record"] == "chunk"}
     assert set(chunks) == {"add/0", "add/1", "add/2"}  # every chunk of the plan, once
     lost = chunks["add/1"]
     assert lost["status"] == "error"
     assert "exited with status 7" in lost["reason"] and "after 1 of its cases" in lost["reason"]
     assert chunks["add/0"]["status"] == chunks["add/2"]["status"] == "complete"
     # The case the dead worker finished is kept.
-    kept = [r["seq"] for r in _records(out) if r["record"] == "case" and r["chunk"] == "add/1"]
+    kept = [r["seq"] for r in read_records(out) if r["record"] == "case" and r["chunk"] == "add/1"]
     assert kept == [0]
     run = json.loads((out / "run.json").read_text())
     ends = [w["exit"] for w in run["workers"]]
     assert ends.count("died: exited with status 7") == 1 and len(ends) == 3  # one replaced
     assert [w["adapter"] for w in run["workers"]] == [0, 0, 0]  # as --adapters dealt them
-    summary = _summary(out)
+    summary = read_summary(out)
     assert summary["status"] == "error" and summary["exit_status"] == 3
     assert any("add/1" in e for e in summary["runs"][0]["errors"])
 
@@ -184,7 +176,7 @@ def test_killing_the_parent_kills_its_workers_and_keeps_the_findings(
         stderr_path=tmp_path / "stderr", env=_plant(tmp_path, "hang", "*", 1),
     )  # fmt: skip
     try:
-        _wait_for(lambda: _unexpected_cases(out) >= 2, 180, "2 divergent case records")
+        wait_for(lambda: divergent_cases(out) >= 2, 180, "2 divergent case records")
         pids = [w["pid"] for w in json.loads((out / "run.json").read_text())["workers"]]
         assert pids and all(_alive(pid) for pid in pids)
         proc.send_signal(signal.SIGKILL)
@@ -192,10 +184,10 @@ def test_killing_the_parent_kills_its_workers_and_keeps_the_findings(
     finally:
         if proc.poll() is None:
             proc.kill()
-    _wait_for(lambda: not any(_alive(pid) for pid in pids), 20, "the workers to die")
+    wait_for(lambda: not any(_alive(pid) for pid in pids), 20, "the workers to die")
     report = parity("report", out)
     assert report.returncode == 1, report.stderr
-    summary = _summary(out)
+    summary = read_summary(out)
     assert summary["status"] == "killed" and summary["totals"]["unexpected_cases"] >= 1
     assert any(f["provisional"] and f["bundle"] for f in summary["findings"])
 
@@ -210,16 +202,16 @@ def test_sigterm_stops_every_worker_after_its_current_case(
         stderr_path=tmp_path / "stderr",
     )  # fmt: skip
     try:
-        _wait_for(lambda: _unexpected_cases(out) >= 2, 180, "2 divergent case records")
+        wait_for(lambda: divergent_cases(out) >= 2, 180, "2 divergent case records")
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130
-    summary = _summary(out)
+    summary = read_summary(out)
     assert summary["status"] == "interrupted" and summary["exit_status"] == 130
-    chunks = [r for r in _records(out) if r["record"] == "chunk"]
+    chunks = [r for r in read_records(out) if r["record"] == "chunk"]
     # Both workers' chunks ended interrupted, with their findings; the rest were skipped.
     assert len(chunks) == len(json.loads((out / "run.json").read_text())["chunks"])
     interrupted = [c for c in chunks if c["status"] == "interrupted"]
@@ -228,13 +220,6 @@ def test_sigterm_stops_every_worker_after_its_current_case(
     assert summary["findings"] and all(f["bundle"] for f in summary["findings"])
     run = json.loads((out / "run.json").read_text())
     assert all(w["exit"] == "done" for w in run["workers"])
-
-
-def _unexpected_cases(out: Path) -> int:
-    path = out / "cases.jsonl"
-    if not path.exists():
-        return 0
-    return sum(1 for line in path.read_text().splitlines() if '"unexpected":0' not in line)
 
 
 def test_an_adapter_the_machine_lacks_is_bad_input(tmp_path: Path) -> None:
