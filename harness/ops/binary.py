@@ -1,9 +1,15 @@
-"""Model of add(a, b) and mul(a, b) with numpy broadcasting.
+"""Model of add(a, b) and mul(a, b) with numpy broadcasting, and of add(a, scalar) and
+mul(a, scalar) (`x + 3.0`: a float literal instead of b; upstream's `aten.add.Tensor` with a
+scalar operand).
+
+A node takes exactly one of b and scalar, and the scalar must be finite and within float32's
+range (it reaches the kernel rounded to f32); anything else is refused at load.
 
 Kernel design (both backends): one dispatch slot, 64 invocations per workgroup, one per
 output element, logical count ceil(numel(out) / 64); kernel `<op>_flat` when the two live
-shapes are equal and `<op>_broadcast` otherwise. Live shapes that do not broadcast are
-refused (`InputError` reason "broadcast").
+shapes are equal and `<op>_broadcast` otherwise, `<op>_scalar` (out takes a's live dims) for
+a scalar operand. Live shapes that do not broadcast are refused (`InputError` reason
+"broadcast").
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode
+from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode, ScalarValue
 from harness.gen.blocks import (
     DynamicDim,
     float_array,
@@ -38,9 +44,10 @@ from harness.model import (
     rw,
     tensors,
 )
-from harness.model.numerics import SAFETY, U32
+from harness.model.numerics import SAFETY, TINY32, U32, gamma
 
 WORKGROUP = (64, 1, 1)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def broadcast(a: Dims, b: Dims) -> Dims | None:
@@ -63,40 +70,59 @@ class BinaryModel:
         self.kernels = kernels(
             KernelSpec(f"{op}_flat", "binary_flat", "binary_flat", bindings),
             KernelSpec(f"{op}_broadcast", "binary_broadcast", "binary_broadcast", bindings),
+            KernelSpec(f"{op}_scalar", "binary_scalar", "binary_scalar", (rw("out"), ro("a"))),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
-        a, b, out = tensors(node, graph, "a", "b", "out")
-        if any(t.dtype != "float32" for t in (a, b, out)):
+        b_name, scalar_name = node.optional_arg("b"), node.optional_arg("scalar")
+        if (b_name is None) == (scalar_name is None):
+            raise GraphBuildError(node.name, f"{self.op} takes exactly one of b and scalar")
+        if scalar_name is not None:
+            value = graph.values[scalar_name]
+            assert isinstance(value, ScalarValue)
+            if not abs(float(value.value)) <= FLOAT32_MAX:  # also refuses nan
+                raise GraphBuildError(node.name, "the scalar must be a finite float32")
+        a, out = tensors(node, graph, "a", "out")
+        b = None if b_name is None else graph.tensor(b_name)
+        operands = (a, out) if b is None else (a, b, out)
+        if any(t.dtype != "float32" for t in operands):
             raise GraphBuildError(node.name, f"{self.op} is float32 only")
-        if any(len(t.dims) > 4 for t in (a, b, out)):
+        if any(len(t.dims) > 4 for t in operands):
             raise GraphBuildError(node.name, "rank above 4")
-        if broadcast(a.dims, b.dims) != out.dims:
+        if (a.dims if b is None else broadcast(a.dims, b.dims)) != out.dims:
             raise GraphBuildError(node.name, "out is not the broadcast", tensor=out.name)
 
     def resize(self, node: OpNode, live: LiveState) -> None:
+        if node.optional_arg("b") is None:  # a scalar operand
+            live.set_output(node, "out", live.of(node, "a"))
+            return
         dims = broadcast(live.of(node, "a"), live.of(node, "b"))
         if dims is None:
             raise InputError(node.name, "broadcast", "live shapes do not broadcast")
         live.set_output(node, "out", dims)
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
-        a, b = live.of(node, "a"), live.of(node, "b")
-        variant = "flat" if a == b else "broadcast"
+        if node.optional_arg("b") is None:
+            variant = "scalar"
+        else:
+            variant = "flat" if live.of(node, "a") == live.of(node, "b") else "broadcast"
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
         return [(node.name, f"{self.op}_{variant}", WORKGROUP, (count, 1, 1), True)]
 
-    def _apply(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def _apply(self, a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
         out: np.ndarray = a + b if self.op == "add" else a * b
         return out
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
-        return {"out": self._apply(args["a"], args["b"])}
+        b = args.get("b")
+        return {"out": self._apply(args["a"], float(args["scalar"]) if b is None else b)}
 
     def probe_reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         """`reference` of every probe at once: a and b carry a leading probe axis; the
         rest of their dims broadcast against each other as they do without it."""
-        a, b = args["a"], args["b"]
+        a, b = args["a"], args.get("b")
+        if b is None:  # a scalar broadcasts over the probe axis too
+            return self.reference(node, args)
         rank = max(a.ndim, b.ndim)
 
         def aligned(t: np.ndarray) -> np.ndarray:  # the probe axis first, then ones
@@ -107,7 +133,16 @@ class BinaryModel:
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        return {"out": SAFETY * U32 * np.abs(outputs["out"])}  # one rounding of the exact result
+        out = np.abs(outputs["out"])
+        if args.get("b") is not None:
+            return {"out": SAFETY * U32 * out}  # one rounding of the exact result
+        # The kernel reads the scalar s rounded to f32, s(1 + d1), |d1| <= u: a + s is off by
+        # u|s| before its own rounding, a * s by a second factor (1 + d1), so gamma(2)|a s|.
+        # A scalar below the normal range may be flushed to zero: off by < TINY32 (times |a|).
+        scalar = abs(float(args["scalar"]))
+        if self.op == "add":
+            return {"out": SAFETY * (U32 * (out + scalar) + TINY32)}
+        return {"out": SAFETY * (gamma(2) * out + TINY32 * (np.abs(args["a"]) + 1))}
 
 
 ADD = register("add", BinaryModel("add"))
@@ -119,6 +154,9 @@ MUL = register("mul", BinaryModel("mul"))
 
 # How an input of a binary op relates to the output on one dim.
 _FOLLOW, _ONE, _EITHER = "follow", "one", "either"
+# Scalar operands: exact in f32 or not (0.1, -1234.56), small and large (never 0: a product
+# of zeros is a degenerate case, any result would pass).
+SCALARS = (3.0, -0.5, 0.1, 1e-3, -1234.56, 2.0**20)
 
 
 @st.composite
@@ -127,13 +165,24 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
 
     Per output dim each input either follows the live size, is always 1 (broadcasts), or
     switches between 1 and the live size from step to step (so the kernel variant flips
-    between flat and broadcast at run time). An input may also have fewer dims.
+    between flat and broadcast at run time). An input may also have fewer dims. A quarter
+    of the cases take a float scalar instead of b (`x + 3.0`).
     """
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     op = op or draw(st.sampled_from(["add", "mul"]))
     leading = draw(leading_dims(max_rank=3))
     width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
+    if draw(st.integers(0, 3)) == 0:
+        graph = GraphBuilder()
+        a = graph.input("a", "float32", [*(d.max_size for d in leading), width])
+        scalar = graph.float(draw(st.sampled_from(SCALARS)), "scalar")
+        graph.output(graph.op(op, a=a, scalar=scalar))
+        scalar_steps: list[StepInputs] = [
+            {"a": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
+        ]
+        meta = {"seed": seed, "family": "binary", "operand": "scalar"}
+        return Case(graph.build(), scalar_steps, name=f"{op}_scalar", meta=meta)
     out_dims = [*leading, DynamicDim(width, False)]
     # The first input has every dim; the second may have fewer (it aligns on the right).
     ranks = [len(out_dims), draw(st.integers(1, len(out_dims)))]
@@ -178,8 +227,13 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
 
 def _gen_binary(op: str) -> Grow:
     def gen(g: GraphGen) -> bool:
-        """`op` joining two same-spec tensors of different depth, or one with a constant
-        that broadcasts over its leading dims."""
+        """`op` joining two same-spec tensors of different depth, one with a constant that
+        broadcasts over its leading dims, or one with a float scalar."""
+        if g.draw(st.integers(0, 3)) == 0:
+            x = g.pick(g.pool)
+            scalar = g.builder.float(g.draw(st.sampled_from(SCALARS)))
+            g.produced(g.builder.op(op, a=x.name, scalar=scalar), x.dims, [x])
+            return True
         by_spec: dict[tuple[DimSpec, ...], list[PoolTensor]] = {}
         for t in g.pool:
             by_spec.setdefault(t.dims, []).append(t)
