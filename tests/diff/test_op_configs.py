@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 
 from graph_format import Graph, GraphBuildError, Runtime
-from harness.check.contract import expected_build_error
+from harness.check.contract import ContractModel, expected_build_error
 from harness.check.lockstep import LockstepRunner, error_key
 from harness.check.verdict import assert_parity
 from harness.gen.builder import GraphBuilder
@@ -64,6 +64,50 @@ def test_scalar_operand(op: str, scalar: float, runtimes: list[Runtime]) -> None
             np.testing.assert_array_equal(outputs["op.out"], expected, err_msg=rt.name)
 
 
+# ---------------------------------------------------------------------------- view_copy -1
+
+
+def _view_infer(sizes: list[int], out_dims: list[int]) -> Graph:
+    """view_copy of x [1, 8, 64] to literal `sizes` (one may be -1)."""
+    b = GraphBuilder()
+    x = b.input("x", "float32", [1, 8, 64])
+    b.output(
+        b.op("view_copy", name="view", x=x, sizes=[b.int(v) for v in sizes], out_dims=out_dims)
+    )
+    return b.build()
+
+
+@pytest.mark.parametrize(
+    ("sizes", "out_dims"), [([-1, 16], [32, 16]), ([2, -1, 8], [2, 32, 8]), ([1, -1], [1, 512])]
+)
+def test_view_infers_minus_one(
+    sizes: list[int], out_dims: list[int], runtimes: list[Runtime]
+) -> None:
+    """A -1 takes what the live numel leaves, step by step (S = 8, then 2, then 6)."""
+    graph = _view_infer(sizes, out_dims)
+    steps = [{"x": _f32(1, s, 64, seed=s)} for s in (8, 2, 6)]
+    for rt in runtimes:
+        for step, outputs in zip(steps, _run(rt, graph, steps), strict=True):
+            expected = step["x"].reshape(sizes)  # numpy's -1 is the same inference
+            assert outputs["view.out"].shape == expected.shape, rt.name
+            np.testing.assert_array_equal(outputs["view.out"], expected, err_msg=rt.name)
+
+
+def test_view_minus_one_not_dividing_is_refused_alike(runner: LockstepRunner) -> None:
+    """[-1, 48] holds S * 64 elements for S = 3 but not for S = 1: both backends refuse that
+    step as the contract does ("numel"), and the step after it runs."""
+    graph = _view_infer([-1, 48], [11, 48])
+    good, bad = {"x": _f32(1, 3, 64)}, {"x": _f32(1, 1, 64)}
+    result = runner.run(Case(graph, [good, bad, good], name="view_infer_numel"))
+    model = ContractModel(graph)
+    model.step(good)
+    assert error_key(model.try_step(bad)) == ("InputError", "view", "numel")
+    refused = result.steps[1]
+    assert refused.expected_error is not None
+    assert all(b.error for b in refused.backends.values()), refused.backends
+    assert_parity(result)
+
+
 # ---------------------------------------------------------------------------- refusals
 
 
@@ -94,6 +138,8 @@ def _binary_scalar_too_large() -> Graph:
 
 
 CONFIG_BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
+    "view_two_minus_ones": lambda: _view_infer([-1, 4, -1], [8, 4, 16]),
+    "view_minus_two": lambda: _view_infer([-2, 16], [32, 16]),
     "binary_both_operands": _binary_both_operands,
     "binary_no_operand": _binary_no_operand,
     "binary_scalar_out_dims": _binary_scalar_out_dims,
