@@ -108,6 +108,49 @@ def test_view_minus_one_not_dividing_is_refused_alike(runner: LockstepRunner) ->
     assert_parity(result)
 
 
+# ---------------------------------------------------------------------------- embedding nibbles
+
+# Two rows of D = 4 packed by hand as upstream packs is_linear_weight = 0,
+# byte = (even + 8) << 4 | (odd + 8): row 0 holds [1, -2, 3, -8], row 1 [7, 0, -1, 5].
+HAND_PACKED = np.array([[0x96, 0xB0], [0xF8, 0x7D]], np.uint8)
+HAND_SCALES = np.array([[0.5, 2.0], [1.0, -0.25]], F32)  # group_size 2
+# The dequantized rows in each nibble order (the low-nibble reading of the same bytes:
+# row 0 [-2, 1, -8, 3], row 1 [0, 7, 5, -1]).
+HAND_ROWS = {
+    0: np.array([[0.5, -1.0, 6.0, -16.0], [7.0, 0.0, 0.25, -1.25]], F32),
+    1: np.array([[-1.0, 0.5, -16.0, 6.0], [0.0, 7.0, -1.25, 0.25]], F32),
+}
+
+
+def _embedding_graph(layout: int | None) -> Graph:
+    b = GraphBuilder()
+    ids = b.input("ids", "int32", [1, 3])
+    b.output(
+        b.op(
+            "embedding_q4gsw",
+            name="emb",
+            weight=b.constant("weight", HAND_PACKED),
+            scales=b.constant("scales", HAND_SCALES),
+            group_size=b.int(2),
+            indices=ids,
+            is_linear_weight=None if layout is None else b.int(layout, "layout"),
+            out_dims=[1, 3, 4],
+        )
+    )
+    return b.build()
+
+
+@pytest.mark.parametrize("layout", [0, 1, None])
+def test_embedding_nibble_layout(layout: int | None, runtimes: list[Runtime]) -> None:
+    """The hand-packed table read in the order is_linear_weight names (1 when left out)."""
+    graph = _embedding_graph(layout)
+    ids = np.array([[1, 0, 1]], np.int32)
+    expected = HAND_ROWS[1 if layout is None else layout][ids]
+    for rt in runtimes:
+        (outputs,) = _run(rt, graph, [{"ids": ids}])
+        np.testing.assert_array_equal(outputs["emb.out"], expected, err_msg=rt.name)
+
+
 # ---------------------------------------------------------------------------- refusals
 
 
@@ -138,6 +181,7 @@ def _binary_scalar_too_large() -> Graph:
 
 
 CONFIG_BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
+    "embedding_layout_not_a_bool": lambda: _embedding_graph(2),
     "view_two_minus_ones": lambda: _view_infer([-1, 4, -1], [8, 4, 16]),
     "view_minus_two": lambda: _view_infer([-2, 16], [32, 16]),
     "binary_both_operands": _binary_both_operands,
