@@ -151,6 +151,54 @@ def test_embedding_nibble_layout(layout: int | None, runtimes: list[Runtime]) ->
         np.testing.assert_array_equal(outputs["emb.out"], expected, err_msg=rt.name)
 
 
+# ---------------------------------------------------------------------------- update_cache
+
+
+def _update_cache_graph(*, state: bool = True, cache_heads: int = 2) -> Graph:
+    """value [1, 4, 2, 3] written into a cache [1, 6, H, 3] that starts as 0 .. 35."""
+    b = GraphBuilder()
+    value = b.input("value", "float32", [1, 4, 2, 3])
+    dims = [1, 6, cache_heads, 3]
+    initial = np.arange(np.prod(dims), dtype=F32).reshape(dims)
+    cache = b.state("cache", "float32", dims, initial) if state else b.constant("cache", initial)
+    b.op("update_cache", name="update", value=value, cache=cache, input_pos=b.symint_input("pos"))
+    b.output(cache if state else b.op("silu", x=value))  # a constant is no graph output
+    return b.build()
+
+
+def test_update_cache_writes_rows_at_input_pos(runtimes: list[Runtime]) -> None:
+    """Rows pos .. pos + S - 1 take value's rows, the others keep what they held, step after
+    step (S = 3 at 2, then S = 1 at 0, then S = 4 reaching the end)."""
+    graph = _update_cache_graph()
+    steps: list[dict[str, np.ndarray | int]] = [
+        {"value": -_f32(1, 3, 2, 3, seed=1), "pos": 2},
+        {"value": -_f32(1, 1, 2, 3, seed=2), "pos": 0},
+        {"value": -_f32(1, 4, 2, 3, seed=3), "pos": 2},
+    ]
+    expected = np.arange(36, dtype=F32).reshape(1, 6, 2, 3)
+    for rt in runtimes:
+        cache = expected.copy()
+        for step, outputs in zip(steps, _run(rt, graph, steps), strict=True):
+            value, pos = step["value"], int(step["pos"])
+            assert isinstance(value, np.ndarray)
+            cache[0, pos : pos + value.shape[1]] = value[0]
+            np.testing.assert_array_equal(outputs["cache"], cache, err_msg=rt.name)
+
+
+def test_update_cache_past_the_end_is_refused_alike(runner: LockstepRunner) -> None:
+    """input_pos + S past the cache: both backends refuse the step as the contract does
+    ("cache_overflow") and the cache keeps its rows (the step after it is checked)."""
+    graph = _update_cache_graph()
+    good = {"value": _f32(1, 2, 2, 3), "pos": 1}
+    bad = {"value": _f32(1, 3, 2, 3), "pos": 4}
+    model = ContractModel(graph)
+    model.step(good)
+    assert error_key(model.try_step(bad)) == ("InputError", "update", "cache_overflow")
+    result = runner.run(Case(graph, [good, bad, good], name="update_cache_overflow"))
+    assert all(b.error for b in result.steps[1].backends.values()), result.steps[1].backends
+    assert_parity(result)
+
+
 # ---------------------------------------------------------------------------- refusals
 
 
@@ -181,6 +229,8 @@ def _binary_scalar_too_large() -> Graph:
 
 
 CONFIG_BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
+    "update_cache_not_state": lambda: _update_cache_graph(state=False),
+    "update_cache_heads": lambda: _update_cache_graph(cache_heads=3),
     "embedding_layout_not_a_bool": lambda: _embedding_graph(2),
     "view_two_minus_ones": lambda: _view_infer([-1, 4, -1], [8, 4, 16]),
     "view_minus_two": lambda: _view_infer([-2, 16], [32, 16]),
