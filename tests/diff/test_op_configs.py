@@ -199,6 +199,96 @@ def test_update_cache_past_the_end_is_refused_alike(runner: LockstepRunner) -> N
     assert_parity(result)
 
 
+# ---------------------------------------------------------------------------- fused_sdpa
+
+
+def _fused_sdpa_graph(mask_dims: list[int] | None, *, k_heads: int = 2) -> Graph:
+    """fused_sdpa of q [1, 2, 6, 8] over k, v [1, H, 10, 8] with an optional attn_mask input."""
+    b = GraphBuilder()
+    q = b.input("q", "float32", [1, 2, 6, 8])
+    k = b.input("k", "float32", [1, k_heads, 10, 8])
+    v = b.input("v", "float32", [1, k_heads, 10, 8])
+    mask = None if mask_dims is None else b.input("mask", "float32", mask_dims)
+    b.output(b.op("fused_sdpa", name="attn", q=q, k=k, v=v, attn_mask=mask))
+    return b.build()
+
+
+def _numpy_attention(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None
+) -> np.ndarray:
+    """softmax(q k^T / sqrt(D) + mask) v in float64, as upstream's op test computes it."""
+    scores = q.astype(np.float64) @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores + mask
+    weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (weights / weights.sum(axis=-1, keepdims=True)) @ v
+
+
+def _attention_step(seq: int, kv_len: int, mask_dims: list[int] | None, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    step = {
+        name: rng.standard_normal(dims).astype(F32)
+        for name, dims in (
+            ("q", [1, 2, seq, 8]),
+            ("k", [1, 2, kv_len, 8]),
+            ("v", [1, 2, kv_len, 8]),
+        )
+    }
+    if mask_dims is not None:
+        step["mask"] = rng.uniform(-2, 2, mask_dims).astype(F32)
+    return step
+
+
+@pytest.mark.parametrize("mask", [None, "keys", "full"])
+def test_fused_sdpa_mask_and_lengths(mask: str | None, runtimes: list[Runtime]) -> None:
+    """Non-causal attention with an additive mask, S != L, both moving between steps: the
+    numpy softmax of upstream's test (within float32 rounding of it)."""
+
+    def dims(seq: int, kv_len: int) -> list[int] | None:
+        return {None: None, "keys": [1, 1, 1, kv_len], "full": [1, 2, seq, kv_len]}[mask]
+
+    graph = _fused_sdpa_graph(dims(6, 10))
+    steps = [
+        _attention_step(s, n, dims(s, n), seed)
+        for seed, (s, n) in enumerate([(6, 10), (3, 7), (1, 10)])
+    ]
+    for rt in runtimes:
+        for step, outputs in zip(steps, _run(rt, graph, steps), strict=True):
+            expected = _numpy_attention(step["q"], step["k"], step["v"], step.get("mask"))
+            np.testing.assert_allclose(
+                outputs["attn.out"], expected, rtol=1e-5, atol=1e-6, err_msg=rt.name
+            )
+
+
+def test_fused_sdpa_masked_key_drops_out(runtimes: list[Runtime]) -> None:
+    """A key row whose mask is -1e4 for every query gets no weight: the output is the
+    attention over the other keys alone."""
+    graph = _fused_sdpa_graph([1, 1, 1, 10])
+    step = _attention_step(4, 9, [1, 1, 1, 9], seed=7)
+    step["mask"] = np.zeros((1, 1, 1, 9), F32)
+    step["mask"][..., 3] = -1e4
+    keep = [c for c in range(9) if c != 3]
+    expected = _numpy_attention(step["q"], step["k"][..., keep, :], step["v"][..., keep, :], None)
+    for rt in runtimes:
+        (outputs,) = _run(rt, graph, [step])
+        np.testing.assert_allclose(
+            outputs["attn.out"], expected, rtol=1e-5, atol=1e-6, err_msg=rt.name
+        )
+
+
+def test_fused_sdpa_mask_not_following_is_refused_alike(runner: LockstepRunner) -> None:
+    """A live mask [1, 1, 1, 7] under L = 9: both backends refuse it as the contract does."""
+    graph = _fused_sdpa_graph([1, 1, 1, 10])
+    good = _attention_step(2, 7, [1, 1, 1, 7], seed=1)
+    bad = {**_attention_step(2, 9, [1, 1, 1, 9], seed=2), "mask": np.zeros((1, 1, 1, 7), F32)}
+    model = ContractModel(graph)
+    model.step(good)
+    assert error_key(model.try_step(bad)) == ("InputError", "attn", "mask_shape")
+    result = runner.run(Case(graph, [good, bad, good], name="fused_sdpa_mask_shape"))
+    assert all(b.error for b in result.steps[1].backends.values()), result.steps[1].backends
+    assert_parity(result)
+
+
 # ---------------------------------------------------------------------------- refusals
 
 
@@ -229,6 +319,9 @@ def _binary_scalar_too_large() -> Graph:
 
 
 CONFIG_BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
+    "fused_sdpa_mask_width": lambda: _fused_sdpa_graph([1, 1, 1, 9]),
+    "fused_sdpa_mask_rank": lambda: _fused_sdpa_graph([1, 10]),
+    "fused_sdpa_k_heads": lambda: _fused_sdpa_graph(None, k_heads=1),
     "update_cache_not_state": lambda: _update_cache_graph(state=False),
     "update_cache_heads": lambda: _update_cache_graph(cache_heads=3),
     "embedding_layout_not_a_bool": lambda: _embedding_graph(2),
