@@ -165,24 +165,13 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
 
     Per output dim each input either follows the live size, is always 1 (broadcasts), or
     switches between 1 and the live size from step to step (so the kernel variant flips
-    between flat and broadcast at run time). An input may also have fewer dims. A quarter
-    of the cases take a float scalar instead of b (`x + 3.0`).
+    between flat and broadcast at run time). An input may also have fewer dims.
     """
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     op = op or draw(st.sampled_from(["add", "mul"]))
     leading = draw(leading_dims(max_rank=3))
     width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
-    if draw(st.integers(0, 3)) == 0:
-        graph = GraphBuilder()
-        a = graph.input("a", "float32", [*(d.max_size for d in leading), width])
-        scalar = graph.float(draw(st.sampled_from(SCALARS)), "scalar")
-        graph.output(graph.op(op, a=a, scalar=scalar))
-        scalar_steps: list[StepInputs] = [
-            {"a": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
-        ]
-        meta = {"seed": seed, "family": "binary", "operand": "scalar"}
-        return Case(graph.build(), scalar_steps, name=f"{op}_scalar", meta=meta)
     out_dims = [*leading, DynamicDim(width, False)]
     # The first input has every dim; the second may have fewer (it aligns on the right).
     ranks = [len(out_dims), draw(st.integers(1, len(out_dims)))]
@@ -222,6 +211,24 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
     return Case(b.build(), steps, name=op, meta={"seed": seed, "family": "binary"})
 
 
+@st.composite
+def binary_scalar_cases(draw: st.DrawFn, op: str) -> Case:
+    """add or mul of a tensor and a float scalar (`x + 3.0`), the tensor's leading dims
+    moving step by step."""
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    leading = draw(leading_dims(max_rank=3))
+    width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
+    b = GraphBuilder()
+    a = b.input("a", "float32", [*(d.max_size for d in leading), width])
+    b.output(b.op(op, a=a, scalar=b.float(draw(st.sampled_from(SCALARS)), "scalar")))
+    steps: list[StepInputs] = [
+        {"a": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
+    ]
+    meta = {"seed": seed, "family": "binary", "operand": "scalar"}
+    return Case(b.build(), steps, name=f"{op}_scalar", meta=meta)
+
+
 # ---------------------------------------------------------------------------- random graphs
 
 
@@ -256,8 +263,11 @@ def _gen_binary(op: str) -> Grow:
 
 
 def _binary_family(op: str) -> Callable[[], st.SearchStrategy[Case]]:
-    """The strategy factory of `op`'s own family."""
-    return lambda: binary_cases(op)
+    """The strategy factory of `op`'s own family: two tensors, or (a quarter of the cases,
+    shrinking toward two tensors) a tensor and a scalar."""
+    return lambda: st.sampled_from([False, False, False, True]).flatmap(
+        lambda scalar: binary_scalar_cases(op) if scalar else binary_cases(op)
+    )
 
 
 for _op in ("add", "mul"):
