@@ -25,10 +25,13 @@ import pytest
 
 from graph_format import Graph, GraphBuildError, Runtime
 from harness.check.contract import ContractModel, expected_build_error
+from harness.check.divergence import Kind
 from harness.check.lockstep import LockstepRunner, error_key
 from harness.check.verdict import assert_parity
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
+from tests.plants import glsl_substitution, vulkan_node_patch, wgsl_substitution
+from vulkan_ref.graph import ComputeGraph, DispatchNode
 
 pytestmark = pytest.mark.gpu
 
@@ -287,6 +290,69 @@ def test_fused_sdpa_mask_not_following_is_refused_alike(runner: LockstepRunner) 
     result = runner.run(Case(graph, [good, bad, good], name="fused_sdpa_mask_shape"))
     assert all(b.error for b in result.steps[1].backends.values()), result.steps[1].backends
     assert_parity(result)
+
+
+# ---------------------------------------------------------------------------- planted bugs
+
+
+def _kinds_blamed(runner: LockstepRunner, case: Case, blame: str) -> set[Kind]:
+    """The divergence classes of a run blamed on one side."""
+    return {d.kind for d in runner.run(case).divergences if d.blame == blame}
+
+
+def _fused_sdpa_case() -> Case:
+    """S and L apart and moving: (6, 10), (3, 7), (1, 10), with a mask over the keys."""
+    graph = _fused_sdpa_graph([1, 1, 1, 10])
+    steps = [
+        _attention_step(s, n, [1, 1, 1, n], seed)
+        for seed, (s, n) in enumerate([(6, 10), (3, 7), (1, 10)])
+    ]
+    return Case(graph, steps, name="fused_sdpa")
+
+
+def test_planted_config_cases_are_clean(runner: LockstepRunner) -> None:
+    for case in (_fused_sdpa_case(), Case(_update_cache_graph(), _UPDATE_STEPS, name="update")):
+        result = runner.run(case)
+        assert result.ok, [d.message for d in result.divergences]
+
+
+def test_softmax_over_the_query_length_is_caught(runner: LockstepRunner) -> None:
+    """The Vulkan softmax normalizes over S columns instead of L: the bug of a kernel that
+    was only ever run with equal query and key lengths (the kv-cache attention's)."""
+    with glsl_substitution(
+        "fused_sdpa_softmax", "const uint n = k_meta.sizes.y;", "const uint n = q_meta.sizes.y;"
+    ):
+        kinds = _kinds_blamed(runner, _fused_sdpa_case(), "vulkan")
+    assert kinds & {Kind.NUMERIC, Kind.NAN_INF, Kind.STALE_READ}, kinds
+
+
+def test_mask_read_without_its_broadcast_is_caught(runner: LockstepRunner) -> None:
+    """WebGPU reads the mask as if it were the full [B, H, S, L] (no broadcast strides)."""
+    full = "let m = (bh / params.heads) * ms.x + (bh % params.heads) * ms.y + s * ms.z + l * ms.w;"
+    dense = "let m = row * params.kv_len + l + 0u * ms.x;"
+    with wgsl_substitution("fused_sdpa_scores_masked", full, dense):
+        kinds = _kinds_blamed(runner, _fused_sdpa_case(), "webgpu")
+    assert kinds & {Kind.NUMERIC, Kind.NAN_INF, Kind.STALE_READ}, kinds
+
+
+_UPDATE_STEPS: list[dict[str, np.ndarray | int]] = [
+    {"value": _f32(1, 3, 2, 3), "pos": 0},
+    {"value": _f32(1, 2, 2, 3, seed=1), "pos": 5},  # past the end: refused
+    {"value": _f32(1, 1, 2, 3, seed=2), "pos": 3},
+]
+
+
+def test_update_cache_accepting_an_overflow_is_caught(runner: LockstepRunner) -> None:
+    """Vulkan forgets the cache_overflow check: it accepts the step the contract refuses."""
+
+    def no_checks(graph: ComputeGraph, node: DispatchNode) -> None:
+        node.resize_fn = lambda g: None
+
+    with vulkan_node_patch("update_cache", no_checks):
+        kinds = _kinds_blamed(
+            runner, Case(_update_cache_graph(), _UPDATE_STEPS, name="u"), "vulkan"
+        )
+    assert Kind.ERROR_ASYMMETRY in kinds, kinds
 
 
 # ---------------------------------------------------------------------------- refusals
