@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from graph_format import Graph, GraphBuildError
-from graph_format.kernels import KernelManifest
+from graph_format.kernels import KernelManifest, KernelManifestError
 from webgpu_backend.binding import KernelCatalog
 from webgpu_backend.device import WebGPUDevice, get_device
 from webgpu_backend.graph import WebGPUGraph
@@ -43,6 +43,8 @@ class WebGPURuntime:
 
     Raises:
         ValueError: a limit below 1 or above the device's.
+        KernelManifestError: the manifest names an adapter for WebGPU and `allow_adapters`
+            is off.
     """
 
     name = "webgpu"
@@ -55,6 +57,19 @@ class WebGPURuntime:
         manifest: KernelManifest | None = None,
         allow_adapters: bool = False,
     ) -> None:
+        if manifest is not None and not allow_adapters:
+            # Refused here, before any graph, as VulkanRuntime does: the runtime would run
+            # the user's Python at some later load.
+            for slot in manifest.slots("webgpu"):
+                entry = manifest.entry("webgpu", slot)
+                if entry is not None and entry.adapter is not None:
+                    raise KernelManifestError(
+                        manifest.path,
+                        f"names the adapter {entry.adapter}, which runs Python from the kernel "
+                        "folder; it runs only when allowed (WebGPURuntime(allow_adapters=True); "
+                        "the parity command's --allow-adapters)",
+                        where=f"webgpu.{slot}.adapter",
+                    )
         self.device = device or get_device()
         self.shader_dir = Path(shader_dir).resolve() if shader_dir else None
         self.manifest = manifest

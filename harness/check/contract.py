@@ -4,12 +4,20 @@ It replays the per-op models of `harness.ops` in graph order (no hooks, no fixpo
 function of the inputs' live shapes and the SymInt values) and yields, for a step, either the
 rejection both backends must raise or every tensor's live dims, every SymInt and the exact
 dispatch log. A rejected step leaves the model's state unchanged, as it must the backends'.
+
+A backend that runs kernels from a manifest (docs/design.md §9) gets its own prediction
+(`ContractModel.verdicts`): the same live dims and refusals, but for each slot the manifest
+replaces on it, the dispatches its entry declares (one per `dispatch_list` entry, each count
+its expression evaluated on the harness's own slot values, `harness.model.slot_values`),
+folded only where the entry says so, and the entry's `requires`, which that backend alone
+refuses (`InputError(op, "kernel_requires")`). The other backend keeps the contract's
+verdict, so replacing a slot on one backend only is not a divergence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -19,22 +27,142 @@ from graph_format import (
     Graph,
     GraphBuildError,
     InputError,
+    OpNode,
     ParityError,
     SymIntValue,
 )
-from harness.model import ExpectedDispatch, LiveState, check_dims
+from graph_format.kernels import (
+    BUILTIN_NAMES,
+    Backend,
+    ExpressionError,
+    KernelEntry,
+    KernelManifest,
+    KernelRequirementError,
+    Value,
+)
+from harness.model import ExpectedDispatch, Grid, LiveState, check_dims, slot_values
 from harness.ops import model_for
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
 
 
+# The workgroup size predicted for a manifest's kernel: its own declaration, which the harness
+# does not read (it never parses shaders); a backend's record of such a slot is compared
+# with it in its place (`ModelStep.foreign_slots`).
+KERNELS_OWN_WORKGROUP: Grid = (0, 0, 0)
+
+
 @dataclass(frozen=True)
 class ModelStep:
-    """The contract's prediction for one successful step."""
+    """The contract's prediction for one successful step.
+
+    Attributes:
+        foreign_slots: slots whose dispatches a manifest's kernel makes on the backend this
+            prediction is for; their workgroup size is the kernel's own
+            (`KERNELS_OWN_WORKGROUP` here).
+    """
 
     cur_dims: dict[str, Dims]
     symints: dict[str, int]
     dispatches: list[ExpectedDispatch]
+    foreign_slots: frozenset[str] = field(default_factory=frozenset)
+
+
+Verdict = ModelStep | ParityError
+
+
+@dataclass(frozen=True)
+class BackendKernels:
+    """The manifest one backend runs (its replaced slots) and the per-dimension workgroup
+    limit it honours (its `max_workgroups_per_dim`, the value expressions may read)."""
+
+    backend: Backend
+    manifest: KernelManifest
+    limit: int
+
+    def entry(self, slot: str) -> KernelEntry | None:
+        """The manifest's entry for `slot` on this backend, or None (the project's kernel)."""
+        return self.manifest.entry(self.backend, slot)
+
+    @property
+    def slots(self) -> frozenset[str]:
+        """The slots replaced on this backend."""
+        return frozenset(self.manifest.slots(self.backend))
+
+    def values(self, node_values: Mapping[str, Value]) -> dict[str, Value]:
+        """A slot's values with the names every expression may read besides them."""
+        (limit,) = BUILTIN_NAMES  # the one name: max_workgroups_per_dim
+        return {**node_values, limit: self.limit}
+
+    def dispatches(
+        self, op: str, entry: KernelEntry, values: Mapping[str, Value], ran: bool
+    ) -> list[ExpectedDispatch]:
+        """The dispatch records of `entry`'s kernel for one step: one per dispatch of its
+        split, all skipped when the op skips the slot (whatever the formula says).
+
+        Raises:
+            InputError: a `requires` the values break ("kernel_requires"), when the slot runs.
+            ExpressionError: an expression fails on these values (the backend reports it as
+                a kernel that does not build).
+        """
+        wg = KERNELS_OWN_WORKGROUP
+        if not ran:
+            return [(op, entry.slot, wg, (0, 0, 0), False) for _ in entry.dispatches]
+        unmet = entry.unmet_requirements(values)
+        if unmet:
+            raise InputError(
+                op,
+                "kernel_requires",
+                f"{self.backend}: op {op!r}: the kernel of slot {entry.slot} "
+                f"({entry.source.name}) requires {unmet[0]}",
+            )
+        out: list[ExpectedDispatch] = []
+        for dispatch in entry.dispatches:
+            count = dispatch.workgroups(values)
+            grid: Grid = (count, 1, 1) if isinstance(count, int) else count
+            out.append((op, entry.slot, wg, grid, True) if 0 not in grid else _skipped(op, entry))
+        return out
+
+    def check_grids(self, dispatches: list[ExpectedDispatch]) -> None:
+        """Refuse a count this backend cannot dispatch: past the limit per dimension for a
+        kernel that does not fold (a manifest's without `fold`, or an [x, y, z] count), past
+        the folded grid for one that does (the project's kernels)."""
+        limit = self.limit
+        for op, slot, _, (x, y, z), ran in dispatches:
+            entry = self.entry(slot)
+            folds = (y, z) == (1, 1) and (entry is None or entry.fold)
+            fits = x <= limit * limit if folds else max(x, y, z) <= limit
+            if ran and not fits:
+                raise InputError(
+                    op,
+                    "grid_limit",
+                    f"{self.backend}: op {op!r}: kernel {slot} needs {(x, y, z)} workgroups, "
+                    f"past what a {limit}-per-dimension grid holds"
+                    + ("" if folds else " without folding"),
+                )
+
+    def requirement_broken_at_load(self, graph: Graph, err: KernelRequirementError) -> bool:
+        """Whether the graph breaks the requirement a backend refused it for at load: one of
+        the slot's entry's `requires`, false on the harness's values of that op's slot
+        (those fixed at load are all a load-time requirement reads; taken at max dims)."""
+        entry = self.entry(err.slot)
+        node = next((n for n in graph.ops if n.name == err.op), None)
+        if entry is None or node is None or err.requirement not in (r.text for r in entry.requires):
+            return False
+        live = LiveState(
+            graph,
+            {t.name: t.dims for t in graph.tensors()},
+            {n: 0 for n, v in graph.values.items() if isinstance(v, SymIntValue)},
+        )
+        try:
+            values = self.values(slot_values(node, live, err.slot))
+            return err.requirement in entry.unmet_requirements(values)
+        except (ExpressionError, ParityError, KeyError, ValueError):
+            return True  # values not defined at max dims: the backend's word stands
+
+
+def _skipped(op: str, entry: KernelEntry) -> ExpectedDispatch:
+    return (op, entry.slot, KERNELS_OWN_WORKGROUP, (0, 0, 0), False)
 
 
 def expected_build_error(graph: Graph) -> GraphBuildError | None:
@@ -75,9 +203,16 @@ class ContractModel:
             None: no limit (a device's own, 65535 or more, is never reached).
     """
 
-    def __init__(self, graph: Graph, max_workgroups_per_dim: int | None = None) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        max_workgroups_per_dim: int | None = None,
+        kernels: Mapping[str, BackendKernels] | None = None,
+    ) -> None:
         self.graph = graph
         self.max_workgroups_per_dim = max_workgroups_per_dim
+        # backend -> the manifest it runs (only backends that replace a slot).
+        self.kernels = {name: k for name, k in (kernels or {}).items() if k.slots}
         self.state = LiveState(
             graph,
             {t.name: t.dims for t in graph.tensors()},
@@ -91,6 +226,62 @@ class ContractModel:
             ResizeError, InputError: the rejection both backends must raise (same class and
                 key); the model's state is then unchanged.
         """
+        verdict = self.verdicts(inputs)[0]
+        if isinstance(verdict, ParityError):
+            raise verdict
+        return verdict
+
+    def verdicts(self, inputs: Mapping[str, object]) -> tuple[Verdict, dict[str, Verdict]]:
+        """Predict one execute: the contract's verdict, and that of each backend that runs a
+        manifest's kernels (see the module's docstring); a backend not in the second is
+        held to the first. The model's state follows the contract's verdict."""
+        graph = self.graph
+        live = LiveState(graph, dict(self.state.dims), dict(self.state.symints))
+        dispatches: list[ExpectedDispatch] = []
+        own: dict[str, list[ExpectedDispatch]] = {name: [] for name in self.kernels}
+        refused: dict[str, Verdict] = {}
+        try:
+            self._read_inputs(inputs, live)
+            for node in graph.ops:
+                model = model_for(node.op)
+                model.resize(node, live)
+                design = model.dispatches(node, live)
+                dispatches += design
+                for name, kernels in self.kernels.items():
+                    if name not in refused:
+                        try:
+                            own[name] += _backend_dispatches(kernels, node, live, design)
+                        except InputError as err:
+                            refused[name] = err
+        except ParityError as err:  # every backend refuses as the contract, or earlier
+            return err, {name: refused.get(name, err) for name in self.kernels}
+        contract: Verdict
+        try:
+            self._check_grids(dispatches)
+            self._check_symints(live)
+            contract = ModelStep(dict(live.dims), dict(live.symints), dispatches)
+        except ParityError as err:
+            contract = err
+        per_backend: dict[str, Verdict] = {}
+        for name, kernels in self.kernels.items():
+            if name in refused:
+                per_backend[name] = refused[name]
+                continue
+            try:
+                kernels.check_grids(own[name])
+                self._check_symints(live)
+                per_backend[name] = ModelStep(
+                    dict(live.dims), dict(live.symints), own[name], kernels.slots
+                )
+            except ParityError as err:
+                per_backend[name] = err
+        if isinstance(contract, ModelStep):
+            live.host = {}  # this step's data is not state
+            self.state = live
+        return contract, per_backend
+
+    def _read_inputs(self, inputs: Mapping[str, object], live: LiveState) -> None:
+        """Check the step's inputs into `live` (dims, SymInts, host data of op inputs)."""
         graph = self.graph
         for name in graph.inputs:
             if name not in inputs:
@@ -98,7 +289,6 @@ class ContractModel:
         for name in inputs:
             if name not in graph.inputs:
                 raise InputError(name, "unknown", f"{name!r} is not a graph input")
-        live = LiveState(graph, dict(self.state.dims), dict(self.state.symints))
         for name in graph.inputs:
             value = inputs[name]
             if isinstance(graph.values[name], SymIntValue):
@@ -113,20 +303,14 @@ class ContractModel:
             check_host = getattr(model_for(node.op), "check_host", None)
             if check_host is not None:
                 check_host(node, live)
-        dispatches: list[ExpectedDispatch] = []
-        for node in graph.ops:
-            model = model_for(node.op)
-            model.resize(node, live)
-            dispatches += model.dispatches(node, live)
-        self._check_grids(dispatches)
-        # Kernels read SymInts as int32: one that passed every op's checks but does not fit
-        # is refused last (so an op's own key, such as sdpa's cache_overflow, comes first).
+
+    @staticmethod
+    def _check_symints(live: LiveState) -> None:
+        """Kernels read SymInts as int32: one that passed every op's checks but does not fit
+        is refused last (so an op's own key, such as sdpa's cache_overflow, comes first)."""
         for name, value in live.symints.items():
             if not INT32_MIN <= value <= INT32_MAX:
                 raise InputError(name, "int_range", f"SymInt {name!r} = {value} does not fit int32")
-        live.host = {}  # this step's data is not state
-        self.state = live
-        return ModelStep(dict(live.dims), dict(live.symints), dispatches)
 
     def _check_grids(self, dispatches: list[ExpectedDispatch]) -> None:
         """Refuse a logical count that no grid within the limit holds (graph order)."""
@@ -146,7 +330,30 @@ class ContractModel:
 
     def try_step(self, inputs: Mapping[str, object]) -> ModelStep | ParityError:
         """`step`, returning the expected rejection instead of raising it."""
+        return self.verdicts(inputs)[0]
+
+
+def _backend_dispatches(
+    kernels: BackendKernels, node: OpNode, live: LiveState, design: list[ExpectedDispatch]
+) -> list[ExpectedDispatch]:
+    """One op's dispatches on a backend with a manifest: the design's, each slot the
+    manifest replaces swapped for its kernel's own dispatches.
+
+    Raises:
+        InputError: a replaced slot's `requires` broken ("kernel_requires").
+    """
+    out: list[ExpectedDispatch] = []
+    for expected in design:
+        slot, ran = expected[1], expected[4]
+        entry = kernels.entry(slot)
+        if entry is None:
+            out.append(expected)
+            continue
+        values = kernels.values(slot_values(node, live, slot))
         try:
-            return self.step(inputs)
-        except ParityError as err:
-            return err
+            out += kernels.dispatches(node.name, entry, values, ran)
+        except ExpressionError:
+            # The backend cannot evaluate it either: it reports a kernel that does not
+            # build, a finding of its own; the design stands in for the prediction.
+            out.append(expected)
+    return out

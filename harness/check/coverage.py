@@ -80,26 +80,38 @@ def op_regimes(
 
 @dataclass
 class Coverage:
-    """op type -> backend -> {"regimes": tags, "variants": kernels that ran}."""
+    """op type -> backend -> {"regimes": tags, "variants": kernels that ran, "foreign": the
+    variants among them that ran a manifest's kernel (docs/design.md §9), when any}."""
 
     cells: dict[str, dict[str, dict[str, set[str]]]] = field(default_factory=dict)
 
     def add(
-        self, op_type: str, backend: str, regimes: Iterable[str], variants: Iterable[str]
+        self,
+        op_type: str,
+        backend: str,
+        regimes: Iterable[str],
+        variants: Iterable[str],
+        foreign: Iterable[str] = (),
     ) -> None:
-        """Record regimes and variants exercised by one op on one backend."""
+        """Record regimes and variants exercised by one op on one backend (`foreign`: the
+        variants that ran a manifest's kernel)."""
         cell = self.cells.setdefault(op_type, {}).setdefault(
             backend, {"regimes": set(), "variants": set()}
         )
         cell["regimes"].update(regimes)
         cell["variants"].update(variants)
+        foreign = set(foreign)
+        if foreign:
+            cell.setdefault("foreign", set()).update(foreign)
 
     def merge(self, other: Coverage | Mapping[str, Any]) -> None:
         """Add another coverage (or its JSON form) into this one."""
         cells = other.cells if isinstance(other, Coverage) else other
         for op_type, backends in cells.items():
             for backend, cell in backends.items():
-                self.add(op_type, backend, cell["regimes"], cell["variants"])
+                self.add(
+                    op_type, backend, cell["regimes"], cell["variants"], cell.get("foreign", ())
+                )
 
     def to_json(self) -> dict[str, dict[str, dict[str, list[str]]]]:
         """Plain data with sorted lists."""

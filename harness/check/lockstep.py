@@ -32,12 +32,13 @@ from graph_format import (
     Runtime,
     StepResult,
 )
+from graph_format.kernels import KernelRequirementError
 from harness.check import oracles, timing
 from harness.check.contract import ModelStep, expected_build_error
 from harness.check.coverage import Coverage, max_state, op_regimes
 from harness.check.divergence import Divergence, primary
 from harness.check.reference import ReferenceEvaluator
-from harness.check.steps import StepLoop, StepRun, intermediates, states
+from harness.check.steps import StepLoop, StepRun, backend_kernels, intermediates, states
 from harness.gen.case import Case, StepInputs
 from harness.model import LiveState
 
@@ -151,6 +152,8 @@ class LockstepRunner:
         self.canaries = canaries
         self.per_op = per_op
         self.adapters = {rt.name: rt.info() for rt in self.runtimes}
+        # Per runtime with a manifest: its replaced slots (the contract's per-backend view).
+        self.kernels = backend_kernels(self.runtimes)
         # Workgroups per grid dimension each runtime honours (its device's, or lowered).
         self.limits = {
             name: int(info.get("max_workgroups_per_dim", 65535))
@@ -178,6 +181,8 @@ class _CaseRun:
         self.coverage = Coverage()
         self.previous_sizes: dict[str, int] = {}
         self.max_live = max_state(graph)
+        # Backends that refused the graph at load as their manifest's `requires` says.
+        self.refused_at_load: dict[str, str] = {}
 
     def run(self) -> CaseResult:
         start = time.perf_counter()
@@ -194,8 +199,21 @@ class _CaseRun:
             for error in loop.load_errors.values():
                 if isinstance(error, BackendUnavailable):  # a set-up error (glslc missing)
                     raise error
-            divergences += oracles.check_build(expected_build_error(graph), loop.load_errors)
-            if loop.all_loaded and not divergences and expected_build_error(graph) is None:
+            # A backend refusing a graph its manifest's kernel declares it cannot take is
+            # as expected; the others go on with the case.
+            kernels = self.runner.kernels
+            load_errors = dict(loop.load_errors)
+            for name, error in loop.load_errors.items():
+                if (
+                    isinstance(error, KernelRequirementError)
+                    and name in kernels
+                    and kernels[name].requirement_broken_at_load(graph, error)
+                ):
+                    del load_errors[name]
+                    self.refused_at_load[name] = str(error)
+            divergences += oracles.check_build(expected_build_error(graph), load_errors)
+            loaded = all(error is None for error in load_errors.values()) and loop.loaded
+            if loaded and not divergences and expected_build_error(graph) is None:
                 reference = ReferenceEvaluator(graph)
                 # Each backend's state tensors before the step, for the per-op check of ops
                 # that update state in place.
@@ -247,11 +265,18 @@ class _CaseRun:
 
         div = record.divergences
         div += oracles.check_errors(
-            index, graph, expected, step.failures, list(step.before), step.before, step.after
+            index,
+            graph,
+            expected,
+            step.failures,
+            list(step.before),
+            step.before,
+            step.after,
+            step.expected_by,
         )
         if not isinstance(expected, ModelStep) or not results:
             return record
-        div += oracles.check_metadata(index, graph, expected, results)
+        div += oracles.check_metadata(index, graph, expected, results, step.expected_by)
         div += oracles.check_grids(index, results, self.runner.limits)
         div += oracles.check_validation(index, results)
         if self.runner.canaries:
@@ -357,7 +382,9 @@ class _CaseRun:
                 ran = [d for d in res.dispatches if d.op == node.name and d.ran]
                 # "fold": a count above the per-dimension limit ran as a folded grid.
                 folded = {"fold"} if any(d.physical_grid != d.logical_count for d in ran) else set()
-                self.coverage.add(node.op, name, regimes | folded, {d.kernel for d in ran})
+                kernels = {d.kernel for d in ran}
+                foreign = self.runner.kernels[name].slots if name in self.runner.kernels else ()
+                self.coverage.add(node.op, name, regimes | folded, kernels, kernels & set(foreign))
 
 
 def _initial(graph: Graph, name: str) -> np.ndarray:

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from graph_format import (
     DTYPES,
     DeviceError,
+    DispatchRecord,
     Graph,
     GraphBuildError,
     InputError,
@@ -27,7 +28,7 @@ from graph_format import (
     SymIntValue,
     TensorValue,
 )
-from harness.check.contract import ModelStep
+from harness.check.contract import KERNELS_OWN_WORKGROUP, ModelStep
 from harness.check.divergence import MODEL, Divergence, Kind, blame_from
 from harness.check.reference import OpEvaluation, op_args
 from harness.model import ExpectedDispatch, arg_values
@@ -197,6 +198,7 @@ def check_errors(
     backends: Sequence[str],
     dims_before: Mapping[str, dict[str, Any]],
     dims_after: Mapping[str, dict[str, Any]],
+    expected_by: Mapping[str, ModelStep | ParityError] | None = None,
 ) -> list[Divergence]:
     """Crashes, rejections the contract does not predict (or predicted ones that did not
     happen, or happened for another reason), and rejections that changed the graph.
@@ -207,10 +209,20 @@ def check_errors(
     other refusal: a bad shape, a resize engine that does not converge, a build or format
     error at execute). Each names the op it is about, and an asymmetry caused by a wrong
     value from upstream names where that value was produced (`upstream_origin`).
+
+    Args:
+        expected_by: a backend's own prediction where it runs a manifest's kernels (its
+            kernels' `requires` and grids); the others are held to `expected`.
     """
+    own = expected_by or {}
+
+    def want_of(name: str) -> ModelStep | ParityError:
+        return own.get(name, expected)
+
     out: list[Divergence] = []
-    accepted = isinstance(expected, ModelStep)
     for name, err in failures.items():
+        want_here = want_of(name)
+        accepted = isinstance(want_here, ModelStep)
         op = error_op(graph, err)
         if isinstance(err, DeviceError):
             out.append(
@@ -231,8 +243,8 @@ def check_errors(
             details: dict[str, Any] = {"key": list(error_key(err)), "error": _error_text(err)}
             message = f"{name} rejected a step the contract accepts: {_error_text(err)}"
             origin = None
-            if isinstance(expected, ModelStep) and err.live and op:
-                origin = upstream_origin(graph, expected, err.live, op)
+            if isinstance(want_here, ModelStep) and err.live and op:
+                origin = upstream_origin(graph, want_here, err.live, op)
             if origin is not None:
                 details["upstream"] = origin
                 message += (
@@ -242,31 +254,40 @@ def check_errors(
             out.append(
                 Divergence(step, Kind.ERROR_ASYMMETRY, name, message, op=op, details=details)
             )
-    if isinstance(expected, ModelStep):  # accepted: no refusal to compare
-        return out
-    want = error_key(expected)
-    got = {name: error_key(failures[name]) if name in failures else None for name in backends}
-    wrong = {name: key != want for name, key in got.items()}
-    if any(wrong.values()):
-        # The op of a wrong backend's own error says most about its bug; else the
-        # contract's refusal names the op that should have refused.
-        named = [
-            *(error_op(graph, failures[n]) for n, bad in wrong.items() if bad and n in failures),
-            error_op(graph, expected),
-        ]
-        out.append(
-            Divergence(
-                step,
-                Kind.ERROR_ASYMMETRY,
-                blame_from(wrong, len({str(v) for v in got.values()}) == 1),
-                f"expected rejection {want}, got {got}",
-                op=next((o for o in named if o), None),
-                details={
-                    "expected": list(want),
-                    "got": {k: list(v) if v else None for k, v in got.items()},
-                },
+    refusing = [name for name in backends if isinstance(want_of(name), ParityError)]
+    if refusing:
+        wants = {name: error_key(cast(ParityError, want_of(name))) for name in refusing}
+        got = {name: error_key(failures[name]) if name in failures else None for name in refusing}
+        wrong = {name: got[name] != wants[name] for name in refusing}
+        wrong |= {name: False for name in backends if name not in wrong}
+        if any(wrong.values()):
+            # The op of a wrong backend's own error says most about its bug; else the
+            # contract's refusal names the op that should have refused.
+            named = [
+                *(
+                    error_op(graph, failures[n])
+                    for n, bad in wrong.items()
+                    if bad and n in failures
+                ),
+                *(_refusal_op(graph, want_of(n)) for n, bad in wrong.items() if bad),
+            ]
+            same = len({str(got[n]) for n in refusing}) == 1 and len(refusing) == len(backends)
+            shown = next(iter(wants.values())) if len(set(wants.values())) == 1 else wants
+            out.append(
+                Divergence(
+                    step,
+                    Kind.ERROR_ASYMMETRY,
+                    blame_from(wrong, same),
+                    f"expected rejection {shown}, got {got}",
+                    op=next((o for o in named if o), None),
+                    details={
+                        "expected": list(wants[refusing[0]])
+                        if len(set(wants.values())) == 1
+                        else {n: list(k) for n, k in wants.items()},
+                        "got": {k: list(v) if v else None for k, v in got.items()},
+                    },
+                )
             )
-        )
     for name in backends:
         if name in failures and dims_after[name] != dims_before[name]:
             changed = [t for t, d in dims_after[name].items() if d != dims_before[name][t]]
@@ -276,11 +297,16 @@ def check_errors(
                     Kind.STATE_AFTER_REJECT,
                     name,
                     f"{name} rejected the step but changed live dims of {changed}",
-                    op=error_op(graph, failures[name]) or error_op(graph, expected),
+                    op=error_op(graph, failures[name]) or _refusal_op(graph, want_of(name)),
                     details={"tensors": changed},
                 )
             )
     return out
+
+
+def _refusal_op(graph: Graph, want: ModelStep | ParityError) -> str | None:
+    """The op a predicted refusal is about (None for an accepted step)."""
+    return error_op(graph, want) if isinstance(want, ParityError) else None
 
 
 # ---------------------------------------------------------------------------- metadata
@@ -308,10 +334,16 @@ def _brief(entries: Sequence[ExpectedDispatch]) -> str:
 
 
 def check_metadata(
-    step: int, graph: Graph, expected: ModelStep, results: Mapping[str, StepResult]
+    step: int,
+    graph: Graph,
+    expected: ModelStep,
+    results: Mapping[str, StepResult],
+    expected_by: Mapping[str, ModelStep | ParityError] | None = None,
 ) -> list[Divergence]:
     """Every tensor's cur_dims, every SymInt and every op's dispatch slots, exactly as the
-    contract says."""
+    contract says; a backend that runs a manifest's kernels is held to its own dispatches
+    (`expected_by`: the manifest's counts for its replaced slots, whose workgroup size is
+    the kernel's own and not compared)."""
     out: list[Divergence] = []
     for tensor, want in expected.cur_dims.items():
         got = {name: tuple(res.cur_dims.get(tensor, ())) for name, res in results.items()}
@@ -346,16 +378,30 @@ def check_metadata(
                     details={"expected": value, "got": got_int},
                 )
             )
+    own = {name: want for name, want in (expected_by or {}).items() if isinstance(want, ModelStep)}
     want_by_op = _by_op(expected.dispatches)
-    got_by_op = {
-        name: _by_op([d.logical() for d in res.dispatches]) for name, res in results.items()
+    wants_by_op = {
+        name: _by_op(own[name].dispatches) if name in own else want_by_op for name in results
     }
-    for op in dict.fromkeys([*want_by_op, *(op for g in got_by_op.values() for op in g)]):
+    got_by_op = {
+        name: _by_op([_as_predicted(d, own.get(name)) for d in res.dispatches])
+        for name, res in results.items()
+    }
+    for op in dict.fromkeys(
+        [*want_by_op, *(op for g in [*got_by_op.values(), *wants_by_op.values()] for op in g)]
+    ):
         want_slots = want_by_op.get(op, [])
         got_slots = {name: by_op.get(op, []) for name, by_op in got_by_op.items()}
-        wrong = {name: entries != want_slots for name, entries in got_slots.items()}
+        wrong = {
+            name: entries != wants_by_op[name].get(op, []) for name, entries in got_slots.items()
+        }
         if not any(wrong.values()):
             continue
+        foreign = {
+            name: [dispatch_json(d) for d in wants_by_op[name].get(op, [])]
+            for name in own
+            if name in results
+        }
         out.append(
             Divergence(
                 step,
@@ -367,10 +413,20 @@ def check_metadata(
                 details={
                     "expected": [dispatch_json(d) for d in want_slots],
                     "got": {n: [dispatch_json(d) for d in e] for n, e in got_slots.items()},
-                },
+                }
+                | ({"expected_by_manifest": foreign} if foreign else {}),
             )
         )
     return out
+
+
+def _as_predicted(record: DispatchRecord, own: ModelStep | None) -> ExpectedDispatch:
+    """A backend's dispatch record as the contract predicts it: a manifest kernel's
+    workgroup size is its own (not predicted)."""
+    op, kernel, wg, count, ran = record.logical()
+    if own is not None and kernel in own.foreign_slots:
+        wg = KERNELS_OWN_WORKGROUP
+    return (op, kernel, wg, count, ran)
 
 
 def check_grids(

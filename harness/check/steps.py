@@ -32,9 +32,10 @@ from graph_format import (
     StepResult,
     TensorValue,
 )
+from graph_format.kernels import BACKENDS, KernelManifest
 from graph_format.runtime import Dims
 from harness.check import timing
-from harness.check.contract import ContractModel, ModelStep
+from harness.check.contract import BackendKernels, ContractModel, ModelStep, Verdict
 from harness.check.oracles import canary_fill
 from harness.gen.case import Case, StepInputs
 
@@ -69,6 +70,29 @@ def grid_limit(runtimes: Sequence[Runtime]) -> int | None:
     return min(limits, default=None)
 
 
+def runtime_limit(runtime: Runtime) -> int:
+    """The workgroups per grid dimension `runtime` honours."""
+    return int(runtime.info().get("max_workgroups_per_dim", 65535))
+
+
+def runtime_manifest(runtime: Runtime) -> KernelManifest | None:
+    """The kernel manifest `runtime` was built with (docs/design.md §9), or None."""
+    manifest = getattr(runtime, "manifest", None)
+    return manifest if isinstance(manifest, KernelManifest) else None
+
+
+def backend_kernels(runtimes: Sequence[Runtime]) -> dict[str, BackendKernels]:
+    """Per runtime that replaces a slot through its manifest: what the contract model needs
+    to predict its own dispatches and refusals."""
+    out: dict[str, BackendKernels] = {}
+    for rt in runtimes:
+        manifest = runtime_manifest(rt)
+        backend = next((b for b in BACKENDS if b == rt.name), None)
+        if manifest is not None and backend is not None and manifest.slots(backend):
+            out[rt.name] = BackendKernels(backend, manifest, runtime_limit(rt))
+    return out
+
+
 @dataclass
 class StepRun:
     """One step as every runtime ran it.
@@ -78,6 +102,8 @@ class StepRun:
         inputs: its inputs.
         expected: the contract model's prediction (a `ModelStep`, or the error it expects
             the step to be refused with); None when the loop runs without the model.
+        expected_by: per runtime that runs a manifest's kernels, its own prediction
+            (`ContractModel.verdicts`); the others are held to `expected`.
         fill: the canary fill handed to every runtime (empty when canaries are off or the
             model expects a refusal).
         results: per runtime that executed the step, what it reported.
@@ -89,6 +115,7 @@ class StepRun:
     index: int
     inputs: StepInputs
     expected: ModelStep | ParityError | None
+    expected_by: dict[str, Verdict] = field(default_factory=dict)
     fill: Fill = field(default_factory=dict)
     results: dict[str, StepResult] = field(default_factory=dict)
     failures: dict[str, BaseException] = field(default_factory=dict)
@@ -99,6 +126,10 @@ class StepRun:
     def accepted(self) -> bool:
         """The contract model accepts the step (its prediction is a `ModelStep`)."""
         return isinstance(self.expected, ModelStep)
+
+    def expected_for(self, runtime: str) -> ModelStep | ParityError | None:
+        """The prediction `runtime` is held to: its own, else the contract's."""
+        return self.expected_by.get(runtime, self.expected)
 
 
 class StepLoop:
@@ -186,12 +217,14 @@ class StepLoop:
         model = None
         if self.contract:
             limit = self.limit if self.limit is not None else grid_limit(self.runtimes)
-            model = ContractModel(graph, limit)
+            model = ContractModel(graph, limit, backend_kernels(self.runtimes))
         tagged = canaried(graph) if self.canaries else []
         for index, inputs in enumerate(self.case.steps):
             if until is not None and index > until:
                 return
-            step = StepRun(index, inputs, model.try_step(inputs) if model else None)
+            step = StepRun(index, inputs, None)
+            if model is not None:
+                step.expected, step.expected_by = model.verdicts(inputs)
             if isinstance(step.expected, ModelStep) and self.canaries:
                 step.fill = canary_fill(index, graph, step.expected, tagged)
             step.before = {name: lg.cur_dims() for name, lg in self.loaded.items()}

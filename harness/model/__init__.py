@@ -8,6 +8,9 @@ both backends. Each op's module in `harness/ops/` defines it and registers it he
   backends must raise (`ResizeError`/`InputError` with the same key);
 - `dispatches`: the exact dispatch slots of the op's kernel design (kernel variant,
   workgroup size, logical workgroup count, ran or skipped) for the live dims;
+- `kernel_values`: what the op offers a kernel of each of its slots by name (the slot
+  interface of `graph_format/ops/<op>.toml`), computed here independently of both backends;
+  `slot_values` adds `workgroups` from `dispatches` (what a manifest's expressions read);
 - `reference`: the op's math in float64;
 - `budget`: per output element, the rounding error a correct float32 implementation may
   make from exact inputs (propagation through the graph is the reference evaluator's);
@@ -46,6 +49,8 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from graph_format import SIGNATURES, Dims, Graph, OpNode, ResizeError, SymIntValue, TensorValue
+from graph_format.kernels import WORKGROUPS_VALUE, Value
+from graph_format.signatures import SLOTS
 
 Grid = tuple[int, int, int]
 # (op, kernel, workgroup size, logical workgroup count, ran)
@@ -215,6 +220,12 @@ class OpModel(Protocol):
         """The op's dispatch slots for the (already resized) live state."""
         ...
 
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        """The values the op offers a kernel of `slot` (one of `kernels`) for the (already
+        resized) live state: every name the slot's interface declares but `workgroups`,
+        which `slot_values` takes from `dispatches`."""
+        ...
+
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         """Float64 outputs by output slot; state tensors in `args` are updated in place."""
         ...
@@ -266,6 +277,27 @@ def model_for(op: str) -> OpModel:
             f"the harness has no model of op {op!r} (is harness.ops imported?); "
             f"known: {sorted(MODELS)}"
         ) from None
+
+
+def slot_values(node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+    """The harness's own values of `slot` of `node` for the (resized) live state: the op's
+    `kernel_values` and `workgroups`, the slot's logical count in `dispatches` (0 when the
+    op skips the slot this step). Exactly the names `graph_format/ops/<op>.toml` declares.
+
+    Raises:
+        ValueError: the model offers other names than the slot declares (a harness bug).
+    """
+    model = model_for(node.op)
+    values = dict(model.kernel_values(node, live, slot))
+    ran = [count for _, kernel, _, count, r in model.dispatches(node, live) if kernel == slot and r]
+    values[WORKGROUPS_VALUE] = ran[0][0] if ran else 0
+    declared = SLOTS[slot].values
+    if set(values) != set(declared):
+        raise ValueError(
+            f"harness model of {node.op}: slot {slot} offers {sorted(values)}, its schema "
+            f"declares {sorted(declared)}"
+        )
+    return values
 
 
 def arg_values(node: OpNode) -> list[str]:

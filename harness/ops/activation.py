@@ -18,6 +18,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import (
     float_array,
     leading_dims,
@@ -53,6 +54,8 @@ from harness.model.numerics import (
 )
 
 WORKGROUP = (64, 1, 1)
+# The unary kernel's op_kind override / specialization constant.
+OP_KINDS = {"sigmoid": 0, "silu": 1}
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -102,6 +105,13 @@ class UnaryActivationModel:
     def resize(self, node: OpNode, live: LiveState) -> None:
         live.set_output(node, "out", live.of(node, "x"))
 
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        return {
+            "numel": numel(live.of(node, "x")),
+            "op_kind": OP_KINDS[self.op],
+            "workgroup_size": WORKGROUP[0],
+        }
+
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "x")), WORKGROUP[0])
         return [(node.name, self.op, WORKGROUP, (count, 1, 1), True)]
@@ -144,6 +154,9 @@ class SiluMulModel:
         if gate != up:
             raise InputError(node.name, "shape", f"live gate {list(gate)} != up {list(up)}")
         live.set_output(node, "out", gate)
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        return {"numel": numel(live.of(node, "gate")), "workgroup_size": WORKGROUP[0]}
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "gate")), WORKGROUP[0])

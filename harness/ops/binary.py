@@ -20,6 +20,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode, ScalarValue
+from graph_format.kernels import Value
 from harness.gen.blocks import (
     DynamicDim,
     float_array,
@@ -56,6 +57,25 @@ def broadcast(a: Dims, b: Dims) -> Dims | None:
         return tuple(int(d) for d in np.broadcast_shapes(a, b))
     except ValueError:
         return None
+
+
+# The kernels' op_kind override / specialization constant, and the rank their broadcast
+# indexing covers (sizes and strides right-aligned to it).
+OP_KINDS = {"add": 0, "mul": 1}
+KERNEL_RANK = 4
+
+
+def _right_aligned(dims: Dims) -> tuple[int, ...]:
+    """`dims` with leading 1s to KERNEL_RANK."""
+    return (1,) * (KERNEL_RANK - len(dims)) + tuple(dims)
+
+
+def _broadcast_strides(dims: Dims, out: Dims) -> tuple[int, ...]:
+    """Row-major element strides of an operand along `out`'s right-aligned dims, 0 where
+    the operand has size 1 (it broadcasts, or the dim is 1 anyway)."""
+    sizes = _right_aligned(dims)
+    strides = [int(np.prod(sizes[d + 1 :])) for d in range(KERNEL_RANK)]
+    return tuple(0 if size == 1 else stride for size, stride in zip(sizes, strides, strict=True))
 
 
 class BinaryModel:
@@ -100,6 +120,21 @@ class BinaryModel:
         if dims is None:
             raise InputError(node.name, "broadcast", "live shapes do not broadcast")
         live.set_output(node, "out", dims)
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        out = live.dims[node.outputs["out"]]
+        values: dict[str, Value] = {
+            "numel": numel(out),
+            "op_kind": OP_KINDS[self.op],
+            "workgroup_size": WORKGROUP[0],
+        }
+        if slot.endswith("_scalar"):
+            values["scalar"] = float(live.graph.scalar(node.arg("scalar")))
+        if slot.endswith("_broadcast"):
+            values["out_sizes"] = _right_aligned(out)
+            values["a_strides"] = _broadcast_strides(live.of(node, "a"), out)
+            values["b_strides"] = _broadcast_strides(live.of(node, "b"), out)
+        return values
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         if node.optional_arg("b") is None:

@@ -26,6 +26,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import (
     leading_dims,
     seeds,
@@ -147,6 +148,18 @@ class EmbeddingQ4gswModel:
     def resize(self, node: OpNode, live: LiveState) -> None:
         dim = 2 * live.max_of(node, "weight")[1]
         live.set_output(node, "out", (*live.of(node, "indices"), dim))
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        vocab, half = live.max_of(node, "weight")
+        dim, group = 2 * half, live.int_arg(node, "group_size")
+        return {
+            "numel": numel(live.dims[node.outputs["out"]]),
+            "embed_dim": dim,
+            "group_size": group,
+            "groups_per_row": div_up(dim, group),
+            "vocab": vocab,
+            "workgroup_size": WORKGROUP[0],
+        }
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])

@@ -27,6 +27,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import float_array, live_sizes, seeds
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
@@ -39,6 +40,7 @@ from harness.model import (
     LiveState,
     div_up,
     kernels,
+    numel,
     optional_tensor,
     register,
     ro,
@@ -125,6 +127,25 @@ class FusedSdpaModel:
                     f"{[batch, heads, seq, kv_len]}",
                 )
         live.set_output(node, "out", q)
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        batch, heads, seq, dim = live.of(node, "q")
+        scale = node.optional_arg("scale")
+        values: dict[str, Value] = {
+            "batch": batch,
+            "heads": heads,
+            "q_len": seq,
+            "kv_len": live.of(node, "k")[2],
+            "head_dim": dim,
+            "scale": default_scale(dim) if scale is None else float(live.graph.scalar(scale)),
+            "workgroup_size": WORKGROUP[0],
+        }
+        if slot == "fused_sdpa_scores_masked":
+            mask = live.of(node, "attn_mask")
+            values["mask_strides"] = tuple(
+                0 if mask[d] == 1 else numel(mask[d + 1 :]) for d in range(4)
+            )
+        return values
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         batch, heads, seq, dim = live.of(node, "q")

@@ -55,6 +55,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import (
     float_array,
     live_sizes,
@@ -187,6 +188,23 @@ class LinearQ4gswModel:
             )
         n = live.max_of(node, "weight")[0]
         live.set_output(node, "out", (*dims[:-1], n))
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        m, n, k, group_size = self._sizes(node, live)
+        values: dict[str, Value] = {
+            "m": m,
+            "n": n,
+            "k": k,
+            "k_words": div_up(k, 8),
+            "group_size": group_size,
+            "n_padded": div_up(n, 4) * 4,
+            "has_bias": int(node.optional_arg("bias") is not None),
+            "gemv_workgroups": min(div_up(n, 2), GEMV_MAX_WORKGROUPS),
+            "workgroup_size": (GEMV_WORKGROUP if slot == GEMV else GEMM_WORKGROUP)[0],
+        }
+        if slot == GEMV:
+            values["max_workgroups"] = GEMV_MAX_WORKGROUPS
+        return values
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         m, n, k, group_size = self._sizes(node, live)

@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import (
     float_array,
     leading_dims,
@@ -71,6 +72,15 @@ class RmsNormModel:
         if dims[-1] != width:
             raise InputError(node.name, "row_width", f"live width {dims[-1]} != {width}")
         live.set_output(node, "out", dims)
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        width = live.max_of(node, "weight")[0]
+        return {
+            "num_rows": numel(live.of(node, "x")) // width,
+            "row_width": width,
+            "eps": float(live.graph.scalar(node.arg("eps"))),
+            "workgroup_size": WORKGROUP[0],
+        }
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         dims = live.of(node, "x")

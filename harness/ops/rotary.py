@@ -30,6 +30,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import (
     DynamicDim,
     float_array,
@@ -139,6 +140,22 @@ class _RotaryBase:
         """Coverage: B * S, the tokens the dispatch covers (heads are fixed per case)."""
         dims = live.of(node, "xq")
         return dims[0] * dims[1]
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        xq, xk = live.of(node, "xq"), live.of(node, "xk")
+        q_pairs = numel(xq) // 2
+        values: dict[str, Value] = {
+            "q_pairs": q_pairs,
+            "total_pairs": q_pairs + numel(xk) // 2,
+            "half_dim": live.max_of(node, "xq")[3] // 2,
+            "seq": xq[1],
+            "q_heads": xq[2],
+            "k_heads": xk[2],
+            "workgroup_size": WORKGROUP[0],
+        }
+        if "start_pos" in node.args:
+            values["start_pos"] = live.int_arg(node, "start_pos")
+        return values
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         pairs = (numel(live.of(node, "xq")) + numel(live.of(node, "xk"))) // 2

@@ -28,6 +28,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import DynamicDim, float_array, seeds, step_dims
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
@@ -102,6 +103,15 @@ class InterleavedRotaryModel:
                 node.name, "freqs_shape", f"live freqs_cis {list(freqs)} must be {list(x[1:])}"
             )
         live.set_output(node, "out", x)
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        dims = live.of(node, "x")
+        return {
+            "texels": numel(dims) // TEXEL,
+            "row_texels": live.max_of(node, "x")[-1] // TEXEL,
+            "tokens": dims[1],
+            "workgroup_size": WORKGROUP[0],
+        }
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         texels = numel(live.of(node, "x")) // TEXEL

@@ -37,6 +37,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import (
     float_array,
     kv_steps,
@@ -158,6 +159,22 @@ class SdpaModel:
                 f"input_pos {pos} + S {seq} exceeds the cache's {cache_rows} rows",
             )
         live.set_output(node, "out", q)
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        _, seq, q_heads, dim = live.of(node, "q")
+        pos = live.int_arg(node, "input_pos")
+        scale = node.optional_arg("scale")
+        return {
+            "seq": seq,
+            "input_pos": pos,
+            "context": pos + seq,
+            "q_heads": q_heads,
+            "kv_heads": live.of(node, "k")[2],
+            "head_dim": dim,
+            "num_splits": div_up(pos + seq, SPLIT),
+            "scale": default_scale(dim) if scale is None else float(live.graph.scalar(scale)),
+            "workgroup_size": WORKGROUP[0],
+        }
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         _, seq, hq, dim = live.of(node, "q")

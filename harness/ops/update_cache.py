@@ -22,6 +22,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format.kernels import Value
 from harness.gen.blocks import float_array, kv_steps, seeds
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
@@ -83,6 +84,16 @@ class UpdateCacheModel:
                 "cache_overflow",
                 f"input_pos {pos} + S {seq} exceeds the cache's {rows} rows",
             )
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        _, seq, heads, dim = live.of(node, "value")
+        return {
+            "seq": seq,
+            "input_pos": live.int_arg(node, "input_pos"),
+            "heads": heads,
+            "head_dim": dim,
+            "workgroup_size": WORKGROUP[0],
+        }
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         _, seq, heads, dim = live.of(node, "value")

@@ -24,6 +24,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph, GraphBuildError, InputError, OpNode, ScalarValue
+from graph_format.kernels import Value
 from harness.gen.blocks import (
     float_array,
     head_dims,
@@ -117,6 +118,9 @@ class ViewCopyModel:
             )
         live.set_output(node, "out", sizes)
 
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        return {"numel": numel(live.of(node, "x")), "workgroup_size": WORKGROUP[0]}
+
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "x")), WORKGROUP[0])
         return [(node.name, "view_copy", WORKGROUP, (count, 1, 1), True)]
@@ -153,6 +157,9 @@ class SymSizeModel:
     def resize(self, node: OpNode, live: LiveState) -> None:
         dim = live.int_arg(node, "dim")
         live.symints[node.outputs["out"]] = live.of(node, "x")[dim]
+
+    def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
+        raise KeyError(f"sym_size runs no kernel; no slot {slot!r}")
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         return []

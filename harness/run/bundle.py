@@ -16,6 +16,9 @@ shrinks to the same finding lands on the same folder. Layout (format `parity-bun
                        steps.npz (every step's inputs), case.json (live shapes per step)
     shaders/wgsl/      the WGSL of every kernel the graph's ops use, as the run saw them
     shaders/glsl/      the GLSL likewise, with include/ (the files they include)
+    kernels/           with `parity run --kernels`: the kernel manifest (kernels.toml) and
+                       every file it names (shaders, SPIR-V, adapter modules, the GLSL
+                       includes next to them), at the same paths relative to it
     timeline.json      every step: live inputs, cur_dims and dispatches of the contract
                        model and each backend, error/budget utilizations, divergences
     arrays.npz         evidence for the report: per diverging output and step, each
@@ -29,7 +32,9 @@ shrinks to the same finding lands on the same folder. Layout (format `parity-bun
 copies (so a shader bug reproduces on a fresh clone) or, with `--shaders worktree`, with the
 working tree's, under the workgroup limit it was found with; it says whether the same
 bug (its `harness.check.divergence.BugKey`) still shows, and which Python files differ from the
-ones the bundle was found with.
+ones the bundle was found with. A bundle with `kernels/` replays with that manifest's
+kernels; when it names a Python adapter, only with `allow_adapters` (`parity replay
+--allow-adapters`): otherwise it is refused, since replaying would run Python from the bundle.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from typing import Any, cast
 import numpy as np
 
 from graph_format import Graph, GraphFormatError, OpNode, Runtime, StepResult
+from graph_format.kernels import MANIFEST_NAME, KernelManifest, KernelManifestError, load_manifest
 from harness.check.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
 from harness.check.contract import expected_build_error
 from harness.check.divergence import BugKey
@@ -98,6 +104,37 @@ def kernel_stems(graph: Graph) -> dict[str, set[str]]:
             out["webgpu"].add(spec.wgsl)
             out["vulkan"].add(spec.glsl)
     return out
+
+
+KERNELS_DIR = "kernels"
+
+
+def copy_kernels(manifest: KernelManifest, dest: Path) -> dict[str, str]:
+    """Copy a kernel manifest and every file it names (with the GLSL files their
+    `#include`s name next to them) into `dest`, at their paths relative to the manifest.
+
+    Returns `kernels/<relative path>` -> sha256 of every file copied.
+    """
+    root = manifest.folder
+    pending = list(manifest.files())
+    hashes: dict[str, str] = {}
+    seen: set[Path] = set()
+    while pending:
+        src = pending.pop()
+        if src in seen or not src.is_file():
+            continue
+        seen.add(src)
+        try:
+            rel = src.resolve().relative_to(root.resolve())
+        except ValueError:
+            continue  # an include outside the folder: the project's glsl/include
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, target)
+        hashes[f"{KERNELS_DIR}/{rel.as_posix()}"] = sha256_file(target)
+        if src.suffix in (".comp", ".glsl", ".glslh"):
+            pending += [src.parent / n for n in _INCLUDE.findall(src.read_text(errors="replace"))]
+    return hashes
 
 
 def copy_shaders(
@@ -398,6 +435,7 @@ def write_bundle(
     shader_dirs: Mapping[str, Path] | None = None,
     shrunk: bool = True,
     provisional: bool = False,
+    manifest: KernelManifest | None = None,
 ) -> Path:
     """Write the bundle of one failing case, atomically.
 
@@ -415,12 +453,22 @@ def write_bundle(
         shrunk: whether Hypothesis finished shrinking it (False for an interrupted run).
         provisional: the first divergent case of a bug, written as soon as it was seen; the
             chunk's finding replaces it when the chunk ends (a killed run keeps it).
+        manifest: the kernel manifest the run ran (`--kernels`): copied with its files.
     """
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
         _write_bundle_files(
-            tmp, folder.name, case, record, run, runtimes, shader_dirs, shrunk, provisional
+            tmp,
+            folder.name,
+            case,
+            record,
+            run,
+            runtimes,
+            shader_dirs,
+            shrunk,
+            provisional,
+            manifest,
         )
         try:
             os.rename(tmp, folder)
@@ -444,9 +492,11 @@ def _write_bundle_files(
     shader_dirs: Mapping[str, Path] | None,
     shrunk: bool,
     provisional: bool,
+    manifest: KernelManifest | None,
 ) -> None:
     case.save(folder / "case")
     hashes = copy_shaders(case.graph, folder / "shaders", shader_dirs)
+    kernels = copy_kernels(manifest, folder / KERNELS_DIR) if manifest is not None else {}
     write_json(folder / "timeline.json", {"steps": record.timeline})
     evidence = Evidence()
     if runtimes:
@@ -488,6 +538,7 @@ def _write_bundle_files(
         sources=run.sources or source_digests(shader_dirs),
         chunk_seed=_chunk_seed(run, record.chunk),
         shaders=hashes,
+        kernels=kernels,
         commands_cwd="the run folder (the folder that holds bundles/ and index.html)",
         commands=replay_commands(f"bundles/{bundle_id}", run, record),
     )
@@ -507,6 +558,14 @@ def _chunk_seed(run: RunMeta, chunk: str) -> int | None:
     return next((c.seed for c in run.plan if c.id == chunk), None)
 
 
+def _names_adapters(manifest: Path) -> bool:
+    """Whether the kernel manifest at `manifest` names a Python adapter."""
+    try:
+        return any(e.adapter for e in load_manifest(manifest).entries.values())
+    except KernelManifestError:
+        return False
+
+
 def replay_commands(path: str, run: RunMeta, record: CaseRecord) -> list[str]:
     """Commands that replay a finding, run from the run folder: the bundle (`path`, relative
     to the run folder), with either shaders, kept as a regression, and its family's search
@@ -518,9 +577,14 @@ def replay_commands(path: str, run: RunMeta, record: CaseRecord) -> list[str]:
     )
     if run.max_workgroups_per_dim:
         chunk_run += f" --max-workgroups-per-dim {run.max_workgroups_per_dim}"
+    replay = f"parity replay {path}"
+    if run.kernels:
+        chunk_run += f" --kernels {Path(run.kernels).parent}"
+        if _names_adapters(Path(run.kernels)):
+            replay += " --allow-adapters"  # replaying runs the bundle's copy only if asked
     return [
-        f"parity replay {path}",
-        f"parity replay {path} --shaders worktree",
+        replay,
+        f"{replay} --shaders worktree",
         f"parity regress {path}",
         chunk_run,
     ]
@@ -633,6 +697,28 @@ class Bundle:
         """The bundle's own shader folders, per backend."""
         return {b: self.path / "shaders" / SHADER_LANGUAGES[b] for b in BACKENDS}
 
+    def manifest(self, allow_adapters: bool = False) -> KernelManifest | None:
+        """The kernel manifest the bundle carries (None: the run had none).
+
+        Raises:
+            BundleError: it is malformed, or names a Python adapter and `allow_adapters`
+                is off (replaying would run Python from the bundle).
+        """
+        if not self.doc.kernels:
+            return None
+        path = self.path / KERNELS_DIR / MANIFEST_NAME
+        try:
+            manifest = load_manifest(path)
+        except KernelManifestError as err:
+            raise BundleError(str(err)) from None
+        adapters = sorted({str(e.adapter) for e in manifest.entries.values() if e.adapter})
+        if adapters and not allow_adapters:
+            raise BundleError(
+                f"{path}: names the Python adapter(s) {', '.join(adapters)}: replaying would run "
+                "Python from the bundle; pass --allow-adapters to allow it"
+            )
+        return manifest
+
     @property
     def max_workgroups_per_dim(self) -> int | None:
         """The lowered workgroups-per-dimension limit the case ran under (None: none)."""
@@ -664,6 +750,12 @@ def load_bundle(path: str | Path) -> Bundle:
                 f"{path / 'shaders' / rel}: missing: bundle.json lists it among the shaders "
                 "the run used (the bundle is incomplete; copy it whole)"
             )
+    for rel in sorted(doc.kernels):
+        if not (path / rel).is_file():
+            raise BundleError(
+                f"{path / rel}: missing: bundle.json lists it among the kernel manifest's files "
+                "(the bundle is incomplete; copy it whole)"
+            )
     return Bundle(path, doc, case)
 
 
@@ -691,26 +783,34 @@ class ReplayOutcome:
 
 
 def replay(
-    bundle: Bundle, *, shaders: str = "bundle", runtimes: Sequence[Runtime] | None = None
+    bundle: Bundle,
+    *,
+    shaders: str = "bundle",
+    runtimes: Sequence[Runtime] | None = None,
+    allow_adapters: bool = False,
 ) -> ReplayOutcome:
     """Re-run a bundle's case on both backends and look for its bug.
 
     Args:
-        shaders: "bundle" (its own copies) or "worktree" (the repo's wgsl/ and glsl/).
+        shaders: "bundle" (its own copies) or "worktree" (the repo's wgsl/ and glsl/); the
+            kernels of a manifest the bundle carries are always the bundle's.
         runtimes: runtimes to use instead of opening them (their shaders are then theirs);
             ignored for a bundle found under a lowered workgroup limit, which is replayed
-            under that limit.
+            under that limit, and for one that carries a kernel manifest.
+        allow_adapters: run the Python adapters of the bundle's manifest.
 
     Raises:
         BackendUnavailable: no driver; the message says what to install.
-        BundleError: the bundle's workgroup limit is above this device's.
+        BundleError: the bundle's workgroup limit is above this device's, or its manifest
+            names an adapter and `allow_adapters` is off.
     """
     mismatch: list[str] = []
     limit = bundle.max_workgroups_per_dim
-    if runtimes is None or limit is not None:
+    manifest = bundle.manifest(allow_adapters)
+    if runtimes is None or limit is not None or manifest is not None:
         dirs = bundle.shader_dirs() if shaders == "bundle" else None
         try:
-            runtimes = open_runtimes(BACKENDS, dirs, limit)
+            runtimes = open_runtimes(BACKENDS, dirs, limit, manifest, allow_adapters)
         except ValueError as err:  # a limit this device cannot lower to
             raise BundleError(
                 f"{bundle.path / 'bundle.json'}: max_workgroups_per_dim: {err}"

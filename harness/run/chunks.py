@@ -30,6 +30,7 @@ from hypothesis import given, seed, settings, target
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
 
 from graph_format import Runtime
+from graph_format.kernels import load_manifest
 from harness.check import timing
 from harness.check.backends import BACKENDS, open_runtimes
 from harness.check.divergence import BugKey
@@ -71,6 +72,8 @@ class RunConfig:
         adapters: the adapter (by index, `parity list` order) each worker opens, dealt out
             round robin; empty: every worker opens the default one.
         timings: accumulate the host-time split of harness.check.timing (benchmarks).
+        kernels: a kernel manifest (`parity run --kernels`) whose kernels replace slots on
+            the backends its sections name; its adapters run (the user named it).
     """
 
     families: list[str]
@@ -83,6 +86,7 @@ class RunConfig:
     time_budget_s: float | None = None
     database: Path | None = None
     shader_dirs: Mapping[str, Path] = field(default_factory=dict)
+    kernels: Path | None = None
     expectations: Expectations = field(default_factory=Expectations)
     progress_every_s: float = 10.0
     repeats: int = 3  # re-runs per backend to classify a divergent case's repeatability
@@ -252,6 +256,8 @@ class ChunkRunner:
         self.stop = stop
         self.steer = PROFILES[config.profile].steer
         self.engines: dict[int | None, _Engine] = {}  # by lowered limit (None: the device's)
+        # Read by every process that runs chunks (a worker too) from the file the run named.
+        self.manifest = load_manifest(config.kernels) if config.kernels is not None else None
         self.meta = RunMeta()  # run.json, for bundles; set once the run folder is ready
         self.database: ExampleDatabase | None = (
             DirectoryBasedExampleDatabase(str(config.database)) if config.database else None
@@ -268,7 +274,13 @@ class ChunkRunner:
             if limit in self.engines:
                 continue
             try:
-                runtimes = open_runtimes(BACKENDS, self.config.shader_dirs, limit)
+                runtimes = open_runtimes(
+                    BACKENDS,
+                    self.config.shader_dirs,
+                    limit,
+                    manifest=self.manifest,
+                    allow_adapters=self.manifest is not None,
+                )
             except ValueError as err:  # a limit the device cannot lower to
                 raise RunSetupError(f"--max-workgroups-per-dim: {err}") from None
             runner = LockstepRunner(runtimes)
@@ -466,6 +478,7 @@ class ChunkRunner:
                 run=self.meta,
                 runtimes=state.engine.runtimes,
                 shader_dirs=self.config.shader_dirs,
+                manifest=self.manifest,
                 shrunk=shrunk,
                 provisional=provisional,
             )

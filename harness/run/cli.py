@@ -7,6 +7,7 @@
     parity replay   BUNDLE               rerun a repro bundle without Hypothesis
     parity regress  BUNDLE               keep a bundle as a permanent regression test
     parity list                          families, ops, kernel variants, adapters
+    parity check-kernels DIR             validate a kernel manifest against its shaders
 
 Exit statuses: `harness.run.exitcodes` (the table in `parity --help`). Every failure goes
 through `main`: bad input is one line `parity CMD: <file>[:line]: <what is wrong>` (status
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from graph_format import BackendUnavailable
+from graph_format.kernels import KernelManifestError
 from harness.check.backends import SHADER_LANGUAGES
 from harness.families import FAMILIES, family_for_op
 from harness.run import console
@@ -41,6 +43,7 @@ from harness.run.expectations import (
     load_expectations,
 )
 from harness.run.findings import totals_text
+from harness.run.kernels import check_exclusive, check_kernels_command, load_kernels
 from harness.run.listing import list_command
 from harness.run.merge import merge_command
 from harness.run.plan import Shard
@@ -73,6 +76,7 @@ INPUT_ERRORS = (
     RunSetupError,
     LockUnavailable,
     BackendUnavailable,
+    KernelManifestError,
 )
 
 
@@ -190,6 +194,15 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "glsl/)",
     )
     run.add_argument(
+        "--kernels",
+        default=None,
+        metavar="DIR",
+        help="run the kernels of this folder's kernels.toml in place of the project's, on "
+        "the backend(s) its sections name, with its Python adapters "
+        "(docs/bring-your-own-kernels.md); not with --wgsl-dir/--glsl-dir for the same "
+        "backend",
+    )
+    run.add_argument(
         "--repeats",
         type=_non_negative_int,
         default=3,
@@ -288,6 +301,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "working tree's wgsl/ and glsl/ (to check a fix)",
     )
     rep.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+    rep.add_argument(
+        "--allow-adapters",
+        action="store_true",
+        help="run the Python adapter classes of the bundle's kernel manifest (code from the "
+        "bundle; refused without this flag)",
+    )
 
     reg = sub.add_parser(
         "regress",
@@ -319,6 +338,18 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         description="Show what a run can cover and what this machine can run it on.",
     )
     lst.add_argument("--json", action="store_true", help="print as JSON on stdout")
+
+    chk = sub.add_parser(
+        "check-kernels",
+        help="validate a kernel manifest against its shaders without running cases",
+        description="Load every kernel a kernels.toml names on its backend, for a generated "
+        "graph that runs its slot: reflect it, bind every binding, member, override and "
+        "specialization constant, compile it. Exits 0 when all build, 2 otherwise (one line "
+        "per kernel naming the file, the slot and what is wrong).",
+    )
+    chk.add_argument(
+        "kernels_dir", metavar="DIR", help="a kernel folder holding kernels.toml (or the file)"
+    )
     return parser, dict(sub.choices)
 
 
@@ -352,7 +383,7 @@ def _positive_float(text: str) -> float:
     return value
 
 
-COMMANDS = ("run", "report", "merge", "replay", "regress", "list")
+COMMANDS = ("run", "report", "merge", "replay", "regress", "list", "check-kernels")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -369,6 +400,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "replay": replay_command,
         "regress": regress_command,
         "list": list_command,
+        "check-kernels": check_kernels_command,
     }
     where = f"parity {args.command}"
     try:
@@ -501,6 +533,8 @@ def _run(args: argparse.Namespace) -> int:
         )
         if d is not None
     }
+    manifest = load_kernels(args.kernels) if args.kernels is not None else None
+    check_exclusive(manifest, shader_dirs)
     config = RunConfig(
         families=families,
         profile=args.profile,
@@ -512,6 +546,7 @@ def _run(args: argparse.Namespace) -> int:
         time_budget_s=args.time_budget,
         database=database,
         shader_dirs=shader_dirs,
+        kernels=manifest.path if manifest is not None else None,
         expectations=expectations,
         progress_every_s=args.progress_every,
         repeats=args.repeats,

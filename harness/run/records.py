@@ -806,6 +806,7 @@ class RunMeta:
         plan: every chunk of the run's plan; `chunks`: the ids of this shard's.
         adapters: per backend, the runtime's `info()`.
         sources: hashes of the code the run ran (harness.run.bundle.source_digests).
+        kernels: the kernel manifest of `--kernels` (its kernels.toml), or None.
         expectations: the known divergences it ran with.
         jobs: the processes that ran its chunks (1: the command's own); `workers`: each
             worker process of a `--jobs N` run (N > 1), with its adapters.
@@ -831,6 +832,7 @@ class RunMeta:
     sources: dict[str, Any] = field(default_factory=dict)
     shader_dirs: dict[str, str] = field(default_factory=dict)
     shader_overrides: dict[str, str] = field(default_factory=dict)
+    kernels: str | None = None
     expectations: list[Expectation] = field(default_factory=list)
     expectations_file: str | None = None
     started: str | None = None
@@ -910,6 +912,8 @@ class BundleDoc:
         run: what it keeps of the run that found it.
         sources: hashes of the code it was found with.
         shaders: relative path -> sha256 of every shader it holds.
+        kernels: with a kernel manifest (`parity run --kernels`): `kernels/<path>` ->
+            sha256 of the manifest and every file it names, copied into the bundle.
         commands: replay commands, run from the run folder.
     """
 
@@ -933,6 +937,7 @@ class BundleDoc:
     sources: dict[str, Any] = field(default_factory=dict)
     chunk_seed: int | None = None
     shaders: dict[str, str] = field(default_factory=dict)
+    kernels: dict[str, str] = field(default_factory=dict)
     commands_cwd: str = ""
     commands: list[str] = field(default_factory=list)
 
@@ -1115,6 +1120,7 @@ class Summary:
     coverage_required: dict[str, list[str]] = field(default_factory=dict)
     coverage_checked: bool = False
     coverage_missing: list[list[str]] = field(default_factory=list)
+    kernel_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     bugs: list[BugGroup] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     expectations: list[ExpectationStatus] = field(default_factory=list)

@@ -27,7 +27,7 @@ def replay_command(args: argparse.Namespace) -> int:
     """Replay `args.bundle` and say how its verdict compares; returns the exit status."""
     bundle = load_bundle(args.bundle)
     started = time.monotonic()
-    outcome = replay(bundle, shaders=args.shaders)
+    outcome = replay(bundle, shaders=args.shaders, allow_adapters=args.allow_adapters)
     if args.json:
         console.out(
             json.dumps(

@@ -239,6 +239,7 @@ class RunSession:
             sources=source_digests(dirs),
             shader_dirs={b: str(p) for b, p in dirs.items()},
             shader_overrides={b: str(p) for b, p in self.config.shader_dirs.items()},
+            kernels=str(self.config.kernels) if self.config.kernels is not None else None,
             expectations=list(self.config.expectations.entries),
             expectations_file=self.config.expectations.source,
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),

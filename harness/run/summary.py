@@ -28,7 +28,10 @@ from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summa
   and every chunk that found them; provisional ones for a chunk that never finished (a
   killed run);
 - `expectations`: each known-divergence entry with its status (matched, stale,
-  not_applicable, not_exercised) and match count.
+  not_applicable, not_exercised) and match count;
+- `kernel_sources`: per slot and backend, where its kernel came from (the project's
+  folder, a `--wgsl-dir`/`--glsl-dir`, or a `--kernels` manifest's file); the coverage
+  marks the variants that ran a manifest's kernel as `foreign`.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from xml.etree import ElementTree as ET
 
+from graph_format import SLOTS
 from harness.check.coverage import missing_cells
 from harness.check.divergence import BugKey
 from harness.run.expectations import entry_status
@@ -133,6 +137,8 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
                 )
                 target["regimes"].update(cell.get("regimes", []))
                 target["variants"].update(cell.get("variants", []))
+                if cell.get("foreign"):
+                    target.setdefault("foreign", set()).update(cell["foreign"])
         groups_hit: set[tuple[BugKey, str | None]] = set()
         for d in r.divergences:
             if d.expected:
@@ -246,12 +252,30 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
             for op, per in sorted(coverage.items())
         },
         coverage_required={op: list(cells) for op, cells in sorted(required.items())},
+        kernel_sources=kernel_sources(first),
         coverage_checked=coverage_checked,
         coverage_missing=[list(m) for m in missing],
         bugs=groups,
         findings=findings,
         expectations=expectations,
     )
+
+
+def kernel_sources(run: RunMeta) -> dict[str, dict[str, str]]:
+    """slot -> backend -> where its kernel came from: the manifest's file for a slot a
+    manifest replaced (`parity run --kernels`), else the project's shader folder (or the
+    `--wgsl-dir`/`--glsl-dir` folder that replaced it)."""
+    out: dict[str, dict[str, str]] = {}
+    for slot in SLOTS:
+        for backend, info in sorted(run.adapters.items()):
+            replaced = info.get("kernels", {}) or {}
+            if slot in replaced:
+                source = f"{replaced[slot]} (manifest {info.get('manifest', run.kernels)})"
+            else:
+                folder = run.shader_overrides.get(backend, run.shader_dirs.get(backend, ""))
+                source = f"project ({folder})" if folder else "project"
+            out.setdefault(slot, {})[backend] = source
+    return out
 
 
 def _chunk_records(

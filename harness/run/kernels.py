@@ -1,0 +1,181 @@
+"""Kernels from elsewhere on the command line (docs/design.md §9): `parity run --kernels DIR`
+and `parity check-kernels DIR`.
+
+A kernel folder holds a manifest (`kernels.toml`, format parity-kernels/1) whose
+`[<backend>.<slot>]` sections say which backend runs which of its kernels
+(docs/bring-your-own-kernels.md). `parity run --kernels DIR` hands the manifest to both
+runtimes (each takes its own sections) and lets its adapters run: the user named it.
+`parity check-kernels DIR` validates a manifest against its shaders without running a case:
+for each replaced slot it loads the smallest generated graph that runs the slot (and meets
+the kernel's `requires`) on that backend, which reflects the kernel, resolves every binding,
+member, override and specialization constant, and compiles it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+
+from hypothesis import HealthCheck, Phase, find, settings
+from hypothesis.errors import NoSuchExample
+
+from graph_format import SLOTS, GraphBuildError, KernelBuildError, ParityError
+from graph_format.kernels import (
+    BACKENDS,
+    MANIFEST_NAME,
+    Backend,
+    KernelManifest,
+    KernelManifestError,
+    load_manifest,
+)
+from harness.check.backends import SHADER_LANGUAGES, open_runtime
+from harness.check.contract import BackendKernels, ContractModel, ModelStep
+from harness.families import FAMILIES, family_for_op
+from harness.gen.case import Case
+from harness.run import console
+from harness.run.console import UsageError
+from harness.run.exitcodes import ExitStatus
+
+# Generated examples tried per slot to find a graph that runs it (each takes milliseconds).
+SEARCH_EXAMPLES = 300
+# The device limit a slot's example is predicted under (expressions may read it).
+DEFAULT_LIMIT = 65535
+
+
+def load_kernels(text: str, flag: str = "--kernels ") -> KernelManifest:
+    """The manifest of `--kernels DIR` (a folder holding kernels.toml, or the file itself).
+
+    Args:
+        flag: how the command line named it, for the message.
+
+    Raises:
+        UsageError: no such folder or file.
+        KernelManifestError: the manifest is malformed (one line naming file and field).
+    """
+    path = Path(text)
+    if not path.exists():
+        raise UsageError(
+            f"{flag}{text}: no such folder (expected a kernel folder holding {MANIFEST_NAME})"
+        )
+    return load_manifest(path.resolve())
+
+
+def shown_path(path: Path) -> Path:
+    """`path` relative to the working folder when inside it (as the user typed it)."""
+    try:
+        return path.relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def manifest_backends(manifest: KernelManifest) -> list[Backend]:
+    """The backends a manifest replaces slots on, in the project's order."""
+    return [b for b in BACKENDS if manifest.slots(b)]
+
+
+def check_exclusive(manifest: KernelManifest | None, shader_dirs: Mapping[str, Path]) -> None:
+    """`--wgsl-dir`/`--glsl-dir` and `--kernels` may not both replace one backend's kernels.
+
+    Raises:
+        UsageError: they do (one line naming both).
+    """
+    if manifest is None:
+        return
+    for backend in manifest_backends(manifest):
+        if backend in shader_dirs:
+            flag = f"--{SHADER_LANGUAGES[backend]}-dir"
+            raise UsageError(
+                f"{flag} and --kernels both replace {backend} kernels ({manifest.path} has "
+                f"[{backend}.*] sections): give the kernels in one of them"
+            )
+
+
+def _runs_slot(case: Case, slot: str, kernels: BackendKernels) -> bool:
+    """Whether some step of `case` runs `slot` on the backend of `kernels`, as the contract
+    predicts it there (the kernel's `requires` met)."""
+    model = ContractModel(case.graph, None, {kernels.backend: kernels})
+    for inputs in case.steps:
+        contract, per_backend = model.verdicts(inputs)
+        verdict = per_backend.get(kernels.backend, contract)
+        if isinstance(verdict, ModelStep) and any(
+            d[1] == slot and d[4] for d in verdict.dispatches
+        ):
+            return True
+    return False
+
+
+def example_case(slot: str, kernels: BackendKernels) -> Case | None:
+    """A generated case that runs `slot` on the backend of `kernels` (None: none found)."""
+    family = family_for_op(SLOTS[slot].op)
+    if family is None:
+        return None
+    search = settings(
+        database=None,
+        max_examples=SEARCH_EXAMPLES,
+        derandomize=True,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Hypothesis's notes on large reprs
+        try:
+            return find(FAMILIES[family](), lambda c: _runs_slot(c, slot, kernels), settings=search)
+        except NoSuchExample:
+            return None
+
+
+def check_kernels_command(args: argparse.Namespace) -> int:
+    """`parity check-kernels DIR`: every replaced slot's kernel reflects, binds and compiles.
+
+    Prints one line per slot on stderr; a kernel that does not fit its slot or does not
+    compile is one line naming the file, the slot and what is wrong (the compiler's whole
+    text follows, indented). Exits 0 when every kernel builds, 2 otherwise.
+    """
+    manifest = load_kernels(args.kernels_dir, flag="")
+    backends = manifest_backends(manifest)
+    if not backends:
+        raise KernelManifestError(manifest.path, "replaces no slot: nothing to check")
+    failed = 0
+    for backend in backends:
+        runtime = open_runtime(backend, manifest=manifest, allow_adapters=True)
+        kernels = BackendKernels(backend, manifest, DEFAULT_LIMIT)
+        for slot in manifest.slots(backend):
+            entry = manifest.entry(backend, slot)
+            assert entry is not None
+            where = f"{shown_path(entry.source)}: {backend}.{slot}"
+            case = example_case(slot, kernels)
+            if case is None:
+                console.err(
+                    f"parity check-kernels: {where}: not checked: no generated graph runs "
+                    "the slot with its requires met"
+                )
+                continue
+            try:
+                runtime.load(case.graph).close()
+            except KernelBuildError as err:
+                failed += 1
+                head, _, rest = err.compiler.partition("\n")
+                console.err(f"parity check-kernels: {where}: {head}")
+                if rest.strip():
+                    console.err("\n".join("    " + line for line in rest.splitlines()))
+                continue
+            except KernelManifestError as err:
+                failed += 1
+                console.err(f"parity check-kernels: {err}")
+                continue
+            except GraphBuildError as err:
+                # The op refused the example (or its kernel's requires at load): the kernel
+                # was not built, so it is not checked.
+                console.err(f"parity check-kernels: {where}: not checked: {err}")
+                continue
+            except ParityError as err:
+                failed += 1
+                console.err(f"parity check-kernels: {where}: {type(err).__name__}: {err}")
+                continue
+            console.err(f"parity check-kernels: {where}: ok")
+    if failed:
+        console.err(f"parity check-kernels: {failed} kernel(s) of {manifest.path} do not build")
+        return ExitStatus.BAD_INPUT
+    return ExitStatus.CLEAN

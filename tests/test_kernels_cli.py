@@ -1,0 +1,244 @@
+"""Kernels from elsewhere through the `parity` command (docs/bring-your-own-kernels.md,
+"Using it from parity"): `parity run --kernels DIR`, `parity check-kernels DIR`, bundles that
+carry the manifest, its shaders and its adapter module, and `parity replay --allow-adapters`.
+
+The kernel folders are copies of tests/data/kernels/foreign (an RMS norm and a split HF rope
+in a foreign style, for both backends) with, where a test needs one, a bug planted in the copy
+(a WGSL RMS norm that ignores its weight) or an adapter (tests/data/vulkan_kernels: a two-pass
+Vulkan RMS norm whose adapter adds a value and a scratch buffer).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from tests.cli_support import parity
+
+pytestmark = pytest.mark.gpu
+
+DATA = Path(__file__).resolve().parent / "data"
+FOREIGN = DATA / "kernels" / "foreign"
+GAMMA_USE = "* gamma[i]"
+GAMMA_DROPPED = "* (gamma[i] * 0.0 + 1.0)"  # keeps the binding used, drops its effect
+
+TWO_PASS = "".join(
+    f"""
+[vulkan.{slot}]
+glsl = "rms_norm_two_pass.comp"
+adapter = "adapters.py:TwoPassAdapter"
+
+[[vulkan.{slot}.dispatch_list]]
+push.pass_index = 0
+dispatch = "div_up(row_width, 32)"
+
+[[vulkan.{slot}.dispatch_list]]
+push.pass_index = 1
+dispatch = "num_rows"
+"""
+    for slot in ("rms_norm", "rms_norm_vec4")
+)
+
+
+def _main(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
+    status = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def _foreign(dest: Path, *, planted: bool = False, adapter: bool = False) -> Path:
+    """A copy of the foreign kernel folder; `planted`: its WGSL RMS norm drops the weight;
+    `adapter`: its Vulkan RMS norm is the two-pass kernel with an adapter."""
+    shutil.copytree(FOREIGN, dest)
+    if planted:
+        wgsl = dest / "rms.wgsl"
+        text = wgsl.read_text()
+        assert text.count(GAMMA_USE) == 1, "the planted substitution no longer applies"
+        wgsl.write_text(text.replace(GAMMA_USE, GAMMA_DROPPED))
+    if adapter:
+        for name in ("rms_norm_two_pass.comp", "adapters.py"):
+            shutil.copy(DATA / "vulkan_kernels" / name, dest / name)
+        manifest = dest / "kernels.toml"
+        head, _, _ = manifest.read_text().partition("\n[vulkan.rms_norm]")
+        rest = manifest.read_text().partition("\n[vulkan.rotary_emb_hf]")[2]
+        manifest.write_text(head + TWO_PASS + "\n[vulkan.rotary_emb_hf]" + rest)
+    return dest
+
+
+# --- check-kernels ----------------------------------------------------------------------------
+
+
+def test_check_kernels_passes_a_manifest_whose_kernels_fit(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    status, _, err = _main(capsys, "check-kernels", FOREIGN)
+    assert status == 0, err
+    for where in ("webgpu.rms_norm", "webgpu.rotary_emb_hf", "vulkan.rotary_emb_hf"):
+        assert f"{where}: ok" in err
+
+
+BROKEN = {
+    # A manifest error: one line naming the file and the field.
+    "unknown key": (
+        ("kernels.toml", "fold = true\n", "fold = true\nfolds = 1\n"),
+        "kernels.toml: webgpu.rms_norm.folds: unknown key 'folds'",
+    ),
+    # An override the kernel does not declare (issue 12, item 4).
+    "override": (
+        ("kernels.toml", 'block_size = "workgroup_size // 2"', 'group_size = "workgroup_size"'),
+        "rms_norm: override 'group_size' is not declared in",
+    ),
+    # A params member the manifest maps but the kernel does not declare.
+    "member": (
+        ("kernels.toml", 'params.n_rows = "num_rows"', 'params.rows = "num_rows"'),
+        "params.rows: the params block of",
+    ),
+    # A binding no role fills.
+    "binding": (
+        ("kernels.toml", 'gamma = "weight", ', ""),
+        "binding 1 ('gamma') of",
+    ),
+    # A shader the compiler refuses: its whole text follows.
+    "compile": (
+        ("rope.wgsl", "let x2 = t_in[first + h];", "let x2 = t_in[first + h]"),
+        "rope.wgsl",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_check_kernels_names_what_does_not_fit(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (file, old, new), words = BROKEN[name]
+    folder = _foreign(tmp_path / "k")
+    path = folder / file
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new, 1))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    assert words in err, err
+    assert "Traceback" not in err
+    first = next(line for line in err.splitlines() if "ok" not in line.split(": ")[-1])
+    assert first.startswith("parity check-kernels: "), err
+
+
+def test_check_kernels_of_a_missing_folder_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, _, err = _main(capsys, "check-kernels", tmp_path / "none")
+    assert status == 2 and "no such folder" in err and "Traceback" not in err
+
+
+# --- run --------------------------------------------------------------------------------------
+
+
+def test_kernels_with_a_shader_dir_for_the_same_backend_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wgsl = tmp_path / "wgsl"
+    wgsl.mkdir()
+    status, _, err = _main(
+        capsys, "run", "--kernels", FOREIGN, "--wgsl-dir", wgsl, "--out", tmp_path / "o"
+    )
+    assert status == 2, err
+    assert "--wgsl-dir and --kernels both replace webgpu kernels" in err
+    assert "Traceback" not in err and not (tmp_path / "o").exists()
+
+
+def test_a_bad_manifest_is_one_line_of_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _foreign(tmp_path / "k")
+    (folder / "kernels.toml").write_text('format = "parity-kernels/0"\n')
+    status, _, err = _main(capsys, "run", "--kernels", folder, "--out", tmp_path / "o")
+    assert status == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("parity run: ") and "kernels.toml" in line
+
+
+@pytest.fixture(scope="module")
+def planted_foreign_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`parity run --kernels` over a kernel folder whose WebGPU RMS norm drops its weight
+    and whose Vulkan RMS norm has an adapter; the kernel folder is deleted afterwards, so
+    that replays can only use the bundle's copies."""
+    root = tmp_path_factory.mktemp("foreign-run")
+    folder = _foreign(root / "kernels", planted=True, adapter=True)
+    out = root / "out"
+    done = parity(
+        "run",
+        "--kernels",
+        folder,
+        "--families",
+        "rms_norm,rope_hf",
+        "--max-examples",
+        "6",
+        "--jobs",
+        "1",
+        "--repeats",
+        "0",
+        "--no-expectations",
+        "--out",
+        out,
+        timeout=900,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    shutil.rmtree(folder)
+    return out
+
+
+def test_a_bug_in_a_foreign_kernel_is_found_and_blamed_on_its_backend(
+    planted_foreign_run: Path,
+) -> None:
+    summary = json.loads((planted_foreign_run / "summary.json").read_text())
+    blamed = {f["bug"].split("|")[2] for f in summary["findings"]}
+    assert blamed == {"webgpu"}, summary["findings"]
+    assert {f["family"] for f in summary["findings"]} == {"rms_norm"}
+    # Coverage marks what ran foreign kernels; the report names every slot's source.
+    rms = summary["coverage"]["rms_norm"]
+    assert set(rms["webgpu"]["foreign"]) & {"rms_norm", "rms_norm_vec4"}
+    assert set(rms["vulkan"]["foreign"]) & {"rms_norm", "rms_norm_vec4"}
+    sources = summary["kernel_sources"]
+    assert "rms.wgsl (manifest" in sources["rms_norm"]["webgpu"]
+    assert "rms_norm_two_pass.comp (manifest" in sources["rms_norm"]["vulkan"]
+    assert sources["add_flat"]["webgpu"].startswith("project")
+    html = (planted_foreign_run / "index.html").read_text()
+    assert 'id="kernel-sources"' in html and "pill foreign" in html
+
+
+def _bundle(run: Path) -> Path:
+    summary = json.loads((run / "summary.json").read_text())
+    return run / summary["findings"][0]["bundle"]
+
+
+def test_a_bundle_carries_the_manifest_its_shaders_and_its_adapter(
+    planted_foreign_run: Path,
+) -> None:
+    bundle = _bundle(planted_foreign_run)
+    doc = json.loads((bundle / "bundle.json").read_text())
+    assert set(doc["kernels"]) >= {
+        "kernels/kernels.toml",
+        "kernels/rms.wgsl",
+        "kernels/rms_norm_two_pass.comp",
+        "kernels/adapters.py",
+    }
+    assert GAMMA_DROPPED in (bundle / "kernels" / "rms.wgsl").read_text()
+    assert any("--allow-adapters" in c for c in doc["commands"])
+
+
+def test_replay_runs_the_bundles_adapter_only_when_allowed(
+    planted_foreign_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bundle = _bundle(planted_foreign_run)
+    status, _, err = _main(capsys, "replay", bundle)
+    assert status == 2, err
+    (line,) = [line for line in err.splitlines() if line.startswith("parity replay:")]
+    assert "would run Python from the bundle" in line and "--allow-adapters" in line
+    status, out, err = _main(capsys, "replay", bundle, "--allow-adapters", "--json")
+    assert status == 1, err
+    assert json.loads(out)["status"] == "still_failing"
