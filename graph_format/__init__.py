@@ -8,6 +8,7 @@ reports after each execute. It imports nothing but the standard library and nump
 from graph_format.errors import (
     BackendUnavailable,
     DeviceError,
+    FeatureUnavailable,
     GraphBuildError,
     GraphFormatError,
     InputError,
@@ -18,6 +19,7 @@ from graph_format.errors import (
 )
 from graph_format.graph import (
     DTYPES,
+    FLOAT_DTYPES,
     FORMAT_NAME,
     FORMAT_VERSION,
     Arg,
@@ -38,11 +40,21 @@ from graph_format.runtime import (
     StepResult,
     pick_adapter,
 )
-from graph_format.signatures import SIGNATURES, SLOTS, ArgSlot, OpSignature, SlotInterface
+from graph_format.signatures import (
+    F16_SUFFIX,
+    SIGNATURES,
+    SLOTS,
+    ArgSlot,
+    OpSignature,
+    SlotInterface,
+    dtype_slot,
+)
 
 __all__ = [
     "ADAPTER_VARIABLE",
     "DTYPES",
+    "F16_SUFFIX",
+    "FLOAT_DTYPES",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "SIGNATURES",
@@ -53,6 +65,7 @@ __all__ = [
     "DeviceError",
     "Dims",
     "DispatchRecord",
+    "FeatureUnavailable",
     "Graph",
     "GraphBuildError",
     "GraphFormatError",
@@ -72,5 +85,6 @@ __all__ = [
     "SymIntValue",
     "TensorValue",
     "Value",
+    "dtype_slot",
     "pick_adapter",
 ]

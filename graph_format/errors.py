@@ -162,3 +162,22 @@ class DeviceError(ParityError, RuntimeError):
 
 class BackendUnavailable(ParityError, RuntimeError):
     """No device or driver for a backend; the message says what to install."""
+
+
+class FeatureUnavailable(ParityError, RuntimeError):
+    """The device lacks an optional feature the graph needs (float16 tensors need f16 shader
+    arithmetic and 16-bit storage-buffer access): the graph is refused at load. Not a
+    set-up error and not a divergence: the harness reports the case as unavailable, with
+    the reason, and runs the rest.
+
+    Attributes:
+        backend: the runtime that refused.
+        feature: what is missing (`f16`).
+        reason: why, in the device's terms.
+    """
+
+    def __init__(self, backend: str, feature: str, reason: str) -> None:
+        super().__init__(f"{backend}: {feature} unavailable: {reason}")
+        self.backend = backend
+        self.feature = feature
+        self.reason = reason

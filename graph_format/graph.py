@@ -1,6 +1,6 @@
 """The in-memory form of a serialized graph, and its JSON + .npz encoding.
 
-A graph file is a JSON document (format ``vulkan-parity-graph``, version 1; see
+A graph file is a JSON document (format ``vulkan-parity-graph``, version 2; see
 docs/graph-format.md) plus an optional ``.npz`` archive holding the constant tensors. Both
 backends load it; the harness writes it. Everything here is plain data: loading checks that
 the document is well formed and self-consistent (names resolve, kinds match the op
@@ -25,19 +25,27 @@ from graph_format.errors import GraphFormatError
 from graph_format.signatures import SIGNATURES, ArgSlot
 
 FORMAT_NAME = "vulkan-parity-graph"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Versions this reader understands: 1 is version 2 without float16 (a version 1 file that
+# declares a float16 tensor is refused: no writer of version 1 could have made it).
+READABLE_VERSIONS = (1, 2)
 
 # Tensors have 1 to MAX_RANK dims: every LLM tensor here fits ([B, S, H, D]), and both runtimes
 # describe live sizes in 4-element vectors (WebGPU params, Vulkan metadata UBOs).
 MAX_RANK = 4
 
 # Element types a tensor may have, with their numpy spelling. int32 tensors accept int64
-# host data (narrowed, range-checked) as upstream ExecuTorch does for token ids.
+# host data (narrowed, range-checked) as upstream ExecuTorch does for token ids. float16
+# (IEEE binary16, version 2 on) is for activations, KV caches and float constants.
 DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype(np.float32),
+    "float16": np.dtype(np.float16),
     "int32": np.dtype(np.int32),
     "uint8": np.dtype(np.uint8),
 }
+# The float element types, and the first version that has each.
+FLOAT_DTYPES = ("float32", "float16")
+_FIRST_VERSION = {"float16": 2}
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,11 @@ class TensorValue:
     dims: tuple[int, ...]
     constant: str | None = None
     state: bool = False
+
+    @property
+    def is_float(self) -> bool:
+        """Whether its elements are floats (`FLOAT_DTYPES`)."""
+        return self.dtype in FLOAT_DTYPES
 
     @property
     def numel(self) -> int:
@@ -187,6 +200,11 @@ class Graph:
         """Every tensor value, in declaration order."""
         return (v for v in self.values.values() if isinstance(v, TensorValue))
 
+    def float_dtypes(self) -> frozenset[str]:
+        """The float element types its tensors use (`float16` marks a half-precision graph,
+        which needs a device with f16 shaders and 16-bit storage on both backends)."""
+        return frozenset(t.dtype for t in self.tensors() if t.is_float)
+
     def scalar(self, name: str) -> int | float:
         """The literal value of the int or float value called `name`."""
         value = self.values[name]
@@ -311,6 +329,7 @@ class _Parser:
     def __init__(self, source: str, constants: Mapping[str, np.ndarray]) -> None:
         self.source = source
         self.constants = constants
+        self.version = FORMAT_VERSION
 
     def fail(self, where: str, message: str) -> GraphFormatError:
         return GraphFormatError(f"{self.source}: {where}: {message}")
@@ -320,11 +339,14 @@ class _Parser:
             raise self.fail("document", f"must be a JSON object, got {type(doc).__name__}")
         if doc.get("format") != FORMAT_NAME:
             raise self.fail("format", f"must be {FORMAT_NAME!r}, got {doc.get('format')!r}")
-        if doc.get("version") != FORMAT_VERSION:
+        version = doc.get("version")
+        if isinstance(version, bool) or version not in READABLE_VERSIONS:
             raise self.fail(
                 "version",
-                f"this reader understands version {FORMAT_VERSION}, got {doc.get('version')!r}",
+                f"this reader understands versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}, got {version!r}",
             )
+        self.version = int(version)
         for key in ("values", "ops", "inputs", "outputs"):
             if not isinstance(doc.get(key), list):
                 raise self.fail(key, f"must be a list, got {type(doc.get(key)).__name__}")
@@ -399,6 +421,12 @@ class _Parser:
         dtype = entry.get("dtype")
         if dtype not in DTYPES:
             raise self.fail(f"{where}.dtype", f"must be one of {sorted(DTYPES)}, got {dtype!r}")
+        if self.version < _FIRST_VERSION.get(dtype, 1):
+            raise self.fail(
+                f"{where}.dtype",
+                f"{dtype} needs format version {_FIRST_VERSION[dtype]}; the file says "
+                f"version {self.version}",
+            )
         dims = entry.get("dims")
         if (
             not isinstance(dims, list)

@@ -1,5 +1,5 @@
-"""Op signatures of graph format version 1: which arguments and outputs each op type takes,
-and the interface of each of its kernel slots.
+"""Op signatures of the graph format (versions 1 and 2 alike): which arguments and outputs
+each op type takes, and the interface of each of its kernel slots.
 
 Each op's signature is its own schema file, `graph_format/ops/<op>.toml` (its `args`: name,
 kind and whether optional, in order; its `outputs`: name and kind; its `slots`), read once at
@@ -15,6 +15,10 @@ offers it by name. `[slots.<slot>]` declares `tensors` (roles, outputs first, sc
 too), `values` (every name the op offers: params members, overrides, specialization and push
 constants, `workgroup_size`, the dispatch count `workgroups`) and a one-line `doc.<value>`
 for each. Each implementation computes the values itself; only the names are shared.
+
+A half-precision variant of a slot is a slot of its own, named `<slot>_f16` (`dtype_slot`):
+its own kernel files, declared in the same op's schema file; each backend picks it by the
+tensors' dtype when it builds the op, and the contract names it.
 """
 
 from __future__ import annotations
@@ -227,3 +231,14 @@ def index_slots(signatures: dict[str, OpSignature]) -> dict[str, SlotInterface]:
 
 SIGNATURES: dict[str, OpSignature] = load_signatures()
 SLOTS: dict[str, SlotInterface] = index_slots(SIGNATURES)
+
+
+# The name suffix of a slot's half-precision variant (`rms_norm` -> `rms_norm_f16`).
+F16_SUFFIX = "_f16"
+
+
+def dtype_slot(slot: str, dtype: str) -> str:
+    """The slot of the variant of `slot` for tensors of element type `dtype`: `slot` itself
+    for float32 (and the integer types), `<slot>_f16` for float16. Whether that slot exists is
+    for the caller to check (`SLOTS`)."""
+    return slot + F16_SUFFIX if dtype == "float16" else slot

@@ -22,6 +22,7 @@ from harness.check.lockstep import CaseResult, LockstepRunner
 from harness.check.reference import ReferenceEvaluator, op_args
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
+from harness.model import local_budget
 from harness.ops import model_for
 
 # Host integer data arrives as int64 (numpy's default, PyTorch's token ids); the graph format
@@ -195,7 +196,8 @@ def op_budget(
     """The float64 reference of one op of a case at one step, and its error budget.
 
     The reference runs the case's steps up to `step` (state carried between them). The
-    budget is the op's own rounding from exact inputs; in a graph of several ops, errors
+    budget is the op's own rounding from exact inputs (in an f16 graph with the rounding of
+    its f16 outputs: `harness.model.local_budget`); in a graph of several ops, errors
     carried in from upstream ops come on top (`ReferenceEvaluator` propagates them).
 
     Args:
@@ -220,7 +222,7 @@ def op_budget(
         for slot, name in node.outputs.items()
         if isinstance(graph.values[name], TensorValue)
     }
-    budget = model_for(node.op).budget(node, args, dict(outputs or reference))
+    budget = local_budget(graph, node, args, dict(outputs or reference))
     return OpBudget(node.name, reference, {slot: budget[slot] for slot in reference})
 
 

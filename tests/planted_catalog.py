@@ -66,7 +66,7 @@ def _count_at_max() -> AbstractContextManager[Any]:
 
 def _always_broadcast() -> AbstractContextManager[Any]:
     def broadcast(graph: ComputeGraph, node: DispatchNode) -> None:
-        variant = next(k for k in node.slots if k.endswith("_broadcast"))
+        variant = next(k for k in node.slots if "_broadcast" in k)
         node.pick_slot = lambda g: variant
 
     return vulkan_node_patch("add", broadcast)

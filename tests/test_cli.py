@@ -332,6 +332,8 @@ def test_list_shows_families_ops_variants_and_adapters(capsys: pytest.CaptureFix
     assert status == 0
     for text in ("rms_norm", "rms_norm_vec4", "dag", "nightly", "webgpu", "vulkan", "driver"):
         assert text in out
+    assert "rms_norm  (runs family rms_norm; float32, float16)" in out
+    assert "dag  (float16 in 25% of cases)" in out and "| f16 yes" in out
     assert "roles:  out, x, weight, scales, bias\n      values: m, n, k, k_words," in out
     status, out, _ = _main(capsys, "list", "--json")
     doc = json.loads(out)
@@ -340,6 +342,12 @@ def test_list_shows_families_ops_variants_and_adapters(capsys: pytest.CaptureFix
     gemv = doc["ops"]["linear_q4gsw"]["q4gsw_gemv"]  # each slot's interface, with its docs
     assert gemv["tensors"] == ["out", "x", "weight", "scales", "bias"]
     assert gemv["values"]["k_words"].startswith("K in u32 words")
+    # Half precision: which ops take f16, which families draw it, which devices offer it.
+    assert doc["op_dtypes"]["rms_norm"] == ["float32", "float16"]
+    assert doc["op_dtypes"]["linear_q4gsw"] == ["float32"]
+    assert "float16" in doc["families"]["dag"]["dtypes"]
+    assert "rms_norm_f16" in doc["ops"]["rms_norm"]
+    assert all(doc["adapters"][b]["shader_f16"] for b in ("webgpu", "vulkan"))
 
 
 def test_usage_errors_exit_2_with_a_message(

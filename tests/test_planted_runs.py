@@ -79,8 +79,8 @@ def test_pr_run_finds_a_fold_that_drops_workgroups(tmp_path: Path) -> None:
     out = tmp_path / "run"
     status = _run(
         out,
-        *("--families", "rms_norm,linear_q4gsw", "--profile", "pr", "--max-examples", "8"),
-        *("--chunk-examples", "4"),
+        *("--families", "rms_norm,linear_q4gsw", "--profile", "pr", "--max-examples", "16"),
+        *("--chunk-examples", "8"),
         plant=webgpu_fold_with_floor(),
     )
     assert status == 1
@@ -113,8 +113,8 @@ def test_max_workgroups_per_dim_applies_to_every_chunk(tmp_path: Path) -> None:
     out = tmp_path / "run"
     status = _run(
         out,
-        *("--families", "rms_norm", "--profile", "quick", "--max-examples", "6"),
-        *("--chunk-examples", "3", "--max-workgroups-per-dim", "4"),
+        *("--families", "rms_norm", "--profile", "quick", "--max-examples", "12"),
+        *("--chunk-examples", "6", "--max-workgroups-per-dim", "4"),
     )
     assert status == 0
     run = json.loads((out / "run.json").read_text())

@@ -49,6 +49,7 @@ from graph_format import (
     SLOTS,
     DeviceError,
     DispatchRecord,
+    FeatureUnavailable,
     Graph,
     GraphBuildError,
     InputError,
@@ -58,6 +59,7 @@ from graph_format import (
     StepResult,
     SymIntValue,
     TensorValue,
+    dtype_slot,
 )
 from graph_format.kernels import (
     BUILTIN_NAMES,
@@ -572,6 +574,8 @@ class ComputeGraph:
         self._descriptor_keys: list[DescriptorKey] = []
         self._closed = False
         self._device_lost = False
+        if "float16" in graph.float_dtypes() and ctx.f16_unavailable:
+            raise FeatureUnavailable("vulkan", "f16", ctx.f16_unavailable)
         try:
             for value in graph.values.values():
                 if isinstance(value, TensorValue):
@@ -714,6 +718,23 @@ class ComputeGraph:
         """Append a node (nodes run in the order they are added)."""
         self.nodes.append(node)
         return node
+
+    def dtype_slot(self, node: OpNode, slot: str, dtype: str) -> str:
+        """The slot of `node`'s kernel variant `slot` for tensors of `dtype`: `slot` for
+        float32, `<slot>_f16` for float16 (graph_format's `dtype_slot`), which the op's schema
+        must declare. Its project kernel is the file named after it (`glsl/rms_norm_f16.comp`).
+
+        Raises:
+            GraphBuildError: the op has no kernel variant of `slot` for `dtype`.
+        """
+        chosen = dtype_slot(slot, dtype)
+        if chosen not in SLOTS or SLOTS[chosen].op != node.op:
+            raise self.fail(
+                node,
+                f"{node.op} has no {dtype} kernel for slot {slot!r} (no slot {chosen!r} in "
+                f"graph_format/ops/{node.op}.toml)",
+            )
+        return chosen
 
     def add_dispatch_node(self, node: DispatchNode) -> DispatchNode:
         """Append a dispatch node after binding the kernel of every slot it may pick: the

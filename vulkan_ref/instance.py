@@ -42,6 +42,9 @@ class VulkanContext:
     validation: bool
     # robust buffer access features enabled on the device (opt-in, `get_context(robust=True)`)
     robustness: tuple[str, ...] = ()
+    # Why float16 graphs cannot run here ("" when shaderFloat16 and 16-bit storage-buffer
+    # access are enabled).
+    f16_unavailable: str = ""
     messages: list[str] = field(default_factory=list)
     _keepalive: list[object] = field(default_factory=list)  # cffi objects the driver holds
 
@@ -71,6 +74,7 @@ class VulkanContext:
             "max_workgroups_per_dim": self.max_workgroup_count[0],
             "validation": self.validation,
             "robustness": "+".join(self.robustness) or "off",
+            "shader_f16": not self.f16_unavailable,
             **self.driver_properties(),
         }
 
@@ -181,12 +185,17 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
     queue_info = vk.VkDeviceQueueCreateInfo(
         queueFamilyIndex=family, queueCount=1, pQueuePriorities=priorities
     )
-    features: CData = None
     robustness: tuple[str, ...] = ()
     device_exts: list[str] = []
+    core = vk.VkPhysicalDeviceFeatures()
+    chain: CData = None
     if robust:
-        features, robustness, device_exts, chain = _robustness(physical)
-        keepalive.append(chain)  # must outlive vkCreateDevice: cffi frees unreferenced structs
+        core, robustness, device_exts, chain = _robustness(physical)
+    half, f16_unavailable, half_exts = _half_precision(physical, chain)
+    device_exts += half_exts
+    features = vk.VkPhysicalDeviceFeatures2(pNext=half[0] if half else chain, features=core)
+    # cffi frees unreferenced structs, and vkCreateDevice reads the whole chain.
+    keepalive += [features, chain, core, *half]
     device_info = vk.VkDeviceCreateInfo(
         pNext=features,
         queueCreateInfoCount=1,
@@ -211,6 +220,7 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
         memory_properties=vk.vkGetPhysicalDeviceMemoryProperties(physical),
         validation=validation,
         robustness=robustness,
+        f16_unavailable=f16_unavailable,
         messages=messages,
         _keepalive=keepalive,
     )
@@ -223,9 +233,9 @@ def _driver_env() -> str:
     return f" with {', '.join(set_)}" if set_ else ""
 
 
-def _robustness(physical: CData) -> tuple[CData, tuple[str, ...], list[str], list[CData]]:
-    """(VkPhysicalDeviceFeatures2 to enable, names enabled, device extensions needed, the
-    structs it points to, which the caller keeps alive).
+def _robustness(physical: CData) -> tuple[CData, tuple[str, ...], list[str], CData]:
+    """(VkPhysicalDeviceFeatures to enable, names enabled, device extensions needed, the
+    feature chain to enable with it: VkPhysicalDeviceRobustness2FeaturesEXT or None).
 
     Only what the device supports is asked for: robustBufferAccess (core), then
     robustBufferAccess2 where VK_EXT_robustness2 is offered and supports it.
@@ -245,8 +255,50 @@ def _robustness(physical: CData) -> tuple[CData, tuple[str, ...], list[str], lis
     core = vk.VkPhysicalDeviceFeatures(robustBufferAccess=supported.robustBufferAccess)
     if supported.robustBufferAccess:
         names.insert(0, "robustBufferAccess")
-    features = vk.VkPhysicalDeviceFeatures2(pNext=chain, features=core)
-    return features, tuple(names), device_exts, [chain, core]
+    return core, tuple(names), device_exts, chain
+
+
+# Device extensions that carry the half-precision features on a Vulkan 1.1 device (both are
+# core in Vulkan 1.2; enabling a promoted extension the device lists is still valid).
+_HALF_EXTENSIONS = ("VK_KHR_16bit_storage", "VK_KHR_shader_float16_int8")
+
+
+def _half_precision(physical: CData, chain: CData) -> tuple[list[CData], str, list[str]]:
+    """The half-precision features to enable, chained in front of `chain`: (the
+    VkPhysicalDevice16BitStorageFeatures -> VkPhysicalDeviceShaderFloat16Int8Features
+    structs, the head first, or []; why float16 graphs cannot run, "" when they can; the
+    device extensions needed).
+
+    An f16 kernel needs `shaderFloat16` (f16 arithmetic) and `storageBuffer16BitAccess`
+    (f16 loads and stores in storage buffers); `uniformAndStorageBuffer16BitAccess` is
+    enabled too where offered. A device without both gets none of them.
+    """
+    exts = {e.extensionName for e in vk.vkEnumerateDeviceExtensionProperties(physical, None)}
+    missing = [e for e in _HALF_EXTENSIONS if e not in exts]
+    if missing:
+        return [], f"the device does not offer {' and '.join(missing)}", []
+    arithmetic = vk.VkPhysicalDeviceShaderFloat16Int8Features()
+    storage = vk.VkPhysicalDevice16BitStorageFeatures(pNext=arithmetic)
+    vk.vkGetPhysicalDeviceFeatures2(physical, vk.VkPhysicalDeviceFeatures2(pNext=storage))
+    lacking = [
+        name
+        for name, offered in (
+            ("shaderFloat16", arithmetic.shaderFloat16),
+            ("storageBuffer16BitAccess", storage.storageBuffer16BitAccess),
+        )
+        if not offered
+    ]
+    if lacking:
+        return [], f"the device does not support {' and '.join(lacking)}", []
+    enable_arithmetic = vk.VkPhysicalDeviceShaderFloat16Int8Features(
+        pNext=chain, shaderFloat16=vk.VK_TRUE
+    )
+    enable_storage = vk.VkPhysicalDevice16BitStorageFeatures(
+        pNext=enable_arithmetic,
+        storageBuffer16BitAccess=vk.VK_TRUE,
+        uniformAndStorageBuffer16BitAccess=storage.uniformAndStorageBuffer16BitAccess,
+    )
+    return [enable_storage, enable_arithmetic], "", list(_HALF_EXTENSIONS)
 
 
 def _pick_physical_device(instance: CData) -> CData:

@@ -64,6 +64,8 @@ class WebGPUDevice:
     device: GPUDevice
     max_workgroups_per_dim: int
     max_invocations_per_workgroup: int
+    # Why float16 graphs cannot run here ("" when the device has `shader-f16`).
+    f16_unavailable: str = ""
     # by sha256 of the WGSL source
     _modules: dict[str, GPUShaderModule] = field(default_factory=dict)
     _layouts: dict[Layout, tuple[GPUBindGroupLayout, GPUPipelineLayout]] = field(
@@ -82,6 +84,7 @@ class WebGPUDevice:
             "driver": info.get("description", ""),
             "adapter_type": info.get("adapter_type", ""),
             "max_workgroups_per_dim": self.max_workgroups_per_dim,
+            "shader_f16": not self.f16_unavailable,
         }
 
     def bind_group_layout(self, layout: Layout) -> tuple[GPUBindGroupLayout, GPUPipelineLayout]:
@@ -198,14 +201,34 @@ def get_device() -> WebGPUDevice:
             f"webgpu: no WebGPU adapter found ({reason}). On Debian install "
             "'mesa-vulkan-drivers libvulkan1' for the lavapipe CPU driver."
         )
+    return _open(adapter, "vulkan-parity", [])
+
+
+def _open(adapter: GPUAdapter, label: str, features: list[str]) -> WebGPUDevice:
+    """A device of `adapter` with `features`, plus `shader-f16` where the adapter offers it.
+
+    One device for fp32 and f16 graphs alike, rather than a second one for f16: the feature
+    only allows `enable f16;` in a shader; fp32 shaders compile and compute as they do
+    without it (naga generates the same SPIR-V), and one device keeps one buffer pool and
+    one pipeline cache for a process whose cases mix both (docs/design.md §10).
+    """
+    f16_unavailable = ""
+    if "shader-f16" in adapter.features:
+        features = [*features, "shader-f16"]
+    else:
+        f16_unavailable = (
+            f"adapter {adapter.info.get('device', '?')!r} does not offer the 'shader-f16' feature"
+        )
     limits = {name: adapter.limits[name] for name in _RAISED_LIMITS}
-    # No shader-f16: parity is defined in strict fp32 (docs/design.md §10).
-    device = adapter.request_device_sync(label="vulkan-parity", required_limits=limits)
+    device = adapter.request_device_sync(
+        label=label, required_features=features, required_limits=limits
+    )
     return WebGPUDevice(
         adapter=adapter,
         device=device,
         max_workgroups_per_dim=int(device.limits["max-compute-workgroups-per-dimension"]),
         max_invocations_per_workgroup=int(device.limits["max-compute-invocations-per-workgroup"]),
+        f16_unavailable=f16_unavailable,
     )
 
 
@@ -214,7 +237,7 @@ def get_timing_device() -> WebGPUDevice:
     """A second process-wide device with the `timestamp-query` feature, for GPU timing only.
 
     Opt-in (benchmarks, `webgpu_backend.profiling`): parity runs keep `get_device`, which
-    requests no optional feature. Build graphs for timing on this device
+    requests no optional feature but `shader-f16`. Build graphs for timing on this device
     (`WebGPURuntime(get_timing_device())`); its pipelines are cached separately.
 
     Raises:
@@ -228,13 +251,4 @@ def get_timing_device() -> WebGPUDevice:
             f"webgpu: adapter {adapter.info.get('device', '?')!r} does not offer the "
             "'timestamp-query' feature, so GPU time cannot be measured"
         )
-    limits = {name: adapter.limits[name] for name in _RAISED_LIMITS}
-    device = adapter.request_device_sync(
-        label="vulkan-parity-timing", required_features=["timestamp-query"], required_limits=limits
-    )
-    return WebGPUDevice(
-        adapter=adapter,
-        device=device,
-        max_workgroups_per_dim=int(device.limits["max-compute-workgroups-per-dimension"]),
-        max_invocations_per_workgroup=int(device.limits["max-compute-invocations-per-workgroup"]),
-    )
+    return _open(adapter, "vulkan-parity-timing", ["timestamp-query"])

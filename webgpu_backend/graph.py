@@ -55,6 +55,7 @@ from graph_format import (
     SLOTS,
     DeviceError,
     DispatchRecord,
+    FeatureUnavailable,
     Graph,
     GraphBuildError,
     Grid,
@@ -67,6 +68,7 @@ from graph_format import (
     StepResult,
     SymIntValue,
     TensorValue,
+    dtype_slot,
 )
 from graph_format.kernels import (
     Count,
@@ -346,6 +348,9 @@ class _Snapshot:
     cur_dims: dict[str, Dims]
     symints: dict[str, int]
     counts: list[tuple[str, int, tuple[Count, ...]]]
+    # Each dispatch's values per slot, as its op last handed them (what `Dispatch.values`
+    # reports): a refused step hands new ones before it is refused.
+    values: list[dict[str, dict[str, Value]]]
     params: list[tuple[bytes, bool]]
     dirty: set[str]
 
@@ -403,6 +408,8 @@ class WebGPUGraph:
         self._pending: dict[int, ParityError] = {}  # hook order -> error held until convergence
         self._closed = False
 
+        if "float16" in graph.float_dtypes() and dev.f16_unavailable:
+            raise FeatureUnavailable("webgpu", "f16", dev.f16_unavailable)
         for value in graph.values.values():
             if isinstance(value, TensorValue):
                 self.tensors[value.name] = self._create_tensor(value)
@@ -531,6 +538,23 @@ class WebGPUGraph:
         scratch = ScratchBuffer(name, self.arena.storage(name, nbytes))
         self._scratch.append(scratch)
         return scratch
+
+    def dtype_slot(self, node: OpNode, slot: str, dtype: str) -> str:
+        """The slot of `node`'s kernel variant `slot` for tensors of `dtype`: `slot` for
+        float32, `<slot>_f16` for float16 (graph_format's `dtype_slot`), which the op's schema
+        must declare. Its project kernel is the file named after it (`wgsl/rms_norm_f16.wgsl`).
+
+        Raises:
+            GraphBuildError: the op has no kernel variant of `slot` for `dtype`.
+        """
+        chosen = dtype_slot(slot, dtype)
+        if chosen not in SLOTS or SLOTS[chosen].op != node.op:
+            raise self.fail(
+                node,
+                f"{node.op} has no {dtype} kernel for slot {slot!r} (no slot {chosen!r} in "
+                f"graph_format/ops/{node.op}.toml)",
+            )
+        return chosen
 
     def add_kernel(
         self,
@@ -751,6 +775,7 @@ class WebGPUGraph:
             cur_dims={n: t.cur_dims for n, t in self.tensors.items()},
             symints=dict(self.symints),
             counts=[(d.kernel, d.count, d.counts) for d in self.dispatches],
+            values=[{s: dict(k.values) for s, k in d.kernels.items()} for d in self.dispatches],
             params=[(p.data, p.dirty) for p in self._params],
             dirty=set(self._dirty),
         )
@@ -762,6 +787,9 @@ class WebGPUGraph:
         for dispatch, (kernel, count, counts) in zip(self.dispatches, snap.counts, strict=True):
             dispatch.kernel, dispatch.count, dispatch.counts = kernel, count, counts
             dispatch._selected = dispatch.kernels[kernel]
+        for dispatch, values in zip(self.dispatches, snap.values, strict=True):
+            for slot, kept in values.items():
+                dispatch.kernels[slot].values = kept
         for params, (data, dirty) in zip(self._params, snap.params, strict=True):
             params.data, params.dirty = data, dirty
         self._pending.clear()

@@ -3,10 +3,14 @@
 A regime is a property of an op's "regime size" (the live size its resize bugs hinge on:
 rows for rms_norm, M for a linear, S for attention; by default the product of its first
 tensor argument's leading dims) in one step: 1, the max, just below / on / just above a
-multiple of a workgroup or tile size, and the transition from the step before (grow,
-shrink, same). An op model can name extra regimes (such as a context near the cache end)
+multiple of a workgroup or tile size, the transition from the step before (grow,
+shrink, same), and the precision the op ran in (`dtype=float32`, `dtype=float16`). An op
+model can name extra regimes (such as a context near the cache end)
 with `regimes(node, live)` and choose its size with `regime_size(node, live)`.
-A profile can require cells; `missing_cells` lists those a run left empty.
+A profile can require cells; `missing_cells` lists those a run left empty. Half-precision
+cells (`dtype=float16` and the `_f16` kernel variants) are required only where every
+backend's device offers f16 (`available_cells`): a device without it reports f16 cases as
+unavailable, never as a failed run.
 """
 
 from __future__ import annotations
@@ -16,8 +20,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graph_format import Graph, OpNode, TensorValue
-from harness.model import LiveState
+from graph_format import F16_SUFFIX, Graph, OpNode, TensorValue
+from harness.model import LiveState, op_dtype
 from harness.ops import model_for
 
 # Workgroup and tile sizes of the kernels (4: vec4 / GEMM tiles, 8: q4 words, 64: workgroups).
@@ -72,10 +76,37 @@ def op_regimes(
     """(regime size, regime tags) of one op in one step."""
     size = regime_size(node, live)
     tags = size_regimes(size, regime_size(node, max_live)) | {transition(previous, size)}
+    tags.add(dtype_regime(op_dtype(live.graph, node)))
     extra = getattr(model_for(node.op), "regimes", None)
     if extra is not None:
         tags |= set(extra(node, live))
     return size, tags
+
+
+def dtype_regime(dtype: str) -> str:
+    """The coverage tag of an op that ran in precision `dtype`."""
+    return f"dtype={dtype}"
+
+
+def is_half_precision_cell(cell: str) -> bool:
+    """Whether a coverage cell can only be filled by an f16 case: the `dtype=float16` tag
+    or a kernel variant of an `_f16` slot."""
+    return cell == dtype_regime("float16") or cell.endswith(F16_SUFFIX)
+
+
+def available_cells(
+    required: Mapping[str, Sequence[str]], adapters: Mapping[str, Mapping[str, Any]]
+) -> dict[str, tuple[str, ...]]:
+    """The `required` cells the run's devices can fill: all of them where every backend's
+    adapter reports `shader_f16`, else all but the half-precision ones (a record written
+    before f16 existed reports none, and required none)."""
+    if adapters and all(info.get("shader_f16", False) for info in adapters.values()):
+        return {op: tuple(cells) for op, cells in required.items()}
+    return {
+        op: kept
+        for op, cells in required.items()
+        if (kept := tuple(c for c in cells if not is_half_precision_cell(c)))
+    }
 
 
 @dataclass

@@ -91,24 +91,33 @@ class BugKey:
       error gross instead of trading it for a barely failing case, which may be another bug
       (a missing term in a derivation) or none; bands, not decades, since one bug's factor
       spans decades with the data.
+    - `dtype`: `float16` for an op that ran in half precision (its `_f16` kernels), empty
+      for float32: an f16 kernel is other code than its fp32 sibling, so its bugs are
+      other bugs, and shrinking must not trade one for the other.
 
     The shape regime is not in the key: it is where a bug showed, and shrinking moves it
     (a bug found at `rows<max` shrinks to `rows=1`); reports list the regimes of each bug.
 
     Its text form (`str(key)`, `BugKey.parse`) is `op_type|kind|blame`, then `|band` for a
-    numeric finding: `rms_norm|numeric|webgpu|x1000`.
+    numeric finding, with `@float16` after the op type of a half-precision op:
+    `rms_norm|numeric|webgpu|x1000`, `rms_norm@float16|numeric|webgpu|x1000` (keys written
+    before f16 existed read as they did).
     """
 
     op_type: str
     kind: str
     blame: str
     band: str = ""
+    dtype: str = ""
 
     @classmethod
-    def of(cls, kind: str, op_type: str | None, blame: str, factor: float | None) -> BugKey:
-        """The key of a divergence from its fields (a `Divergence` or a record of one)."""
+    def of(
+        cls, kind: str, op_type: str | None, blame: str, factor: float | None, dtype: str = ""
+    ) -> BugKey:
+        """The key of a divergence from its fields (a `Divergence` or a record of one);
+        `dtype` float32 counts as empty, the default."""
         band = numeric_band(factor) if kind == Kind.NUMERIC else ""
-        return cls(op_type or "-", str(kind), str(blame), band)
+        return cls(op_type or "-", str(kind), str(blame), band, key_dtype(dtype))
 
     @classmethod
     def nondeterministic(cls, backends: Sequence[str]) -> BugKey:
@@ -125,10 +134,20 @@ class BugKey:
         parts = text.split("|")
         if len(parts) not in (3, 4) or not all(parts[:3]):
             raise ValueError(f"expected a bug key op_type|kind|blame[|band], got {text!r}")
-        return cls(*parts)
+        op_type, _, dtype = parts[0].partition("@")
+        if not op_type or (dtype and dtype != "float16"):
+            raise ValueError(f"expected op_type or op_type@float16 in a bug key, got {text!r}")
+        band = parts[3] if len(parts) == 4 else ""
+        return cls(op_type, parts[1], parts[2], band, dtype)
 
     def __str__(self) -> str:
-        return "|".join([self.op_type, self.kind, self.blame] + ([self.band] if self.band else []))
+        op = f"{self.op_type}@{self.dtype}" if self.dtype else self.op_type
+        return "|".join([op, self.kind, self.blame] + ([self.band] if self.band else []))
+
+
+def key_dtype(dtype: str | None) -> str:
+    """The dtype field of a bug key: `float16`, or empty for float32 (and for no op)."""
+    return "float16" if dtype == "float16" else ""
 
 
 @dataclass
@@ -142,6 +161,7 @@ class Divergence:
             contract model disagrees with two backends that agree with each other).
         op: the op concerned (its name in the graph), when known.
         op_type: that op's type (`rms_norm`...), which survives shrinking unlike the name.
+        dtype: the precision that op ran in (`harness.model.op_dtype`), when known.
         tensor: the tensor concerned, when known.
         message: one line for humans.
         factor: error / budget for numeric divergences.
@@ -157,10 +177,11 @@ class Divergence:
     factor: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
     op_type: str | None = None
+    dtype: str | None = None
 
     def bug_key(self) -> BugKey:
         """The bug this divergence shows (see `BugKey`)."""
-        return BugKey.of(str(self.kind), self.op_type, self.blame, self.factor)
+        return BugKey.of(str(self.kind), self.op_type, self.blame, self.factor, self.dtype or "")
 
     def to_json(self) -> dict[str, Any]:
         """Plain-data form for JSONL records."""

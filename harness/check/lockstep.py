@@ -28,6 +28,7 @@ import numpy as np
 
 from graph_format import (
     BackendUnavailable,
+    FeatureUnavailable,
     Graph,
     Runtime,
     StepResult,
@@ -40,7 +41,7 @@ from harness.check.divergence import Divergence, primary
 from harness.check.reference import ReferenceEvaluator
 from harness.check.steps import StepLoop, StepRun, backend_kernels, intermediates, states
 from harness.gen.case import Case, StepInputs
-from harness.model import LiveState
+from harness.model import LiveState, op_dtype
 
 # Re-exported for callers that inspect rejections and poison words.
 error_key = oracles.error_key
@@ -81,6 +82,9 @@ class CaseResult:
     duration_s: float
     adapters: dict[str, dict[str, Any]]
     coverage: Coverage = field(default_factory=Coverage)
+    # Why the case could not run ("" when it ran): a device lacks a feature its graph needs
+    # (`FeatureUnavailable`: f16 on a device without half precision). Not a divergence.
+    unavailable: str = ""
 
     @property
     def ok(self) -> bool:
@@ -175,6 +179,7 @@ class _CaseRun:
         graph = case.graph
         self.graph = graph
         self.op_types = {node.name: node.op for node in graph.ops}
+        self.op_dtypes = {node.name: op_dtype(graph, node) for node in graph.ops}
         self.op_order = {node.name: i for i, node in enumerate(graph.ops)}
         self.intermediates = intermediates(graph)
         self.states = states(graph)
@@ -195,6 +200,7 @@ class _CaseRun:
         loop = StepLoop(
             self.runner.runtimes, self.case, reads=reads, canaries=self.runner.canaries, limit=limit
         )
+        unavailable = ""
         with loop:
             for error in loop.load_errors.values():
                 if isinstance(error, BackendUnavailable):  # a set-up error (glslc missing)
@@ -211,9 +217,19 @@ class _CaseRun:
                 ):
                     del load_errors[name]
                     self.refused_at_load[name] = str(error)
-            divergences += oracles.check_build(expected_build_error(graph), load_errors)
-            loaded = all(error is None for error in load_errors.values()) and loop.loaded
-            if loaded and not divergences and expected_build_error(graph) is None:
+            missing = [e for e in load_errors.values() if isinstance(e, FeatureUnavailable)]
+            if missing:
+                # A device without the case's precision: nothing to compare, nothing wrong.
+                unavailable = "; ".join(str(e) for e in missing)
+            else:
+                divergences += oracles.check_build(expected_build_error(graph), load_errors)
+            loaded = all(error is None for error in load_errors.values()) and bool(loop.loaded)
+            if (
+                not unavailable
+                and loaded
+                and not divergences
+                and expected_build_error(graph) is None
+            ):
                 reference = ReferenceEvaluator(graph)
                 # Each backend's state tensors before the step, for the per-op check of ops
                 # that update state in place.
@@ -225,6 +241,7 @@ class _CaseRun:
                 divergences += step.divergences
         for d in divergences:
             d.op_type = self.op_types.get(d.op or "")
+            d.dtype = self.op_dtypes.get(d.op or "")
         divergences.sort(key=lambda d: (d.step, self.op_order.get(d.op or "", -1)))
         return CaseResult(
             self.case.name,
@@ -233,6 +250,7 @@ class _CaseRun:
             time.perf_counter() - start,
             self.runner.adapters,
             self.coverage,
+            unavailable,
         )
 
     def _judge(

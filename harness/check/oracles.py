@@ -31,7 +31,7 @@ from graph_format import (
 from harness.check.contract import KERNELS_OWN_WORKGROUP, ModelStep
 from harness.check.divergence import MODEL, Divergence, Kind, blame_from
 from harness.check.reference import OpEvaluation, op_args
-from harness.model import ExpectedDispatch, arg_values
+from harness.model import ExpectedDispatch, arg_values, local_budget
 from harness.model.numerics import Comparison, compare
 from harness.ops import model_for
 
@@ -483,6 +483,9 @@ def check_validation(step: int, results: Mapping[str, StepResult]) -> list[Diver
 # numeric oracle then reports as a NaN.
 POISON_MARK = 0x7FE00000
 POISON_MASK = 0xFFF00000
+# The upper half of a poison word as a 16-bit element (float16 tensors).
+POISON_HALF_MARK = POISON_MARK >> 16
+POISON_HALF_MASK = POISON_MASK >> 16
 
 
 def poison_word(step: int, tensor_id: int) -> int:
@@ -563,18 +566,26 @@ def check_canaries(
                 )
             )
         for tensor, array in {**res.outputs, **res.tensors}.items():
-            if array.dtype.itemsize != 4 or graph.tensor(tensor).state:
+            if array.dtype.itemsize not in (2, 4) or graph.tensor(tensor).state:
                 continue
-            words = np.ascontiguousarray(array).view(np.uint32).ravel()
-            poisoned = np.flatnonzero((words & POISON_MASK) == POISON_MARK)
+            if array.dtype.itemsize == 2:
+                # A 16-bit element read from the slack holds half a poison word: its upper
+                # half is an f16 NaN no arithmetic produces (0x7FE0-0x7FEF); the tag is
+                # split between the halves, so the source is not named.
+                halves = np.ascontiguousarray(array).view(np.uint16).ravel()
+                poisoned = np.flatnonzero((halves & POISON_HALF_MASK) == POISON_HALF_MARK)
+                origins: list[tuple[str, int | str]] = [("a poison word's upper half", "?")]
+            else:
+                words = np.ascontiguousarray(array).view(np.uint32).ravel()
+                poisoned = np.flatnonzero((words & POISON_MASK) == POISON_MARK)
+                origins = sorted(
+                    {
+                        (canaried[t] if t < len(canaried) else f"#{t}", st)
+                        for t, st in (decode_poison(int(w)) for w in words[poisoned[:256]])
+                    }
+                )
             if not poisoned.size:
                 continue
-            origins = sorted(
-                {
-                    (canaried[t] if t < len(canaried) else f"#{t}", st)
-                    for t, st in (decode_poison(int(w)) for w in words[poisoned[:256]])
-                }
-            )
             sources = ", ".join(f"{t} at step {st}" for t, st in origins[:4])
             out.append(
                 Divergence(
@@ -668,7 +679,7 @@ def check_ops(
             args.update(known.state_after)  # the state as the reference updated it
         else:
             outs = model.reference(node, args)
-            budgets = model.budget(node, args, outs)
+            budgets = local_budget(graph, node, args, outs)
         checks = [
             (node.outputs[slot], outs[slot], budgets[slot])
             for slot in node.outputs

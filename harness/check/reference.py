@@ -7,7 +7,8 @@ accumulated there, and reports `SPREAD * sigma` as the end-to-end bound of graph
 
     sigma(out)^2 = local(out)^2 + mean over PROBES of (f(x + s * sigma(x)) - f(x))^2
 
-`local` is the op's own rounding bound (`OpModel.budget`, rigorous). The second term carries
+`local` is the op's own rounding bound (`harness.model.local_budget`, rigorous: the
+rounding of a value stored in float16 is part of it). The second term carries
 the inputs' error scales through the op: the reference is evaluated again with every input
 moved by its scale under independent random signs `s`; the mean square of the change is the
 first-order error variance when input errors have independent signs, which is how rounding
@@ -43,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from graph_format import Graph, OpNode, SymIntValue, TensorValue
-from harness.model import Args
+from harness.model import Args, local_budget
 from harness.ops import model_for
 
 # Random-sign probes per op, and the multiple of the error scale an end-to-end bound allows.
@@ -190,7 +191,7 @@ class ReferenceEvaluator:
         }
         before = {slot: np.array(args[slot]) for slot in state_slots}  # the reference updates state
         outputs = model.reference(node, args)
-        local = model.budget(node, args, outputs)
+        local = local_budget(graph, node, args, outputs)
         self.evaluations[node.name] = OpEvaluation(
             {**args, **before}, outputs, {slot: args[slot] for slot in state_slots}, local
         )

@@ -9,13 +9,16 @@ shrinks shapes and step counts, not floats. Each op's case family (in its module
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from hypothesis import strategies as st
 
+from graph_format import DTYPES, FLOAT_DTYPES
 from harness.gen.case import Case
+from harness.gen.families import REGISTERED
+from harness.model import model_dtypes
 
 # Workgroup and tile sizes the kernels use; live sizes just around their multiples matter.
 EDGE_MULTIPLES = (4, 8, 64)
@@ -45,10 +48,48 @@ def live_sequences(
     return st.lists(live_sizes(max_size), min_size=min_steps, max_size=max_steps)
 
 
-def float_array(rng: np.random.Generator, dims: Sequence[int], scale: float = 1.0) -> np.ndarray:
-    """Non-degenerate float32 data: normal with a random offset, so no row is constant."""
+def float_array(
+    rng: np.random.Generator, dims: Sequence[int], scale: float = 1.0, dtype: str = "float32"
+) -> np.ndarray:
+    """Non-degenerate float data of `dtype` (float32 or float16): normal with a random
+    offset, so no row is constant. float16 data are exact f16 values (rounded once here), so
+    the reference reads what the kernels read; the same draws as float32 (the same rng
+    calls), so a case's f16 data are its f32 data rounded."""
     data = rng.standard_normal(dims) * scale + rng.uniform(-0.5, 0.5)
-    return data.astype(np.float32)
+    return data.astype(DTYPES[dtype])
+
+
+# The share of cases drawn in half precision, in every family whose ops all take float16
+# (`case_dtypes`): a quarter, so fp32 coverage keeps three quarters of every budget.
+F16_SHARE = 0.25
+
+
+def family_dtypes(ops: Iterable[str]) -> tuple[str, ...]:
+    """The float dtypes a family of these ops draws: float16 too when every op takes it (its
+    model's `dtypes`; ops without kernels, such as sym_size, take any)."""
+    if all("float16" in model_dtypes(op) for op in ops):
+        return FLOAT_DTYPES
+    return ("float32",)
+
+
+def case_dtypes(ops: Iterable[str]) -> st.SearchStrategy[str]:
+    """A case's float dtype: float16 for `F16_SHARE` of the cases when every op of `ops`
+    takes it (the last of four integer values, so shrinking goes toward float32; Hypothesis
+    favours bounds, so the share seen varies: 20 % over 60 examples of each f16 family, 8
+    to 45 % per family), else float32 without drawing anything, so that the cases of a
+    family whose ops have no f16 kernels are the ones they were before half precision
+    existed. Families draw it last, after every shape, so their shape draws stay put."""
+    if family_dtypes(ops) == ("float32",):
+        return st.just("float32")
+    ways = round(1 / F16_SHARE)
+    return st.integers(0, ways - 1).map(lambda k: "float16" if k == ways - 1 else "float32")
+
+
+def family_dtype(family: str) -> st.SearchStrategy[str]:
+    """`case_dtypes` over the ops the registered family `family` exercises: what a family's
+    strategy draws first, then builds its inputs, constants and step data in (and records
+    in its case's `meta["dtype"]`)."""
+    return case_dtypes(REGISTERED[family].exercises)
 
 
 @dataclass(frozen=True)
@@ -169,7 +210,9 @@ def invalid_steps(draw: st.DrawFn, case: Case) -> dict[str, np.ndarray | int]:
         dtype = graph.tensor(name).dtype
         rng = np.random.default_rng(draw(seeds()))
         # Valid data of the input's own type: only the shape is under test here.
-        step[name] = float_array(rng, dims) if dtype == "float32" else np.zeros(dims, dtype)
+        step[name] = (
+            float_array(rng, dims, dtype=dtype) if dtype in FLOAT_DTYPES else np.zeros(dims, dtype)
+        )
         return step
     if kind == "rank":
         dims = [*dims, 1] if draw(st.booleans()) or len(dims) == 1 else dims[1:]

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from graph_format import DTYPES, FORMAT_NAME, FORMAT_VERSION, SIGNATURES, Graph
+from graph_format import DTYPES, FLOAT_DTYPES, FORMAT_NAME, FORMAT_VERSION, SIGNATURES, Graph
 
 
 class GraphBuilder:
@@ -34,6 +34,7 @@ class GraphBuilder:
         self._outputs: list[str] = []
         self._constants: dict[str, np.ndarray] = {}
         self._dims: dict[str, tuple[int, ...]] = {}
+        self._dtypes: dict[str, str] = {}
         self._counter = 0
 
     def _add(self, entry: dict[str, Any]) -> str:
@@ -44,6 +45,7 @@ class GraphBuilder:
         self._values.append(entry)
         if entry["kind"] == "tensor":
             self._dims[name] = tuple(entry["dims"])
+            self._dtypes[name] = entry["dtype"]
         return name
 
     def fresh(self, stem: str) -> str:
@@ -149,7 +151,7 @@ class GraphBuilder:
         name: str | None = None,
         # `builtins.int`: inside this class, `int` names the method above.
         out_dims: Sequence[builtins.int] | Mapping[str, Sequence[builtins.int]] | None = None,
-        out_dtype: str = "float32",
+        out_dtype: str | None = None,
         outputs: dict[str, str] | None = None,
         **args: str | Sequence[str] | None,
     ) -> Any:
@@ -157,10 +159,19 @@ class GraphBuilder:
 
         Output tensors are created with `out_dims` (a dict per output for several outputs);
         when `out_dims` is None, a single output takes the dims of the first tensor argument.
+        They are of `out_dtype`, by default the dtype of the first float tensor argument
+        (float32 when there is none): an op of float16 activations writes float16.
         Pass `outputs` to write into values created beforehand.
         """
         sig = SIGNATURES[op]
         op_name = name or f"{op}_{len(self._ops)}"
+        if out_dtype is None:
+            floats = (
+                self._dtypes[a]
+                for a in args.values()
+                if isinstance(a, str) and self._dtypes.get(a) in FLOAT_DTYPES
+            )
+            out_dtype = next(floats, "float32")
         created: dict[str, str] = dict(outputs or {})
         for out, kind in sig.outputs:
             if out in created:

@@ -15,7 +15,18 @@ both backends. Each op's module in `harness/ops/` defines it and registers it he
 - `budget`: per output element, the rounding error a correct float32 implementation may
   make from exact inputs (propagation through the graph is the reference evaluator's);
 - `activations` and `required_regimes`: which tensor slots carry a model's data, and the
-  coverage regimes a nightly run must reach (class attributes).
+  coverage regimes a nightly run must reach (class attributes);
+- `dtypes` (optional class attribute, default `("float32",)`): the float element types the
+  op's kernels take; an op offers `"float16"` when it has its f16 kernel slots
+  (`<slot>_f16`, graph_format's `dtype_slot`), and only then do case families draw f16
+  for it (harness/gen/blocks.py, `family_dtype`).
+
+Half precision: an op whose float tensors are float16 (`op_dtype`) loads f16, computes as
+its docs say (f32 unless the slot says otherwise) and stores f16. `local_budget` is the one
+place budgets are taken from: `budget` for the f32 computation, then for an f16 op the
+rounding of every output to f16 (`harness.model.numerics.f16_store`), or the model's own
+`half_budget(node, args, outputs, budgets)` where that differs (a copy stores exactly; an
+f16-accumulating kernel rounds more; state it writes in f16).
 
 The model reads its node's arguments through graph_format's typed accessors
 (`OpNode.arg`, `optional_arg`, `size_list`) and the readers here (`tensors`,
@@ -48,9 +59,20 @@ from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
-from graph_format import SIGNATURES, Dims, Graph, OpNode, ResizeError, SymIntValue, TensorValue
+from graph_format import (
+    FLOAT_DTYPES,
+    SIGNATURES,
+    Dims,
+    Graph,
+    GraphBuildError,
+    OpNode,
+    ResizeError,
+    SymIntValue,
+    TensorValue,
+)
 from graph_format.kernels import WORKGROUPS_VALUE, Value
 from graph_format.signatures import SLOTS
+from harness.model.numerics import f16_store
 
 Grid = tuple[int, int, int]
 # (op, kernel, workgroup size, logical workgroup count, ran)
@@ -64,8 +86,9 @@ Args = dict[str, Any]
 class Binding:
     """A storage-buffer binding of a kernel, identical in its WGSL and its GLSL file.
 
-    `element` uses WGSL spelling (f32, i32, u32, vec4<f32>, vec4<u32>); the GLSL side spells
-    it float, int, uint, vec4, uvec4. Binding indices are positions: outputs first.
+    `element` uses WGSL spelling (f32, i32, u32, f16, vec4<f32>, vec4<u32>); the GLSL side
+    spells it float, int, uint, float16_t, vec4, uvec4. Binding indices are positions:
+    outputs first.
     """
 
     name: str
@@ -151,6 +174,23 @@ def tensors(node: OpNode, graph: Graph, *slots: str) -> tuple[TensorValue, ...]:
     load-time `check` reads, e.g. `x, weight, out = tensors(node, graph, "x", "weight", "out")`.
     """
     return tuple(graph.tensor(slot_name(node, slot)) for slot in slots)
+
+
+def uniform_float_dtype(node: OpNode, graph: Graph, *slots: str, name_tensor: bool = True) -> str:
+    """The one float dtype of the tensors of `slots` (float32, or float16 for the op's
+    `_f16` kernels): the first one's, when it is a float type. Otherwise raise the
+    `GraphBuildError` both backends raise, naming the first tensor of another dtype (or no
+    tensor, for an op whose backends name none)."""
+    found = tensors(node, graph, *slots)
+    want = found[0].dtype if found[0].dtype in FLOAT_DTYPES else "float32"
+    for t in found:
+        if t.dtype != want:
+            raise GraphBuildError(
+                node.name,
+                f"{node.op} takes all float32 or all float16; {t.name!r} is {t.dtype}",
+                tensor=t.name if name_tensor else None,
+            )
+    return want
 
 
 def optional_tensor(node: OpNode, graph: Graph, slot: str) -> TensorValue | None:
@@ -322,3 +362,44 @@ def tensor_slots(node: OpNode, graph: Graph) -> list[str]:
 def is_symint(graph: Graph, name: str) -> bool:
     """Whether `name` is a SymInt value."""
     return isinstance(graph.values.get(name), SymIntValue)
+
+
+def model_dtypes(op: str) -> tuple[str, ...]:
+    """The float element types op `op`'s kernels take (its model's `dtypes`); an op without
+    kernels (sym_size reads dims only) takes any."""
+    model = model_for(op)
+    if not model.kernels:
+        return FLOAT_DTYPES
+    dtypes: tuple[str, ...] = getattr(model, "dtypes", ("float32",))
+    return dtypes
+
+
+def op_dtype(graph: Graph, node: OpNode) -> str:
+    """The precision `node` runs in: `float16` when any float tensor it reads or writes is
+    float16 (its kernels are then the `_f16` slots), else `float32`."""
+    names = [*arg_values(node), *node.outputs.values()]
+    for name in names:
+        value = graph.values.get(name)
+        if isinstance(value, TensorValue) and value.dtype == "float16":
+            return "float16"
+    return "float32"
+
+
+def local_budget(
+    graph: Graph, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """The op's own error budget per output slot (and state slot it writes), in the graph's
+    precision: `OpModel.budget` (the f32 computation); for an op of an f16 graph
+    (`op_dtype`), the model's `half_budget` of those, or by default each tensor output's
+    budget with its rounding to f16 added (`f16_store`)."""
+    model = model_for(node.op)
+    budgets = dict(model.budget(node, args, outputs))
+    if op_dtype(graph, node) != "float16":
+        return budgets
+    half = getattr(model, "half_budget", None)
+    if half is not None:
+        return dict(half(node, args, outputs, budgets))
+    for slot, name in node.outputs.items():
+        if isinstance(graph.values[name], TensorValue):
+            budgets[slot] = np.asarray(f16_store(budgets[slot], outputs[slot]))
+    return budgets

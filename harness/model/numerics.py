@@ -32,6 +32,34 @@ TINY32 = 2.0**-126
 DIVISOR_LIMIT = 2.0**126
 
 
+# Half precision (IEEE binary16), for kernels that store (or compute) in f16: the unit
+# roundoff, the largest finite value (a result above it rounds to inf, so generated data
+# keeps every intermediate below it), and half the spacing of the f16 subnormals, 2^-24 / 2:
+# the absolute error of rounding a result below the smallest normal 2^-14 to the nearest
+# subnormal, which relative error cannot describe. (Subnormal f16 results are kept by the
+# f32 -> f16 conversions the kernels store with, on both APIs.)
+U16 = 2.0**-11
+F16_MAX = 65504.0
+SUBNORMAL_HALF_SPACING16 = 2.0**-25
+
+
+def f16_store(compute: np.ndarray | float, reference: np.ndarray | float) -> np.ndarray | float:
+    """The budget of a value computed within `compute` of the float64 `reference` and then
+    stored as float16.
+
+    Derivation: the computed y' satisfies |y' - y| <= compute / SAFETY (the op's bound before
+    its safety factor); rounding to f16 gives fl16(y') = y' (1 + d) + e with |d| <= u16 and
+    |e| <= 2^-25 (the subnormal half-spacing, only below 2^-14), so
+    |fl16(y') - y| <= |y' - y| + u16 |y| + u16 |y' - y| + 2^-25. The product u16 |y' - y| is
+    second order and dropped as every fp32 derivation drops its own; the new first-order
+    terms get the same safety factor as the rest: budget = compute + SAFETY (u16 |y| + 2^-25).
+    Round to nearest, as the fp32 budgets assume (U32); WGSL lets a conversion pick either
+    neighbour, an error up to 2 u16 |y|, which SAFETY = 2 covers with no margin left, and
+    the 2^-25 term assumes f16 subnormals are kept, not flushed (both hold on lavapipe).
+    """
+    return compute + SAFETY * (U16 * np.abs(reference) + SUBNORMAL_HALF_SPACING16)
+
+
 def ulp_exp(x: np.ndarray | float) -> np.ndarray | float:
     """exp's accuracy in ULPs of its result: 3 + 2|x| (WGSL and Vulkan alike)."""
     return 3.0 + 2.0 * np.abs(x)

@@ -17,9 +17,10 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from graph_format.kernels import Value
 from harness.gen.blocks import (
+    family_dtype,
     float_array,
     leading_dims,
     row_widths,
@@ -42,6 +43,7 @@ from harness.model import (
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import (
     DIVISOR_LIMIT,
@@ -87,18 +89,19 @@ class UnaryActivationModel:
 
     activations = ("x",)
     required_regimes = ("size=1", "size=max")
+    dtypes = FLOAT_DTYPES
 
     def __init__(self, op: str) -> None:
         self.op = op
+        half = "unary_activation_f16"
         self.kernels = kernels(
-            KernelSpec(op, "unary_activation", "unary_activation", (rw("out"), ro("x")))
+            KernelSpec(op, "unary_activation", "unary_activation", (rw("out"), ro("x"))),
+            KernelSpec(f"{op}_f16", half, half, (rw("out", "f16"), ro("x", "f16"))),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         x, out = tensors(node, graph, "x", "out")
-        for t in (x, out):
-            if t.dtype != "float32":
-                raise GraphBuildError(node.name, f"{self.op} is float32 only", tensor=t.name)
+        uniform_float_dtype(node, graph, "x", "out")
         if out.dims != x.dims:
             raise GraphBuildError(node.name, "out dims != x dims", tensor=out.name)
 
@@ -114,7 +117,8 @@ class UnaryActivationModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "x")), WORKGROUP[0])
-        return [(node.name, self.op, WORKGROUP, (count, 1, 1), True)]
+        kernel = dtype_slot(self.op, live.graph.tensor(node.arg("x")).dtype)
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         x = args["x"]
@@ -135,15 +139,20 @@ class SiluMulModel:
 
     activations = ("gate", "up")
     required_regimes = ("size=1", "size=max")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
-        KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up")))
+        KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up"))),
+        KernelSpec(
+            "silu_mul_f16",
+            "silu_mul_f16",
+            "silu_mul_f16",
+            (rw("out", "f16"), ro("gate", "f16"), ro("up", "f16")),
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         gate, up, out = tensors(node, graph, "gate", "up", "out")
-        for t in (gate, up, out):
-            if t.dtype != "float32":
-                raise GraphBuildError(node.name, "silu_mul is float32 only", tensor=t.name)
+        uniform_float_dtype(node, graph, "gate", "up", "out")
         if up.dims != gate.dims:
             raise GraphBuildError(node.name, "up dims != gate dims", tensor=up.name)
         if out.dims != gate.dims:
@@ -160,7 +169,8 @@ class SiluMulModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "gate")), WORKGROUP[0])
-        return [(node.name, "silu_mul", WORKGROUP, (count, 1, 1), True)]
+        kernel = dtype_slot("silu_mul", live.graph.tensor(node.arg("gate")).dtype)
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         g, up = args["gate"], args["up"]
@@ -198,13 +208,15 @@ def unary_cases(draw: st.DrawFn, op: str) -> Case:
     leading = draw(leading_dims())
     width = draw(row_widths())
     scale = draw(st.sampled_from([1.0, 4.0, 16.0]))
+    lives = draw(step_dims(leading))
+    dtype = draw(family_dtype(op))  # last: the shape draws stay where they were
     b = GraphBuilder()
-    x = b.input("x", "float32", [d.max_size for d in leading] + [width])
+    x = b.input("x", dtype, [d.max_size for d in leading] + [width])
     b.output(b.op(op, name=op, x=x))
     steps: list[StepInputs] = [
-        {"x": float_array(rng, [*lead, width], scale)} for lead in draw(step_dims(leading))
+        {"x": float_array(rng, [*lead, width], scale, dtype)} for lead in lives
     ]
-    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": op})
+    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": op, "dtype": dtype})
 
 
 @family("silu_mul", exercises={"silu_mul"})
@@ -216,18 +228,28 @@ def silu_mul_cases(draw: st.DrawFn) -> Case:
     leading = draw(leading_dims())
     width = draw(row_widths())
     scale = draw(st.sampled_from([1.0, 4.0, 16.0]))
-    b = GraphBuilder()
-    dims = [d.max_size for d in leading] + [width]
-    gate, up = b.input("gate", "float32", dims), b.input("up", "float32", dims)
-    b.output(b.op("silu_mul", name="silu_mul", gate=gate, up=up))
-    steps: list[StepInputs] = []
+    shapes = []
     for lead in draw(step_dims(leading)):
         live = [*lead, width]
         up_live = list(live)
         if draw(st.integers(0, 9)) == 0 and live[-1] > 1:
             up_live[-1] -= 1  # refused by both: gate and up must match
-        steps.append({"gate": float_array(rng, live, scale), "up": float_array(rng, up_live)})
-    return Case(b.build(), steps, name="silu_mul", meta={"seed": seed, "family": "silu_mul"})
+        shapes.append((live, up_live))
+    dtype = draw(family_dtype("silu_mul"))  # last: the shape draws stay where they were
+    b = GraphBuilder()
+    dims = [d.max_size for d in leading] + [width]
+    gate, up = b.input("gate", dtype, dims), b.input("up", dtype, dims)
+    b.output(b.op("silu_mul", name="silu_mul", gate=gate, up=up))
+    steps: list[StepInputs] = []
+    for live, up_live in shapes:
+        steps.append(
+            {
+                "gate": float_array(rng, live, scale, dtype),
+                "up": float_array(rng, up_live, dtype=dtype),
+            }
+        )
+    meta = {"seed": seed, "family": "silu_mul", "dtype": dtype}
+    return Case(b.build(), steps, name="silu_mul", meta=meta)
 
 
 # ---------------------------------------------------------------------------- random graphs

@@ -3,12 +3,14 @@ mul(a, scalar) (`x + 3.0`: a float literal instead of b; upstream's `aten.add.Te
 scalar operand).
 
 A node takes exactly one of b and scalar, and the scalar must be finite and within float32's
-range (it reaches the kernel rounded to f32); anything else is refused at load.
+range (it reaches the kernel rounded to f32); anything else is refused at load. A scalar
+operand is float32 only (a float16 a or out with a scalar is refused at load).
 
 Kernel design (both backends): one dispatch slot, 64 invocations per workgroup, one per
 output element, logical count ceil(numel(out) / 64); kernel `<op>_flat` when the two live
-shapes are equal and `<op>_broadcast` otherwise, `<op>_scalar` (out takes a's live dims) for
-a scalar operand. Live shapes that do not broadcast are refused (`InputError` reason
+shapes are equal and `<op>_broadcast` otherwise (`<op>_flat_f16`, `<op>_broadcast_f16` in
+half precision: load f16, compute in f32, store f16), `<op>_scalar` (out takes a's live dims)
+for a scalar operand. Live shapes that do not broadcast are refused (`InputError` reason
 "broadcast").
 """
 
@@ -19,10 +21,20 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Dims, Graph, GraphBuildError, InputError, OpNode, ScalarValue
+from graph_format import (
+    FLOAT_DTYPES,
+    Dims,
+    Graph,
+    GraphBuildError,
+    InputError,
+    OpNode,
+    ScalarValue,
+    dtype_slot,
+)
 from graph_format.kernels import Value
 from harness.gen.blocks import (
     DynamicDim,
+    case_dtypes,
     float_array,
     leading_dims,
     seeds,
@@ -44,6 +56,7 @@ from harness.model import (
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import SAFETY, TINY32, U32, gamma
 
@@ -83,13 +96,17 @@ class BinaryModel:
 
     activations = ("a", "b")
     required_regimes = ("size=1", "size=max", "step=shrink")
+    dtypes = FLOAT_DTYPES
 
     def __init__(self, op: str) -> None:
         self.op = op
         bindings = (rw("out"), ro("a"), ro("b"))
+        half = (rw("out", "f16"), ro("a", "f16"), ro("b", "f16"))
         self.kernels = kernels(
             KernelSpec(f"{op}_flat", "binary_flat", "binary_flat", bindings),
             KernelSpec(f"{op}_broadcast", "binary_broadcast", "binary_broadcast", bindings),
+            KernelSpec(f"{op}_flat_f16", "binary_flat_f16", "binary_flat_f16", half),
+            KernelSpec(f"{op}_broadcast_f16", "binary_broadcast_f16", "binary_broadcast_f16", half),
             KernelSpec(f"{op}_scalar", "binary_scalar", "binary_scalar", (rw("out"), ro("a"))),
         )
 
@@ -102,14 +119,19 @@ class BinaryModel:
             assert isinstance(value, ScalarValue)
             if not abs(float(value.value)) <= FLOAT32_MAX:  # also refuses nan
                 raise GraphBuildError(node.name, "the scalar must be a finite float32")
-        a, out = tensors(node, graph, "a", "out")
-        b = None if b_name is None else graph.tensor(b_name)
-        operands = (a, out) if b is None else (a, b, out)
-        if any(t.dtype != "float32" for t in operands):
-            raise GraphBuildError(node.name, f"{self.op} is float32 only")
-        if any(len(t.dims) > 4 for t in operands):
+            a, out = tensors(node, graph, "a", "out")
+            if a.dtype != "float32" or out.dtype != "float32":
+                raise GraphBuildError(node.name, "a scalar operand is float32 only")
+            if len(a.dims) > 4:
+                raise GraphBuildError(node.name, "rank above 4")
+            if a.dims != out.dims:
+                raise GraphBuildError(node.name, "out is not a's shape", tensor=out.name)
+            return
+        a, b, out = tensors(node, graph, "a", "b", "out")
+        uniform_float_dtype(node, graph, "a", "b", "out", name_tensor=False)
+        if any(len(t.dims) > 4 for t in (a, b, out)):
             raise GraphBuildError(node.name, "rank above 4")
-        if (a.dims if b is None else broadcast(a.dims, b.dims)) != out.dims:
+        if broadcast(a.dims, b.dims) != out.dims:
             raise GraphBuildError(node.name, "out is not the broadcast", tensor=out.name)
 
     def resize(self, node: OpNode, live: LiveState) -> None:
@@ -130,7 +152,7 @@ class BinaryModel:
         }
         if slot.endswith("_scalar"):
             values["scalar"] = float(live.graph.scalar(node.arg("scalar")))
-        if slot.endswith("_broadcast"):
+        if "_broadcast" in slot:  # add_broadcast, add_broadcast_f16, ...
             values["out_sizes"] = _right_aligned(out)
             values["a_strides"] = _broadcast_strides(live.of(node, "a"), out)
             values["b_strides"] = _broadcast_strides(live.of(node, "b"), out)
@@ -138,11 +160,14 @@ class BinaryModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         if node.optional_arg("b") is None:
-            variant = "scalar"
+            kernel = f"{self.op}_scalar"  # float32 only
         else:
-            variant = "flat" if live.of(node, "a") == live.of(node, "b") else "broadcast"
+            a, b = live.of(node, "a"), live.of(node, "b")
+            variant = "flat" if a == b else "broadcast"
+            out_dtype = live.graph.tensor(node.outputs["out"]).dtype
+            kernel = dtype_slot(f"{self.op}_{variant}", out_dtype)
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
-        return [(node.name, f"{self.op}_{variant}", WORKGROUP, (count, 1, 1), True)]
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def _apply(self, a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
         out: np.ndarray = a + b if self.op == "add" else a * b
@@ -220,20 +245,11 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
         second = modes[1][i - offset] if i >= offset else _ONE
         if modes[0][i] == _ONE and second == _ONE:
             modes[0][i] = _FOLLOW
-    b = GraphBuilder()
-    names = []
-    for k, dims_modes in enumerate(modes):
-        offset = len(out_dims) - len(dims_modes)
-        max_dims = [
-            1 if m == _ONE else out_dims[offset + j].max_size for j, m in enumerate(dims_modes)
-        ]
-        names.append(b.input("ab"[k], "float32", max_dims))
-    b.output(b.op(op, a=names[0], b=names[1], out_dims=[d.max_size for d in out_dims]))
-    steps: list[StepInputs] = []
+    shapes: list[list[list[int]]] = []  # per step, each input's live dims
     for lead in draw(step_dims(leading)):
         live_out = [*lead, width]
-        step: StepInputs = {}
-        for k, dims_modes in enumerate(modes):
+        step_shapes = []
+        for dims_modes in modes:
             offset = len(out_dims) - len(dims_modes)
             live = []
             for j, m in enumerate(dims_modes):
@@ -241,15 +257,30 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
                 if m == _ONE or (m == _EITHER and draw(st.booleans())):
                     size = 1
                 live.append(size)
-            step["ab"[k]] = float_array(rng, live)
-        steps.append(step)
-    return Case(b.build(), steps, name=op, meta={"seed": seed, "family": "binary"})
+            step_shapes.append(live)
+        shapes.append(step_shapes)
+    dtype = draw(case_dtypes([op]))  # last: the shape draws stay where they were
+    b = GraphBuilder()
+    names = []
+    for k, dims_modes in enumerate(modes):
+        offset = len(out_dims) - len(dims_modes)
+        max_dims = [
+            1 if m == _ONE else out_dims[offset + j].max_size for j, m in enumerate(dims_modes)
+        ]
+        names.append(b.input("ab"[k], dtype, max_dims))
+    b.output(b.op(op, a=names[0], b=names[1], out_dims=[d.max_size for d in out_dims]))
+    steps: list[StepInputs] = [
+        {"ab"[k]: float_array(rng, live, dtype=dtype) for k, live in enumerate(step_shapes)}
+        for step_shapes in shapes
+    ]
+    meta = {"seed": seed, "family": "binary", "dtype": dtype}
+    return Case(b.build(), steps, name=op, meta=meta)
 
 
 @st.composite
 def binary_scalar_cases(draw: st.DrawFn, op: str) -> Case:
-    """add or mul of a tensor and a float scalar (`x + 3.0`), the tensor's leading dims
-    moving step by step."""
+    """add or mul of a float32 tensor and a float scalar (`x + 3.0`), the tensor's leading
+    dims moving step by step."""
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims(max_rank=3))
@@ -260,7 +291,7 @@ def binary_scalar_cases(draw: st.DrawFn, op: str) -> Case:
     steps: list[StepInputs] = [
         {"a": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
     ]
-    meta = {"seed": seed, "family": "binary", "operand": "scalar"}
+    meta = {"seed": seed, "family": "binary", "operand": "scalar", "dtype": "float32"}
     return Case(b.build(), steps, name=f"{op}_scalar", meta=meta)
 
 
@@ -299,7 +330,7 @@ def _gen_binary(op: str) -> Grow:
 
 def _binary_family(op: str) -> Callable[[], st.SearchStrategy[Case]]:
     """The strategy factory of `op`'s own family: two tensors, or (a quarter of the cases,
-    shrinking toward two tensors) a tensor and a scalar."""
+    shrinking toward two tensors) a float32 tensor and a scalar."""
     return lambda: st.sampled_from([False, False, False, True]).flatmap(
         lambda scalar: binary_scalar_cases(op) if scalar else binary_cases(op)
     )

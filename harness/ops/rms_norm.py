@@ -1,7 +1,10 @@
 """Model of rms_norm(x, weight, eps): out = x * rsqrt(mean(x^2, -1) + eps) * weight.
 
 Kernel design (both backends): one workgroup of 64 invocations per row (rows = numel / W),
-`rms_norm_vec4` when the row width W is a multiple of 4, else `rms_norm`. W is the weight's
+`rms_norm_vec4` when the row width W is a multiple of 4, else `rms_norm`; in half precision
+(float16 x, weight and out) `rms_norm_f16` at every width, which loads f16, accumulates the
+sum of squares and computes in f32 and stores f16 (its budget: the fp32 one plus the f16
+store, `harness.model.local_budget`). W is the weight's
 length and may not change at run time: a live last dim != W is refused by both backends.
 """
 
@@ -12,9 +15,10 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode
 from graph_format.kernels import Value
 from harness.gen.blocks import (
+    family_dtype,
     float_array,
     leading_dims,
     row_widths,
@@ -36,6 +40,7 @@ from harness.model import (
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
 
@@ -47,6 +52,7 @@ class RmsNormModel:
 
     activations = ("x",)
     required_regimes = ("size=1", "size=max", "size=mid", "step=grow", "step=shrink")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
         KernelSpec("rms_norm", "rms_norm", "rms_norm", (rw("out"), ro("x"), ro("weight"))),
         KernelSpec(
@@ -55,12 +61,17 @@ class RmsNormModel:
             "rms_norm_vec4",
             (rw("out", "vec4<f32>"), ro("x", "vec4<f32>"), ro("weight", "vec4<f32>")),
         ),
+        KernelSpec(
+            "rms_norm_f16",
+            "rms_norm_f16",
+            "rms_norm_f16",
+            (rw("out", "f16"), ro("x", "f16"), ro("weight", "f16")),
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         x, w, out = tensors(node, graph, "x", "weight", "out")
-        if any(t.dtype != "float32" for t in (x, w, out)):
-            raise GraphBuildError(node.name, "rms_norm is float32 only")
+        uniform_float_dtype(node, graph, "x", "weight", "out", name_tensor=False)
         if w.dims != (x.dims[-1],):
             raise GraphBuildError(node.name, "weight length != x width", tensor=w.name)
         if out.dims != x.dims:
@@ -84,7 +95,10 @@ class RmsNormModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         dims = live.of(node, "x")
-        kernel = "rms_norm_vec4" if dims[-1] % 4 == 0 else "rms_norm"
+        if live.graph.tensor(node.arg("x")).dtype == "float16":
+            kernel = "rms_norm_f16"
+        else:
+            kernel = "rms_norm_vec4" if dims[-1] % 4 == 0 else "rms_norm"
         return [(node.name, kernel, WORKGROUP, (numel(dims) // dims[-1], 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
@@ -121,14 +135,21 @@ def rms_norm_cases(draw: st.DrawFn) -> Case:
     leading = draw(leading_dims())
     width = draw(row_widths())
     eps = draw(st.sampled_from([1e-6, 1e-5]))
+    lives = draw(step_dims(leading))
+    dtype = draw(family_dtype("rms_norm"))  # last: the shape draws stay where they were
+    # Half the f16 cases have rows of large values, whose sum of squares passes the f16
+    # maximum 65504 after about 64 elements: rms_norm_f16 accumulates in f32 and must
+    # survive it (an f16 accumulator overflows to inf). The output stays O(|weight|).
+    scale = draw(st.sampled_from([1.0, 32.0])) if dtype == "float16" else 1.0
     b = GraphBuilder()
-    x = b.input("x", "float32", [d.max_size for d in leading] + [width])
-    w = b.constant("weight", float_array(rng, [width]))
+    x = b.input("x", dtype, [d.max_size for d in leading] + [width])
+    w = b.constant("weight", float_array(rng, [width], dtype=dtype))
     b.output(b.op("rms_norm", x=x, weight=w, eps=b.float(eps)))
     steps: list[StepInputs] = [
-        {"x": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
+        {"x": float_array(rng, [*lead, width], scale, dtype)} for lead in lives
     ]
-    return Case(b.build(), steps, name="rms_norm", meta={"seed": seed, "family": "rms_norm"})
+    meta = {"seed": seed, "family": "rms_norm", "dtype": dtype}
+    return Case(b.build(), steps, name="rms_norm", meta=meta)
 
 
 # ---------------------------------------------------------------------------- random graphs

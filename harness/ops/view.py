@@ -23,9 +23,18 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode, ScalarValue
+from graph_format import (
+    FLOAT_DTYPES,
+    Graph,
+    GraphBuildError,
+    InputError,
+    OpNode,
+    ScalarValue,
+    dtype_slot,
+)
 from graph_format.kernels import Value
 from harness.gen.blocks import (
+    family_dtype,
     float_array,
     head_dims,
     live_sequences,
@@ -52,7 +61,7 @@ from harness.model import (
 )
 
 WORKGROUP = (64, 1, 1)
-VIEW_DTYPES = ("float32", "int32")
+VIEW_DTYPES = ("float32", "int32", "float16")
 INFER = -1  # the int literal of a size inferred from the live numel
 
 
@@ -67,14 +76,20 @@ class ViewCopyModel:
 
     activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=shrink")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
-        KernelSpec("view_copy", "view_copy", "view_copy", (rw("out", "u32"), ro("x", "u32")))
+        KernelSpec("view_copy", "view_copy", "view_copy", (rw("out", "u32"), ro("x", "u32"))),
+        KernelSpec(
+            "view_copy_f16", "view_copy_f16", "view_copy_f16", (rw("out", "f16"), ro("x", "f16"))
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         x, out = tensors(node, graph, "x", "out")
         if x.dtype not in VIEW_DTYPES:
-            raise GraphBuildError(node.name, "view_copy copies float32 or int32", tensor=x.name)
+            raise GraphBuildError(
+                node.name, "view_copy copies float32, int32 or float16", tensor=x.name
+            )
         if out.dtype != x.dtype:
             raise GraphBuildError(node.name, "out dtype != x dtype", tensor=out.name)
         sizes = node.size_list("sizes")
@@ -123,7 +138,8 @@ class ViewCopyModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.of(node, "x")), WORKGROUP[0])
-        return [(node.name, "view_copy", WORKGROUP, (count, 1, 1), True)]
+        kernel = dtype_slot("view_copy", live.graph.tensor(node.arg("x")).dtype)
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         return {"out": args["x"].reshape(args["sizes"])}  # numpy infers a -1 the same way
@@ -137,6 +153,16 @@ class ViewCopyModel:
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         return {"out": np.zeros(outputs["out"].shape)}  # a bitwise copy: exact
+
+    def half_budget(
+        self,
+        node: OpNode,
+        args: Args,
+        outputs: Mapping[str, np.ndarray],
+        budgets: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """In half precision too: a copy of f16 elements rounds nothing."""
+        return dict(budgets)
 
 
 class SymSizeModel:
@@ -195,10 +221,21 @@ def view_cases(draw: st.DrawFn) -> Case:
     rng = np.random.default_rng(seed)
     max_seq, heads, dim = draw(st.integers(1, 24)), draw(st.integers(1, 4)), draw(head_dims())
     seq_from = draw(st.sampled_from(["sym_size", "input", "infer"]))
+    from_input = seq_from == "input"
+    lives: list[tuple[int, int | None]] = []  # per step: S, and the SymInt n when an input
+    for s in draw(live_sequences(max_seq)):
+        wrong = from_input and draw(st.integers(0, 9)) == 0
+        lives.append((s, (s % max_seq + 1 if wrong and max_seq > 1 else s) if from_input else None))
+    width = heads * dim
+    flatten_cols = None
+    if draw(st.booleans()):
+        divisors = [c for c in range(1, width + 1) if width % c == 0]
+        flatten_cols = draw(st.sampled_from(divisors)) if draw(st.integers(0, 7)) else width + 1
+    dtype = draw(family_dtype("view"))  # last: the shape draws stay where they were
     b = GraphBuilder()
-    x = b.input("x", "float32", [1, max_seq, heads * dim])
-    n = b.symint_input("n") if seq_from == "input" else None
-    w = b.constant("w", float_array(rng, [heads * dim]))
+    x = b.input("x", dtype, [1, max_seq, width])
+    n = b.symint_input("n") if from_input else None
+    w = b.constant("w", float_array(rng, [width], dtype=dtype))
     h = b.op("rms_norm", name="norm", x=x, weight=w, eps=b.float(1e-6))
     if seq_from == "infer":
         seq = b.int(INFER, "infer")
@@ -217,30 +254,28 @@ def view_cases(draw: st.DrawFn) -> Case:
         "view_copy",
         name="merge_heads",
         x=split,
-        sizes=[one, back_seq, b.int(heads * dim, "width")],
-        out_dims=[1, max_seq, heads * dim],
+        sizes=[one, back_seq, b.int(width, "width")],
+        out_dims=[1, max_seq, width],
     )
     b.output(split, merged)
-    if draw(st.booleans()):
-        width = heads * dim
-        divisors = [c for c in range(1, width + 1) if width % c == 0]
-        cols = draw(st.sampled_from(divisors)) if draw(st.integers(0, 7)) else width + 1
+    if flatten_cols is not None:
         flat = b.op(
             "view_copy",
             name="flatten",
             x=h,
-            sizes=[b.int(INFER, "rows"), b.int(cols, "cols")],
-            out_dims=[-(-max_seq * width // cols), cols],
+            sizes=[b.int(INFER, "rows"), b.int(flatten_cols, "cols")],
+            out_dims=[-(-max_seq * width // flatten_cols), flatten_cols],
         )
         b.output(flat)
     steps: list[StepInputs] = []
-    for s in draw(live_sequences(max_seq)):
-        step: StepInputs = {"x": float_array(rng, [1, s, heads * dim])}
-        if n is not None:
-            wrong = draw(st.integers(0, 9)) == 0
-            step["n"] = s % max_seq + 1 if wrong and max_seq > 1 else s
+    for s, given_n in lives:
+        step: StepInputs = {"x": float_array(rng, [1, s, width], dtype=dtype)}
+        if n is not None and given_n is not None:
+            step["n"] = given_n
         steps.append(step)
-    return Case(b.build(), steps, name="view", meta={"seed": seed, "family": "view"})
+    return Case(
+        b.build(), steps, name="view", meta={"seed": seed, "family": "view", "dtype": dtype}
+    )
 
 
 # ---------------------------------------------------------------------------- random graphs

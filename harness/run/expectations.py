@@ -1,14 +1,14 @@
 """Known divergences: an expectations file whose entries say which findings are expected.
 
 Each entry names the divergences it covers by the fields of their bug key
-(`harness.check.divergence.BugKey`: op type, failure class, blamed backend, numeric band; each
-optional) and optionally family, regime and a message pattern, the device and driver it
-applies to, a reason and a link to the bug. A divergence that matches an applicable entry
-is reported as *known* and does not fail the run; a case whose divergences are all known
-does not count as a Hypothesis failure either, so the search keeps hunting for unexpected
-ones. An entry that applies to the run's device, whose op or family the run exercised, and
-that matched nothing is reported as *stale*: the bug is fixed or the entry is wrong, so it
-should go.
+(`harness.check.divergence.BugKey`: op type, failure class, blamed backend, numeric band,
+precision; each optional) and optionally family, regime and a message pattern, the device
+and driver it applies to, a reason and a link to the bug. A divergence that matches an
+applicable entry is reported as *known* and does not fail the run; a case whose
+divergences are all known does not count as a Hypothesis failure either, so the search
+keeps hunting for unexpected ones. An entry that applies to the run's device, whose op or
+family the run exercised, and that matched nothing is reported as *stale*: the bug is fixed
+or the entry is wrong, so it should go.
 
 The file is TOML (`expectations.toml` at the repo root):
 
@@ -18,6 +18,7 @@ The file is TOML (`expectations.toml` at the repo root):
     kind = "numeric"                  # failure class, harness.check.divergence.Kind (optional)
     blame = "webgpu"                  # webgpu | vulkan | both | model (optional)
     band = "x1000"                    # numeric band of error/budget: x1, x10, x1000 (optional)
+    dtype = "float16"                 # the precision the op ran in: float32 | float16 (optional)
     family = "rms_norm"               # case family (optional)
     regime = "rows=1"                 # shape regime (optional)
     message = "over its error budget" # regular expression searched in the message (optional)
@@ -55,7 +56,8 @@ class MatchableDivergence(Protocol):
 DEFAULT_FILE = Path(__file__).resolve().parents[2] / "expectations.toml"
 _BLAMES = ("webgpu", "vulkan", "both", "model")
 _BANDS = tuple(name for name, _ in NUMERIC_BANDS)
-_MATCH_FIELDS = ("op", "kind", "blame", "band", "family", "regime", "message")
+_MATCH_FIELDS = ("op", "kind", "blame", "band", "dtype", "family", "regime", "message")
+_DTYPES = ("float32", "float16")
 _REQUIRED = ("id", "device", "driver", "reason", "link")
 
 
@@ -76,6 +78,7 @@ class Expectation:
     kind: str | None = None
     blame: str | None = None
     band: str | None = None
+    dtype: str | None = None
     family: str | None = None
     regime: str | None = None
     message: str | None = None
@@ -93,8 +96,14 @@ class Expectation:
         )
 
     def covers(self, bug: BugKey) -> bool:
-        """Whether the bug key fields this entry names (op, kind, blame, band) match."""
-        wanted = {"op": bug.op_type, "kind": bug.kind, "blame": bug.blame, "band": bug.band}
+        """Whether the bug key fields this entry names (op, kind, blame, band, dtype) match."""
+        wanted = {
+            "op": bug.op_type,
+            "kind": bug.kind,
+            "blame": bug.blame,
+            "band": bug.band,
+            "dtype": bug.dtype or "float32",
+        }
         return all(getattr(self, k) in (None, v) for k, v in wanted.items())
 
     def matches(
@@ -203,6 +212,11 @@ def load_expectations(path: str | Path) -> Expectations:
             raise ExpectationsError(
                 f"{where} ({entry['id']!r}): band must be one of {list(_BANDS)}, "
                 f"got {entry['band']!r}"
+            )
+        if "dtype" in entry and entry["dtype"] not in _DTYPES:
+            raise ExpectationsError(
+                f"{where} ({entry['id']!r}): dtype must be one of {list(_DTYPES)}, "
+                f"got {entry['dtype']!r}"
             )
         if "blame" in entry and entry["blame"] not in _BLAMES:
             raise ExpectationsError(

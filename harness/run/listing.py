@@ -11,6 +11,8 @@ from typing import Any
 from graph_format import SLOTS, BackendUnavailable
 from harness.check.backends import BACKENDS, open_runtime
 from harness.families import FAMILIES, family_for_op
+from harness.gen.blocks import F16_SHARE, family_dtypes
+from harness.model import model_dtypes
 from harness.run import console
 from harness.run.bundle import (
     REPO_SHADER_DIRS,
@@ -51,7 +53,12 @@ def list_command(args: argparse.Namespace) -> int:
             adapters[backend] = {"available": False, "reason": str(err)}
     doc: dict[str, Any] = {
         "families": {
-            name: {"own_op": name if name in MODELS else None, "ops": sorted(family.exercises)}
+            name: {
+                "own_op": name if name in MODELS else None,
+                "ops": sorted(family.exercises),
+                # The dtypes its cases are drawn in (float16 for F16_SHARE of them).
+                "dtypes": list(family_dtypes(family.exercises)),
+            }
             for name, family in FAMILIES.items()
         },
         "ops": {
@@ -59,6 +66,8 @@ def list_command(args: argparse.Namespace) -> int:
             for op, kernels in ops.items()
         },
         "op_families": {op: family_for_op(op) for op in ops},
+        # The float dtypes each op's kernels take (float16: its `_f16` slots).
+        "op_dtypes": {op: list(model_dtypes(op)) for op in ops},
         "profiles": {
             p.name: {
                 "max_examples": p.max_examples,
@@ -78,11 +87,14 @@ def list_command(args: argparse.Namespace) -> int:
         console.out(json.dumps(doc, indent=1, default=str))
         return 0
     console.out("Case families (parity run --families):")
-    for name in FAMILIES:
-        console.out(f"  {name}")
+    for name, entry in doc["families"].items():
+        dtypes = entry["dtypes"]
+        share = f"  (float16 in {F16_SHARE:.0%} of cases)" if "float16" in dtypes else ""
+        console.out(f"  {name}{share}")
     console.out("Ops and kernel slots (parity run --ops; roles and values a kernel binds):")
     for op, kernels in doc["ops"].items():
-        console.out(f"  {op}  (runs family {doc['op_families'][op]})")
+        dtypes = ", ".join(doc["op_dtypes"][op])
+        console.out(f"  {op}  (runs family {doc['op_families'][op]}; {dtypes})")
         for name, k in kernels.items():
             missing = f"  MISSING {', '.join(k['missing'])}" if k["missing"] else ""
             console.out(f"    {name:<22} {k['wgsl']:<28} {k['glsl']}{missing}")
@@ -111,6 +123,7 @@ def list_command(args: argparse.Namespace) -> int:
                     if backend == "vulkan"
                     else ""
                 )
+                + f" | f16 {'yes' if info.get('shader_f16') else 'no (f16 cases unavailable)'}"
             )
         else:
             console.out(f"  {backend:<7} UNAVAILABLE: {info['reason']}")

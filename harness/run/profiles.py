@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from harness.check.coverage import dtype_regime
+from harness.model import model_dtypes
 from harness.ops import MODELS
 
 # Generating a graph and running it on two devices is slow by Hypothesis's standards.
@@ -48,8 +50,15 @@ class Profile:
 # Per op, the regimes its model names as where its resize bugs live and every kernel variant
 # (`OpModel.required_regimes`, `OpModel.kernels`): what a nightly run must fill for each op
 # type it exercised.
+# An op with f16 kernels must also have run in half precision (`dtype=float16`; required
+# only where both devices offer f16: harness/check/coverage.py, `available_cells`).
 _NIGHTLY_CELLS = {
-    op: (*model.required_regimes, *model.kernels) for op, model in sorted(MODELS.items())
+    op: (
+        *model.required_regimes,
+        *model.kernels,
+        *((dtype_regime("float16"),) if "float16" in model_dtypes(op) and model.kernels else ()),
+    )
+    for op, model in sorted(MODELS.items())
 }
 
 # The workgroups per grid dimension of a fold chunk. Every kernel's logical count is 1-D

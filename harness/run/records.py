@@ -43,9 +43,10 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from harness.check.divergence import PRIORITY, BugKey, Divergence, Kind
+from harness.check.divergence import PRIORITY, BugKey, Divergence, Kind, key_dtype
 from harness.check.lockstep import CaseResult, StepRecord
 from harness.gen.case import Case
+from harness.model import op_dtype
 from harness.run.expectations import Expectation
 from harness.run.plan import Chunk, Shard
 
@@ -267,7 +268,7 @@ def _item(hint: Any, value: Any, where: str) -> Any:
 
 def _wanted(hint: Any) -> str:
     if hint is BugKey:
-        return "a bug key op_type|kind|blame[|band]"
+        return "a bug key op_type[@float16]|kind|blame[|band]"
     if typing.get_origin(hint) is list:
         return "a list"
     if typing.get_origin(hint) is dict or dataclasses.is_dataclass(hint):
@@ -287,6 +288,7 @@ class DivergenceRecord:
         expected: the id of the expectation it matched (None: unexpected, or not matched
             yet: a step of the timeline).
         op_type: the op's type (`-` when it is about no op).
+        dtype: `float16` for an op that ran in half precision, else empty.
         regime: the shape regime it showed in (the harness's own, else `regime_of`).
     """
 
@@ -301,11 +303,12 @@ class DivergenceRecord:
     factor: float | None = None
     details: dict[str, Any] = field(default_factory=dict)
     regime: str = ""
+    dtype: str = ""
 
     @property
     def bug(self) -> BugKey:
         """Its bug key (harness.check.divergence.BugKey)."""
-        return BugKey.of(self.kind, self.op_type, self.blame, self.factor)
+        return BugKey.of(self.kind, self.op_type, self.blame, self.factor, self.dtype)
 
     def to_json(self) -> dict[str, Any]:
         """The record, with its bug key's text form."""
@@ -429,6 +432,8 @@ class CaseRecord:
         provisional_bundle: `bundles/<id>` of the provisional bundle of its bug in its
             chunk, on the first divergent case of each bug.
         source: the shard it came from, in a merged folder.
+        unavailable: why it could not run ("" when it ran): a device lacks the precision
+            its graph needs (`harness.check.lockstep.CaseResult.unavailable`).
     """
 
     chunk: str
@@ -452,6 +457,7 @@ class CaseRecord:
     shard: str | None = None
     provisional_bundle: str | None = None
     source: int = 0
+    unavailable: str = ""
 
     @property
     def ok(self) -> bool:
@@ -548,6 +554,7 @@ def divergence_record(d: Divergence, case: Case, expected: str | None = None) ->
         factor=d.factor,
         details=data.get("details", {}),
         regime=str(regime),
+        dtype=key_dtype(op_dtypes(case).get(d.op or "")),
     )
 
 
@@ -591,6 +598,7 @@ def case_record(
         # The full timeline only for divergent cases: it is what a failure page shows, and a
         # killed run must be able to show it before any bundle exists.
         timeline=[TimelineStep.of(s, case) for s in result.steps] if divergences else [],
+        unavailable=result.unavailable,
     )
 
 
@@ -621,6 +629,11 @@ def case_id(case: Case) -> str:
 def op_types(case: Case) -> dict[str, str]:
     """Op node name -> op type (e.g. "rms_norm_1" -> "rms_norm")."""
     return {node.name: node.op for node in case.graph.ops}
+
+
+def op_dtypes(case: Case) -> dict[str, str]:
+    """Op node name -> the precision it runs in (`harness.model.op_dtype`)."""
+    return {node.name: op_dtype(case.graph, node) for node in case.graph.ops}
 
 
 def regime_of(case: Case, step: int) -> str:
@@ -989,6 +1002,8 @@ class Totals:
     unexpected_findings: int = 0
     bugs: int = 0  # groups in `Summary.bugs`
     max_utilization: float = 0.0
+    # Cases a device could not run (f16 on a device without half precision): not failures.
+    unavailable_cases: int = 0
 
 
 @dataclass
@@ -1002,6 +1017,7 @@ class Stats:
     known_cases: int = 0
     max_utilization: float = 0.0
     divergences: dict[str, int] = field(default_factory=dict)  # by class
+    unavailable_cases: int = 0  # a device lacked their precision (f16)
     chunks: dict[str, int] | None = None  # families: chunks by status
     # Families: the time their chunks ran (summed over the processes that ran them), so a
     # time-budgeted run shows each family's share.

@@ -38,7 +38,7 @@ from typing import Any
 from graph_format import ADAPTER_VARIABLE
 from harness.check import timing
 from harness.check.backends import BACKENDS
-from harness.check.coverage import Coverage, missing_cells
+from harness.check.coverage import Coverage, available_cells, missing_cells
 from harness.run.bundle import REPO_SHADER_DIRS, copy_shaders, source_digests
 from harness.run.chunks import (
     CaseTally,
@@ -320,9 +320,10 @@ class RunSession:
         # Required coverage cells are judged, as in the summary, on a complete unsharded run
         # and for the op types it exercised.
         profile = PROFILES[self.config.profile]
-        required = {
-            op: cells for op, cells in profile.required_coverage.items() if op in self.ops_run
-        }
+        required = available_cells(
+            {op: cells for op, cells in profile.required_coverage.items() if op in self.ops_run},
+            self.adapters,
+        )
         checked = status == "complete" and self.config.shard.count == 1
         if checked and missing_cells(self.coverage, required, BACKENDS):
             return ExitStatus.DIVERGENT

@@ -12,9 +12,10 @@ from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summa
   the run's exit status, duration, its `jobs` and `workers` with each one's adapters),
   `adapters` (per backend: adapter, driver, API),
   `versions`, `duration_s`;
-- `totals`: cases, steps, divergent / unexpected / known cases, divergences, findings,
-  bugs (a case is a distinct case id per device and a finding a distinct case and bug: see
-  harness.run.findings; the CLI's lines print the same numbers);
+- `totals`: cases, steps, divergent / unexpected / known / unavailable cases (a device
+  without the case's precision), divergences, findings, bugs (a case is a distinct case id
+  per device and a finding a distinct case and bug: see harness.run.findings; the CLI's
+  lines print the same numbers);
 - `per_family` and `per_op`: cases, steps, divergent cases, divergences by class; for
   each family also its chunks by status and the time its chunks ran (`duration_s`, summed
   over the processes that ran them: a time budget's share);
@@ -43,7 +44,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from graph_format import SLOTS
-from harness.check.coverage import missing_cells
+from harness.check.coverage import available_cells, missing_cells
 from harness.check.divergence import BugKey
 from harness.run.expectations import entry_status
 from harness.run.findings import CLEAN, UNEXPECTED, finding_id, severity
@@ -200,6 +201,7 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
         for op, cells in (profile.required_coverage if profile else {}).items()
         if op in ops_run and (kept := tuple(c for c in cells if c != "fold" or op in ops_folding))
     }
+    required = available_cells(required, first.adapters)
     coverage_checked = complete and all_shards
     missing = missing_cells(coverage, required, sorted(first.adapters)) if coverage_checked else []
     groups = sorted(by_bug.values(), key=lambda g: (g.expected is not None, -g.cases))
@@ -244,6 +246,7 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
             unexpected_findings=sum(1 for f in findings if f.unexpected),
             bugs=len(by_bug),
             max_utilization=totals.max_utilization,
+            unavailable_cases=totals.unavailable_cases,
         ),
         per_family=per_family,
         per_op=per_op,
@@ -308,6 +311,7 @@ def _family_seconds(
 def _count(stats: Stats, r: CaseRecord, only_op: str | None = None) -> None:
     stats.cases += 1
     stats.steps += r.steps
+    stats.unavailable_cases += bool(r.unavailable)
     divergences = [d for d in r.divergences if only_op is None or d.op_type == only_op]
     util = r.max_utilization
     if util == util and util > stats.max_utilization:  # NaN-safe

@@ -182,6 +182,29 @@ def _project_cases() -> dict[str, Case]:
                 "attn_mask": _f32(rng, 2, 1, 1, 5),
             },
         ),
+        **_half_precision_cases(rng),
+    }
+
+
+def _half_precision_cases(rng: np.random.Generator) -> dict[str, Case]:
+    """One case per op with f16 kernels, on float16 data: every `_f16` slot runs."""
+
+    def f16(*shape: int) -> np.ndarray:
+        return _f32(rng, *shape).astype(np.float16)
+
+    add = single_op_graph("add", {"a": f16(2, 3, 4), "b": f16(2, 3, 4)})
+    add.steps.append({"a": f16(2, 3, 4), "b": f16(1, 3, 4)})  # broadcast
+    mul = single_op_graph("mul", {"a": f16(2, 3, 4), "b": f16(2, 3, 4)})
+    mul.steps.append({"a": f16(2, 3, 4), "b": f16(2, 1, 4)})
+    rms = {"x": f16(3, 30), "weight": f16(30), "eps": 1e-5}
+    return {
+        "rms_norm_f16": single_op_graph("rms_norm", rms, constants={"weight"}),
+        "add_f16": add,
+        "mul_f16": mul,
+        "sigmoid_f16": single_op_graph("sigmoid", {"x": f16(5, 7)}),
+        "silu_f16": single_op_graph("silu", {"x": f16(5, 7)}),
+        "silu_mul_f16": single_op_graph("silu_mul", {"gate": f16(70), "up": f16(70)}),
+        "view_copy_f16": single_op_graph("view_copy", {"x": f16(4, 6), "sizes": [3, 8]}),
     }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from harness.check.coverage import MULTIPLES, Coverage, missing_cells, size_regimes, transition
+from harness.model import model_dtypes
 from harness.ops import MODELS
 from harness.run.profiles import PROFILES
 
@@ -51,11 +52,13 @@ GENERIC_TAGS = {
 
 def test_nightly_requires_every_ops_declared_regimes_and_kernels() -> None:
     """The nightly profile's cells come from the op models: every registered op (a new one
-    too) with its declared regimes and every kernel variant, and nothing else."""
+    too) with its declared regimes and every kernel variant, `dtype=float16` for an op with
+    f16 kernels, and nothing else."""
     required = PROFILES["nightly"].required_coverage
     assert sorted(required) == sorted(MODELS)
     for op, model in MODELS.items():
-        assert required[op] == (*model.required_regimes, *model.kernels), op
+        half = ("dtype=float16",) if "float16" in model_dtypes(op) and model.kernels else ()
+        assert required[op] == (*model.required_regimes, *model.kernels, *half), op
         # A regime only the op's own `regimes` can name needs that method (no typo'd tag).
         own = set(model.required_regimes) - GENERIC_TAGS
         assert not own or hasattr(model, "regimes"), f"{op}: no model tags {sorted(own)}"

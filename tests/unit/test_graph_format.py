@@ -41,6 +41,52 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     np.testing.assert_array_equal(loaded.constants["w"], graph.constants["w"])
 
 
+def _half_graph() -> Graph:
+    """A float16 graph: activation, constant and a KV-cache-like state tensor."""
+    b = GraphBuilder()
+    x = b.input("x", "float16", [2, 8, 16])
+    w = b.constant("w", np.linspace(-2, 2, 16).astype(np.float16))
+    b.state("cache", "float16", [4, 16], np.full((4, 16), 0.5, np.float16))
+    b.output(b.op("add", a=x, b=w))
+    return b.build()
+
+
+def test_float16_round_trips_through_json_and_npz(tmp_path: Path) -> None:
+    graph = _half_graph()
+    path = graph.save(tmp_path / "g")
+    doc = json.loads(path.read_text())
+    assert doc["version"] == 2
+    assert [v["dtype"] for v in doc["values"] if v["kind"] == "tensor"][:3] == ["float16"] * 3
+    loaded = Graph.load(path)
+    assert loaded.to_json() == graph.to_json()
+    assert loaded.float_dtypes() == {"float16"}
+    for name in ("w", "cache"):
+        assert loaded.constants[name].dtype == np.float16
+        np.testing.assert_array_equal(loaded.constants[name], graph.constants[name])
+    assert loaded.tensor("x").nbytes == 2 * 8 * 16 * 2
+
+
+def test_a_version_1_graph_still_loads(tmp_path: Path) -> None:
+    """Files written before float16 existed (version 1) read as they did."""
+    doc = _doc()
+    doc["version"] = 1
+    graph = Graph.from_json(doc, CONSTANTS)
+    assert graph.float_dtypes() == {"float32"}
+    assert graph.to_json()["version"] == 2  # written anew in the current version
+
+
+def test_a_float16_constant_must_be_float16_data() -> None:
+    """float32 data under a float16 constant is refused by name, not converted."""
+    doc = copy.deepcopy(_half_graph().to_json())
+    with pytest.raises(GraphFormatError) as info:
+        Graph.from_json(
+            doc, {"w": np.zeros(16, np.float32), "cache": np.zeros((4, 16), np.float16)}
+        )
+    assert "values[1].constant: array 'w' must be float16[16], but it is float32[16]" in str(
+        info.value
+    )
+
+
 def _doc() -> dict[str, Any]:
     return copy.deepcopy(_graph().to_json())
 
@@ -51,7 +97,14 @@ CONSTANTS = {"w": np.arange(16, dtype=np.float32)}
 @pytest.mark.parametrize(
     ("mutate", "where", "what"),
     [
-        (lambda d: d.update(version=2), "version", "understands version 1, got 2"),
+        (lambda d: d.update(version=3), "version", "understands versions 1, 2, got 3"),
+        (lambda d: d.update(version=True), "version", "got True"),
+        (
+            lambda d: d.update(version=1) or d["values"][0].update(dtype="float16"),
+            "values[0].dtype",
+            "float16 needs format version 2; the file says version 1",
+        ),
+        (lambda d: d["values"][1].update(dtype="float16"), "values[1].constant", "float16[16]"),
         (lambda d: d.update(format="onnx"), "format", "'vulkan-parity-graph'"),
         (lambda d: d["values"][0].update(dims=[2, 0, 16]), "values[0].dims", "positive ints"),
         (lambda d: d["values"][0].update(dims=[1, 1, 2, 8, 16]), "values[0].dims", "1 to 4"),

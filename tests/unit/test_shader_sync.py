@@ -33,6 +33,9 @@ GLSL_TYPES = {
     "vec4": "vec4<f32>",
     "ivec4": "vec4<i32>",
     "uvec4": "vec4<u32>",
+    "float16_t": "f16",
+    "f16vec2": "vec2<f16>",
+    "f16vec4": "vec4<f16>",
 }
 
 KERNELS: dict[str, tuple[str, KernelSpec]] = {

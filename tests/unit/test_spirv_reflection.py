@@ -41,6 +41,8 @@ GLSL_TO_WGSL = {
     "vec4": "vec4<f32>",
     "ivec4": "vec4<i32>",
     "uvec4": "vec4<u32>",
+    "float16_t": "f16",
+    "f16vec4": "vec4<f16>",
 }
 _FORMAT_TYPES = {"I": "uint", "i": "int", "f": "float"}
 

@@ -8,15 +8,29 @@ silu_mul's resize function refuses gate and up of different live sizes (no broad
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 from vulkan_ref.tensor import VTensor
 
 WORKGROUP = 64
 OP_KIND = {"sigmoid": 0, "silu": 1}
+
+
+def _float_dtype(graph: ComputeGraph, node: OpNode, tensors: Sequence[VTensor]) -> str:
+    """The one float dtype of the op's tensors (float32, or float16 for its `_f16` slots):
+    the first tensor's when it is a float type; a build error names the first tensor of
+    another."""
+    first = tensors[0].dtype
+    want = first if first in FLOAT_DTYPES else "float32"
+    for tensor in tensors:
+        if tensor.dtype != want:
+            raise graph.fail(
+                node, f"{node.op} takes {want} here; {tensor.name!r} is not", tensor.name
+            )
+    return want
 
 
 def elementwise_values(
@@ -37,11 +51,7 @@ def add_unary_activation_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the sigmoid/silu dispatch node of `node`."""
     x = graph.tensor_arg(node, "x")
     out = graph.output(node, "out")
-    for tensor in (x, out):
-        if tensor.dtype != "float32":
-            raise graph.fail(
-                node, f"{node.op} is float32 only; {tensor.name!r} is not", tensor.name
-            )
+    dtype = _float_dtype(graph, node, (x, out))
     if out.max_sizes != x.max_sizes:
         raise graph.fail(
             node, f"out must be {list(x.max_sizes)} like x, got {list(out.max_sizes)}", out.name
@@ -55,7 +65,12 @@ def add_unary_activation_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, x.name),
             resize_fn=resize_unary_activation_node,
-            slots={node.op: "unary_activation"},
+            # sigmoid and silu share a kernel file per precision.
+            slots={
+                graph.dtype_slot(node, node.op, dtype): (
+                    "unary_activation_f16" if dtype == "float16" else "unary_activation"
+                )
+            },
             tensors={"out": out, "x": x},
             static={"op_kind": OP_KIND[node.op], "workgroup_size": WORKGROUP},
             values=elementwise_values(out, WORKGROUP),
@@ -69,9 +84,8 @@ def add_silu_mul_node(graph: ComputeGraph, node: OpNode) -> None:
     gate = graph.tensor_arg(node, "gate")
     up = graph.tensor_arg(node, "up")
     out = graph.output(node, "out")
-    for tensor in (gate, up, out):
-        if tensor.dtype != "float32":
-            raise graph.fail(node, f"silu_mul is float32 only; {tensor.name!r} is not", tensor.name)
+    dtype = _float_dtype(graph, node, (gate, up, out))
+    slot = graph.dtype_slot(node, "silu_mul", dtype)
     if up.max_sizes != gate.max_sizes:
         raise graph.fail(
             node, f"up must be {list(gate.max_sizes)} like gate, got {list(up.max_sizes)}", up.name
@@ -97,7 +111,7 @@ def add_silu_mul_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, gate.name, up.name),
             resize_fn=resize_silu_mul_node,
-            slots={"silu_mul": "silu_mul"},
+            slots={slot: slot},
             tensors={"out": out, "gate": gate, "up": up},
             static={"workgroup_size": WORKGROUP},
             values=elementwise_values(out, WORKGROUP),

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 from vulkan_ref.ops.activation import elementwise_values
@@ -65,9 +65,10 @@ def add_binary_op_node(graph: ComputeGraph, node: OpNode) -> None:
     a = graph.tensor_arg(node, "a")
     b = graph.tensor_arg(node, "b")
     out = graph.output(node, "out")
-    bad = [t.name for t in (a, b, out) if t.dtype != "float32"]
+    dtype = a.dtype
+    bad = [t.name for t in (a, b, out) if t.dtype != dtype or dtype not in FLOAT_DTYPES]
     if bad:
-        raise graph.fail(node, f"{node.op} is float32 only; {bad} are not")
+        raise graph.fail(node, f"{node.op} takes all float32 or all float16; {bad} are not")
     too_big = [t.name for t in (a, b, out) if len(t.max_sizes) > 4]
     if too_big:
         raise graph.fail(node, f"{node.op} supports rank <= 4; {too_big} exceed it")
@@ -89,7 +90,10 @@ def add_binary_op_node(graph: ComputeGraph, node: OpNode) -> None:
             )
         g.virtual_resize(out, sizes)
 
-    flat, bcast = f"{node.op}_flat", f"{node.op}_broadcast"
+    # Half precision: the `_f16` slots, whose kernels are the `_f16` files.
+    flat = graph.dtype_slot(node, f"{node.op}_flat", dtype)
+    bcast = graph.dtype_slot(node, f"{node.op}_broadcast", dtype)
+    suffix = "_f16" if dtype == "float16" else ""
 
     def values(g: ComputeGraph, slot: str) -> dict[str, int | tuple[int, ...]]:
         numel = out.numel
@@ -109,7 +113,7 @@ def add_binary_op_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, a.name, b.name),
             resize_fn=resize_binary_op_node,
-            slots={flat: "binary_flat", bcast: "binary_broadcast"},
+            slots={flat: f"binary_flat{suffix}", bcast: f"binary_broadcast{suffix}"},
             pick_slot=lambda g: flat if g.sizes_of(a) == g.sizes_of(b) else bcast,
             tensors={"out": out, "a": a, "b": b},
             static={"op_kind": OP_KIND[node.op], "workgroup_size": WORKGROUP},

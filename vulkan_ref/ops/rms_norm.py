@@ -2,13 +2,14 @@
 
 The shader reads the live row width and row count from x's metadata UBO; the node's
 count is one workgroup per live row, and the vec4 slot is picked when the live width is a
-multiple of 4. The resize function keeps out at x's live sizes and refuses a live width
+multiple of 4; in half precision (float16 x, weight and out) the one `rms_norm_f16` slot at
+every width. The resize function keeps out at x's live sizes and refuses a live width
 other than the weight's length (upstream silently used the build-time width).
 """
 
 from __future__ import annotations
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 
@@ -22,9 +23,10 @@ def add_rms_norm_node(graph: ComputeGraph, node: OpNode) -> None:
     weight = graph.tensor_arg(node, "weight")
     out = graph.output(node, "out")
     eps = float(graph.scalar_arg(node, "eps"))
-    bad = [t.name for t in (x, weight, out) if t.dtype != "float32"]
+    dtype = x.dtype
+    bad = [t.name for t in (x, weight, out) if t.dtype != dtype or dtype not in FLOAT_DTYPES]
     if bad:
-        raise graph.fail(node, f"rms_norm is float32 only; {bad} are not")
+        raise graph.fail(node, f"rms_norm takes all float32 or all float16; {bad} are not")
     if len(weight.max_sizes) != 1 or weight.max_sizes[0] != x.max_sizes[-1]:
         raise graph.fail(
             node,
@@ -49,7 +51,15 @@ def add_rms_norm_node(graph: ComputeGraph, node: OpNode) -> None:
             )
         g.virtual_resize(out, sizes)
 
+    if dtype == "float16":
+        half = graph.dtype_slot(node, "rms_norm", dtype)
+        slots = {half: half}
+    else:
+        slots = {"rms_norm": "rms_norm", "rms_norm_vec4": "rms_norm_vec4"}
+
     def pick_slot(g: ComputeGraph) -> str:
+        if dtype == "float16":
+            return half
         return "rms_norm_vec4" if g.sizes_of(x)[-1] % 4 == 0 else "rms_norm"
 
     def values(g: ComputeGraph, slot: str) -> dict[str, int]:
@@ -61,7 +71,7 @@ def add_rms_norm_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, x.name, weight.name),
             resize_fn=resize_rms_norm_node,
-            slots={"rms_norm": "rms_norm", "rms_norm_vec4": "rms_norm_vec4"},
+            slots=slots,
             pick_slot=pick_slot,
             tensors={"out": out, "x": x, "weight": weight},
             static={"row_width": weight.max_sizes[0], "eps": eps, "workgroup_size": WORKGROUP},

@@ -19,7 +19,7 @@ from vulkan_ref.ops import register
 from vulkan_ref.ops.activation import elementwise_values
 
 WORKGROUP = 64
-VIEW_DTYPES = ("float32", "int32")
+VIEW_DTYPES = ("float32", "int32", "float16")
 INFER_SIZE = -1
 
 
@@ -30,7 +30,7 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
     out = graph.output(node, "out")
     names = node.size_list("sizes")
     if x.dtype not in VIEW_DTYPES:
-        raise graph.fail(node, f"view_copy copies float32 or int32, not {x.dtype}", x.name)
+        raise graph.fail(node, f"view_copy copies float32, int32 or float16, not {x.dtype}", x.name)
     if out.dtype != x.dtype:
         raise graph.fail(node, f"out is {out.dtype} but x is {x.dtype}", tensor=out.name)
     if len(names) != len(out.max_sizes):
@@ -53,6 +53,9 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
                 raise graph.fail(
                     node, f"size {size} at dim {d} outside [1, {out.max_sizes[d]}]", out.name
                 )
+
+    # 32-bit elements: a word copy; float16: the `view_copy_f16` slot.
+    slot = graph.dtype_slot(node, "view_copy", x.dtype)
 
     def resize_view_node(g: ComputeGraph) -> None:
         sizes = g.extract_int_or_symint_list(node, "sizes")
@@ -83,7 +86,7 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, x.name, *(n for n in names if n in graph.symints)),
             resize_fn=resize_view_node,
-            slots={"view_copy": "view_copy"},
+            slots={slot: slot},
             tensors={"out": out, "x": x},
             static={"workgroup_size": WORKGROUP},
             values=elementwise_values(out, WORKGROUP),

@@ -8,13 +8,30 @@ that pass, as the graph holds such errors until the fixpoint converges.
 
 from __future__ import annotations
 
-from graph_format import InputError, OpNode
+from collections.abc import Sequence
+
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
+from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
 OP_KINDS = {"sigmoid": 0, "silu": 1}
+
+
+def _float_dtype(graph: WebGPUGraph, node: OpNode, tensors: Sequence[WebGPUTensor]) -> str:
+    """The one float dtype of the op's tensors (the first's, when it is a float type): float32,
+    or float16 for the `_f16` kernels. Raises the build error naming the first tensor of
+    another dtype."""
+    first = tensors[0].dtype
+    want = first if first in FLOAT_DTYPES else "float32"
+    for tensor in tensors:
+        if tensor.dtype != want:
+            raise graph.fail(
+                node, f"{tensor.name!r} must be {want}, got {tensor.dtype}", tensor=tensor.name
+            )
+    return want
 
 
 @register("sigmoid", "silu")
@@ -22,19 +39,16 @@ def build_unary(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the sigmoid/silu dispatch of `node` and its hook on x."""
     x = graph.arg_tensor(node, "x")
     out = graph.output(node, "out")
-    for tensor in (x, out):
-        if tensor.dtype != "float32":
-            raise graph.fail(
-                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor=tensor.name
-            )
+    dtype = _float_dtype(graph, node, (x, out))
     if out.dims != x.dims:
         raise graph.fail(
             node, f"out must have x's dims {list(x.dims)}, got {list(out.dims)}", tensor=out.name
         )
     static: dict[str, Value] = {"op_kind": OP_KINDS[node.op], "workgroup_size": WORKGROUP_SIZE}
-    dispatch = graph.add_kernel(
-        node, {node.op: "unary_activation"}, tensors={"out": out, "x": x}, static=static
-    )
+    # sigmoid and silu share a kernel file per precision.
+    stem = "unary_activation_f16" if dtype == "float16" else "unary_activation"
+    slot = graph.dtype_slot(node, node.op, dtype)
+    dispatch = graph.add_kernel(node, {slot: stem}, tensors={"out": out, "x": x}, static=static)
 
     def resize() -> None:
         graph.set_cur_dims(out, x.cur_dims)
@@ -50,11 +64,7 @@ def build_silu_mul(graph: WebGPUGraph, node: OpNode) -> None:
     gate = graph.arg_tensor(node, "gate")
     up = graph.arg_tensor(node, "up")
     out = graph.output(node, "out")
-    for tensor in (gate, up, out):
-        if tensor.dtype != "float32":
-            raise graph.fail(
-                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor=tensor.name
-            )
+    dtype = _float_dtype(graph, node, (gate, up, out))
     if up.dims != gate.dims:
         raise graph.fail(
             node, f"up must have gate's dims {list(gate.dims)}, got {list(up.dims)}", tensor=up.name
@@ -66,8 +76,9 @@ def build_silu_mul(graph: WebGPUGraph, node: OpNode) -> None:
             tensor=out.name,
         )
     static: dict[str, Value] = {"workgroup_size": WORKGROUP_SIZE}
+    slot = graph.dtype_slot(node, "silu_mul", dtype)
     dispatch = graph.add_kernel(
-        node, {"silu_mul": "silu_mul"}, tensors={"out": out, "gate": gate, "up": up}, static=static
+        node, {slot: slot}, tensors={"out": out, "gate": gate, "up": up}, static=static
     )
 
     def resize() -> None:

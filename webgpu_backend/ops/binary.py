@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
@@ -63,9 +63,10 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     a = graph.arg_tensor(node, "a")
     b = graph.arg_tensor(node, "b")
     out = graph.output(node, "out")
+    dtypes = [t.dtype for t in (a, b, out)]
+    if len(set(dtypes)) != 1 or dtypes[0] not in FLOAT_DTYPES:
+        raise graph.fail(node, f"a, b and out must be all float32 or all float16, got {dtypes}")
     for tensor in (a, b, out):
-        if tensor.dtype != "float32":
-            raise graph.fail(node, f"{tensor.name!r} must be float32, got {tensor.dtype}")
         if len(tensor.dims) > MAX_RANK:
             raise graph.fail(node, f"{tensor.name!r} has rank {len(tensor.dims)} > {MAX_RANK}")
     expected = broadcast_dims(a.dims, b.dims)
@@ -77,11 +78,14 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             tensor=out.name,
         )
 
-    flat, broadcast = f"{node.op}_flat", f"{node.op}_broadcast"
+    # Half precision: the `_f16` slots, whose kernels are the `_f16` files.
+    flat = graph.dtype_slot(node, f"{node.op}_flat", out.dtype)
+    broadcast = graph.dtype_slot(node, f"{node.op}_broadcast", out.dtype)
+    suffix = "_f16" if out.dtype == "float16" else ""
     static: dict[str, Value] = {"op_kind": OP_KINDS[node.op], "workgroup_size": WORKGROUP_SIZE}
     dispatch = graph.add_kernel(
         node,
-        {flat: "binary_flat", broadcast: "binary_broadcast"},
+        {flat: f"binary_flat{suffix}", broadcast: f"binary_broadcast{suffix}"},
         tensors={"out": out, "a": a, "b": b},
         static=static,
     )

@@ -1,4 +1,5 @@
 """rms_norm on WebGPU: one workgroup of 64 lanes per row, scalar or vec4 kernel; hook on x.
+In half precision (float16 x, weight and out) the one `rms_norm_f16` kernel at every width.
 
 Unlike upstream (docs/design.md §8.9), the hook re-reads the live row width and rejects a width
 that differs from the weight's, instead of silently normalizing with the build-time width.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
@@ -23,9 +24,11 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     weight = graph.arg_tensor(node, "weight")
     out = graph.output(node, "out")
     eps = float(graph.arg_scalar(node, "eps"))
-    for tensor in (x, weight, out):
-        if tensor.dtype != "float32":
-            raise graph.fail(node, f"{tensor.name!r} must be float32, got {tensor.dtype}")
+    dtypes = [t.dtype for t in (x, weight, out)]
+    if len(set(dtypes)) != 1 or dtypes[0] not in FLOAT_DTYPES:
+        raise graph.fail(
+            node, f"x, weight and out must be all float32 or all float16, got {dtypes}"
+        )
     width = x.dims[-1]
     if weight.dims != (width,):
         raise graph.fail(
@@ -39,7 +42,10 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         )
 
     # The row width is the weight length, fixed at build, so the variant is fixed too.
-    slot = "rms_norm_vec4" if width % 4 == 0 else "rms_norm"
+    if x.dtype == "float16":
+        slot = graph.dtype_slot(node, "rms_norm", x.dtype)
+    else:
+        slot = "rms_norm_vec4" if width % 4 == 0 else "rms_norm"
     static: dict[str, Value] = {"row_width": width, "eps": eps, "workgroup_size": WORKGROUP_SIZE}
     dispatch = graph.add_kernel(
         node, {slot: slot}, tensors={"out": out, "x": x, "weight": weight}, static=static

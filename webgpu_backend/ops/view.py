@@ -4,7 +4,8 @@ view_copy resolves its size list from live values (int literals and SymInts) in 
 and on every SymInt of the list, never guessed from numel (upstream's heuristic,
 docs/design.md §8.4, picks the leftmost dim that divides); one literal -1 is the size that
 x's live numel leaves once the others are taken (refused when they do not divide it). One
-slot: a bitwise 32-bit copy, one invocation per element.
+slot: a bitwise 32-bit copy, one invocation per element (16-bit elements for float16:
+`view_copy_f16`).
 
 sym_size is a hook on x that sets its SymInt output with `set_symint`; consumers register
 hooks on that SymInt, so the fixpoint re-runs them once it changes and nothing reads the dim
@@ -21,7 +22,7 @@ from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
-VIEW_DTYPES = ("float32", "int32")
+VIEW_DTYPES = ("float32", "int32", "float16")
 INFERRED = -1  # the literal size that takes what the live numel leaves
 
 
@@ -32,7 +33,7 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
     out = graph.output(node, "out")
     names = node.size_list("sizes")
     if x.dtype not in VIEW_DTYPES:
-        raise graph.fail(node, f"x must be float32 or int32, got {x.dtype}", tensor=x.name)
+        raise graph.fail(node, f"x must be float32, int32 or float16, got {x.dtype}", tensor=x.name)
     if out.dtype != x.dtype:
         raise graph.fail(node, f"out must be {x.dtype} like x, got {out.dtype}", tensor=out.name)
     if len(names) != len(out.dims):
@@ -55,9 +56,9 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
                 )
     sizes = graph.int_list(node, "sizes")
     static: dict[str, Value] = {"workgroup_size": WORKGROUP_SIZE}
-    dispatch = graph.add_kernel(
-        node, {"view_copy": "view_copy"}, tensors={"out": out, "x": x}, static=static
-    )
+    # 32-bit elements (float32, int32): a word copy; float16: the `view_copy_f16` slot.
+    slot = graph.dtype_slot(node, "view_copy", x.dtype)
+    dispatch = graph.add_kernel(node, {slot: slot}, tensors={"out": out, "x": x}, static=static)
 
     def resize() -> None:
         dims = sizes()
