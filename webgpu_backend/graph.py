@@ -138,12 +138,19 @@ class KernelRun:
     read: list[Slot]
     params: list[tuple[ParamsBuffer, Packer]]
     _bind_group: GPUBindGroup | None = None
+    _pool: BufferPool | None = None  # set once the graph has placed its buffers
 
     @property
     def bind_group(self) -> GPUBindGroup:
-        """The bind group (made once the graph has placed its buffers)."""
+        """The bind group, made (or found in the pool's cache) at the run's first dispatch:
+        a graph holds kernels for every variant of a slot, and a case dispatches only some
+        of them."""
         if self._bind_group is None:
-            raise RuntimeError(f"webgpu: {self.plan.entry.slot}: the graph is still being built")
+            if self._pool is None:
+                raise RuntimeError(
+                    f"webgpu: {self.plan.entry.slot}: the graph is still being built"
+                )
+            self._bind_group = self._pool.bind_group(self.pipeline.layout, self.bindings)
         return self._bind_group
 
 
@@ -446,8 +453,8 @@ class WebGPUGraph:
         )
 
     def _place(self) -> None:
-        """Place every buffer, write each storage block's initial contents and make the bind
-        groups (all known once every op is built)."""
+        """Place every buffer (all known once every op is built) and write each storage
+        block's initial contents; each run makes its bind group at its first dispatch."""
         runs = [run for d in self.dispatches for k in d.kernels.values() for run in k.runs]
         self.arena.place([(run.written, run.read) for run in runs])
         initial: dict[Slot, np.ndarray] = {}
@@ -473,7 +480,7 @@ class WebGPUGraph:
                     image[slot.offset : slot.offset + raw.size] = raw
             queue.write_buffer(placed.block.buffer, 0, image)
         for run in runs:
-            run._bind_group = self.pool.bind_group(run.pipeline.layout, run.bindings)
+            run._pool = self.pool
         # Host images of the uniform blocks, which params writes are batched through.
         self._uniform_images = {
             p.block.serial: np.zeros(p.used, np.uint8)

@@ -522,33 +522,12 @@ def check_canaries(
     out: list[Divergence] = []
     canaried = list(fill)
     for name, res in results.items():
-        for tensor, (offset, word) in fill.items():
-            raw = res.raw[tensor]
-            slack = raw[offset : len(raw) // 4 * 4].view(np.uint32)
-            hit = np.flatnonzero(slack != word)
-            if not hit.size:
-                continue
-            itemsize = DTYPES[graph.tensor(tensor).dtype].itemsize
-            elements = sorted({(offset + 4 * int(h)) // itemsize for h in hit[:4096]})
-            live_numel = int(np.prod(expected.cur_dims[tensor]))
-            out.append(
-                Divergence(
-                    step,
-                    Kind.CANARY_WRITE,
-                    name,
-                    f"{name} wrote {hit.size} word(s) past the live size of {tensor!r} "
-                    f"(first at element {elements[0]}; live numel {live_numel})",
-                    op=producer(graph, tensor),
-                    tensor=tensor,
-                    details={
-                        "words": int(hit.size),
-                        "first_element": elements[0],
-                        "elements": elements[:256],
-                        "live_numel": live_numel,
-                        "max_numel": int(np.prod(graph.tensor(tensor).dims)),
-                    },
-                )
-            )
+        # One vectorized look over all tensors first (a step has dozens of small ones, and
+        # numpy's cost per call is what this check costs); the tensor-by-tensor search only
+        # runs to describe what that look found.
+        slacks = {t: _slack(res.raw[t], offset) for t, (offset, _) in fill.items()}
+        if slacks and _any_word_differs(slacks, fill):
+            out += _slack_writes(step, graph, expected, name, slacks, fill)
         # A write past the allocation itself, found in the guard the runtime keeps after it
         # (StepResult.guard_writes); a scratch buffer is named `<op node>.<label>`.
         for tensor, written in res.guard_writes.items():
@@ -565,45 +544,136 @@ def check_canaries(
                     details={"words": written, "past_allocation": True},
                 )
             )
-        for tensor, array in {**res.outputs, **res.tensors}.items():
-            if array.dtype.itemsize not in (2, 4) or graph.tensor(tensor).state:
-                continue
-            if array.dtype.itemsize == 2:
-                # A 16-bit element read from the slack holds half a poison word: its upper
-                # half is an f16 NaN no arithmetic produces (0x7FE0-0x7FEF); the tag is
-                # split between the halves, so the source is not named.
-                halves = np.ascontiguousarray(array).view(np.uint16).ravel()
-                poisoned = np.flatnonzero((halves & POISON_HALF_MASK) == POISON_HALF_MARK)
-                origins: list[tuple[str, int | str]] = [("a poison word's upper half", "?")]
-            else:
-                words = np.ascontiguousarray(array).view(np.uint32).ravel()
-                poisoned = np.flatnonzero((words & POISON_MASK) == POISON_MARK)
-                origins = sorted(
-                    {
-                        (canaried[t] if t < len(canaried) else f"#{t}", st)
-                        for t, st in (decode_poison(int(w)) for w in words[poisoned[:256]])
-                    }
-                )
-            if not poisoned.size:
-                continue
-            sources = ", ".join(f"{t} at step {st}" for t, st in origins[:4])
-            out.append(
-                Divergence(
-                    step,
-                    Kind.STALE_READ,
-                    name,
-                    f"{name}: {poisoned.size} live element(s) of {tensor!r} hold slack poison "
-                    f"(from {sources}); first flat index {int(poisoned[0])}",
-                    op=producer(graph, tensor),
-                    tensor=tensor,
-                    details={
-                        "elements": int(poisoned.size),
-                        "first": int(poisoned[0]),
-                        "indices": [int(i) for i in poisoned[:256]],
-                        "origins": [list(o) for o in origins],
-                    },
-                )
+        read = {
+            tensor: array
+            for tensor, array in {**res.outputs, **res.tensors}.items()
+            if array.dtype.itemsize in (2, 4) and not graph.tensor(tensor).state
+        }
+        live = {
+            tensor: np.ascontiguousarray(array).view(np.uint32).ravel()
+            for tensor, array in read.items()
+            if array.dtype.itemsize == 4
+        }
+        halves = {
+            tensor: np.ascontiguousarray(array).view(np.uint16).ravel()
+            for tensor, array in read.items()
+            if array.dtype.itemsize == 2
+        }
+        if (live and _any_poison(live)) or (halves and _any_half_poison(halves)):
+            out += _stale_reads(step, graph, name, live, halves, canaried)
+    return out
+
+
+def _slack(raw: np.ndarray, offset: int) -> np.ndarray:
+    """The whole words of a raw read-back from byte `offset` on, as uint32."""
+    return raw[offset : len(raw) // 4 * 4].view(np.uint32)
+
+
+def _any_word_differs(
+    slacks: Mapping[str, np.ndarray], fill: Mapping[str, tuple[int, int]]
+) -> bool:
+    """Whether any slack holds a word other than its tensor's poison."""
+    words = np.array([fill[t][1] for t in slacks], np.uint32)
+    expected = np.repeat(words, [s.size for s in slacks.values()])
+    return bool((np.concatenate(list(slacks.values())) != expected).any())
+
+
+def _any_poison(live: Mapping[str, np.ndarray]) -> bool:
+    """Whether any live 4-byte word carries the slack poison's mark."""
+    return bool(((np.concatenate(list(live.values())) & POISON_MASK) == POISON_MARK).any())
+
+
+def _any_half_poison(halves: Mapping[str, np.ndarray]) -> bool:
+    """Whether any live 16-bit element holds a poison word's upper half."""
+    joined = np.concatenate(list(halves.values()))
+    return bool(((joined & POISON_HALF_MASK) == POISON_HALF_MARK).any())
+
+
+def _slack_writes(
+    step: int,
+    graph: Graph,
+    expected: ModelStep,
+    name: str,
+    slacks: Mapping[str, np.ndarray],
+    fill: Mapping[str, tuple[int, int]],
+) -> list[Divergence]:
+    """A canary write per slack that a backend changed."""
+    out: list[Divergence] = []
+    for tensor, (offset, word) in fill.items():
+        hit = np.flatnonzero(slacks[tensor] != word)
+        if not hit.size:
+            continue
+        itemsize = DTYPES[graph.tensor(tensor).dtype].itemsize
+        elements = sorted({(offset + 4 * int(h)) // itemsize for h in hit[:4096]})
+        live_numel = int(np.prod(expected.cur_dims[tensor]))
+        out.append(
+            Divergence(
+                step,
+                Kind.CANARY_WRITE,
+                name,
+                f"{name} wrote {hit.size} word(s) past the live size of {tensor!r} "
+                f"(first at element {elements[0]}; live numel {live_numel})",
+                op=producer(graph, tensor),
+                tensor=tensor,
+                details={
+                    "words": int(hit.size),
+                    "first_element": elements[0],
+                    "elements": elements[:256],
+                    "live_numel": live_numel,
+                    "max_numel": int(np.prod(graph.tensor(tensor).dims)),
+                },
             )
+        )
+    return out
+
+
+def _stale_reads(
+    step: int,
+    graph: Graph,
+    name: str,
+    live: Mapping[str, np.ndarray],
+    halves: Mapping[str, np.ndarray],
+    canaried: list[str],
+) -> list[Divergence]:
+    """A stale read per live value read back that holds slack poison: 4-byte words carrying
+    the poison's mark (each names the tensor and step it came from), or 16-bit elements
+    holding a poison word's upper half (an f16 NaN no arithmetic produces, 0x7FE0-0x7FEF;
+    the tag is split between the halves, so the source is not named)."""
+    found: list[tuple[str, np.ndarray, list[tuple[str, int | str]]]] = []
+    for tensor, words in live.items():
+        poisoned = np.flatnonzero((words & POISON_MASK) == POISON_MARK)
+        if poisoned.size:
+            origins: list[tuple[str, int | str]] = sorted(
+                {
+                    (canaried[t] if t < len(canaried) else f"#{t}", st)
+                    for t, st in (decode_poison(int(w)) for w in words[poisoned[:256]])
+                }
+            )
+            found.append((tensor, poisoned, origins))
+    for tensor, half in halves.items():
+        poisoned = np.flatnonzero((half & POISON_HALF_MASK) == POISON_HALF_MARK)
+        if poisoned.size:
+            found.append((tensor, poisoned, [("a poison word's upper half", "?")]))
+    out: list[Divergence] = []
+    for tensor, poisoned, named in found:
+        sources = ", ".join(f"{t} at step {st}" for t, st in named[:4])
+        out.append(
+            Divergence(
+                step,
+                Kind.STALE_READ,
+                name,
+                f"{name}: {poisoned.size} live element(s) of {tensor!r} hold slack poison "
+                f"(from {sources}); first flat index {int(poisoned[0])}",
+                op=producer(graph, tensor),
+                tensor=tensor,
+                details={
+                    "elements": int(poisoned.size),
+                    "first": int(poisoned[0]),
+                    "indices": [int(i) for i in poisoned[:256]],
+                    "origins": [list(o) for o in named],
+                },
+            )
+        )
     return out
 
 
