@@ -361,7 +361,8 @@ class _Parser:
         written: dict[str, str] = {}  # value name -> where it was produced
         for name, value in values.items():
             if isinstance(value, TensorValue) and (value.constant is not None or value.state):
-                written[name] = "a constant" if value.constant is not None else "state"
+                # A state tensor is state, initial data or not: a graph may list it as an output.
+                written[name] = "state" if value.state else "a constant"
             elif isinstance(value, ScalarValue):
                 written[name] = "a literal"
         inputs = self.parse_inputs(doc["inputs"], values, written)

@@ -120,9 +120,11 @@ def parse_signature(op: str, text: str, path: str) -> OpSignature:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise SchemaError(f"{path}: not TOML: {err}") from None
-    if set(doc) - {"args", "outputs", "slots"} or not doc.get("outputs"):
+    # `outputs` may be empty only for an op that updates state in place (update_cache).
+    if set(doc) - {"args", "outputs", "slots"} or not isinstance(doc.get("outputs"), list):
         raise SchemaError(
-            f"{path}: expected the keys args, outputs (at least one) and slots, got {sorted(doc)}"
+            f"{path}: expected the keys args, outputs (a list; empty for an op that only "
+            f"updates state) and slots, got {sorted(doc)}"
         )
     args = tuple(
         ArgSlot(e["name"], e["kind"], bool(e.get("optional", False)))

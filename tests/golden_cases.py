@@ -60,12 +60,12 @@ def single_op_case(case: GoldenCase) -> Case:
     (the op model's `activations`) are graph inputs, every other array a constant, its
     outputs PyTorch's shapes."""
     sig = SIGNATURES[case.op]
-    # Manifest arguments with no slot in the op's signature must mean what the graph format
-    # assumes, never be dropped silently: embeddings here always use the linear nibble order.
+    # Every manifest argument is a slot of the op's signature, never dropped silently (the
+    # embeddings' `is_linear_weight: true` is the slot of that name, 1).
     extra = {k: v for k, v in case.args.items() if sig.arg(k) is None}
-    if extra not in ({}, {"is_linear_weight": True}):
+    if extra:
         raise ValueError(f"{case.id}: arguments {extra} have no meaning in the graph format")
-    args = {k: v for k, v in case.args.items() if k not in extra}
+    args = dict(case.args)
     activations = model_for(case.op).activations
     constants = {k for k, v in args.items() if isinstance(v, np.ndarray) and k not in activations}
     out_dims = {name: case.expected[name].shape for name, _ in sig.outputs}

@@ -355,6 +355,9 @@ class _Snapshot:
     cur_dims: dict[str, Dims]
     symints: dict[str, int]
     counts: list[tuple[str, int, tuple[Count, ...]]]
+    # Each dispatch's values per slot, as its op last handed them (what `Dispatch.values`
+    # reports): a refused step hands new ones before it is refused.
+    values: list[dict[str, dict[str, Value]]]
     params: list[tuple[bytes, bool]]
     dirty: set[str]
 
@@ -779,6 +782,7 @@ class WebGPUGraph:
             cur_dims={n: t.cur_dims for n, t in self.tensors.items()},
             symints=dict(self.symints),
             counts=[(d.kernel, d.count, d.counts) for d in self.dispatches],
+            values=[{s: dict(k.values) for s, k in d.kernels.items()} for d in self.dispatches],
             params=[(p.data, p.dirty) for p in self._params],
             dirty=set(self._dirty),
         )
@@ -790,6 +794,9 @@ class WebGPUGraph:
         for dispatch, (kernel, count, counts) in zip(self.dispatches, snap.counts, strict=True):
             dispatch.kernel, dispatch.count, dispatch.counts = kernel, count, counts
             dispatch._selected = dispatch.kernels[kernel]
+        for dispatch, values in zip(self.dispatches, snap.values, strict=True):
+            for slot, kept in values.items():
+                dispatch.kernels[slot].values = kept
         for params, (data, dirty) in zip(self._params, snap.params, strict=True):
             params.data, params.dirty = data, dirty
         self._pending.clear()

@@ -75,7 +75,7 @@ def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
     overflow to inf, so the result may be anything from 0 to the exact value: the bound is
     |r| there. Results may flush to zero below the smallest normal (TINY32).
     """
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):  # inf / inf where t overflows
         t = np.exp(-x)
         weight = np.where(np.isfinite(t), t / (1.0 + t), 1.0)
     rel = weight * ulp_exp(x) * EPS32 + U32 + ULP_DIVIDE * EPS32

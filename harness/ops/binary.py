@@ -1,10 +1,17 @@
-"""Model of add(a, b) and mul(a, b) with numpy broadcasting.
+"""Model of add(a, b) and mul(a, b) with numpy broadcasting, and of add(a, scalar) and
+mul(a, scalar) (`x + 3.0`: a float literal instead of b; upstream's `aten.add.Tensor` with a
+scalar operand).
+
+A node takes exactly one of b and scalar, and the scalar must be finite and within float32's
+range (it reaches the kernel rounded to f32); anything else is refused at load. A scalar
+operand is float32 only (a float16 a or out with a scalar is refused at load).
 
 Kernel design (both backends): one dispatch slot, 64 invocations per workgroup, one per
 output element, logical count ceil(numel(out) / 64); kernel `<op>_flat` when the two live
 shapes are equal and `<op>_broadcast` otherwise (`<op>_flat_f16`, `<op>_broadcast_f16` in
-half precision: load f16, compute in f32, store f16). Live shapes that do not broadcast are
-refused (`InputError` reason "broadcast").
+half precision: load f16, compute in f32, store f16), `<op>_scalar` (out takes a's live dims)
+for a scalar operand. Live shapes that do not broadcast are refused (`InputError` reason
+"broadcast").
 """
 
 from __future__ import annotations
@@ -14,7 +21,16 @@ from collections.abc import Callable, Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import FLOAT_DTYPES, Dims, Graph, GraphBuildError, InputError, OpNode, dtype_slot
+from graph_format import (
+    FLOAT_DTYPES,
+    Dims,
+    Graph,
+    GraphBuildError,
+    InputError,
+    OpNode,
+    ScalarValue,
+    dtype_slot,
+)
 from graph_format.kernels import Value
 from harness.gen.blocks import (
     DynamicDim,
@@ -42,9 +58,10 @@ from harness.model import (
     tensors,
     uniform_float_dtype,
 )
-from harness.model.numerics import SAFETY, U32
+from harness.model.numerics import SAFETY, TINY32, U32, gamma
 
 WORKGROUP = (64, 1, 1)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def broadcast(a: Dims, b: Dims) -> Dims | None:
@@ -90,9 +107,26 @@ class BinaryModel:
             KernelSpec(f"{op}_broadcast", "binary_broadcast", "binary_broadcast", bindings),
             KernelSpec(f"{op}_flat_f16", "binary_flat_f16", "binary_flat_f16", half),
             KernelSpec(f"{op}_broadcast_f16", "binary_broadcast_f16", "binary_broadcast_f16", half),
+            KernelSpec(f"{op}_scalar", "binary_scalar", "binary_scalar", (rw("out"), ro("a"))),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
+        b_name, scalar_name = node.optional_arg("b"), node.optional_arg("scalar")
+        if (b_name is None) == (scalar_name is None):
+            raise GraphBuildError(node.name, f"{self.op} takes exactly one of b and scalar")
+        if scalar_name is not None:
+            value = graph.values[scalar_name]
+            assert isinstance(value, ScalarValue)
+            if not abs(float(value.value)) <= FLOAT32_MAX:  # also refuses nan
+                raise GraphBuildError(node.name, "the scalar must be a finite float32")
+            a, out = tensors(node, graph, "a", "out")
+            if a.dtype != "float32" or out.dtype != "float32":
+                raise GraphBuildError(node.name, "a scalar operand is float32 only")
+            if len(a.dims) > 4:
+                raise GraphBuildError(node.name, "rank above 4")
+            if a.dims != out.dims:
+                raise GraphBuildError(node.name, "out is not a's shape", tensor=out.name)
+            return
         a, b, out = tensors(node, graph, "a", "b", "out")
         uniform_float_dtype(node, graph, "a", "b", "out", name_tensor=False)
         if any(len(t.dims) > 4 for t in (a, b, out)):
@@ -101,6 +135,9 @@ class BinaryModel:
             raise GraphBuildError(node.name, "out is not the broadcast", tensor=out.name)
 
     def resize(self, node: OpNode, live: LiveState) -> None:
+        if node.optional_arg("b") is None:  # a scalar operand
+            live.set_output(node, "out", live.of(node, "a"))
+            return
         dims = broadcast(live.of(node, "a"), live.of(node, "b"))
         if dims is None:
             raise InputError(node.name, "broadcast", "live shapes do not broadcast")
@@ -113,6 +150,8 @@ class BinaryModel:
             "op_kind": OP_KINDS[self.op],
             "workgroup_size": WORKGROUP[0],
         }
+        if slot.endswith("_scalar"):
+            values["scalar"] = float(live.graph.scalar(node.arg("scalar")))
         if "_broadcast" in slot:  # add_broadcast, add_broadcast_f16, ...
             values["out_sizes"] = _right_aligned(out)
             values["a_strides"] = _broadcast_strides(live.of(node, "a"), out)
@@ -120,23 +159,30 @@ class BinaryModel:
         return values
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
-        a, b = live.of(node, "a"), live.of(node, "b")
-        variant = "flat" if a == b else "broadcast"
-        kernel = dtype_slot(f"{self.op}_{variant}", live.graph.tensor(node.outputs["out"]).dtype)
+        if node.optional_arg("b") is None:
+            kernel = f"{self.op}_scalar"  # float32 only
+        else:
+            a, b = live.of(node, "a"), live.of(node, "b")
+            variant = "flat" if a == b else "broadcast"
+            out_dtype = live.graph.tensor(node.outputs["out"]).dtype
+            kernel = dtype_slot(f"{self.op}_{variant}", out_dtype)
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
         return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
-    def _apply(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def _apply(self, a: np.ndarray, b: np.ndarray | float) -> np.ndarray:
         out: np.ndarray = a + b if self.op == "add" else a * b
         return out
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
-        return {"out": self._apply(args["a"], args["b"])}
+        b = args.get("b")
+        return {"out": self._apply(args["a"], float(args["scalar"]) if b is None else b)}
 
     def probe_reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         """`reference` of every probe at once: a and b carry a leading probe axis; the
         rest of their dims broadcast against each other as they do without it."""
-        a, b = args["a"], args["b"]
+        a, b = args["a"], args.get("b")
+        if b is None:  # a scalar broadcasts over the probe axis too
+            return self.reference(node, args)
         rank = max(a.ndim, b.ndim)
 
         def aligned(t: np.ndarray) -> np.ndarray:  # the probe axis first, then ones
@@ -147,7 +193,16 @@ class BinaryModel:
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        return {"out": SAFETY * U32 * np.abs(outputs["out"])}  # one rounding of the exact result
+        out = np.abs(outputs["out"])
+        if args.get("b") is not None:
+            return {"out": SAFETY * U32 * out}  # one rounding of the exact result
+        # The kernel reads the scalar s rounded to f32, s(1 + d1), |d1| <= u: a + s is off by
+        # u|s| before its own rounding, a * s by a second factor (1 + d1), so gamma(2)|a s|.
+        # A scalar below the normal range may be flushed to zero: off by < TINY32 (times |a|).
+        scalar = abs(float(args["scalar"]))
+        if self.op == "add":
+            return {"out": SAFETY * (U32 * (out + scalar) + TINY32)}
+        return {"out": SAFETY * (gamma(2) * out + TINY32 * (np.abs(args["a"]) + 1))}
 
 
 ADD = register("add", BinaryModel("add"))
@@ -159,6 +214,12 @@ MUL = register("mul", BinaryModel("mul"))
 
 # How an input of a binary op relates to the output on one dim.
 _FOLLOW, _ONE, _EITHER = "follow", "one", "either"
+# Scalar operands: exact in f32 or not (0.1, -1234.56), small and large (never 0: a product
+# of zeros is a degenerate case, any result would pass).
+SCALARS = (3.0, -0.5, 0.1, 1e-3, -1234.56, 2.0**20)
+# In random graphs the result feeds other ops: moderate scalars keep their values (and so
+# their budgets) in the range the other generators draw for.
+GRAPH_SCALARS = (3.0, -0.5, 0.1, 2.0)
 
 
 @st.composite
@@ -219,13 +280,36 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
     return Case(b.build(), steps, name=op, meta=meta)
 
 
+@st.composite
+def binary_scalar_cases(draw: st.DrawFn, op: str) -> Case:
+    """add or mul of a float32 tensor and a float scalar (`x + 3.0`), the tensor's leading
+    dims moving step by step."""
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    leading = draw(leading_dims(max_rank=3))
+    width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
+    b = GraphBuilder()
+    a = b.input("a", "float32", [*(d.max_size for d in leading), width])
+    b.output(b.op(op, a=a, scalar=b.float(draw(st.sampled_from(SCALARS)), "scalar")))
+    steps: list[StepInputs] = [
+        {"a": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
+    ]
+    meta = {"seed": seed, "family": "binary", "operand": "scalar", "dtype": "float32"}
+    return Case(b.build(), steps, name=f"{op}_scalar", meta=meta)
+
+
 # ---------------------------------------------------------------------------- random graphs
 
 
 def _gen_binary(op: str) -> Grow:
     def gen(g: GraphGen) -> bool:
-        """`op` joining two same-spec tensors of different depth, or one with a constant
-        that broadcasts over its leading dims."""
+        """`op` joining two same-spec tensors of different depth, one with a constant that
+        broadcasts over its leading dims, or one with a float scalar."""
+        if g.draw(st.integers(0, 3)) == 0:
+            x = g.pick(g.pool)
+            scalar = g.builder.float(g.draw(st.sampled_from(GRAPH_SCALARS)))
+            g.produced(g.builder.op(op, a=x.name, scalar=scalar), x.dims, [x])
+            return True
         by_spec: dict[tuple[DimSpec, ...], list[PoolTensor]] = {}
         for t in g.pool:
             by_spec.setdefault(t.dims, []).append(t)
@@ -248,8 +332,11 @@ def _gen_binary(op: str) -> Grow:
 
 
 def _binary_family(op: str) -> Callable[[], st.SearchStrategy[Case]]:
-    """The strategy factory of `op`'s own family."""
-    return lambda: binary_cases(op)
+    """The strategy factory of `op`'s own family: two tensors, or (a quarter of the cases,
+    shrinking toward two tensors) a float32 tensor and a scalar."""
+    return lambda: st.sampled_from([False, False, False, True]).flatmap(
+        lambda scalar: binary_scalar_cases(op) if scalar else binary_cases(op)
+    )
 
 
 for _op in ("add", "mul"):

@@ -1,13 +1,17 @@
-"""Model of embedding_q4gsw(weight, scales, group_size, indices): q4 rows looked up by token.
+"""Model of embedding_q4gsw(weight, scales, group_size, indices, is_linear_weight?): q4 rows
+looked up by token.
 
-Format (docs/design.md §7; upstream's layout when is_linear_weight=True): weight uint8
-`[vocab, D/2]`, byte j of row t holds dim 2j in its low nibble and dim 2j+1 in its high
-nibble, value = nibble - 8; scales float32 `[vocab, D / group_size]`;
+Format (docs/design.md §7): weight uint8 `[vocab, D/2]`, byte j of row t holds dims 2j and
+2j+1, value = nibble - 8; scales float32 `[vocab, D / group_size]`;
 out[..., d] = (nib(t, d) - 8) * scales[t, d // group_size] with t = indices[...].
-Output dims: the indices' live dims + [D].
+Output dims: the indices' live dims + [D]. The nibble order is upstream's `is_linear_weight`:
+1 (the default when left out, the layout of linear_q4gsw's weights) puts dim 2j in the low
+nibble, 0 (upstream's own default, `(even + 8) << 4 | (odd + 8)`) in the high nibble; any other
+value is refused at load.
 
-Kernel design (both backends): one dispatch slot `embedding_q4gsw`, 64 invocations per
-workgroup, one per output element, logical count ceil(numel(out) / 64). Any even D.
+Kernel design (both backends): one dispatch slot, kernel `embedding_q4gsw` (low nibble first)
+or `embedding_q4gsw_even_high` (high nibble first), 64 invocations per workgroup, one per
+output element, logical count ceil(numel(out) / 64). Any even D.
 
 Token ids are checked on the host, against [0, vocab), before anything changes (`check_host`:
 `InputError` reason "index_range"), so `indices` must be a graph input: a graph that computes
@@ -52,11 +56,26 @@ from harness.model.numerics import SAFETY, TINY32, U32
 WORKGROUP = (64, 1, 1)
 
 
-def dequantize_rows(weight: np.ndarray, scales: np.ndarray, group_size: int) -> np.ndarray:
-    """The float64 table `[vocab, D]` of q4 rows (low nibble = even dim, value = nibble - 8)."""
+def is_linear_weight(node: OpNode, graph: Graph) -> int:
+    """The node's nibble order: its is_linear_weight literal, 1 when left out."""
+    name = node.optional_arg("is_linear_weight")
+    return 1 if name is None else int(graph.scalar(name))
+
+
+def kernel_of(node: OpNode, graph: Graph) -> str:
+    """The kernel of the node's nibble order."""
+    return "embedding_q4gsw" if is_linear_weight(node, graph) else "embedding_q4gsw_even_high"
+
+
+def dequantize_rows(
+    weight: np.ndarray, scales: np.ndarray, group_size: int, *, even_high: bool = False
+) -> np.ndarray:
+    """The float64 table `[vocab, D]` of q4 rows (value = nibble - 8): the even dim in a
+    byte's low nibble, or with `even_high` (is_linear_weight = 0) in its high nibble."""
     w = np.asarray(weight).astype(np.int64)
     low, high = (w & 0xF) - 8, (w >> 4) - 8
-    values = np.stack([low, high], axis=-1).reshape(w.shape[0], -1).astype(np.float64)
+    pair = [high, low] if even_high else [low, high]
+    values = np.stack(pair, axis=-1).reshape(w.shape[0], -1).astype(np.float64)
     group = np.repeat(np.asarray(scales, np.float64), group_size, axis=1)
     return values * group
 
@@ -67,15 +86,20 @@ class EmbeddingQ4gswModel:
     activations = ("indices",)
     required_regimes = ("size=1", "size=max", "step=grow")
     kernels = kernels(
-        KernelSpec(
-            "embedding_q4gsw",
-            "embedding_q4gsw",
-            "embedding_q4gsw",
-            (rw("out"), ro("indices", "i32"), ro("weight", "u32"), ro("scales")),
+        *(
+            KernelSpec(
+                name,
+                name,
+                name,
+                (rw("out"), ro("indices", "i32"), ro("weight", "u32"), ro("scales")),
+            )
+            for name in ("embedding_q4gsw", "embedding_q4gsw_even_high")
         )
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
+        if is_linear_weight(node, graph) not in (0, 1):
+            raise GraphBuildError(node.name, "is_linear_weight must be 0 or 1")
         weight, scales, indices, out = tensors(node, graph, "weight", "scales", "indices", "out")
         group_size = int_literal(node, graph, "group_size")
         if weight.dtype != "uint8" or len(weight.dims) != 2:
@@ -139,15 +163,17 @@ class EmbeddingQ4gswModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
-        return [(node.name, "embedding_q4gsw", WORKGROUP, (count, 1, 1), True)]
+        return [(node.name, kernel_of(node, live.graph), WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         weight, scales = np.asarray(args["weight"]), np.asarray(args["scales"])
         group_size = int(args["group_size"])
+        flag = args.get("is_linear_weight")
+        even_high = flag is not None and int(flag) == 0
         table = remember(
-            ("embedding_q4gsw", group_size),
+            ("embedding_q4gsw", group_size, even_high),
             (weight, scales),
-            lambda: dequantize_rows(weight, scales, group_size),
+            lambda: dequantize_rows(weight, scales, group_size, even_high=even_high),
         )
         return {"out": table[args["indices"].astype(np.int64)]}
 
@@ -172,7 +198,7 @@ def embedding_cases(draw: st.DrawFn) -> Case:
     """embedding_q4gsw on token ids of dynamic shape (int32 or int64 host data).
 
     Now and then a step holds an id outside the vocabulary, which both backends must refuse
-    on the host.
+    on the host. The nibble order is drawn: is_linear_weight left out, 1 or 0.
     """
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
@@ -185,6 +211,7 @@ def embedding_cases(draw: st.DrawFn) -> Case:
     scales = rng.uniform(0.01, 1.0, (vocab, dim // group)) * rng.choice([-1.0, 1.0])
     s = b.constant("scales", scales.astype(np.float32))
     ids = b.input("indices", "int32", [d.max_size for d in leading])
+    layout = draw(st.sampled_from([None, 1, 0]))
     b.output(
         b.op(
             "embedding_q4gsw",
@@ -193,6 +220,7 @@ def embedding_cases(draw: st.DrawFn) -> Case:
             scales=s,
             group_size=b.int(group, "group_size"),
             indices=ids,
+            is_linear_weight=None if layout is None else b.int(layout, "is_linear_weight"),
             out_dims=[d.max_size for d in leading] + [dim],
         )
     )
@@ -211,8 +239,9 @@ def embedding_cases(draw: st.DrawFn) -> Case:
 @generator("embedding_q4gsw")
 def gen_embedding_q4gsw(g: GraphGen) -> bool:
     """Token ids shaped like a pool tensor's leading dims (an int32 graph input, fresh ids
-    every step) looked up in a q4 table of a few rows; the rows `[..., D]` join the pool, D
-    often a width already there, so that they can join other tensors."""
+    every step) looked up in a q4 table of a few rows, in either nibble order; the rows
+    `[..., D]` join the pool, D often a width already there, so that they can join other
+    tensors."""
     x = g.pick(g.pool)  # only its leading dims: the ids follow the same symbols
     lead = x.dims[:-1]
     if not lead:
@@ -242,6 +271,7 @@ def gen_embedding_q4gsw(g: GraphGen) -> bool:
         scales=b.constant(b.fresh("emb_scales"), scales.astype(np.float32)),
         group_size=b.int(group),
         indices=ids,
+        is_linear_weight=b.int(g.draw(st.sampled_from([0, 1]))),
         out_dims=g.max_dims(dims),
     )
     g.produced(out, dims, [])

@@ -1,11 +1,16 @@
 """Models of view_copy(x, sizes) and sym_size(x, dim).
 
 view_copy: out takes the live sizes named by its size list, each an int literal or a SymInt
-resolved from its live value (never inferred from numel: docs/design.md §8.4). Live checks, in
-this order: out's per-dim checks on the resolved sizes (`ResizeError` on out), then the
-numel of x's live dims against the sizes' product (`InputError` reason "numel"). Kernel
-design (both backends): one slot `view_copy`, a bitwise 32-bit copy, 64 invocations per
-workgroup, one per element, logical count ceil(numel / 64). float32 or int32, same dtype.
+resolved from its live value (never guessed from numel: docs/design.md §8.4). One int literal
+may be -1 (as upstream's `aten.view_copy`): that size is inferred, x's live numel divided by
+the product of the other sizes; two -1s are refused at load, and a product that does not
+divide the live numel is refused at run time (`InputError` reason "numel", before the dims
+checks). A SymInt is a size as it is (a live -1 is a nonpositive size); with a SymInt below 1
+among the other sizes nothing is inferred (the dims checks refuse the list as it stands).
+Live checks, in this order: out's per-dim checks on the resolved sizes (`ResizeError` on out),
+then the numel of x's live dims against the sizes' product (`InputError` reason "numel").
+Kernel design (both backends): one slot `view_copy`, a bitwise 32-bit copy, 64 invocations
+per workgroup, one per element, logical count ceil(numel / 64). float32 or int32, same dtype.
 
 sym_size: its SymInt output is x's live dim `dim` (negative dims count from the end), always
 current when consumers resize; no dispatch.
@@ -57,6 +62,13 @@ from harness.model import (
 
 WORKGROUP = (64, 1, 1)
 VIEW_DTYPES = ("float32", "int32", "float16")
+INFER = -1  # the int literal of a size inferred from the live numel
+
+
+def _is_infer(live: LiveState, name: str) -> bool:
+    """Whether size-list entry `name` is the literal -1 (a SymInt never is)."""
+    value = live.graph.values[name]
+    return isinstance(value, ScalarValue) and int(value.value) == INFER
 
 
 class ViewCopyModel:
@@ -83,9 +95,16 @@ class ViewCopyModel:
         sizes = node.size_list("sizes")
         if len(sizes) != len(out.dims):
             raise GraphBuildError(node.name, "sizes must have out's rank", tensor=out.name)
+        inferred = 0
         for d, name in enumerate(sizes):
             value = graph.values[name]
-            if isinstance(value, ScalarValue) and not 1 <= int(value.value) <= out.dims[d]:
+            if not isinstance(value, ScalarValue):
+                continue
+            if int(value.value) == INFER:
+                inferred += 1
+                if inferred > 1:
+                    raise GraphBuildError(node.name, "more than one -1 size", tensor=out.name)
+            elif not 1 <= int(value.value) <= out.dims[d]:
                 raise GraphBuildError(
                     node.name,
                     f"literal size {value.value} at dim {d} out of range",
@@ -94,9 +113,20 @@ class ViewCopyModel:
 
     def resize(self, node: OpNode, live: LiveState) -> None:
         sizes = live.ints(node, "sizes")
+        have = numel(live.of(node, "x"))
+        infer = [d for d, name in enumerate(node.size_list("sizes")) if _is_infer(live, name)]
+        others = sizes[: infer[0]] + sizes[infer[0] + 1 :] if infer else ()
+        # Only from sizes that are sizes: with a SymInt below 1 among the others, the -1
+        # stays and the dims check refuses the list as it stands.
+        if infer and min(others, default=1) >= 1:
+            known = numel(others)
+            if have % known:
+                raise InputError(
+                    node.name, "numel", f"sizes {list(sizes)} cannot hold x's {have} elements"
+                )
+            sizes = (*sizes[: infer[0]], have // known, *sizes[infer[0] + 1 :])
         name = node.outputs["out"]
         check_dims(name, sizes, live.graph.tensor(name).dims)
-        have = numel(live.of(node, "x"))
         if numel(sizes) != have:
             raise InputError(
                 node.name, "numel", f"sizes {list(sizes)} do not hold x's {have} elements"
@@ -112,7 +142,7 @@ class ViewCopyModel:
         return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
-        return {"out": args["x"].reshape(args["sizes"])}
+        return {"out": args["x"].reshape(args["sizes"])}  # numpy infers a -1 the same way
 
     def probe_reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         """`reference` of every probe at once: x carries a leading probe axis."""
@@ -179,27 +209,38 @@ SYM_SIZE = register("sym_size", SymSizeModel())
 @family("view", exercises={"view_copy", "sym_size", "rms_norm"})
 @st.composite
 def view_cases(draw: st.DrawFn) -> Case:
-    """view_copy between [1, S, H*D] and [1, S, H, D] with sizes from SymInts.
+    """view_copy between [1, S, H*D] and [1, S, H, D] with sizes from SymInts or a -1.
 
-    The SymInt is a sym_size of an intermediate (an rms_norm output, so upstream WebGPU would
-    read its stale dim), or a SymInt graph input that now and then disagrees with the live
-    numel (refused by both); the view back to [1, S, H*D] takes a sym_size of the view.
+    S of the split is a sym_size of an intermediate (an rms_norm output, so upstream WebGPU
+    would read its stale dim), a SymInt graph input that now and then disagrees with the live
+    numel (refused by both), or a -1 inferred from the live numel; the view back to
+    [1, S, H*D] takes a sym_size of the view. Some graphs also flatten the norm's output to
+    [-1, C], C now and then not dividing every live numel (refused by both).
     """
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     max_seq, heads, dim = draw(st.integers(1, 24)), draw(st.integers(1, 4)), draw(head_dims())
-    from_input = draw(st.booleans())
+    seq_from = draw(st.sampled_from(["sym_size", "input", "infer"]))
+    from_input = seq_from == "input"
     lives: list[tuple[int, int | None]] = []  # per step: S, and the SymInt n when an input
     for s in draw(live_sequences(max_seq)):
         wrong = from_input and draw(st.integers(0, 9)) == 0
         lives.append((s, (s % max_seq + 1 if wrong and max_seq > 1 else s) if from_input else None))
+    width = heads * dim
+    flatten_cols = None
+    if draw(st.booleans()):
+        divisors = [c for c in range(1, width + 1) if width % c == 0]
+        flatten_cols = draw(st.sampled_from(divisors)) if draw(st.integers(0, 7)) else width + 1
     dtype = draw(family_dtype("view"))  # last: the shape draws stay where they were
     b = GraphBuilder()
-    x = b.input("x", dtype, [1, max_seq, heads * dim])
+    x = b.input("x", dtype, [1, max_seq, width])
     n = b.symint_input("n") if from_input else None
-    w = b.constant("w", float_array(rng, [heads * dim], dtype=dtype))
+    w = b.constant("w", float_array(rng, [width], dtype=dtype))
     h = b.op("rms_norm", name="norm", x=x, weight=w, eps=b.float(1e-6))
-    seq = n or b.op("sym_size", name="seq", x=h, dim=b.int(-2, "dim"))
+    if seq_from == "infer":
+        seq = b.int(INFER, "infer")
+    else:
+        seq = n or b.op("sym_size", name="seq", x=h, dim=b.int(-2, "dim"))
     one = b.int(1, "one")
     split = b.op(
         "view_copy",
@@ -213,13 +254,22 @@ def view_cases(draw: st.DrawFn) -> Case:
         "view_copy",
         name="merge_heads",
         x=split,
-        sizes=[one, back_seq, b.int(heads * dim, "width")],
-        out_dims=[1, max_seq, heads * dim],
+        sizes=[one, back_seq, b.int(width, "width")],
+        out_dims=[1, max_seq, width],
     )
     b.output(split, merged)
+    if flatten_cols is not None:
+        flat = b.op(
+            "view_copy",
+            name="flatten",
+            x=h,
+            sizes=[b.int(INFER, "rows"), b.int(flatten_cols, "cols")],
+            out_dims=[-(-max_seq * width // flatten_cols), flatten_cols],
+        )
+        b.output(flat)
     steps: list[StepInputs] = []
     for s, given_n in lives:
-        step: StepInputs = {"x": float_array(rng, [1, s, heads * dim], dtype=dtype)}
+        step: StepInputs = {"x": float_array(rng, [1, s, width], dtype=dtype)}
         if n is not None and given_n is not None:
             step["n"] = given_n
         steps.append(step)
@@ -231,15 +281,23 @@ def view_cases(draw: st.DrawFn) -> Case:
 # ---------------------------------------------------------------------------- random graphs
 
 
-def view_as(g: GraphGen, x: PoolTensor, dims: tuple[DimSpec, ...]) -> PoolTensor:
+def view_as(
+    g: GraphGen, x: PoolTensor, dims: tuple[DimSpec, ...], *, infer: bool = False
+) -> PoolTensor:
     """A view_copy of `x` to the dims spec `dims` (the same symbols, the same product of
     static dims), added to the pool: every dynamic size is a sym_size of x at the dim of
-    that symbol (often an intermediate's), never inferred from numel. Other ops' generators
-    use it to bring a pool tensor to the rank they need."""
+    that symbol (often an intermediate's), or with `infer` the first one a -1 inferred from
+    the live numel. Other ops' generators use it to bring a pool tensor to the rank they
+    need."""
     b = g.builder
+    first_sym = next((i for i, d in enumerate(dims) if isinstance(d, Sym)), None)
     sizes = [
-        b.op("sym_size", x=x.name, dim=b.int(x.dims.index(d))) if isinstance(d, Sym) else b.int(d)
-        for d in dims
+        b.int(INFER)
+        if infer and i == first_sym
+        else b.op("sym_size", x=x.name, dim=b.int(x.dims.index(d)))
+        if isinstance(d, Sym)
+        else b.int(d)
+        for i, d in enumerate(dims)
     ]
     out = b.op("view_copy", x=x.name, sizes=sizes, out_dims=g.max_dims(dims))
     return g.produced(out, dims, [x])
@@ -248,7 +306,7 @@ def view_as(g: GraphGen, x: PoolTensor, dims: tuple[DimSpec, ...]) -> PoolTensor
 @generator("view_copy", "sym_size")
 def gen_view_copy(g: GraphGen) -> bool:
     """A SymInt-dependent view: split a static last dim W into (H, W/H), or merge two static
-    last dims back (`view_as`). Ranks stay <= 4."""
+    last dims back (`view_as`), a dynamic size from a sym_size or a -1. Ranks stay <= 4."""
     merges = [
         t for t in g.pool if len(t.dims) >= 3 and all(isinstance(d, int) for d in t.dims[-2:])
     ]
@@ -273,5 +331,5 @@ def gen_view_copy(g: GraphGen) -> bool:
         heads = [h for h in range(2, 9) if h < width and width % h == 0]
         h = heads[g.draw(st.integers(0, len(heads) - 1))]
         dims = (*x.dims[:-1], h, width // h)
-    view_as(g, x, dims)
+    view_as(g, x, dims, infer=g.draw(st.booleans()))
     return True

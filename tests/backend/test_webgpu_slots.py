@@ -77,18 +77,31 @@ def _linear_case() -> Case:
     return Case(b.build(), [{"x": _f32(rng, 6, k)}, {"x": _f32(rng, 1, k)}], name="linear")
 
 
-def _embedding_case() -> Case:
+def _embedding_case(is_linear_weight: int | None = None) -> Case:
     rng = np.random.default_rng(RNG_SEED)
     vocab, dim, group = 11, 64, 32
     weight = rng.integers(0, 256, (vocab, dim // 2), dtype=np.uint8)
     scales = rng.uniform(0.01, 1.0, (vocab, dim // group)).astype(np.float32)
     ids = rng.integers(0, vocab, (2, 3)).astype(np.int32)
-    case = single_op_graph(
-        "embedding_q4gsw",
-        {"weight": weight, "scales": scales, "group_size": group, "indices": ids},
-        constants={"weight", "scales"},
-    )
-    return case
+    args = {"weight": weight, "scales": scales, "group_size": group, "indices": ids}
+    if is_linear_weight is not None:
+        args["is_linear_weight"] = is_linear_weight
+    return single_op_graph("embedding_q4gsw", args, constants={"weight", "scales"})
+
+
+def _update_cache_case() -> Case:
+    """Two rows written at position 2 of a 6-row cache, then one at 0; the cache the output."""
+    rng = np.random.default_rng(RNG_SEED)
+    b = GraphBuilder()
+    value = b.input("value", "float32", [1, 2, 3, 4])
+    cache = b.state("cache", "float32", [1, 6, 3, 4])
+    b.op("update_cache", name="update", value=value, cache=cache, input_pos=b.symint_input("pos"))
+    b.output(cache)
+    steps: list[dict[str, np.ndarray | int]] = [
+        {"value": _f32(rng, 1, 2, 3, 4), "pos": 2},
+        {"value": _f32(rng, 1, 1, 3, 4), "pos": 0},
+    ]
+    return Case(b.build(), steps, name="update_cache")
 
 
 def _sdpa_case() -> Case:
@@ -152,6 +165,23 @@ def _project_cases() -> dict[str, Case]:
             "apply_rotary_emb_interleaved", {"x": _f32(rng, 2, 3, 8), "freqs_cis": _f32(rng, 3, 8)}
         ),
         "sdpa_with_kv_cache": _sdpa_case(),
+        "add_scalar": single_op_graph("add", {"a": _f32(rng, 2, 5), "scalar": 0.1}),
+        "mul_scalar": single_op_graph("mul", {"a": _f32(rng, 3, 1), "scalar": -3.0}),
+        "embedding_q4gsw_even_high": _embedding_case(is_linear_weight=0),
+        "update_cache": _update_cache_case(),
+        "fused_sdpa": single_op_graph(
+            "fused_sdpa",
+            {"q": _f32(rng, 1, 2, 3, 8), "k": _f32(rng, 1, 2, 5, 8), "v": _f32(rng, 1, 2, 5, 8)},
+        ),
+        "fused_sdpa_masked": single_op_graph(
+            "fused_sdpa",
+            {
+                "q": _f32(rng, 2, 2, 3, 8),
+                "k": _f32(rng, 2, 2, 5, 8),
+                "v": _f32(rng, 2, 2, 5, 8),
+                "attn_mask": _f32(rng, 2, 1, 1, 5),
+            },
+        ),
         **_half_precision_cases(rng),
     }
 

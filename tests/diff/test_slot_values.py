@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,6 +23,7 @@ from graph_format import SLOTS, ParityError, Runtime
 from graph_format.kernels import BUILTIN_NAMES, WORKGROUPS_VALUE, Value
 from harness.check.contract import ContractModel, ModelStep
 from harness.families import FAMILIES
+from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 from harness.model import slot_values
 from harness.ops import MODELS
@@ -116,3 +118,23 @@ def test_three_implementations_offer_the_same_slot_values(
 ) -> None:
     case = data.draw(FAMILIES[family](), label=family)
     _check_case(runtimes, case)
+
+
+def test_a_refused_step_leaves_the_values_it_handed(runtimes: list[Runtime]) -> None:
+    """rms_norm's hook hands 2 rows before the view refuses the step (n disagrees with the
+    numel); the next step, back at 1 row, runs no hook, so the values offered must be those
+    from before the refused step (WebGPU restored its params but once kept the dict)."""
+    b = GraphBuilder()
+    x, n = b.input("x", "float32", [1, 2, 2]), b.symint_input("n")
+    h = b.op(
+        "rms_norm",
+        name="norm",
+        x=x,
+        weight=b.constant("w", np.ones(2, np.float32)),
+        eps=b.float(1e-6),
+    )
+    sizes = [b.int(1), n, b.int(1), b.int(2)]
+    b.output(b.op("view_copy", name="split", x=h, sizes=sizes, out_dims=[1, 2, 1, 2]))
+    data = np.ones((1, 2, 2), np.float32) * np.arange(1, 3, dtype=np.float32)
+    steps = [{"x": data[:, :1], "n": 1}, {"x": data, "n": 1}, {"x": data[:, :1], "n": 1}]
+    assert _check_case(runtimes, Case(b.build(), steps, name="refused")) > 0

@@ -4,20 +4,26 @@
 do not broadcast, which upstream leaves as a TODO); the count is one invocation per output
 element in workgroups of 64. The project's broadcast kernel computes its offsets from the
 inputs' metadata UBOs; the broadcast slot also offers them as values (`out_sizes`,
-`a_strides`, `b_strides`) for kernels that take them as params.
+`a_strides`, `b_strides`) for kernels that take them as params. With a float scalar instead
+of b (`x + 3.0`), the `<op>_scalar` slot alone, the scalar a specialization constant
+(`SCALAR`, from the value `scalar`).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
+from vulkan_ref.ops.activation import elementwise_values
 
 WORKGROUP = 64
 RANK = 4  # the vectors of the broadcast slot's values: out's dims right-aligned to 4
 OP_KIND = {"add": 0, "mul": 1}
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def broadcast_sizes(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
@@ -50,6 +56,12 @@ def broadcast_strides(sizes: tuple[int, ...], out: tuple[int, ...]) -> tuple[int
 @register("add", "mul")
 def add_binary_op_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the add/mul dispatch node of `node`."""
+    has_b = node.optional_arg("b") is not None
+    if has_b == (node.optional_arg("scalar") is not None):
+        raise graph.fail(node, f"{node.op} takes a tensor b or a scalar: exactly one of them")
+    if not has_b:
+        add_scalar_op_node(graph, node)
+        return
     a = graph.tensor_arg(node, "a")
     b = graph.tensor_arg(node, "b")
     out = graph.output(node, "out")
@@ -106,5 +118,40 @@ def add_binary_op_node(graph: ComputeGraph, node: OpNode) -> None:
             tensors={"out": out, "a": a, "b": b},
             static={"op_kind": OP_KIND[node.op], "workgroup_size": WORKGROUP},
             values=values,
+        )
+    )
+
+
+def add_scalar_op_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the `<op>_scalar` dispatch node of `node`: a with a float literal."""
+    scalar = float(graph.scalar_arg(node, "scalar"))
+    if not abs(scalar) <= FLOAT32_MAX:
+        raise graph.fail(node, f"scalar {scalar} does not fit a finite float32")
+    a = graph.tensor_arg(node, "a")
+    out = graph.output(node, "out")
+    bad = [t.name for t in (a, out) if t.dtype != "float32"]
+    if bad:
+        raise graph.fail(node, f"{node.op} is float32 only; {bad} are not")
+    too_big = [t.name for t in (a, out) if len(t.max_sizes) > 4]
+    if too_big:
+        raise graph.fail(node, f"{node.op} supports rank <= 4; {too_big} exceed it")
+    if out.max_sizes != a.max_sizes:
+        raise graph.fail(
+            node, f"out {list(out.max_sizes)} must be a's {list(a.max_sizes)}", tensor=out.name
+        )
+
+    def resize_scalar_op_node(g: ComputeGraph) -> None:
+        g.virtual_resize(out, g.sizes_of(a))
+
+    slot = f"{node.op}_scalar"
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=(out.name, a.name),
+            resize_fn=resize_scalar_op_node,
+            slots={slot: "binary_scalar"},
+            tensors={"out": out, "a": a},
+            static={"op_kind": OP_KIND[node.op], "scalar": scalar, "workgroup_size": WORKGROUP},
+            values=elementwise_values(out, WORKGROUP),
         )
     )

@@ -4,7 +4,9 @@ The weight stays in its uint8 `[vocab, D/2]` bytes (no repack: the shader reads 
 32-bit words), the group size is a specialization constant (`GROUP_SIZE`, from the value
 `group_size`) and the shader reads D and the vocabulary from the metadata UBOs. Token ids
 are checked on the host before any resize (`add_input_check`); upstream reads an
-out-of-range row unchecked.
+out-of-range row unchecked. `is_linear_weight` (1 when left out) picks the shader at load, as
+upstream's IS_LINEAR_WEIGHT variant: `embedding_q4gsw` (even element in the low nibble) or
+`embedding_q4gsw_even_high` (0: in the high nibble).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ WORKGROUP = 64
 @register("embedding_q4gsw")
 def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the embedding dispatch node of `node` and its host-side token id check."""
+    has_flag = node.optional_arg("is_linear_weight") is not None
+    linear = int(graph.scalar_arg(node, "is_linear_weight")) if has_flag else 1
+    if linear not in (0, 1):
+        raise graph.fail(node, f"is_linear_weight is a bool (0 or 1), not {linear}")
+    slot = "embedding_q4gsw" if linear == 1 else "embedding_q4gsw_even_high"
     weight = graph.tensor_arg(node, "weight")
     scales = graph.tensor_arg(node, "scales")
     indices = graph.tensor_arg(node, "indices")
@@ -74,7 +81,7 @@ def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, indices.name),
             resize_fn=resize_embedding_node,
-            slots={"embedding_q4gsw": "embedding_q4gsw"},
+            slots={slot: slot},
             tensors={"out": out, "indices": indices, "weight": weight, "scales": scales},
             static={
                 "embed_dim": dim,

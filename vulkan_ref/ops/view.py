@@ -1,7 +1,9 @@
 """view_copy and sym_size on Vulkan (docs/design.md §4.2; upstream's `View.cpp`, `SymIntOps.cpp`).
 
 view_copy's resize function resolves the size list from live Int and SymInt values (upstream's
-`extract_int_or_symint_list`) and refuses a list whose product is not x's live numel; the
+`extract_int_or_symint_list`), fills a literal -1 with what x's live numel leaves (upstream's
+`compute_out_sizes`, which also fills a second -1 and truncates a remainder: both refused
+here) and refuses a list whose product is not x's live numel; the
 dispatch copies numel 32-bit words. sym_size is an `ExecuteNode` whose resize function sets
 its SymInt from x's live size: in the single ordered pass it always runs after x's producer
 and before any consumer, so it is never stale.
@@ -18,6 +20,7 @@ from vulkan_ref.ops.activation import elementwise_values
 
 WORKGROUP = 64
 VIEW_DTYPES = ("float32", "int32", "float16")
+INFER_SIZE = -1
 
 
 @register("view_copy")
@@ -36,8 +39,15 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
             f"the size list has {len(names)} entries, out has rank {len(out.max_sizes)}",
             out.name,
         )
+    infer_dims = [
+        d
+        for d, name in enumerate(names)
+        if name not in graph.symints and int(graph.graph.scalar(name)) == INFER_SIZE
+    ]
+    if len(infer_dims) > 1:
+        raise graph.fail(node, f"the sizes hold -1 at dims {infer_dims}; at most one", out.name)
     for d, name in enumerate(names):
-        if name not in graph.symints:
+        if name not in graph.symints and d not in infer_dims:
             size = int(graph.graph.scalar(name))
             if not 1 <= size <= out.max_sizes[d]:
                 raise graph.fail(
@@ -49,6 +59,18 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
 
     def resize_view_node(g: ComputeGraph) -> None:
         sizes = g.extract_int_or_symint_list(node, "sizes")
+        for d in infer_dims:
+            if any(size < 1 for i, size in enumerate(sizes) if i != d):
+                break  # a nonpositive SymInt: nothing to infer from, validate refuses it
+            rest = math.prod(sizes) // INFER_SIZE  # the product of the others
+            if x.numel % rest:
+                raise InputError(
+                    node.name,
+                    "numel",
+                    f"vulkan: {node.name}: {x.name!r} has {x.numel} live elements, not a "
+                    f"multiple of {rest}, the product of the sizes {list(sizes)} but the -1",
+                )
+            sizes = (*sizes[:d], x.numel // rest, *sizes[d + 1 :])
         out.validate(sizes)
         if math.prod(sizes) != x.numel:
             raise InputError(

@@ -1,7 +1,9 @@
-"""add and mul on WebGPU: elementwise with numpy broadcasting, hooks on both inputs.
+"""add and mul on WebGPU: elementwise with numpy broadcasting, hooks on both inputs; or with
+a float scalar operand (`x + 3.0`), a hook on a alone.
 
 One dispatch slot with two variants: `<op>_flat` when both live shapes are equal and
-`<op>_broadcast` otherwise, re-selected by the hook. 64 invocations per workgroup, one per
+`<op>_broadcast` otherwise, re-selected by the hook; `<op>_scalar` alone for a scalar (passed
+to the kernel as an f32 params member). 64 invocations per workgroup, one per
 output element. Shapes that do not broadcast raise from the hook; because the hook may run
 while a co-input is still stale, the graph holds that error until propagation converges.
 """
@@ -9,6 +11,8 @@ while a co-input is still stale, the graph holds that error until propagation co
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
@@ -19,6 +23,7 @@ from webgpu_backend.tensor import Dims
 WORKGROUP_SIZE = 64
 MAX_RANK = 4
 OP_KINDS = {"add": 0, "mul": 1}
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def broadcast_dims(a: Dims, b: Dims) -> Dims | None:
@@ -48,7 +53,13 @@ def _strides(dims: Dims, out: Dims) -> tuple[int, ...]:
 
 @register("add", "mul")
 def build(graph: WebGPUGraph, node: OpNode) -> None:
-    """Record the add/mul dispatch of `node` and its hook on both inputs."""
+    """Record the add/mul dispatch of `node` and its hook on both inputs (or on a)."""
+    b_given = node.optional_arg("b") is not None
+    if b_given == (node.optional_arg("scalar") is not None):
+        raise graph.fail(node, f"{node.op} needs exactly one of the tensor b and the scalar")
+    if not b_given:
+        build_scalar(graph, node)
+        return
     a = graph.arg_tensor(node, "a")
     b = graph.arg_tensor(node, "b")
     out = graph.output(node, "out")
@@ -104,3 +115,37 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             dispatch.set(values, broadcast)
 
     graph.add_resize_hook(node, [a.name, b.name], resize)
+
+
+def build_scalar(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the `<op>_scalar` dispatch of `node` (a with a float literal) and its hook."""
+    scalar = float(graph.arg_scalar(node, "scalar"))
+    if not abs(scalar) <= FLOAT32_MAX:
+        raise graph.fail(node, f"the scalar {scalar} is not a finite float32")
+    a = graph.arg_tensor(node, "a")
+    out = graph.output(node, "out")
+    for tensor in (a, out):
+        if tensor.dtype != "float32":
+            raise graph.fail(node, f"{tensor.name!r} must be float32, got {tensor.dtype}")
+        if len(tensor.dims) > MAX_RANK:
+            raise graph.fail(node, f"{tensor.name!r} has rank {len(tensor.dims)} > {MAX_RANK}")
+    if out.dims != a.dims:
+        raise graph.fail(
+            node, f"out must have a's dims {list(a.dims)}, got {list(out.dims)}", tensor=out.name
+        )
+    slot = f"{node.op}_scalar"
+    static: dict[str, Value] = {
+        "op_kind": OP_KINDS[node.op],
+        "scalar": scalar,
+        "workgroup_size": WORKGROUP_SIZE,
+    }
+    dispatch = graph.add_kernel(
+        node, {slot: "binary_scalar"}, tensors={"out": out, "a": a}, static=static
+    )
+
+    def resize() -> None:
+        graph.set_cur_dims(out, a.cur_dims)
+        numel = math.prod(a.cur_dims)
+        dispatch.set({"numel": numel, "workgroups": -(-numel // WORKGROUP_SIZE)})
+
+    graph.add_resize_hook(node, [a.name], resize)

@@ -2,7 +2,9 @@
 
 Token ids are checked against the vocabulary on the host (`add_input_check`), before
 anything changes, so the kernel never reads a row that does not exist; that is why the
-indices must be a graph input. Any even D (the kernel reads bytes out of u32 words).
+indices must be a graph input. Any even D (the kernel reads bytes out of u32 words). The
+nibble order picks the slot at load: `embedding_q4gsw` (is_linear_weight 1 or left out: the
+even element in a byte's low nibble) or `embedding_q4gsw_even_high` (0: in the high nibble).
 """
 
 from __future__ import annotations
@@ -22,6 +24,11 @@ WORKGROUP_SIZE = 64
 @register("embedding_q4gsw")
 def build(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the embedding dispatch of `node`, its host check and its hook on the indices."""
+    layout_name = node.optional_arg("is_linear_weight")
+    linear_layout = 1 if layout_name is None else int(graph.graph.scalar(layout_name))
+    if linear_layout not in (0, 1):
+        raise graph.fail(node, f"is_linear_weight must be 0 or 1, got {linear_layout}")
+    slot = "embedding_q4gsw" if linear_layout else "embedding_q4gsw_even_high"
     weight = graph.arg_tensor(node, "weight")
     scales = graph.arg_tensor(node, "scales")
     indices = graph.arg_tensor(node, "indices")
@@ -77,7 +84,7 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     }
     dispatch = graph.add_kernel(
         node,
-        {"embedding_q4gsw": "embedding_q4gsw"},
+        {slot: slot},
         tensors={"out": out, "indices": indices, "weight": weight, "scales": scales},
         static=static,
     )

@@ -1,9 +1,11 @@
 """view_copy and sym_size on WebGPU.
 
 view_copy resolves its size list from live values (int literals and SymInts) in a hook on x
-and on every SymInt of the list, never from numel (upstream's heuristic, docs/design.md §8.4,
-picks the leftmost dim that divides). One slot: a bitwise 32-bit copy, one invocation per
-element (16-bit elements for float16: `view_copy_f16`).
+and on every SymInt of the list, never guessed from numel (upstream's heuristic,
+docs/design.md §8.4, picks the leftmost dim that divides); one literal -1 is the size that
+x's live numel leaves once the others are taken (refused when they do not divide it). One
+slot: a bitwise 32-bit copy, one invocation per element (16-bit elements for float16:
+`view_copy_f16`).
 
 sym_size is a hook on x that sets its SymInt output with `set_symint`; consumers register
 hooks on that SymInt, so the fixpoint re-runs them once it changes and nothing reads the dim
@@ -21,6 +23,7 @@ from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
 VIEW_DTYPES = ("float32", "int32", "float16")
+INFERRED = -1  # the literal size that takes what the live numel leaves
 
 
 @register("view_copy")
@@ -37,10 +40,17 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(
             node, f"{len(names)} sizes for out of rank {len(out.dims)}", tensor=out.name
         )
+    inferred: list[int] = []  # the dim of the literal -1, if any
     for d, name in enumerate(names):
         if name not in graph.symints:
             size = int(graph.graph.scalar(name))
-            if not 1 <= size <= out.dims[d]:
+            if size == INFERRED:
+                if inferred:
+                    raise graph.fail(
+                        node, f"dims {inferred[0]} and {d} are both -1: one may be", out.name
+                    )
+                inferred.append(d)
+            elif not 1 <= size <= out.dims[d]:
                 raise graph.fail(
                     node, f"literal size {size} of dim {d} is not in [1, {out.dims[d]}]", out.name
                 )
@@ -52,6 +62,19 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
 
     def resize() -> None:
         dims = sizes()
+        # A -1 takes what the others leave, when they are all sizes (>= 1); else the dims
+        # check below refuses the list as it is.
+        if inferred and min(dims[: inferred[0]] + dims[inferred[0] + 1 :], default=1) >= 1:
+            d = inferred[0]
+            others = math.prod(dims[:d] + dims[d + 1 :])
+            if x.cur_numel % others:
+                raise InputError(
+                    node.name,
+                    "numel",
+                    f"webgpu: op {node.name!r}: no size at dim {d} makes {list(dims)} hold "
+                    f"the {x.cur_numel} elements of {x.name!r} {list(x.cur_dims)}",
+                )
+            dims = (*dims[:d], x.cur_numel // others, *dims[d + 1 :])
         out.check_dims(dims)
         if math.prod(dims) != x.cur_numel:
             raise InputError(

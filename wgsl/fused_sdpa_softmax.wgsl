@@ -1,0 +1,67 @@
+// op: fused_sdpa, kernel fused_sdpa_softmax — contract: harness/ops/fused_sdpa.py
+// Step 2. One workgroup per score row (bh, s), in place over its L scores (nothing is
+// masked out: an additive mask is already in them): lanes take strided columns; a
+// shared-memory tree finds the max, another sums exp(x - max); then each lane writes
+// exp(x - max) / sum.
+struct Params {
+    batch: u32,     // B
+    heads: u32,     // H
+    q_len: u32,     // live S
+    kv_len: u32,    // live L
+    head_dim: u32,  // D
+    scale: f32,
+    _pad0: u32,
+    _pad1: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> scores: array<f32>;
+@group(0) @binding(1) var<uniform> params: Params;
+
+override wg_size: u32 = 64u;  // a power of two: the tree reductions halve it
+var<workgroup> red: array<f32, wg_size>;
+
+const LOWEST: f32 = -3.4028235e38;
+
+@compute @workgroup_size(wg_size)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(num_workgroups) nwg: vec3<u32>,
+    @builtin(local_invocation_index) lane: u32,
+) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= params.batch * params.heads * params.q_len) {
+        return;
+    }
+    let n = params.kv_len;
+    let base = row * n;
+    var top = LOWEST;
+    for (var c = lane; c < n; c += wg_size) {
+        top = max(top, scores[base + c]);
+    }
+    red[lane] = top;
+    workgroupBarrier();
+    for (var stride = wg_size / 2u; stride > 0u; stride /= 2u) {
+        if (lane < stride) {
+            red[lane] = max(red[lane], red[lane + stride]);
+        }
+        workgroupBarrier();
+    }
+    top = red[0];
+    workgroupBarrier();
+    var sum = 0.0;
+    for (var c = lane; c < n; c += wg_size) {
+        sum += exp(scores[base + c] - top);
+    }
+    red[lane] = sum;
+    workgroupBarrier();
+    for (var stride = wg_size / 2u; stride > 0u; stride /= 2u) {
+        if (lane < stride) {
+            red[lane] += red[lane + stride];
+        }
+        workgroupBarrier();
+    }
+    let total = red[0];
+    for (var c = lane; c < n; c += wg_size) {
+        scores[base + c] = exp(scores[base + c] - top) / total;
+    }
+}
