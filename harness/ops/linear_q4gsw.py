@@ -7,9 +7,14 @@ with `groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional f
 K is x's last dim and stays fixed at run time; M = numel(x) / K over all leading dims; the
 output is `x.shape[:-1] + [N]`.
 
+Half precision: x, bias and out may be float16 together (the scales stay float32, the
+weight uint8); the kernels are then `q4gsw_gemm_f16` and `q4gsw_gemv_f16`, which load f16,
+dequantize, multiply and accumulate in f32 exactly as their f32 twins and store f16 (the
+budget: the f32 one plus the f16 store, `harness.model.local_budget`).
+
 Load-time checks, in this order (the first failure is the error; its key is (op, tensor)):
-1. dtypes: x float32, weight uint8, scales float32, bias float32, out float32 (tensor: the
-   first offender in that order);
+1. dtypes: x float32 or float16 (else float32 is expected), weight uint8, scales float32,
+   bias and out x's float type (tensor: the first offender in that order);
 2. group_size > 0 (tensor: None);
 3. weight is `[N, K_pad/2]` for x's K (tensor: weight) — a wrong packed width and a K that
    differs between x and the weight are the same fault;
@@ -54,9 +59,10 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from graph_format.kernels import Value
 from harness.gen.blocks import (
+    family_dtype,
     float_array,
     live_sizes,
     seeds,
@@ -74,6 +80,7 @@ from harness.model import (
     int_literal,
     kernels,
     numel,
+    op_dtype,
     optional_tensor,
     q4,
     register,
@@ -85,6 +92,7 @@ from harness.model.constants import remember
 from harness.model.numerics import SAFETY, gamma
 
 GEMM, GEMV = "q4gsw_gemm", "q4gsw_gemv"
+GEMM_F16, GEMV_F16 = dtype_slot(GEMM, "float16"), dtype_slot(GEMV, "float16")
 TILE = 4  # a GEMM invocation's outputs: TILE rows × TILE columns
 GEMM_WORKGROUP = (64, 1, 1)
 GEMV_WORKGROUP = (64, 1, 1)  # lanes per workgroup; a power of two (tree reduction)
@@ -102,6 +110,7 @@ class LinearQ4gswModel:
     # M = 1 (the GEMV) and M at its max, crossed both ways.
     activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=grow", "step=shrink")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
         KernelSpec(
             GEMM,
@@ -121,14 +130,39 @@ class LinearQ4gswModel:
                 ro("bias"),
             ),
         ),
+        KernelSpec(
+            GEMM_F16,
+            "q4gsw_gemm_f16",
+            "q4gsw_gemm_f16",
+            (
+                rw("out", "f16"),
+                ro("x", "f16"),
+                ro("weight", "u32"),
+                ro("scales"),
+                ro("bias", "f16"),
+            ),
+        ),
+        KernelSpec(
+            GEMV_F16,
+            "q4gsw_gemv_f16",
+            "q4gsw_gemv_f16",
+            (
+                rw("out", "f16"),
+                ro("x", "vec4<f16>"),
+                ro("weight", "u32"),
+                ro("scales", "vec2<f32>"),
+                ro("bias", "f16"),
+            ),
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         x, weight, scales, out = tensors(node, graph, "x", "weight", "scales", "out")
         bias = optional_tensor(node, graph, "bias")
-        wanted = [(x, "float32"), (weight, "uint8"), (scales, "float32")]
-        wanted += [(bias, "float32")] if bias is not None else []
-        wanted += [(out, "float32")]
+        dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
+        wanted = [(x, dtype), (weight, "uint8"), (scales, "float32")]
+        wanted += [(bias, dtype)] if bias is not None else []
+        wanted += [(out, dtype)]
         for tensor, dtype in wanted:
             if tensor.dtype != dtype:
                 raise GraphBuildError(
@@ -200,9 +234,9 @@ class LinearQ4gswModel:
             "n_padded": div_up(n, 4) * 4,
             "has_bias": int(node.optional_arg("bias") is not None),
             "gemv_workgroups": min(div_up(n, 2), GEMV_MAX_WORKGROUPS),
-            "workgroup_size": (GEMV_WORKGROUP if slot == GEMV else GEMM_WORKGROUP)[0],
+            "workgroup_size": (GEMV_WORKGROUP if slot in (GEMV, GEMV_F16) else GEMM_WORKGROUP)[0],
         }
-        if slot == GEMV:
+        if slot in (GEMV, GEMV_F16):
             values["max_workgroups"] = GEMV_MAX_WORKGROUPS
         return values
 
@@ -210,13 +244,15 @@ class LinearQ4gswModel:
         m, n, k, group_size = self._sizes(node, live)
         has_gemv = gemv_eligible(k, group_size)
         use_gemv = has_gemv and m == 1
+        dtype = op_dtype(live.graph, node)
+        gemm, gemv = dtype_slot(GEMM, dtype), dtype_slot(GEMV, dtype)
         off = (0, 0, 0)
         gemm_count = (div_up(div_up(m, TILE) * div_up(n, TILE), GEMM_WORKGROUP[0]), 1, 1)
-        slots = [(node.name, GEMM, GEMM_WORKGROUP, off if use_gemv else gemm_count, not use_gemv)]
+        slots = [(node.name, gemm, GEMM_WORKGROUP, off if use_gemv else gemm_count, not use_gemv)]
         if has_gemv:
             gemv_count = (min(div_up(n, 2), GEMV_MAX_WORKGROUPS), 1, 1)
             slots.append(
-                (node.name, GEMV, GEMV_WORKGROUP, gemv_count if use_gemv else off, use_gemv)
+                (node.name, gemv, GEMV_WORKGROUP, gemv_count if use_gemv else off, use_gemv)
             )
         return slots
 
@@ -270,7 +306,9 @@ class LinearQ4gswModel:
         # any summation tree of K terms (lanes, words, groups; the GEMV's power-of-two
         # factors 16^j are exact), and the bias addition. Higham: |error| <=
         # gamma(K + 2) * (sum_k |x_k| |w_k| + |b|). Exact zeros (padded nibbles, skipped
-        # tails, idle lanes) add no rounding. Assumes no underflow to subnormals.
+        # tails, idle lanes) add no rounding. Assumes no underflow to subnormals. The f16
+        # kernels compute the same way from exact f16 inputs (their loads widen exactly):
+        # this bound, and local_budget adds the one rounding of the f16 store.
         local = SAFETY * gamma(k + 2) * (ax @ w.T + ab)
         return {"out": local.reshape(outputs["out"].shape)}
 
@@ -324,13 +362,26 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     # the innermost crosses the GEMM's 4-row tiles (and 64-invocation workgroups of tiles).
     lead_max = [draw(st.integers(1, 4)) for _ in range(rank - 1)]
     lead_max.append(draw(st.one_of(st.integers(1, 6), st.sampled_from([8, 9, 17, 33]))))
+    has_bias = draw(st.booleans())
+    modes = draw(st.lists(st.sampled_from([_ONES, _MAX, _ANY]), min_size=1, max_size=6))
+    leads: list[list[int]] = []
+    for mode in modes:
+        if mode == _ONES:
+            leads.append([1] * rank)
+        elif mode == _MAX:
+            leads.append(list(lead_max))
+        else:
+            leads.append([draw(live_sizes(size)) for size in lead_max])
+    # Last: the shape draws stay where they were. In f16 the outputs stay far below 65504:
+    # |out| ~ sqrt(K) (unit-variance x and dequantized weights) with K <= 520.
+    dtype = draw(family_dtype("linear_q4gsw"))
     b = GraphBuilder()
-    x = b.input("x", "float32", [*lead_max, k])
+    x = b.input("x", dtype, [*lead_max, k])
     packed, scales = q4.quantize(rng.standard_normal((n, k)), group_size, groups=groups)
     weight = b.constant("weight", packed)
     scales_name = b.constant("scales", scales)
     group_size_name = b.int(group_size, "group_size")
-    bias = b.constant("bias", float_array(rng, [n])) if draw(st.booleans()) else None
+    bias = b.constant("bias", float_array(rng, [n], dtype=dtype)) if has_bias else None
     b.output(
         b.op(
             "linear_q4gsw",
@@ -342,17 +393,8 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
             bias=bias,
         )
     )
-    modes = draw(st.lists(st.sampled_from([_ONES, _MAX, _ANY]), min_size=1, max_size=6))
-    steps: list[StepInputs] = []
-    for mode in modes:
-        if mode == _ONES:
-            lead = [1] * rank
-        elif mode == _MAX:
-            lead = list(lead_max)
-        else:
-            lead = [draw(live_sizes(size)) for size in lead_max]
-        steps.append({"x": float_array(rng, [*lead, k])})
-    meta = {"seed": seed, "family": "linear_q4gsw", "modes": modes}
+    steps: list[StepInputs] = [{"x": float_array(rng, [*lead, k], dtype=dtype)} for lead in leads]
+    meta = {"seed": seed, "family": "linear_q4gsw", "modes": modes, "dtype": dtype}
     return Case(b.build(), steps, name="linear_q4gsw", meta=meta)
 
 
