@@ -335,7 +335,7 @@ def test_parity_run_with_the_examples_exits_clean(tmp_path: Path) -> None:
     chunk agrees and the profile's coverage cells (`fold` included) are met, exit 0."""
     proc = parity(
         "run", "--kernels", EXAMPLES, "--profile", "pr",
-        "--families", ",".join(EXAMPLE_FAMILIES), "--max-examples", "20", "--chunk-examples", "10",
+        "--families", ",".join(EXAMPLE_FAMILIES), "--max-examples", "40", "--chunk-examples", "20",
         "--no-database", "--no-expectations", "--jobs", "1", "--out", tmp_path / "run",
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
