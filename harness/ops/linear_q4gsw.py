@@ -48,6 +48,14 @@ scale (one vec2 load for both columns) and accumulated. A shared-memory tree red
 (vec2, both columns at once) combines the lanes; lane 0 adds the bias and writes.
 docs/benchmarks.md gives the reasons for these choices and the knobs to tune on a GPU.
 
+`q4gsw_gemm_f16acc` — the GEMM of a float16 graph whose `accumulate_bits` is 16 (optional
+int argument; 32 when absent, 16 refused unless x is float16): as `q4gsw_gemm_f16`, but the
+scales are rounded to f16, the dequantized weights are f16 products and the products are
+summed by f16 fused multiply-adds in blocks of 32 k (4 weight words, from k = 0); each
+block's sum is added to an f32 accumulator. Upstream's `steel_half_pwdq_f16acc` sums all of
+K in f16; blocks keep the bound defined for any K (`half_budget` derives it). The GEMV route
+(M = 1) stays f32-accumulating in such a graph, with its own budget.
+
 Routing at run time, from the live M: the GEMV when M == 1 and the GEMV was built, the GEMM
 otherwise. A slot that is not taken is logged with ran=False and count (0, 0, 0).
 """
@@ -89,10 +97,24 @@ from harness.model import (
     tensors,
 )
 from harness.model.constants import remember
-from harness.model.numerics import SAFETY, gamma
+from harness.model.numerics import SAFETY, U16, f16_store, gamma
 
 GEMM, GEMV = "q4gsw_gemm", "q4gsw_gemv"
 GEMM_F16, GEMV_F16 = dtype_slot(GEMM, "float16"), dtype_slot(GEMV, "float16")
+GEMM_F16ACC = "q4gsw_gemm_f16acc"  # accumulate_bits = 16
+F16ACC_BLOCK = 32  # k per f16 accumulation block of q4gsw_gemm_f16acc (4 weight words)
+# Below the f16 normal range (2^-14) an f16 result may be flushed to zero (WGSL and Vulkan
+# both allow it): an absolute error of up to 2^-14 per f16 operation.
+TINY16 = 2.0**-14
+
+
+def accumulate_bits(node: OpNode, graph: Graph) -> int:
+    """The graph's accumulate_bits (32 when absent): 16 routes the GEMM to its f16-accumulating
+    kernel."""
+    name = node.optional_arg("accumulate_bits")
+    return 32 if name is None else int(graph.scalar(name))
+
+
 TILE = 4  # a GEMM invocation's outputs: TILE rows × TILE columns
 GEMM_WORKGROUP = (64, 1, 1)
 GEMV_WORKGROUP = (64, 1, 1)  # lanes per workgroup; a power of two (tree reduction)
@@ -143,6 +165,18 @@ class LinearQ4gswModel:
             ),
         ),
         KernelSpec(
+            GEMM_F16ACC,
+            GEMM_F16ACC,
+            GEMM_F16ACC,
+            (
+                rw("out", "f16"),
+                ro("x", "f16"),
+                ro("weight", "u32"),
+                ro("scales"),
+                ro("bias", "f16"),
+            ),
+        ),
+        KernelSpec(
             GEMV_F16,
             "q4gsw_gemv_f16",
             "q4gsw_gemv_f16",
@@ -173,6 +207,11 @@ class LinearQ4gswModel:
         group_size = int_literal(node, graph, "group_size")
         if group_size <= 0:
             raise GraphBuildError(node.name, f"group_size must be > 0, not {group_size}")
+        bits = accumulate_bits(node, graph)
+        if bits not in (16, 32) or (bits == 16 and dtype != "float16"):
+            raise GraphBuildError(
+                node.name, f"accumulate_bits must be 32, or 16 with float16 x, not {bits}"
+            )
         k = x.dims[-1]
         if len(weight.dims) != 2 or weight.dims[1] != q4.k_padded(k) // 2:
             raise GraphBuildError(
@@ -246,6 +285,8 @@ class LinearQ4gswModel:
         use_gemv = has_gemv and m == 1
         dtype = op_dtype(live.graph, node)
         gemm, gemv = dtype_slot(GEMM, dtype), dtype_slot(GEMV, dtype)
+        if accumulate_bits(node, live.graph) == 16:
+            gemm = GEMM_F16ACC
         off = (0, 0, 0)
         gemm_count = (div_up(div_up(m, TILE) * div_up(n, TILE), GEMM_WORKGROUP[0]), 1, 1)
         slots = [(node.name, gemm, GEMM_WORKGROUP, off if use_gemv else gemm_count, not use_gemv)]
@@ -312,6 +353,55 @@ class LinearQ4gswModel:
         local = SAFETY * gamma(k + 2) * (ax @ w.T + ab)
         return {"out": local.reshape(outputs["out"].shape)}
 
+    def half_budget(
+        self,
+        node: OpNode,
+        args: Args,
+        outputs: Mapping[str, np.ndarray],
+        budgets: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """The f16 op's budget: the f32 computation's (`budget`) plus the f16 store, except on
+        the GEMM route of accumulate_bits = 16 (`q4gsw_gemm_f16acc`), whose bound is blocked.
+
+        Derivation for q4gsw_gemm_f16acc, one output, S = sum_k |x_k| |w_k| over exact f16 x
+        and the float64 dequantized w. Each term meets the scale's rounding to f16 (u16
+        relative) and the f16 product (nibble - 8) * scale (u16): 2 u16 S. Within a block of
+        B = F16ACC_BLOCK consecutive k (k ascending, from k = 0, as the kernel walks them),
+        the f16 fused multiply-adds from 0 round each partial sum P_i once:
+        |fl(P_{i-1} + t_i) - (P_{i-1} + t_i)| <= u16 |P_i|, so the block's error is at most
+        u16 sum_i |P_i| (first order; Higham's recursive-summation bound before it is relaxed
+        to gamma_B sum |t_i|, which for sums of mixed signs is sqrt(B) times looser). The
+        partial sums are computed here exactly, in the kernel's order. A block's f16 sum is
+        exact in f32; the nb = ceil(K / B) block sums and the bias are added in f32:
+        gamma32(nb + 1) (S + |b|). A flushed f16 scale, product or partial sum below 2^-14
+        adds up to 3 K TINY16. Second-order products are dropped, as every derivation here
+        drops them (SAFETY covers them); then the f16 store. Every term is per block, so the
+        bound holds for any K: an unblocked f16 sum (upstream's steel_half_pwdq_f16acc) has
+        gamma_K undefined for K >= 2048. Generated data keep block sums far below 65504.
+        """
+        x = args["x"]
+        k = x.shape[-1]
+        rows = x.reshape(-1, k)
+        group_size = int(args["group_size"])
+        bits = args.get("accumulate_bits")
+        gemv_route = rows.shape[0] == 1 and gemv_eligible(k, group_size)
+        out = outputs["out"]
+        if bits is None or int(bits) != 16 or gemv_route:
+            return {"out": np.asarray(f16_store(budgets["out"], out))}
+        w = self._dequantized(args)
+        terms = np.abs(rows) @ np.abs(w).T
+        partials = np.zeros_like(terms)
+        for k0 in range(0, k, F16ACC_BLOCK):
+            block = rows[:, None, k0 : k0 + F16ACC_BLOCK] * w[None, :, k0 : k0 + F16ACC_BLOCK]
+            partials += np.abs(np.cumsum(block, axis=-1)).sum(axis=-1)
+        bias = args.get("bias")
+        ab = np.abs(bias) if bias is not None else 0.0
+        blocks = div_up(k, F16ACC_BLOCK)
+        local = SAFETY * (
+            2 * U16 * terms + U16 * partials + gamma(blocks + 1) * (terms + ab) + 3 * k * TINY16
+        )
+        return {"out": np.asarray(f16_store(local.reshape(out.shape), out))}
+
 
 MODEL = register("linear_q4gsw", LinearQ4gswModel())
 
@@ -375,6 +465,8 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     # Last: the shape draws stay where they were. In f16 the outputs stay far below 65504:
     # |out| ~ sqrt(K) (unit-variance x and dequantized weights) with K <= 520.
     dtype = draw(family_dtype("linear_q4gsw"))
+    # Half the f16 cases run the f16-accumulating GEMM (accumulate_bits = 16).
+    bits = draw(st.sampled_from([16, 32])) if dtype == "float16" else 32
     b = GraphBuilder()
     x = b.input("x", dtype, [*lead_max, k])
     packed, scales = q4.quantize(rng.standard_normal((n, k)), group_size, groups=groups)
@@ -391,10 +483,12 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
             scales=scales_name,
             group_size=group_size_name,
             bias=bias,
+            accumulate_bits=b.int(16, "accumulate_bits") if bits == 16 else None,
         )
     )
     steps: list[StepInputs] = [{"x": float_array(rng, [*lead, k], dtype=dtype)} for lead in leads]
     meta = {"seed": seed, "family": "linear_q4gsw", "modes": modes, "dtype": dtype}
+    meta |= {"accumulate_bits": bits} if bits == 16 else {}
     return Case(b.build(), steps, name="linear_q4gsw", meta=meta)
 
 

@@ -16,7 +16,7 @@ from harness.check.lockstep import LockstepRunner
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 from harness.model import q4
-from tests.plants import glsl_substitution
+from tests.plants import glsl_substitution, wgsl_substitution
 
 pytestmark = pytest.mark.gpu
 
@@ -121,3 +121,99 @@ def test_an_f16_gemv_accumulating_in_f16_is_found_and_blamed(runner: LockstepRun
     keys = {d.bug_key() for d in result.divergences}
     # About 3x the budget: the band of utilizations 1-10.
     assert keys == {BugKey("linear_q4gsw", "numeric", "vulkan", "x1", "float16")}, keys
+
+
+def _accumulating_case(bits: int | None, rows: list[int], k: int = 3000) -> Case:
+    """A linear of K = 3000 (beyond the 2048 where an unblocked f16 sum has no bound) with
+    accumulate_bits = `bits` over f16 x, whose live M takes `rows` in turn."""
+    case = _linear_case("float16", rows, k=k, n=9, group_size=40)
+    if bits is None:
+        return case
+    b = GraphBuilder()
+    rng = np.random.default_rng(1)
+    x = b.input("x", "float16", [max(rows), k])
+    packed, scales = q4.quantize(rng.standard_normal((9, k)), 40)
+    b.output(
+        b.op(
+            "linear_q4gsw",
+            name="lin",
+            out_dims=[max(rows), 9],
+            x=x,
+            weight=b.constant("weight", packed),
+            scales=b.constant("scales", scales),
+            group_size=b.int(40, "group_size"),
+            bias=b.constant("bias", rng.standard_normal(9).astype(np.float16)),
+            accumulate_bits=b.int(bits, "accumulate_bits"),
+        )
+    )
+    return Case(b.build(), case.steps, name=f"linear_q4gsw_f16acc{bits}")
+
+
+def test_the_f16_accumulating_gemm_agrees_within_its_blocked_bound(
+    runner: LockstepRunner,
+) -> None:
+    result = runner.run(_accumulating_case(16, [5, 1, 3]))
+    assert result.ok, result.divergences
+    ran = {d["kernel"] for step in result.steps for d in step.expected_dispatches if d["ran"]}
+    # The GEMV route (M = 1) keeps f32 accumulation, and its own (tighter) budget.
+    assert ran == {"q4gsw_gemm_f16acc", "q4gsw_gemv_f16"}
+
+
+def test_f16_accumulation_is_refused_without_f16_x(runner: LockstepRunner) -> None:
+    """accumulate_bits must be 32, or 16 with float16 x: both backends and the contract
+    refuse the rest at load with the same key."""
+    for bits, dtype in ((16, "float32"), (8, "float16")):
+        b = GraphBuilder()
+        x = b.input("x", dtype, [2, 16])
+        packed, scales = q4.quantize(np.ones((4, 16)), 8)
+        b.output(
+            b.op(
+                "linear_q4gsw",
+                name="lin",
+                out_dims=[2, 4],
+                x=x,
+                weight=b.constant("weight", packed),
+                scales=b.constant("scales", scales),
+                group_size=b.int(8, "group_size"),
+                accumulate_bits=b.int(bits, "accumulate_bits"),
+            )
+        )
+        steps = [{"x": np.ones((2, 16), dtype)}]
+        result = runner.run(Case(b.build(), steps, name="refused"))
+        assert result.ok, result.divergences  # refused alike: an agreed load error
+        assert result.steps == [] or all(s.expected_error for s in result.steps)
+
+
+def test_the_budget_catches_an_unblocked_f16_sum(runner: LockstepRunner) -> None:
+    """The blocked bound sees the kernel drop its blocks (one f16 sum over all of K, as
+    upstream's f16acc kernel): K = 30000 terms of 2 * 14/15 (x = 2, weights ones quantized)
+    sum to 56000, but an unblocked f16 sum stops growing at 4096, where the f16 spacing (4)
+    swallows each term. Planted on WebGPU, found there."""
+    k = 30000
+    b = GraphBuilder()
+    x = b.input("x", "float16", [4, k])
+    packed, scales = q4.quantize(np.ones((8, k)), 32)
+    b.output(
+        b.op(
+            "linear_q4gsw",
+            name="lin",
+            out_dims=[4, 8],
+            x=x,
+            weight=b.constant("weight", packed),
+            scales=b.constant("scales", scales),
+            group_size=b.int(32, "group_size"),
+            accumulate_bits=b.int(16, "accumulate_bits"),
+        )
+    )
+    case = Case(b.build(), [{"x": np.full((4, k), 2.0, np.float16)}], name="f16acc_long")
+    assert runner.run(case).ok
+    with wgsl_substitution(
+        "q4gsw_gemm_f16acc",
+        "if (word % BLOCK_WORDS == BLOCK_WORDS - 1u || word + 1u == params.k_words) {",
+        "if (word + 1u == params.k_words) {",
+    ):
+        result = runner.run(case)
+    assert result.divergences
+    assert {(d.op_type, d.blame, d.dtype) for d in result.divergences} == {
+        ("linear_q4gsw", "webgpu", "float16")
+    }

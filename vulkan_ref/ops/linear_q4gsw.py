@@ -52,6 +52,15 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
     group_size = int(graph.scalar_arg(node, "group_size"))
     if group_size <= 0:
         raise graph.fail(node, f"group_size is {group_size}; it must be positive")
+    bits = (
+        32
+        if node.optional_arg("accumulate_bits") is None
+        else graph.scalar_arg(node, "accumulate_bits")
+    )
+    if bits not in (16, 32) or (bits == 16 and dtype != "float16"):
+        raise graph.fail(
+            node, f"accumulate_bits is {bits}; it must be 32, or 16 with float16 x ({dtype})"
+        )
     in_features = x.max_sizes[-1]
     packed_width = (in_features + 7) // 8 * 4
     if len(weight.max_sizes) != 2 or weight.max_sizes[1] != packed_width:
@@ -136,7 +145,8 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
         "gemv_workgroups": gemv_workgroups,
         "workgroup_size": GEMM_WORKGROUP,
     }
-    gemm_slot = graph.dtype_slot(node, "q4gsw_gemm", dtype)
+    # accumulate_bits 16: the GEMM accumulating in f16 blocks (the GEMV stays f32-accumulating)
+    gemm_slot = "q4gsw_gemm_f16acc" if bits == 16 else graph.dtype_slot(node, "q4gsw_gemm", dtype)
     gemv_slot = graph.dtype_slot(node, "q4gsw_gemv", dtype)
     args = tuple(t.name for t in (out, x, weight, scales)) + ((bias.name,) if bias else ())
     graph.add_dispatch_node(

@@ -71,6 +71,12 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     group_size = int(graph.arg_scalar(node, "group_size"))
     if group_size <= 0:
         raise graph.fail(node, f"group_size must be > 0, got {group_size}")
+    has_bits = node.optional_arg("accumulate_bits") is not None
+    bits = int(graph.arg_scalar(node, "accumulate_bits")) if has_bits else 32
+    if bits not in (16, 32) or (bits == 16 and dtype != "float16"):
+        raise graph.fail(
+            node, f"accumulate_bits must be 32, or 16 with float16 x (x is {dtype}), got {bits}"
+        )
     k = x.dims[-1]
     k_words = -(-k // 8)
     if len(weight.dims) != 2 or weight.dims[1] != 4 * k_words:
@@ -128,7 +134,8 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         "max_workgroups": GEMV_MAX_WORKGROUPS,
         "workgroup_size": GEMV_LANES,
     }
-    gemm_slot = graph.dtype_slot(node, "q4gsw_gemm", dtype)
+    # accumulate_bits 16: the GEMM accumulating in f16 blocks (the GEMV stays f32-accumulating)
+    gemm_slot = "q4gsw_gemm_f16acc" if bits == 16 else graph.dtype_slot(node, "q4gsw_gemm", dtype)
     gemv_slot = graph.dtype_slot(node, "q4gsw_gemv", dtype)
     gemm = graph.add_kernel(node, {gemm_slot: gemm_slot}, tensors=tensors, static=gemm_static)
     gemv = (
