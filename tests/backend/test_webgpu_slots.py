@@ -40,6 +40,7 @@ from harness import GraphBuilder, op_budget, single_op_graph
 from harness.check.lockstep import LockstepRunner
 from harness.check.verdict import assert_parity
 from harness.gen.case import Case
+from harness.gen.half import half_precision
 from harness.model import q4
 from webgpu_backend import WebGPURuntime
 from webgpu_backend.graph import WebGPUGraph
@@ -56,8 +57,9 @@ def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
 # --- the project's kernels, bound through reflection -----------------------------------------
 
 
-def _linear_case() -> Case:
-    """GEMM at M = 6, then the GEMV at M = 1 (K % 8 == 0, group 32), with a bias."""
+def _linear_case(accumulate_bits: int | None = None) -> Case:
+    """GEMM at M = 6, then the GEMV at M = 1 (K % 8 == 0, group 32), with a bias (and the
+    graph's accumulate_bits, for the f16 twin's f16-accumulating GEMM)."""
     rng = np.random.default_rng(RNG_SEED)
     n, k, group = 13, 64, 32
     packed, scales = q4.quantize(rng.standard_normal((n, k)), group)
@@ -72,6 +74,7 @@ def _linear_case() -> Case:
         scales=b.constant("scales", scales),
         group_size=b.int(group, "group_size"),
         bias=b.constant("bias", _f32(rng, n)),
+        accumulate_bits=None if accumulate_bits is None else b.int(accumulate_bits),
     )
     b.output(out)
     return Case(b.build(), [{"x": _f32(rng, 6, k)}, {"x": _f32(rng, 1, k)}], name="linear")
@@ -155,12 +158,23 @@ def _project_cases() -> dict[str, Case]:
     }
 
 
+def _project_cases_f16() -> dict[str, Case]:
+    """Each case's half-precision twin (q4 scales kept float32), and the f16-accumulating
+    GEMM: every `_f16` slot runs."""
+    cases = {
+        f"{name}_f16": half_precision(case, keep={"scales"})
+        for name, case in _project_cases().items()
+    }
+    cases["linear_q4gsw_f16acc"] = half_precision(_linear_case(16), keep={"scales"})
+    return cases
+
+
 def test_the_project_kernels_bound_by_reflection_pass_every_oracle(webgpu: Runtime) -> None:
     """Every slot runs at least once, and every step agrees with the contract (dims,
     dispatch log) and stays within the float64 reference's budget, on WebGPU alone."""
     runner = LockstepRunner([webgpu])
     ran: set[str] = set()
-    for name, case in _project_cases().items():
+    for name, case in (_project_cases() | _project_cases_f16()).items():
         result = runner.run(case)
         assert_parity(result)
         for step in result.steps:
