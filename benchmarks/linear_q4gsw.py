@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from graph_format import BackendUnavailable, Graph
+from graph_format import BackendUnavailable, FeatureUnavailable, Graph
 from harness.gen.builder import GraphBuilder
 from harness.model.numerics import compare
 
@@ -93,6 +93,7 @@ BACKEND_LABELS = {"webgpu": "WebGPU", "vulkan": "Vulkan", "vulkan_robust": "Vulk
 MIN_B2B_COPIES = 4
 CEILING_BATCH = 4
 CHECK_ROWS = 8  # output rows checked against the float64 reference (rows are independent)
+GEMV_KERNELS = ("q4gsw_gemv", "q4gsw_gemv_f16")
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Row:
     k: int
     n: int
     m: int
+    dtype: str = "float32"  # x and out; float16 runs the `_f16` kernels
     kernel: str = ""
     median_us: dict[str, float] = field(default_factory=dict)
     rate: dict[str, float] = field(default_factory=dict)  # GB/s (GEMV) or GFLOP/s (GEMM)
@@ -280,8 +282,22 @@ def linear_graph(
     packed = rng.integers(0, 256, size=(n, (k + 7) // 8 * 4), dtype=np.uint8)
     groups = -(-k // group_size)
     scales = rng.uniform(0.001, 0.01, size=(groups, -(-n // 4) * 4)).astype(np.float32)
+    return linear_graph_of(packed, scales, k, max_m, group_size), packed.nbytes + scales.nbytes
+
+
+def linear_graph_of(
+    packed: np.ndarray,
+    scales: np.ndarray,
+    k: int,
+    max_m: int,
+    group_size: int,
+    dtype: str = "float32",
+) -> Graph:
+    """The one-op graph of these q4gsw weights, with x and out of `dtype` (float16: the
+    `_f16` kernels; the weights and float32 scales are the same bytes)."""
+    n = packed.shape[0]
     b = GraphBuilder()
-    x = b.input("x", "float32", [max_m, k])
+    x = b.input("x", dtype, [max_m, k])
     out = b.op(
         "linear_q4gsw",
         name="linear",
@@ -292,11 +308,13 @@ def linear_graph(
         group_size=b.int(group_size, "group_size"),
     )
     b.output(out)
-    return b.build(), packed.nbytes + scales.nbytes
+    return b.build()
 
 
 def reference_rows(graph: Graph, x_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The harness's float64 reference and derived error budget for the given rows of x."""
+    """The harness's float64 reference and derived error budget for the given rows of x
+    (float16 x: the f16 kernels' budget, the f32 one plus the rounding of the f16 store)."""
+    from harness.model import local_budget
     from harness.ops.linear_q4gsw import MODEL
 
     node = graph.ops[0]
@@ -308,7 +326,7 @@ def reference_rows(graph: Graph, x_rows: np.ndarray) -> tuple[np.ndarray, np.nda
         "bias": None,
     }
     ref = MODEL.reference(node, args)["out"]
-    return ref, MODEL.budget(node, args, {"out": ref})["out"]
+    return ref, local_budget(graph, node, args, {"out": ref})["out"]
 
 
 def measure_ceiling(
@@ -340,6 +358,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         preset = "cpu" if any(be.is_cpu for be in backends) else "gpu"
     cfg = dict(PRESETS[preset])
     keys = ("shapes", "gemv_shapes", "m", "ceiling_mib", "cold_mib", "repeats", "warmup")
+    cfg["dtypes"] = args.dtypes
     for key in (*keys, "burn_passes"):
         value = getattr(args, key)
         if value is not None:
@@ -369,93 +388,110 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if b2b:
             copies = max(copies, MIN_B2B_COPIES, args.batch or 0)
         batch = (args.batch or copies) if b2b else 0
-        x_full = rng.standard_normal((max_m, k)).astype(np.float32)
-        shape_rows = {m: Row(k, n, m) for m in m_list}
-        outputs: dict[int, dict[str, np.ndarray]] = {m: {} for m in m_list}
-        ref, budget = reference_rows(graph, x_full[:CHECK_ROWS])
-        for be in backends:
-            loaded = [be.runtime.load(graph) for _ in range(copies)]
-            burner = be.make_burn() if burn else None
-            try:
-                for m in m_list:
-                    row = shape_rows[m]
-                    row.stream_bytes, row.copies = stream_bytes, copies
-                    inputs = {"x": np.ascontiguousarray(x_full[:m])}
-                    start = time.perf_counter()
-                    if b2b and m == 1:
-                        (timing,) = be.time_graph(
+        x_f32 = rng.standard_normal((max_m, k)).astype(np.float32)
+        # fp32 at every M; f16 (`--dtypes`) at M = 1, the GEMV, over the same weight bytes
+        # and the same activations rounded to f16, in the same run on the same device.
+        weights = (graph.constants["weight"], graph.constants["scales"])
+        shape_m = m_list
+        for dtype in cfg["dtypes"]:
+            if dtype != "float32" and 1 not in shape_m:
+                continue
+            m_list = shape_m if dtype == "float32" else [1]
+            graph = linear_graph_of(*weights, k, max_m, args.group_size, dtype)
+            x_full = x_f32.astype(dtype)
+            shape_rows = {m: Row(k, n, m, dtype) for m in m_list}
+            outputs: dict[int, dict[str, np.ndarray]] = {m: {} for m in m_list}
+            ref, budget = reference_rows(graph, x_full[:CHECK_ROWS])
+            for be in backends:
+                try:
+                    loaded = [be.runtime.load(graph) for _ in range(copies)]
+                except FeatureUnavailable as err:  # a device without f16
+                    print(f"bench: {be.name} {dtype} skipped: {err}", file=sys.stderr)
+                    continue
+                burner = be.make_burn() if burn else None
+                try:
+                    for m in m_list:
+                        row = shape_rows[m]
+                        row.stream_bytes, row.copies = stream_bytes, copies
+                        inputs = {"x": np.ascontiguousarray(x_full[:m])}
+                        start = time.perf_counter()
+                        if b2b and m == 1:
+                            (timing,) = be.time_graph(
+                                loaded,
+                                inputs,
+                                repeats=cfg["repeats"],
+                                warmup=cfg["warmup"],
+                                burn=burner,
+                                burn_passes=burn,
+                                batch=batch,
+                            )
+                            if timing.kernel in GEMV_KERNELS:
+                                row.batch = batch
+                                ns = timing.median_ns
+                                row.b2b_us[be.name] = ns / 1e3
+                                row.b2b_rate[be.name] = stream_bytes / ns
+                                row.b2b_of_ceiling[be.name] = (
+                                    stream_bytes / ns / ceiling_b2b[be.name]
+                                )
+                                same = be.read_times(
+                                    stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn, batch
+                                )
+                                row.b2b_read_same[be.name] = stream_bytes / float(np.median(same))
+                                print(
+                                    f"bench: {be.name} K={k} N={n} M=1 {timing.kernel} "
+                                    "back to back: "
+                                    f"{ns / 1e3:.1f} us per call ({batch} per batch); read of the "
+                                    f"same bytes {row.b2b_read_same[be.name]:.0f} GB/s"
+                                )
+                        timings = be.time_graph(
                             loaded,
                             inputs,
                             repeats=cfg["repeats"],
                             warmup=cfg["warmup"],
                             burn=burner,
                             burn_passes=burn,
-                            batch=batch,
                         )
-                        if timing.kernel == "q4gsw_gemv":
-                            row.batch = batch
-                            ns = timing.median_ns
-                            row.b2b_us[be.name] = ns / 1e3
-                            row.b2b_rate[be.name] = stream_bytes / ns
-                            row.b2b_of_ceiling[be.name] = stream_bytes / ns / ceiling_b2b[be.name]
+                        (timing,) = timings
+                        row.kernel = timing.kernel
+                        median_ns = timing.median_ns
+                        row.median_us[be.name] = median_ns / 1e3
+                        if timing.kernel in GEMV_KERNELS:
+                            row.rate[be.name] = stream_bytes / median_ns  # GB/s
+                            row.of_ceiling[be.name] = row.rate[be.name] / ceiling[be.name]
                             same = be.read_times(
-                                stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn, batch
+                                stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn
                             )
-                            row.b2b_read_same[be.name] = stream_bytes / float(np.median(same))
+                            row.read_same[be.name] = stream_bytes / float(np.median(same))
                             print(
-                                f"bench: {be.name} K={k} N={n} M=1 {timing.kernel} back to back: "
-                                f"{ns / 1e3:.1f} us per call ({batch} per batch); read of the "
-                                f"same bytes {row.b2b_read_same[be.name]:.0f} GB/s"
+                                f"bench: {be.name} K={k} N={n} read of the same bytes "
+                                f"{row.read_same[be.name]:.0f} GB/s"
                             )
-                    timings = be.time_graph(
-                        loaded,
-                        inputs,
-                        repeats=cfg["repeats"],
-                        warmup=cfg["warmup"],
-                        burn=burner,
-                        burn_passes=burn,
-                    )
-                    (timing,) = timings
-                    row.kernel = timing.kernel
-                    median_ns = timing.median_ns
-                    row.median_us[be.name] = median_ns / 1e3
-                    if timing.kernel == "q4gsw_gemv":
-                        row.rate[be.name] = stream_bytes / median_ns  # GB/s
-                        row.of_ceiling[be.name] = row.rate[be.name] / ceiling[be.name]
-                        same = be.read_times(
-                            stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn
-                        )
-                        row.read_same[be.name] = stream_bytes / float(np.median(same))
+                        else:
+                            row.rate[be.name] = 2.0 * m * n * k / median_ns  # GFLOP/s
+                        out = loaded[0].execute(inputs).outputs["linear.out"]
+                        outputs[m][be.name] = out
+                        rows_checked = min(m, CHECK_ROWS)
+                        row.utilization[be.name] = compare(
+                            out[:rows_checked], ref[:rows_checked], budget[:rows_checked]
+                        ).utilization
                         print(
-                            f"bench: {be.name} K={k} N={n} read of the same bytes "
-                            f"{row.read_same[be.name]:.0f} GB/s"
+                            f"bench: {be.name} K={k} N={n} M={m} {timing.kernel}: "
+                            f"{median_ns / 1e3:.1f} us ({copies} weight copies, "
+                            f"{time.perf_counter() - start:.1f} s wall)"
                         )
-                    else:
-                        row.rate[be.name] = 2.0 * m * n * k / median_ns  # GFLOP/s
-                    out = loaded[0].execute(inputs).outputs["linear.out"]
-                    outputs[m][be.name] = out
-                    rows_checked = min(m, CHECK_ROWS)
-                    row.utilization[be.name] = compare(
-                        out[:rows_checked], ref[:rows_checked], budget[:rows_checked]
-                    ).utilization
-                    print(
-                        f"bench: {be.name} K={k} N={n} M={m} {timing.kernel}: "
-                        f"{median_ns / 1e3:.1f} us ({copies} weight copies, "
-                        f"{time.perf_counter() - start:.1f} s wall)"
+                finally:
+                    for lg in loaded:
+                        lg.close()
+                    if burner is not None:
+                        burner.close()
+            for m, row in shape_rows.items():
+                if len(outputs[m]) >= 2:
+                    first, *others = outputs[m].values()
+                    scale = float(np.abs(first).max()) or 1.0
+                    row.backend_diff = max(
+                        float(np.abs(first.astype(np.float64) - b).max()) / scale for b in others
                     )
-            finally:
-                for lg in loaded:
-                    lg.close()
-                if burner is not None:
-                    burner.close()
-        for m, row in shape_rows.items():
-            if len(outputs[m]) >= 2:
-                first, *others = outputs[m].values()
-                scale = float(np.abs(first).max()) or 1.0
-                row.backend_diff = max(
-                    float(np.abs(first.astype(np.float64) - b).max()) / scale for b in others
-                )
-            rows.append(row)
+                rows.append(row)
     return {
         "preset": preset,
         "config": {
@@ -507,15 +543,18 @@ def markdown(result: dict[str, Any]) -> str:
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for row in result["rows"]:
-        unit = "GB/s" if row["kernel"] == "q4gsw_gemv" else "GFLOP/s"
+        unit = "GB/s" if row["kernel"] in GEMV_KERNELS else "GFLOP/s"
         cells = [f"{row['k']}×{row['n']}", str(row["m"]), row["kernel"]]
         for name in names:
+            if name not in row["median_us"]:  # a device without f16 skipped it
+                cells += ["", ""]
+                continue
             cells += [f"{row['median_us'][name]:.1f}", f"{row['rate'][name]:.3g} {unit}"]
         frac = " / ".join(
             f"{row['of_ceiling'][n] * 100:.1f} %" for n in names if n in row["of_ceiling"]
         )
         cells.append(frac or "")
-        cells.append(f"{max(row['utilization'].values()):.2g}")
+        cells.append(f"{max(row['utilization'].values(), default=0.0):.2g}")
         cells.append("" if row["backend_diff"] is None else f"{row['backend_diff']:.1e}")
         same = row.get("read_same") or {}
         cells.append(" / ".join(f"{same[n]:.3g} GB/s" for n in names if n in same))
@@ -532,7 +571,7 @@ def gemv_modes(result: dict[str, Any]) -> list[str]:
     of that ceiling, and the GEMV's fraction of the read of the same bytes.
     """
     names = result["backends"]
-    rows = [r for r in result["rows"] if r.get("batch") and r["kernel"] == "q4gsw_gemv"]
+    rows = [r for r in result["rows"] if r.get("batch") and r["kernel"] in GEMV_KERNELS]
     if not rows:
         return []
     label = BACKEND_LABELS
@@ -562,6 +601,7 @@ def gemv_modes(result: dict[str, Any]) -> list[str]:
 
     for row in rows:
         mb = f"{row['stream_bytes'] / 1e6:.1f}"
+        shape = f"{row['k']}×{row['n']}" + (" f16" if row.get("dtype") == "float16" else "")
         for mode, us, rate, ceiling, same in (
             ("single", row["median_us"], row["rate"], ceil_1, row["read_same"]),
             (
@@ -576,7 +616,7 @@ def gemv_modes(result: dict[str, Any]) -> list[str]:
             same_frac = {n: same[n] / ceiling[n] for n in same}
             of_same = {n: rate[n] / same[n] for n in rate if n in same}
             cells = [
-                f"{row['k']}×{row['n']}",
+                shape,
                 mb,
                 mode,
                 joined(us, "{:.1f}"),
@@ -595,6 +635,14 @@ def _shapes(text: str) -> list[tuple[int, int]]:
         k, _, n = item.lower().partition("x")
         shapes.append((int(k), int(n)))
     return shapes
+
+
+def _dtypes(text: str) -> list[str]:
+    dtypes = [d.strip() for d in text.split(",") if d.strip()]
+    bad = [d for d in dtypes if d not in ("float32", "float16")]
+    if bad or not dtypes:
+        raise argparse.ArgumentTypeError(f"expected float32 and/or float16, got {text!r}")
+    return dtypes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -636,6 +684,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="override the M list, e.g. 1,128,2048",
     )
     parser.add_argument("--group-size", type=int, default=GROUP_SIZE)
+    parser.add_argument(
+        "--dtypes",
+        type=_dtypes,
+        default=["float32", "float16"],
+        help="activation types, comma-separated: float32 (every M) and float16 (the f16 "
+        "GEMV at M = 1, same weights); default both",
+    )
     parser.add_argument("--repeats", type=int, default=None, help="timed calls per point")
     parser.add_argument("--warmup", type=int, default=None, help="untimed calls first")
     parser.add_argument("--ceiling-mib", type=int, default=None, help="read-ceiling buffer size")

@@ -324,7 +324,7 @@ def test_list_shows_families_ops_variants_and_adapters(capsys: pytest.CaptureFix
     assert gemv["values"]["k_words"].startswith("K in u32 words")
     # Half precision: which ops take f16, which families draw it, which devices offer it.
     assert doc["op_dtypes"]["rms_norm"] == ["float32", "float16"]
-    assert doc["op_dtypes"]["linear_q4gsw"] == ["float32"]
+    assert doc["op_dtypes"]["fused_sdpa"] == ["float32"]
     assert "float16" in doc["families"]["dag"]["dtypes"]
     assert "rms_norm_f16" in doc["ops"]["rms_norm"]
     assert all(doc["adapters"][b]["shader_f16"] for b in ("webgpu", "vulkan"))

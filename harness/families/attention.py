@@ -7,10 +7,11 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph
-from harness.gen.blocks import float_array, head_dims, kv_steps, seeds
+from harness.gen.blocks import family_dtype, float_array, head_dims, kv_steps, seeds
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
+from harness.gen.half import half_precision
 from harness.ops.rotary import rope_tables
 
 
@@ -126,4 +127,6 @@ def attention_cases(draw: st.DrawFn) -> Case:
         max_seq=max_seq,
     )
     steps = [attention_step(rng, graph, s, p) for s, p in draw(kv_steps(cache_rows, max_seq))]
-    return Case(graph, steps, name="attention", meta={"seed": seed, "family": "attention"})
+    case = Case(graph, steps, name="attention", meta={"seed": seed, "family": "attention"})
+    # Last: the shape draws stay where they were; f16 data are the f32 data rounded.
+    return half_precision(case) if draw(family_dtype("attention")) == "float16" else case

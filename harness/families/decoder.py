@@ -9,7 +9,8 @@ graph input; the views to and from heads take their sequence length from `sym_si
 q projection (an intermediate, so a stale SymInt would show); rope reads host-sliced
 frequency rows `input_pos .. input_pos + S - 1` given as graph inputs `[S, head_dim / 2]`.
 A step is (input_pos, S): a prefill of S tokens, a decode step (S = 1), a further prefill
-chunk, or a reset to position 0.
+chunk, or a reset to position 0. A quarter of the family's sessions run in half precision
+(`in_half_precision`: f16 activations, KV caches and logits, f32 q4 scales).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import numpy as np
 from hypothesis import strategies as st
 
 from graph_format import Graph
-from harness.gen.blocks import kv_steps
+from harness.gen.blocks import family_dtype, kv_steps
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
+from harness.gen.half import half_precision
 from harness.model import q4
 
 LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
@@ -343,4 +345,14 @@ def decoder_cases(draw: st.DrawFn) -> Case:
     max_prefill = min(config.max_seq, 16)
     schedule = [(pos, s) for s, pos in draw(kv_steps(config.max_seq, max_prefill))]
     schedule[0] = (0, schedule[0][1])  # a session starts with a prefill at position 0
-    return decoder_case(config, weights, schedule, rng, name="decoder")
+    case = decoder_case(config, weights, schedule, rng, name="decoder")
+    # Last: the shape draws stay where they were. An f16 session: f16 weights' activations,
+    # KV caches, rope tables and logits; the q4 weights and their scales are the same bytes.
+    return in_half_precision(case) if draw(family_dtype("decoder")) == "float16" else case
+
+
+def in_half_precision(case: Case) -> Case:
+    """The f16 twin of a decoder case (`harness.gen.half`): every float tensor, the KV caches
+    and the rope tables included, in float16, except the q4 scales, which stay float32."""
+    scales = {name for name in case.graph.values if name.endswith(".scales")}
+    return half_precision(case, keep=scales)

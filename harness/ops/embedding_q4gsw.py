@@ -12,6 +12,9 @@ value is refused at load.
 Kernel design (both backends): one dispatch slot, kernel `embedding_q4gsw` (low nibble first)
 or `embedding_q4gsw_even_high` (high nibble first), 64 invocations per workgroup, one per
 output element, logical count ceil(numel(out) / 64). Any even D.
+A float16 out takes the nibble order's `_f16` kernel: the same dequantization in f32 (scales
+stay float32), each element rounded once to f16 (budget: the f32 one plus the f16 store,
+`harness.model.local_budget`).
 
 Token ids are checked on the host, against [0, vocab), before anything changes (`check_host`:
 `InputError` reason "index_range"), so `indices` must be a graph input: a graph that computes
@@ -25,9 +28,10 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from graph_format.kernels import Value
 from harness.gen.blocks import (
+    family_dtype,
     leading_dims,
     seeds,
     step_dims,
@@ -36,6 +40,7 @@ from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
 from harness.gen.graphgen import GraphGen, generator
+from harness.gen.half import half_precision
 from harness.model import (
     Args,
     ExpectedDispatch,
@@ -45,6 +50,7 @@ from harness.model import (
     int_literal,
     kernels,
     numel,
+    op_dtype,
     register,
     ro,
     rw,
@@ -85,15 +91,17 @@ class EmbeddingQ4gswModel:
 
     activations = ("indices",)
     required_regimes = ("size=1", "size=max", "step=grow")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
         *(
             KernelSpec(
-                name,
-                name,
-                name,
-                (rw("out"), ro("indices", "i32"), ro("weight", "u32"), ro("scales")),
+                slot,
+                slot,
+                slot,
+                (rw("out", element), ro("indices", "i32"), ro("weight", "u32"), ro("scales")),
             )
-            for name in ("embedding_q4gsw", "embedding_q4gsw_even_high")
+            for layout in ("embedding_q4gsw", "embedding_q4gsw_even_high")
+            for slot, element in ((layout, "f32"), (dtype_slot(layout, "float16"), "f16"))
         )
     )
 
@@ -110,8 +118,8 @@ class EmbeddingQ4gswModel:
             raise GraphBuildError(node.name, "scales must be float32", tensor=scales.name)
         if indices.dtype != "int32":
             raise GraphBuildError(node.name, "indices must be int32", tensor=indices.name)
-        if out.dtype != "float32":
-            raise GraphBuildError(node.name, "out must be float32", tensor=out.name)
+        if out.dtype not in FLOAT_DTYPES:
+            raise GraphBuildError(node.name, "out must be float32 or float16", tensor=out.name)
         vocab, dim = weight.dims[0], 2 * weight.dims[1]
         if group_size <= 0 or dim % group_size:
             raise GraphBuildError(node.name, f"group_size {group_size} must divide D = {dim}")
@@ -163,7 +171,8 @@ class EmbeddingQ4gswModel:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
-        return [(node.name, kernel_of(node, live.graph), WORKGROUP, (count, 1, 1), True)]
+        kernel = dtype_slot(kernel_of(node, live.graph), op_dtype(live.graph, node))
+        return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         weight, scales = np.asarray(args["weight"]), np.asarray(args["scales"])
@@ -230,7 +239,11 @@ def embedding_cases(draw: st.DrawFn) -> Case:
         if draw(st.integers(0, 9)) == 0:
             host.flat[draw(st.integers(0, host.size - 1))] = draw(st.sampled_from([-1, vocab]))
         steps.append({"indices": host})
-    return Case(b.build(), steps, name="embedding", meta={"seed": seed, "family": "embedding"})
+    case = Case(b.build(), steps, name="embedding", meta={"seed": seed, "family": "embedding"})
+    # Last: the shape draws stay where they were. f16 out; the scales stay float32.
+    if draw(family_dtype("embedding")) == "float16":
+        return half_precision(case, keep={"scales"})
+    return case
 
 
 # ---------------------------------------------------------------------------- random graphs

@@ -7,9 +7,14 @@ with `groups >= ceil(K / group_size)` and N_pad4 = N rounded up to 4, optional f
 K is x's last dim and stays fixed at run time; M = numel(x) / K over all leading dims; the
 output is `x.shape[:-1] + [N]`.
 
+Half precision: x, bias and out may be float16 together (the scales stay float32, the
+weight uint8); the kernels are then `q4gsw_gemm_f16` and `q4gsw_gemv_f16`, which load f16,
+dequantize, multiply and accumulate in f32 exactly as their f32 twins and store f16 (the
+budget: the f32 one plus the f16 store, `harness.model.local_budget`).
+
 Load-time checks, in this order (the first failure is the error; its key is (op, tensor)):
-1. dtypes: x float32, weight uint8, scales float32, bias float32, out float32 (tensor: the
-   first offender in that order);
+1. dtypes: x float32 or float16 (else float32 is expected), weight uint8, scales float32,
+   bias and out x's float type (tensor: the first offender in that order);
 2. group_size > 0 (tensor: None);
 3. weight is `[N, K_pad/2]` for x's K (tensor: weight) — a wrong packed width and a K that
    differs between x and the weight are the same fault;
@@ -43,6 +48,14 @@ scale (one vec2 load for both columns) and accumulated. A shared-memory tree red
 (vec2, both columns at once) combines the lanes; lane 0 adds the bias and writes.
 docs/benchmarks.md gives the reasons for these choices and the knobs to tune on a GPU.
 
+`q4gsw_gemm_f16acc` — the GEMM of a float16 graph whose `accumulate_bits` is 16 (optional
+int argument; 32 when absent, 16 refused unless x is float16): as `q4gsw_gemm_f16`, but the
+scales are rounded to f16, the dequantized weights are f16 products and the products are
+summed by f16 fused multiply-adds in blocks of 32 k (4 weight words, from k = 0); each
+block's sum is added to an f32 accumulator. Upstream's `steel_half_pwdq_f16acc` sums all of
+K in f16; blocks keep the bound defined for any K (`half_budget` derives it). The GEMV route
+(M = 1) stays f32-accumulating in such a graph, with its own budget.
+
 Routing at run time, from the live M: the GEMV when M == 1 and the GEMV was built, the GEMM
 otherwise. A slot that is not taken is logged with ran=False and count (0, 0, 0).
 """
@@ -54,9 +67,10 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from graph_format.kernels import Value
 from harness.gen.blocks import (
+    family_dtype,
     float_array,
     live_sizes,
     seeds,
@@ -74,6 +88,7 @@ from harness.model import (
     int_literal,
     kernels,
     numel,
+    op_dtype,
     optional_tensor,
     q4,
     register,
@@ -82,9 +97,24 @@ from harness.model import (
     tensors,
 )
 from harness.model.constants import remember
-from harness.model.numerics import SAFETY, gamma
+from harness.model.numerics import SAFETY, U16, f16_store, gamma
 
 GEMM, GEMV = "q4gsw_gemm", "q4gsw_gemv"
+GEMM_F16, GEMV_F16 = dtype_slot(GEMM, "float16"), dtype_slot(GEMV, "float16")
+GEMM_F16ACC = "q4gsw_gemm_f16acc"  # accumulate_bits = 16
+F16ACC_BLOCK = 32  # k per f16 accumulation block of q4gsw_gemm_f16acc (4 weight words)
+# Below the f16 normal range (2^-14) an f16 result may be flushed to zero (WGSL and Vulkan
+# both allow it): an absolute error of up to 2^-14 per f16 operation.
+TINY16 = 2.0**-14
+
+
+def accumulate_bits(node: OpNode, graph: Graph) -> int:
+    """The graph's accumulate_bits (32 when absent): 16 routes the GEMM to its f16-accumulating
+    kernel."""
+    name = node.optional_arg("accumulate_bits")
+    return 32 if name is None else int(graph.scalar(name))
+
+
 TILE = 4  # a GEMM invocation's outputs: TILE rows × TILE columns
 GEMM_WORKGROUP = (64, 1, 1)
 GEMV_WORKGROUP = (64, 1, 1)  # lanes per workgroup; a power of two (tree reduction)
@@ -102,6 +132,7 @@ class LinearQ4gswModel:
     # M = 1 (the GEMV) and M at its max, crossed both ways.
     activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=grow", "step=shrink")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
         KernelSpec(
             GEMM,
@@ -121,14 +152,51 @@ class LinearQ4gswModel:
                 ro("bias"),
             ),
         ),
+        KernelSpec(
+            GEMM_F16,
+            "q4gsw_gemm_f16",
+            "q4gsw_gemm_f16",
+            (
+                rw("out", "f16"),
+                ro("x", "f16"),
+                ro("weight", "u32"),
+                ro("scales"),
+                ro("bias", "f16"),
+            ),
+        ),
+        KernelSpec(
+            GEMM_F16ACC,
+            GEMM_F16ACC,
+            GEMM_F16ACC,
+            (
+                rw("out", "f16"),
+                ro("x", "f16"),
+                ro("weight", "u32"),
+                ro("scales"),
+                ro("bias", "f16"),
+            ),
+        ),
+        KernelSpec(
+            GEMV_F16,
+            "q4gsw_gemv_f16",
+            "q4gsw_gemv_f16",
+            (
+                rw("out", "f16"),
+                ro("x", "vec4<f16>"),
+                ro("weight", "u32"),
+                ro("scales", "vec2<f32>"),
+                ro("bias", "f16"),
+            ),
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         x, weight, scales, out = tensors(node, graph, "x", "weight", "scales", "out")
         bias = optional_tensor(node, graph, "bias")
-        wanted = [(x, "float32"), (weight, "uint8"), (scales, "float32")]
-        wanted += [(bias, "float32")] if bias is not None else []
-        wanted += [(out, "float32")]
+        dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
+        wanted = [(x, dtype), (weight, "uint8"), (scales, "float32")]
+        wanted += [(bias, dtype)] if bias is not None else []
+        wanted += [(out, dtype)]
         for tensor, dtype in wanted:
             if tensor.dtype != dtype:
                 raise GraphBuildError(
@@ -139,6 +207,11 @@ class LinearQ4gswModel:
         group_size = int_literal(node, graph, "group_size")
         if group_size <= 0:
             raise GraphBuildError(node.name, f"group_size must be > 0, not {group_size}")
+        bits = accumulate_bits(node, graph)
+        if bits not in (16, 32) or (bits == 16 and dtype != "float16"):
+            raise GraphBuildError(
+                node.name, f"accumulate_bits must be 32, or 16 with float16 x, not {bits}"
+            )
         k = x.dims[-1]
         if len(weight.dims) != 2 or weight.dims[1] != q4.k_padded(k) // 2:
             raise GraphBuildError(
@@ -200,9 +273,9 @@ class LinearQ4gswModel:
             "n_padded": div_up(n, 4) * 4,
             "has_bias": int(node.optional_arg("bias") is not None),
             "gemv_workgroups": min(div_up(n, 2), GEMV_MAX_WORKGROUPS),
-            "workgroup_size": (GEMV_WORKGROUP if slot == GEMV else GEMM_WORKGROUP)[0],
+            "workgroup_size": (GEMV_WORKGROUP if slot in (GEMV, GEMV_F16) else GEMM_WORKGROUP)[0],
         }
-        if slot == GEMV:
+        if slot in (GEMV, GEMV_F16):
             values["max_workgroups"] = GEMV_MAX_WORKGROUPS
         return values
 
@@ -210,13 +283,17 @@ class LinearQ4gswModel:
         m, n, k, group_size = self._sizes(node, live)
         has_gemv = gemv_eligible(k, group_size)
         use_gemv = has_gemv and m == 1
+        dtype = op_dtype(live.graph, node)
+        gemm, gemv = dtype_slot(GEMM, dtype), dtype_slot(GEMV, dtype)
+        if accumulate_bits(node, live.graph) == 16:
+            gemm = GEMM_F16ACC
         off = (0, 0, 0)
         gemm_count = (div_up(div_up(m, TILE) * div_up(n, TILE), GEMM_WORKGROUP[0]), 1, 1)
-        slots = [(node.name, GEMM, GEMM_WORKGROUP, off if use_gemv else gemm_count, not use_gemv)]
+        slots = [(node.name, gemm, GEMM_WORKGROUP, off if use_gemv else gemm_count, not use_gemv)]
         if has_gemv:
             gemv_count = (min(div_up(n, 2), GEMV_MAX_WORKGROUPS), 1, 1)
             slots.append(
-                (node.name, GEMV, GEMV_WORKGROUP, gemv_count if use_gemv else off, use_gemv)
+                (node.name, gemv, GEMV_WORKGROUP, gemv_count if use_gemv else off, use_gemv)
             )
         return slots
 
@@ -270,9 +347,60 @@ class LinearQ4gswModel:
         # any summation tree of K terms (lanes, words, groups; the GEMV's power-of-two
         # factors 16^j are exact), and the bias addition. Higham: |error| <=
         # gamma(K + 2) * (sum_k |x_k| |w_k| + |b|). Exact zeros (padded nibbles, skipped
-        # tails, idle lanes) add no rounding. Assumes no underflow to subnormals.
+        # tails, idle lanes) add no rounding. Assumes no underflow to subnormals. The f16
+        # kernels compute the same way from exact f16 inputs (their loads widen exactly):
+        # this bound, and local_budget adds the one rounding of the f16 store.
         local = SAFETY * gamma(k + 2) * (ax @ w.T + ab)
         return {"out": local.reshape(outputs["out"].shape)}
+
+    def half_budget(
+        self,
+        node: OpNode,
+        args: Args,
+        outputs: Mapping[str, np.ndarray],
+        budgets: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """The f16 op's budget: the f32 computation's (`budget`) plus the f16 store, except on
+        the GEMM route of accumulate_bits = 16 (`q4gsw_gemm_f16acc`), whose bound is blocked.
+
+        Derivation for q4gsw_gemm_f16acc, one output, S = sum_k |x_k| |w_k| over exact f16 x
+        and the float64 dequantized w. Each term meets the scale's rounding to f16 (u16
+        relative) and the f16 product (nibble - 8) * scale (u16): 2 u16 S. Within a block of
+        B = F16ACC_BLOCK consecutive k (k ascending, from k = 0, as the kernel walks them),
+        the f16 fused multiply-adds from 0 round each partial sum P_i once:
+        |fl(P_{i-1} + t_i) - (P_{i-1} + t_i)| <= u16 |P_i|, so the block's error is at most
+        u16 sum_i |P_i| (first order; Higham's recursive-summation bound before it is relaxed
+        to gamma_B sum |t_i|, which for sums of mixed signs is sqrt(B) times looser). The
+        partial sums are computed here exactly, in the kernel's order. A block's f16 sum is
+        exact in f32; the nb = ceil(K / B) block sums and the bias are added in f32:
+        gamma32(nb + 1) (S + |b|). A flushed f16 scale, product or partial sum below 2^-14
+        adds up to 3 K TINY16. Second-order products are dropped, as every derivation here
+        drops them (SAFETY covers them); then the f16 store. Every term is per block, so the
+        bound holds for any K: an unblocked f16 sum (upstream's steel_half_pwdq_f16acc) has
+        gamma_K undefined for K >= 2048. Generated data keep block sums far below 65504.
+        """
+        x = args["x"]
+        k = x.shape[-1]
+        rows = x.reshape(-1, k)
+        group_size = int(args["group_size"])
+        bits = args.get("accumulate_bits")
+        gemv_route = rows.shape[0] == 1 and gemv_eligible(k, group_size)
+        out = outputs["out"]
+        if bits is None or int(bits) != 16 or gemv_route:
+            return {"out": np.asarray(f16_store(budgets["out"], out))}
+        w = self._dequantized(args)
+        terms = np.abs(rows) @ np.abs(w).T
+        partials = np.zeros_like(terms)
+        for k0 in range(0, k, F16ACC_BLOCK):
+            block = rows[:, None, k0 : k0 + F16ACC_BLOCK] * w[None, :, k0 : k0 + F16ACC_BLOCK]
+            partials += np.abs(np.cumsum(block, axis=-1)).sum(axis=-1)
+        bias = args.get("bias")
+        ab = np.abs(bias) if bias is not None else 0.0
+        blocks = div_up(k, F16ACC_BLOCK)
+        local = SAFETY * (
+            2 * U16 * terms + U16 * partials + gamma(blocks + 1) * (terms + ab) + 3 * k * TINY16
+        )
+        return {"out": np.asarray(f16_store(local.reshape(out.shape), out))}
 
 
 MODEL = register("linear_q4gsw", LinearQ4gswModel())
@@ -324,13 +452,28 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     # the innermost crosses the GEMM's 4-row tiles (and 64-invocation workgroups of tiles).
     lead_max = [draw(st.integers(1, 4)) for _ in range(rank - 1)]
     lead_max.append(draw(st.one_of(st.integers(1, 6), st.sampled_from([8, 9, 17, 33]))))
+    has_bias = draw(st.booleans())
+    modes = draw(st.lists(st.sampled_from([_ONES, _MAX, _ANY]), min_size=1, max_size=6))
+    leads: list[list[int]] = []
+    for mode in modes:
+        if mode == _ONES:
+            leads.append([1] * rank)
+        elif mode == _MAX:
+            leads.append(list(lead_max))
+        else:
+            leads.append([draw(live_sizes(size)) for size in lead_max])
+    # Last: the shape draws stay where they were. In f16 the outputs stay far below 65504:
+    # |out| ~ sqrt(K) (unit-variance x and dequantized weights) with K <= 520.
+    dtype = draw(family_dtype("linear_q4gsw"))
+    # Half the f16 cases run the f16-accumulating GEMM (accumulate_bits = 16).
+    bits = draw(st.sampled_from([16, 32])) if dtype == "float16" else 32
     b = GraphBuilder()
-    x = b.input("x", "float32", [*lead_max, k])
+    x = b.input("x", dtype, [*lead_max, k])
     packed, scales = q4.quantize(rng.standard_normal((n, k)), group_size, groups=groups)
     weight = b.constant("weight", packed)
     scales_name = b.constant("scales", scales)
     group_size_name = b.int(group_size, "group_size")
-    bias = b.constant("bias", float_array(rng, [n])) if draw(st.booleans()) else None
+    bias = b.constant("bias", float_array(rng, [n], dtype=dtype)) if has_bias else None
     b.output(
         b.op(
             "linear_q4gsw",
@@ -340,19 +483,12 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
             scales=scales_name,
             group_size=group_size_name,
             bias=bias,
+            accumulate_bits=b.int(16, "accumulate_bits") if bits == 16 else None,
         )
     )
-    modes = draw(st.lists(st.sampled_from([_ONES, _MAX, _ANY]), min_size=1, max_size=6))
-    steps: list[StepInputs] = []
-    for mode in modes:
-        if mode == _ONES:
-            lead = [1] * rank
-        elif mode == _MAX:
-            lead = list(lead_max)
-        else:
-            lead = [draw(live_sizes(size)) for size in lead_max]
-        steps.append({"x": float_array(rng, [*lead, k])})
-    meta = {"seed": seed, "family": "linear_q4gsw", "modes": modes}
+    steps: list[StepInputs] = [{"x": float_array(rng, [*lead, k], dtype=dtype)} for lead in leads]
+    meta = {"seed": seed, "family": "linear_q4gsw", "modes": modes, "dtype": dtype}
+    meta |= {"accumulate_bits": bits} if bits == 16 else {}
     return Case(b.build(), steps, name="linear_q4gsw", meta=meta)
 
 

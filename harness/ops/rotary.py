@@ -10,6 +10,11 @@ outputs shaped like their inputs.
   x[i] sin[r, i+h]: the second half uses its own columns (upstream Vulkan reads column i
   for both halves, docs/design.md §8.5; that is wrong unless the halves of the table agree).
 
+Half precision: all six tensors (q, k, both tables, both outputs) float16 together; the
+slots are then `rotary_emb_f16` / `rotary_emb_hf_f16`, which load f16, rotate in f32 exactly
+as their f32 twins and store f16 (budget: the f32 one plus the f16 store,
+`harness.model.local_budget`).
+
 Kernel design (both backends): one dispatch slot (`rotary_emb` / `rotary_emb_hf`) that
 rotates q and k together, 64 invocations per workgroup, one per rotated pair: pairs
 [0, numel(xq)/2) are q's, the rest k's; logical count ceil((numel(xq) + numel(xk)) / 2 / 64).
@@ -29,10 +34,11 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from graph_format.kernels import Value
 from harness.gen.blocks import (
     DynamicDim,
+    family_dtype,
     float_array,
     head_dims,
     live_sequences,
@@ -43,6 +49,7 @@ from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
 from harness.gen.graphgen import DimSpec, GraphGen, PoolTensor, Sym, generator
+from harness.gen.half import half_precision
 from harness.model import (
     Args,
     ExpectedDispatch,
@@ -51,10 +58,12 @@ from harness.model import (
     div_up,
     kernels,
     numel,
+    op_dtype,
     register,
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import SAFETY, gamma
 from harness.ops.view import view_as
@@ -76,16 +85,34 @@ class _RotaryBase:
     table_slots = ("", "")
     activations = ("xq", "xk")
     required_regimes: tuple[str, ...] = ()
+    dtypes = FLOAT_DTYPES
 
     def __init__(self) -> None:
         c, s = self.table_slots
+        half = dtype_slot(self.kernel, "float16")
         self.kernels = kernels(
             KernelSpec(
                 self.kernel,
                 self.kernel,
                 self.kernel,
                 (rw("xq_out"), rw("xk_out"), ro("xq"), ro("xk"), ro(c), ro(s)),
-            )
+            ),
+            KernelSpec(
+                half,
+                half,
+                half,
+                tuple(
+                    b(name, "f16")
+                    for b, name in (
+                        (rw, "xq_out"),
+                        (rw, "xk_out"),
+                        (ro, "xq"),
+                        (ro, "xk"),
+                        (ro, c),
+                        (ro, s),
+                    )
+                ),
+            ),
         )
 
     def table_width(self, head_dim: int) -> int:
@@ -97,9 +124,7 @@ class _RotaryBase:
         xq, xk, cos, sin, xq_out, xk_out = tensors(
             node, graph, "xq", "xk", c_slot, s_slot, "xq_out", "xk_out"
         )
-        for t in (xq, xk, cos, sin, xq_out, xk_out):
-            if t.dtype != "float32":
-                raise GraphBuildError(node.name, f"{self.op} is float32 only", tensor=t.name)
+        uniform_float_dtype(node, graph, "xq", "xk", c_slot, s_slot, "xq_out", "xk_out")
         for t in (xq, xk):
             if len(t.dims) != 4:
                 raise GraphBuildError(node.name, "xq and xk must be [B, S, H, D]", tensor=t.name)
@@ -159,7 +184,8 @@ class _RotaryBase:
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         pairs = (numel(live.of(node, "xq")) + numel(live.of(node, "xk"))) // 2
-        return [(node.name, self.kernel, WORKGROUP, (div_up(pairs, WORKGROUP[0]), 1, 1), True)]
+        kernel = dtype_slot(self.kernel, op_dtype(live.graph, node))
+        return [(node.name, kernel, WORKGROUP, (div_up(pairs, WORKGROUP[0]), 1, 1), True)]
 
 
 class LlamaRotaryModel(_RotaryBase):
@@ -343,7 +369,9 @@ def rope_cases(draw: st.DrawFn) -> Case:
                 "freqs_sin": np.sin(angles).astype(np.float32),
             }
         )
-    return Case(b.build(), steps, name="rope", meta={"seed": seed, "family": "rope"})
+    case = Case(b.build(), steps, name="rope", meta={"seed": seed, "family": "rope"})
+    # Last: the shape draws stay where they were; f16 data are the f32 data rounded.
+    return half_precision(case) if draw(family_dtype("rope")) == "float16" else case
 
 
 @family("rope_hf", exercises={"apply_rotary_emb_hf"})
@@ -395,7 +423,9 @@ def rope_hf_cases(draw: st.DrawFn) -> Case:
                 "past": rows - seq + 1,
             }[kind]
         steps.append(step)
-    return Case(b.build(), steps, name="rope_hf", meta={"seed": seed, "family": "rope_hf"})
+    case = Case(b.build(), steps, name="rope_hf", meta={"seed": seed, "family": "rope_hf"})
+    # Last: the shape draws stay where they were; f16 data are the f32 data rounded.
+    return half_precision(case) if draw(family_dtype("rope_hf")) == "float16" else case
 
 
 # ---------------------------------------------------------------------------- random graphs

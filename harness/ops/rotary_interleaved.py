@@ -27,13 +27,14 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from graph_format.kernels import Value
-from harness.gen.blocks import DynamicDim, float_array, seeds, step_dims
+from harness.gen.blocks import DynamicDim, family_dtype, float_array, seeds, step_dims
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
 from harness.gen.graphgen import DimSpec, GraphGen, PoolTensor, generator
+from harness.gen.half import half_precision
 from harness.model import (
     Args,
     ExpectedDispatch,
@@ -42,10 +43,12 @@ from harness.model import (
     div_up,
     kernels,
     numel,
+    op_dtype,
     register,
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import SAFETY, gamma
 from harness.ops.rotary import rope_tables
@@ -70,20 +73,26 @@ class InterleavedRotaryModel:
 
     activations = ("x",)
     required_regimes = ("size=1", "size=max", "step=shrink")
+    dtypes = FLOAT_DTYPES
     kernels = kernels(
         KernelSpec(
             "rotary_emb_interleaved",
             "rotary_emb_interleaved",
             "rotary_emb_interleaved",
             (rw("out", "vec4<f32>"), ro("x", "vec4<f32>"), ro("freqs_cis", "vec4<f32>")),
-        )
+        ),
+        # Half precision: x, freqs_cis and out f16, rotated in f32.
+        KernelSpec(
+            "rotary_emb_interleaved_f16",
+            "rotary_emb_interleaved_f16",
+            "rotary_emb_interleaved_f16",
+            (rw("out", "vec4<f16>"), ro("x", "vec4<f16>"), ro("freqs_cis", "vec4<f16>")),
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         x, freqs, out = tensors(node, graph, "x", "freqs_cis", "out")
-        for t in (x, freqs, out):
-            if t.dtype != "float32":
-                raise GraphBuildError(node.name, f"{OP} is float32 only", tensor=t.name)
+        uniform_float_dtype(node, graph, "x", "freqs_cis", "out")
         if len(x.dims) != 3:
             raise GraphBuildError(node.name, "x must be [B, N, C]", tensor=x.name)
         if x.dims[2] % TEXEL:
@@ -116,7 +125,8 @@ class InterleavedRotaryModel:
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         texels = numel(live.of(node, "x")) // TEXEL
         count = (div_up(texels, WORKGROUP[0]), 1, 1)
-        return [(node.name, "rotary_emb_interleaved", WORKGROUP, count, True)]
+        kernel = dtype_slot("rotary_emb_interleaved", op_dtype(live.graph, node))
+        return [(node.name, kernel, WORKGROUP, count, True)]
 
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         r, i = _pairs(args["x"])
@@ -177,7 +187,9 @@ def rope_interleaved_cases(draw: st.DrawFn) -> Case:
                 "freqs_cis": interleaved_freqs(rng, positions, width),
             }
         )
-    return Case(b.build(), steps, name="rope_interleaved", meta={"seed": seed})
+    case = Case(b.build(), steps, name="rope_interleaved", meta={"seed": seed})
+    # Last: the shape draws stay where they were; f16 data are the f32 data rounded.
+    return half_precision(case) if draw(family_dtype("rope_interleaved")) == "float16" else case
 
 
 # ---------------------------------------------------------------------------- random graphs

@@ -26,6 +26,12 @@ Split-K "flash decoding" route, taken when S == 1:
    scratch; count Hq * ceil(ctx / 64).
 6. `sdpa_fd_reduce`: one workgroup per head: M = max m_i, w_i = exp(m_i - M),
    out = sum w_i o_i / sum w_i l_i; count Hq.
+
+Half precision (q, k, v, both caches and out float16 together): every slot but the softmax
+is its `_f16` variant, which loads f16 (the caches are written in f16, exactly: a copy),
+computes in f32 exactly as its f32 twin, keeps the scores and the split partials in f32
+(`sdpa_softmax` serves both precisions) and rounds out once to f16. Budget: the f32 one from
+the f16 inputs and caches, plus the f16 store of out (`harness.model.local_budget`).
 """
 
 from __future__ import annotations
@@ -36,9 +42,10 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import Graph, GraphBuildError, InputError, OpNode
+from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
 from graph_format.kernels import Value
 from harness.gen.blocks import (
+    family_dtype,
     float_array,
     kv_steps,
     seeds,
@@ -47,6 +54,7 @@ from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.gen.families import family
 from harness.gen.graphgen import GraphGen, PoolTensor, Sym, generator
+from harness.gen.half import half_precision
 from harness.model import (
     Args,
     ExpectedDispatch,
@@ -54,10 +62,12 @@ from harness.model import (
     LiveState,
     div_up,
     kernels,
+    op_dtype,
     register,
     ro,
     rw,
     tensors,
+    uniform_float_dtype,
 )
 from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
 from harness.ops.view import view_as
@@ -77,6 +87,7 @@ class SdpaModel:
     # S = 1 (the decode route) and the max, the cache's start and end, contexts around the
     # decode route's splits (`regimes`).
     activations = ("q", "k", "v")
+    dtypes = FLOAT_DTYPES
     required_regimes = (
         "size=1",
         "size=max",
@@ -109,15 +120,48 @@ class SdpaModel:
             "sdpa_fd_reduce",
             (rw("out"), ro("part_o"), ro("part_ml")),
         ),
+        # Half precision: q, k, v, the caches and out in f16; scores and partials stay f32.
+        KernelSpec(
+            "sdpa_update_cache_f16",
+            "sdpa_update_cache_f16",
+            "sdpa_update_cache_f16",
+            (rw("k_cache", "f16"), rw("v_cache", "f16"), ro("k", "f16"), ro("v", "f16")),
+        ),
+        KernelSpec(
+            "sdpa_qk_f16",
+            "sdpa_qk_f16",
+            "sdpa_qk_f16",
+            (rw("scores"), ro("q", "f16"), ro("k_cache", "f16")),
+        ),
+        KernelSpec(
+            "sdpa_av_f16",
+            "sdpa_av_f16",
+            "sdpa_av_f16",
+            (rw("out", "f16"), ro("scores"), ro("v_cache", "f16")),
+        ),
+        KernelSpec(
+            "sdpa_fd_split_f16",
+            "sdpa_fd_split_f16",
+            "sdpa_fd_split_f16",
+            (
+                rw("part_o"),
+                rw("part_ml"),
+                ro("q", "f16"),
+                ro("k_cache", "f16"),
+                ro("v_cache", "f16"),
+            ),
+        ),
+        KernelSpec(
+            "sdpa_fd_reduce_f16",
+            "sdpa_fd_reduce_f16",
+            "sdpa_fd_reduce_f16",
+            (rw("out", "f16"), ro("part_o"), ro("part_ml")),
+        ),
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:
         q, k, v, kc, vc, out = tensors(node, graph, "q", "k", "v", "k_cache", "v_cache", "out")
-        for t in (q, k, v, kc, vc, out):
-            if t.dtype != "float32":
-                raise GraphBuildError(
-                    node.name, "sdpa_with_kv_cache is float32 only", tensor=t.name
-                )
+        uniform_float_dtype(node, graph, "q", "k", "v", "k_cache", "v_cache", "out")
         for t in (q, k, v, kc, vc):
             if len(t.dims) != 4 or t.dims[0] != 1:
                 raise GraphBuildError(node.name, "inputs must be [1, ., ., .]", tensor=t.name)
@@ -190,8 +234,15 @@ class SdpaModel:
             ("sdpa_fd_split", hq * div_up(ctx, SPLIT), decode),
             ("sdpa_fd_reduce", hq, decode),
         ]
+        dtype = op_dtype(live.graph, node)
         return [
-            (node.name, kernel, WORKGROUP, (count, 1, 1) if ran else (0, 0, 0), ran)
+            (
+                node.name,
+                kernel if kernel == "sdpa_softmax" else dtype_slot(kernel, dtype),
+                WORKGROUP,
+                (count, 1, 1) if ran else (0, 0, 0),
+                ran,
+            )
             for kernel, count, ran in counts
         ]
 
@@ -348,7 +399,9 @@ def sdpa_cases(draw: st.DrawFn) -> Case:
         }
         for seq, position in draw(kv_steps(cache_rows, max_seq))
     ]
-    return Case(b.build(), steps, name="sdpa", meta={"seed": seed, "family": "sdpa"})
+    case = Case(b.build(), steps, name="sdpa", meta={"seed": seed, "family": "sdpa"})
+    # Last: the shape draws stay where they were; f16 data are the f32 data rounded.
+    return half_precision(case) if draw(family_dtype("sdpa")) == "float16" else case
 
 
 # ---------------------------------------------------------------------------- random graphs

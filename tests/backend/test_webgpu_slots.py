@@ -40,7 +40,8 @@ from harness import GraphBuilder, op_budget, single_op_graph
 from harness.check.lockstep import LockstepRunner
 from harness.check.verdict import assert_parity
 from harness.gen.case import Case
-from harness.model import q4
+from harness.gen.half import half_precision
+from harness.model import model_dtypes, q4
 from webgpu_backend import WebGPURuntime
 from webgpu_backend.graph import WebGPUGraph
 
@@ -56,8 +57,9 @@ def _f32(rng: np.random.Generator, *shape: int) -> np.ndarray:
 # --- the project's kernels, bound through reflection -----------------------------------------
 
 
-def _linear_case() -> Case:
-    """GEMM at M = 6, then the GEMV at M = 1 (K % 8 == 0, group 32), with a bias."""
+def _linear_case(accumulate_bits: int | None = None) -> Case:
+    """GEMM at M = 6, then the GEMV at M = 1 (K % 8 == 0, group 32), with a bias (and the
+    graph's accumulate_bits, for the f16 twin's f16-accumulating GEMM)."""
     rng = np.random.default_rng(RNG_SEED)
     n, k, group = 13, 64, 32
     packed, scales = q4.quantize(rng.standard_normal((n, k)), group)
@@ -72,6 +74,7 @@ def _linear_case() -> Case:
         scales=b.constant("scales", scales),
         group_size=b.int(group, "group_size"),
         bias=b.constant("bias", _f32(rng, n)),
+        accumulate_bits=None if accumulate_bits is None else b.int(accumulate_bits),
     )
     b.output(out)
     return Case(b.build(), [{"x": _f32(rng, 6, k)}, {"x": _f32(rng, 1, k)}], name="linear")
@@ -208,12 +211,33 @@ def _half_precision_cases(rng: np.random.Generator) -> dict[str, Case]:
     }
 
 
+# A scalar operand is float32 and takes float32 tensors only (its f16 twin is refused).
+SCALAR_CASES = ("add_scalar", "mul_scalar")
+
+
+def _takes_f16(case: Case) -> bool:
+    """Whether every op of the case has f16 kernels (fused_sdpa and update_cache do not)."""
+    return all("float16" in model_dtypes(node.op) for node in case.graph.ops)
+
+
+def _project_cases_f16() -> dict[str, Case]:
+    """Each case's half-precision twin (q4 scales kept float32), and the f16-accumulating
+    GEMM: every `_f16` slot runs."""
+    cases = {
+        f"{name}_f16": half_precision(case, keep={"scales"})
+        for name, case in _project_cases().items()
+        if _takes_f16(case) and name not in SCALAR_CASES
+    }
+    cases["linear_q4gsw_f16acc"] = half_precision(_linear_case(16), keep={"scales"})
+    return cases
+
+
 def test_the_project_kernels_bound_by_reflection_pass_every_oracle(webgpu: Runtime) -> None:
     """Every slot runs at least once, and every step agrees with the contract (dims,
     dispatch log) and stays within the float64 reference's budget, on WebGPU alone."""
     runner = LockstepRunner([webgpu])
     ran: set[str] = set()
-    for name, case in _project_cases().items():
+    for name, case in (_project_cases() | _project_cases_f16()).items():
         result = runner.run(case)
         assert_parity(result)
         for step in result.steps:

@@ -21,6 +21,7 @@ from harness.families.decoder import (
     build_decoder,
     decoder_case,
     decoder_step,
+    in_half_precision,
 )
 from harness.gen.case import Case
 from harness.model.numerics import compare
@@ -96,6 +97,25 @@ def test_prefill_decode_chunk_reset(runner: LockstepRunner) -> None:
     assert {"q4gsw_gemm", "q4gsw_gemv"} <= set(
         result.coverage.to_json()["linear_q4gsw"]["vulkan"]["variants"]
     )
+
+
+@pytest.mark.gpu
+def test_an_f16_session_with_f16_caches(runner: LockstepRunner) -> None:
+    """The same session in half precision: f16 activations, KV caches and logits, every op's
+    `_f16` kernels on both routes, within the budgets propagated from the f16 roundings."""
+    case = in_half_precision(session_case())
+    assert case.graph.tensor("layers.0.k_cache").dtype == "float16"
+    assert case.graph.tensor("layers.0.wq.scales").dtype == "float32"
+    result = runner.run(case)
+    assert_parity(result)
+    coverage = result.coverage.to_json()
+    assert {"sdpa_qk_f16", "sdpa_fd_split_f16", "sdpa_softmax"} <= set(
+        coverage["sdpa_with_kv_cache"]["webgpu"]["variants"]
+    )
+    assert {"q4gsw_gemm_f16", "q4gsw_gemv_f16"} <= set(
+        coverage["linear_q4gsw"]["vulkan"]["variants"]
+    )
+    assert "dtype=float16" in coverage["rms_norm"]["vulkan"]["regimes"]
 
 
 @pytest.mark.gpu

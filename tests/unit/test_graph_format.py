@@ -230,7 +230,10 @@ def test_a_malformed_op_schema_names_its_file(text: str, what: str) -> None:
 
 def test_a_schema_file_is_an_op_s_signature() -> None:
     signature = SIGNATURES["linear_q4gsw"]
-    assert [(a.name, a.kind, a.optional) for a in signature.args][-1] == ("bias", "tensor", True)
+    assert [(a.name, a.kind, a.optional) for a in signature.args][-2:] == [
+        ("bias", "tensor", True),
+        ("accumulate_bits", "int", True),
+    ]
     assert signature.outputs == (("out", "tensor"),)
 
 

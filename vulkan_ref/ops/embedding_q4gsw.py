@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 from vulkan_ref.ops.activation import elementwise_values
@@ -40,8 +40,8 @@ def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(node, f"scales must be float32, not {scales.dtype}", scales.name)
     if indices.dtype != "int32":
         raise graph.fail(node, f"indices must be int32, not {indices.dtype}", indices.name)
-    if out.dtype != "float32":
-        raise graph.fail(node, f"out must be float32, not {out.dtype}", tensor=out.name)
+    if out.dtype not in FLOAT_DTYPES:
+        raise graph.fail(node, f"out must be float32 or float16, not {out.dtype}", out.name)
     vocab, dim = weight.max_sizes[0], 2 * weight.max_sizes[1]
     if group_size <= 0 or dim % group_size:
         raise graph.fail(node, f"group_size {group_size} does not divide D = {dim}")
@@ -76,6 +76,7 @@ def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
     def resize_embedding_node(g: ComputeGraph) -> None:
         g.virtual_resize(out, (*g.sizes_of(indices), dim))
 
+    slot = graph.dtype_slot(node, slot, out.dtype)  # f16 out: the nibble order's _f16 kernel
     graph.add_dispatch_node(
         DispatchNode(
             op=node.name,

@@ -7,6 +7,9 @@ M != 1, so exactly one runs. Unlike upstream (docs/design.md §8.9), M is numel(
 leading dims (not `sizes[-2]`), the output keeps x's rank, and N need not be a multiple of 4:
 the kernels read the uint8 `[N, K_pad/2]` bytes as u32 words directly, with no repack.
 
+In half precision (float16 x, bias and out; scales stay float32) the slots are
+`q4gsw_gemm_f16` and `q4gsw_gemv_f16`: f16 loads and stores, f32 arithmetic.
+
 The shaders read M, N and K from the metadata UBOs of x and out; group_size, has_bias and the
 GEMV's grid cap are specialization constants (from the values of those names).
 """
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 
@@ -33,10 +36,12 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
     scales = graph.tensor_arg(node, "scales")
     bias = graph.optional_tensor_arg(node, "bias")
     out = graph.output(node, "out")
-    expected = [(x, "float32"), (weight, "uint8"), (scales, "float32")]
+    # x's float type is the op's precision: bias and out follow it, scales stay float32.
+    dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
+    expected = [(x, dtype), (weight, "uint8"), (scales, "float32")]
     if bias is not None:
-        expected.append((bias, "float32"))
-    expected.append((out, "float32"))
+        expected.append((bias, dtype))
+    expected.append((out, dtype))
     for tensor, dtype in expected:
         if tensor.dtype != dtype:
             raise graph.fail(
@@ -47,6 +52,15 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
     group_size = int(graph.scalar_arg(node, "group_size"))
     if group_size <= 0:
         raise graph.fail(node, f"group_size is {group_size}; it must be positive")
+    bits = (
+        32
+        if node.optional_arg("accumulate_bits") is None
+        else graph.scalar_arg(node, "accumulate_bits")
+    )
+    if bits not in (16, 32) or (bits == 16 and dtype != "float16"):
+        raise graph.fail(
+            node, f"accumulate_bits is {bits}; it must be 32, or 16 with float16 x ({dtype})"
+        )
     in_features = x.max_sizes[-1]
     packed_width = (in_features + 7) // 8 * 4
     if len(weight.max_sizes) != 2 or weight.max_sizes[1] != packed_width:
@@ -115,9 +129,10 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
         m = live_m(g)
         return {"m": m, "workgroups": gemv_workgroups if m == 1 else 0}
 
-    # Without a bias, a one-element dummy fills the bias role (read only when has_bias is 1).
+    # Without a bias, a 4-byte dummy fills the bias role (read only when has_bias is 1).
+    dummy_sizes = (2,) if dtype == "float16" else (1,)
     bias_tensor = (
-        bias if bias is not None else graph.create_scratch(node, "no_bias", "float32", (1,))
+        bias if bias is not None else graph.create_scratch(node, "no_bias", dtype, dummy_sizes)
     )
     tensors = {"out": out, "x": x, "weight": weight, "scales": scales, "bias": bias_tensor}
     static = {
@@ -130,13 +145,16 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
         "gemv_workgroups": gemv_workgroups,
         "workgroup_size": GEMM_WORKGROUP,
     }
+    # accumulate_bits 16: the GEMM accumulating in f16 blocks (the GEMV stays f32-accumulating)
+    gemm_slot = "q4gsw_gemm_f16acc" if bits == 16 else graph.dtype_slot(node, "q4gsw_gemm", dtype)
+    gemv_slot = graph.dtype_slot(node, "q4gsw_gemv", dtype)
     args = tuple(t.name for t in (out, x, weight, scales)) + ((bias.name,) if bias else ())
     graph.add_dispatch_node(
         DispatchNode(
             op=node.name,
             args=args,
             resize_fn=resize_linear_q4gsw_node,
-            slots={"q4gsw_gemm": "q4gsw_gemm"},
+            slots={gemm_slot: gemm_slot},
             tensors=tensors,
             static=static,
             values=gemm_values,
@@ -147,7 +165,7 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
             DispatchNode(
                 op=node.name,
                 args=args,
-                slots={"q4gsw_gemv": "q4gsw_gemv"},
+                slots={gemv_slot: gemv_slot},
                 tensors=tensors,
                 static={
                     **static,

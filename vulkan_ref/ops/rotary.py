@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
 from vulkan_ref.ops import register
 from vulkan_ref.tensor import VTensor
@@ -51,10 +51,12 @@ def _check_build(
     """Load-time checks shared by both variants; tables have D / width_of_d columns."""
     xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    # All float32 or all float16 (the `_f16` slot), as xq's type says.
+    dtype = xq.dtype if xq.dtype in FLOAT_DTYPES else "float32"
     for tensor in (xq, xk, cos, sin, xq_out, xk_out):
-        if tensor.dtype != "float32":
+        if tensor.dtype != dtype:
             raise graph.fail(
-                node, f"{node.op} is float32 only; {tensor.name!r} is not", tensor.name
+                node, f"{node.op} takes all {dtype}; {tensor.name!r} is {tensor.dtype}", tensor.name
             )
     for tensor in (xq, xk):
         if len(tensor.max_sizes) != 4:
@@ -104,6 +106,7 @@ def add_rotary_emb_node(graph: ComputeGraph, node: OpNode) -> None:
     xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     half = xq.max_sizes[3] // 2
+    slot = graph.dtype_slot(node, "rotary_emb", xq.dtype)
 
     def resize_rotary_emb_node(g: ComputeGraph) -> None:
         seq = _check_qk(g, node, xq, xk)
@@ -121,7 +124,7 @@ def add_rotary_emb_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(xq_out.name, xk_out.name, xq.name, xk.name, cos.name, sin.name),
             resize_fn=resize_rotary_emb_node,
-            slots={"rotary_emb": "rotary_emb"},
+            slots={slot: slot},
             tensors={
                 "xq_out": xq_out,
                 "xk_out": xk_out,
@@ -144,6 +147,7 @@ def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
     xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     dim = xq.max_sizes[3]
+    slot = graph.dtype_slot(node, "rotary_emb_hf", xq.dtype)
     start_pos = graph.symint_arg(node, "start_pos")
 
     def position() -> int:
@@ -170,7 +174,7 @@ def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(xq_out.name, xk_out.name, xq.name, xk.name, cos.name, sin.name, *symint_args),
             resize_fn=resize_rotary_emb_hf_node,
-            slots={"rotary_emb_hf": "rotary_emb_hf"},
+            slots={slot: slot},
             tensors={
                 "xq_out": xq_out,
                 "xk_out": xk_out,

@@ -9,7 +9,7 @@ global size is 1-D (numel / 4 texels) where upstream's is (C/4, N, B).
 
 from __future__ import annotations
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 
@@ -22,11 +22,14 @@ def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
     """Add the interleaved rotary node of `node`; freqs_cis is [N, C] at x's live N."""
     x, freqs = graph.tensor_arg(node, "x"), graph.tensor_arg(node, "freqs_cis")
     out = graph.output(node, "out")
+    # All float32 or all float16 (the `_f16` slot), as x's type says.
+    dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
     for tensor in (x, freqs, out):
-        if tensor.dtype != "float32":
+        if tensor.dtype != dtype:
             raise graph.fail(
-                node, f"{node.op} is float32 only; {tensor.name!r} is not", tensor.name
+                node, f"{node.op} takes all {dtype}; {tensor.name!r} is {tensor.dtype}", tensor.name
             )
+    slot = graph.dtype_slot(node, "rotary_emb_interleaved", dtype)
     if len(x.max_sizes) != 3:
         raise graph.fail(node, f"x {list(x.max_sizes)} must have rank 3 [B, N, C]", x.name)
     width = x.max_sizes[2]
@@ -65,7 +68,7 @@ def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
             op=node.name,
             args=(out.name, x.name, freqs.name),
             resize_fn=resize_rotary_emb_interleaved_node,
-            slots={"rotary_emb_interleaved": "rotary_emb_interleaved"},
+            slots={slot: slot},
             tensors={"out": out, "x": x, "freqs_cis": freqs},
             static={"row_texels": width // TEXEL, "workgroup_size": WORKGROUP},
             values=values,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode, dtype_slot
 from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
 from vulkan_ref.ops import register
 
@@ -25,6 +25,7 @@ WORKGROUP = 64
 SPLIT_ROWS = 64  # cache rows per split of the decode route: sdpa_fd_split's local size
 # The dispatch nodes in graph order (each slot's GLSL is glsl/<slot>.comp); the first
 # resizes out.
+HALF_SUFFIX = dtype_slot("", "float16")  # "_f16"
 SLOTS = (
     "sdpa_update_cache",
     "sdpa_qk",
@@ -39,9 +40,13 @@ def _check_build(graph: ComputeGraph, node: OpNode) -> None:
     q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
     k_cache, v_cache = graph.tensor_arg(node, "k_cache"), graph.tensor_arg(node, "v_cache")
     out = graph.output(node, "out")
+    # All float32 or all float16 (the `_f16` slots), as q's type says.
+    dtype = q.dtype if q.dtype in FLOAT_DTYPES else "float32"
     for tensor in (q, k, v, k_cache, v_cache, out):
-        if tensor.dtype != "float32":
-            raise graph.fail(node, f"sdpa is float32 only; {tensor.name!r} is not", tensor.name)
+        if tensor.dtype != dtype:
+            raise graph.fail(
+                node, f"sdpa takes all {dtype}; {tensor.name!r} is {tensor.dtype}", tensor.name
+            )
     for tensor in (q, k, v, k_cache, v_cache):
         if len(tensor.max_sizes) != 4 or tensor.max_sizes[0] != 1:
             raise graph.fail(
@@ -134,6 +139,7 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
 
     def workgroups(slot: str, s: int, context: int) -> int:
         """The slot's count: the update always, one route's kernels per step."""
+        slot = slot.removesuffix(HALF_SUFFIX)
         wg = WORKGROUP
         if slot == "sdpa_update_cache":
             return -(-s * kv_heads * dim // wg)
@@ -159,11 +165,15 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
         }
 
     for slot in SLOTS:
+        # In half precision every slot but the softmax, which works on the f32 scores in
+        # both precisions, is its `_f16` variant.
+        if slot != "sdpa_softmax":
+            slot = graph.dtype_slot(node, slot, q.dtype)
         graph.add_dispatch_node(
             DispatchNode(
                 op=node.name,
                 args=args,
-                resize_fn=resize_sdpa_node if slot == SLOTS[0] else None,
+                resize_fn=resize_sdpa_node if slot.startswith(SLOTS[0]) else None,
                 slots={slot: slot},
                 tensors=tensors,
                 static=static,

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
@@ -44,8 +44,8 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(node, f"scales must be float32, got {scales.dtype}", tensor=scales.name)
     if indices.dtype != "int32":
         raise graph.fail(node, f"indices must be int32, got {indices.dtype}", tensor=indices.name)
-    if out.dtype != "float32":
-        raise graph.fail(node, f"out must be float32, got {out.dtype}", tensor=out.name)
+    if out.dtype not in FLOAT_DTYPES:
+        raise graph.fail(node, f"out must be float32 or float16, got {out.dtype}", out.name)
     vocab, dim = weight.dims[0], 2 * weight.dims[1]
     if group_size <= 0 or dim % group_size:
         raise graph.fail(node, f"group_size {group_size} must divide the embedding dim {dim}")
@@ -82,6 +82,7 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         "vocab": vocab,
         "workgroup_size": WORKGROUP_SIZE,
     }
+    slot = graph.dtype_slot(node, slot, out.dtype)  # f16 out: the nibble order's _f16 kernel
     dispatch = graph.add_kernel(
         node,
         {slot: slot},

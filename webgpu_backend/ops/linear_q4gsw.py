@@ -6,7 +6,9 @@ M = numel(x) / K over all leading dims, hands both slots their values, giving th
 takes its workgroup count and the other 0 (skipped), and sets out's live dims to
 `x.dims[:-1] + [N]`. Unlike upstream (docs/design.md
 §8.3), the route is chosen from the live M on every resize rather than from the max M at
-build, and M counts every leading dim.
+build, and M counts every leading dim. In half precision (float16 x, bias and out; scales
+stay float32) the slots are `q4gsw_gemm_f16` and `q4gsw_gemv_f16`: f16 loads and stores,
+f32 arithmetic.
 
 The weight (uint8 `[N, K_pad/2]`) is bound as an array of u32 words: its allocation is
 rounded up to 4 bytes, and a row of K_pad/2 bytes is a whole number of words.
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
@@ -56,9 +58,11 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     scales = graph.arg_tensor(node, "scales")
     bias = graph.optional_tensor(node, "bias")
     out = graph.output(node, "out")
-    wanted = [(x, "float32"), (weight, "uint8"), (scales, "float32")]
-    wanted += [(bias, "float32")] if bias is not None else []
-    wanted += [(out, "float32")]
+    # x's float type is the op's precision: bias and out follow it, scales stay float32.
+    dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
+    wanted = [(x, dtype), (weight, "uint8"), (scales, "float32")]
+    wanted += [(bias, dtype)] if bias is not None else []
+    wanted += [(out, dtype)]
     for tensor, dtype in wanted:
         if tensor.dtype != dtype:
             raise graph.fail(
@@ -67,6 +71,12 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     group_size = int(graph.arg_scalar(node, "group_size"))
     if group_size <= 0:
         raise graph.fail(node, f"group_size must be > 0, got {group_size}")
+    has_bits = node.optional_arg("accumulate_bits") is not None
+    bits = int(graph.arg_scalar(node, "accumulate_bits")) if has_bits else 32
+    if bits not in (16, 32) or (bits == 16 and dtype != "float16"):
+        raise graph.fail(
+            node, f"accumulate_bits must be 32, or 16 with float16 x (x is {dtype}), got {bits}"
+        )
     k = x.dims[-1]
     k_words = -(-k // 8)
     if len(weight.dims) != 2 or weight.dims[1] != 4 * k_words:
@@ -124,9 +134,12 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         "max_workgroups": GEMV_MAX_WORKGROUPS,
         "workgroup_size": GEMV_LANES,
     }
-    gemm = graph.add_kernel(node, {"q4gsw_gemm": "q4gsw_gemm"}, tensors=tensors, static=gemm_static)
+    # accumulate_bits 16: the GEMM accumulating in f16 blocks (the GEMV stays f32-accumulating)
+    gemm_slot = "q4gsw_gemm_f16acc" if bits == 16 else graph.dtype_slot(node, "q4gsw_gemm", dtype)
+    gemv_slot = graph.dtype_slot(node, "q4gsw_gemv", dtype)
+    gemm = graph.add_kernel(node, {gemm_slot: gemm_slot}, tensors=tensors, static=gemm_static)
     gemv = (
-        graph.add_kernel(node, {"q4gsw_gemv": "q4gsw_gemv"}, tensors=tensors, static=gemv_static)
+        graph.add_kernel(node, {gemv_slot: gemv_slot}, tensors=tensors, static=gemv_static)
         if gemv_supported(k, group_size)
         else None
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
@@ -26,10 +26,12 @@ def _check_build(
     xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     cos, sin = tables
+    # All float32 or all float16 (the `_f16` slot), as xq's type says.
+    dtype = xq.dtype if xq.dtype in FLOAT_DTYPES else "float32"
     for tensor in (xq, xk, cos, sin, xq_out, xk_out):
-        if tensor.dtype != "float32":
+        if tensor.dtype != dtype:
             raise graph.fail(
-                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor=tensor.name
+                node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
             )
     for tensor in (xq, xk):
         if len(tensor.dims) != 4:
@@ -71,7 +73,7 @@ def _build(
     xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     dim = xq.dims[3]
-    slot = "rotary_emb_hf" if hf else "rotary_emb"
+    slot = graph.dtype_slot(node, "rotary_emb_hf" if hf else "rotary_emb", xq.dtype)
     tensors = {"xq_out": xq_out, "xk_out": xk_out, "xq": xq, "xk": xk}
     tensors |= {table_slots[0]: cos, table_slots[1]: sin}
     static: dict[str, Value] = {"half_dim": dim // 2, "workgroup_size": WORKGROUP_SIZE}

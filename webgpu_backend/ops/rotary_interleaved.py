@@ -8,7 +8,7 @@ live N (upstream checks only the max sizes, at build time).
 
 from __future__ import annotations
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
@@ -22,11 +22,14 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the interleaved rotary dispatch of `node` and its resize hook."""
     x, freqs = graph.arg_tensor(node, "x"), graph.arg_tensor(node, "freqs_cis")
     out = graph.output(node, "out")
+    # All float32 or all float16 (the `_f16` slot), as x's type says.
+    dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
     for tensor in (x, freqs, out):
-        if tensor.dtype != "float32":
+        if tensor.dtype != dtype:
             raise graph.fail(
-                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor=tensor.name
+                node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
             )
+    slot = graph.dtype_slot(node, "rotary_emb_interleaved", dtype)
     if len(x.dims) != 3:
         raise graph.fail(node, f"x must be [B, N, C], got {list(x.dims)}", tensor=x.name)
     width = x.dims[2]
@@ -41,7 +44,7 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     static: dict[str, Value] = {"row_texels": width // TEXEL, "workgroup_size": WORKGROUP_SIZE}
     dispatch = graph.add_kernel(
         node,
-        {"rotary_emb_interleaved": "rotary_emb_interleaved"},
+        {slot: slot},
         tensors={"out": out, "x": x, "freqs_cis": freqs},
         static=static,
     )

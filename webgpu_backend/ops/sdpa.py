@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from graph_format import InputError, OpNode
+from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import Dispatch, ScratchBuffer, WebGPUGraph
 from webgpu_backend.ops import register
@@ -30,10 +30,12 @@ def _check_build(graph: WebGPUGraph, node: OpNode) -> None:
     q, k, v = (graph.arg_tensor(node, s) for s in ("q", "k", "v"))
     k_cache, v_cache = graph.arg_tensor(node, "k_cache"), graph.arg_tensor(node, "v_cache")
     out = graph.output(node, "out")
+    # All float32 or all float16 (the `_f16` slots), as q's type says.
+    dtype = q.dtype if q.dtype in FLOAT_DTYPES else "float32"
     for tensor in (q, k, v, k_cache, v_cache, out):
-        if tensor.dtype != "float32":
+        if tensor.dtype != dtype:
             raise graph.fail(
-                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor=tensor.name
+                node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
             )
     for tensor in (q, k, v, k_cache, v_cache):
         if len(tensor.dims) != 4 or tensor.dims[0] != 1:
@@ -101,6 +103,10 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     }
 
     def slot(name: str) -> Dispatch:
+        # In half precision every slot but the softmax, which works on the f32 scores in
+        # both precisions, is its `_f16` variant.
+        if name != "sdpa_softmax":
+            name = graph.dtype_slot(node, name, q.dtype)
         return graph.add_kernel(node, {name: name}, tensors=buffers, static=static)
 
     update = slot("sdpa_update_cache")
