@@ -270,11 +270,16 @@ class ReferenceEvaluator:
 
         def moves(slot: str, start: int, stop: int) -> np.ndarray:
             """Input `slot` under moves start .. stop - 1: [stop - start, *shape]."""
-            signs = [element[slot][start:PROBES]] if start < PROBES else []
-            if stop > PROBES:
-                signs.append(rows[slot][max(start - PROBES, 0) : stop - PROBES] * direction[slot])
-            sign = signs[0] if len(signs) == 1 else np.concatenate(signs)
-            moved: np.ndarray = base[slot] + sign[: stop - start] * scales[slot]
+            # Each element is base + sign * scale, as one expression over the concatenated
+            # signs would give it, written in place: no concatenation, no temporaries.
+            moved = np.empty((stop - start, *shapes[slot]))
+            split = min(max(PROBES - start, 0), stop - start)  # element-wise moves first
+            if split:
+                np.multiply(element[slot][start : start + split], scales[slot], out=moved[:split])
+            if split < stop - start:
+                signs = rows[slot][max(start - PROBES, 0) : stop - PROBES] * direction[slot]
+                np.multiply(signs, scales[slot], out=moved[split:])
+            np.add(base[slot], moved, out=moved)  # base first, as before (NaN payloads)
             return moved
 
         probe_reference = getattr(model, "probe_reference", None)
