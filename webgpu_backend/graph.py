@@ -961,11 +961,22 @@ class WebGPUGraph:
         encoder = self.dev.device.create_command_encoder()
         try:
             cpass = encoder.begin_compute_pass()
+            # A pass keeps its pipeline and bind group from one dispatch to the next (a bind
+            # group stays bound across a change of pipeline), so each is set only when it
+            # differs from the one in place: consecutive dispatches of one kernel (a
+            # decoder's q, k and v projections) skip a call through wgpu each.
+            pipeline: object = None
+            bind_group: object = None
             for item in scheduled:
                 records.append(item.record)
-                if item.run is not None:
-                    cpass.set_pipeline(item.run.pipeline.pipeline)
-                    cpass.set_bind_group(0, item.run.bind_group)
+                run = item.run
+                if run is not None:
+                    if run.pipeline.pipeline is not pipeline:
+                        pipeline = run.pipeline.pipeline
+                        cpass.set_pipeline(pipeline)
+                    if run.bind_group is not bind_group:
+                        bind_group = run.bind_group
+                        cpass.set_bind_group(0, bind_group)
                     cpass.dispatch_workgroups(*item.record.physical_grid)
             cpass.end()
             reads = self._plan_reads(read, read_raw)

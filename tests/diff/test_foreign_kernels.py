@@ -13,8 +13,7 @@ without names (docs/bring-your-own-kernels.md walks through it).
   blamed on the backend whose kernel carries it.
 - The tutorial of docs/bring-your-own-kernels.md: its manifests, step by step, give the
   refusals it quotes word for word, then the finding of the wrong units, then nothing.
-- `parity run --kernels examples/foreign-kernels --profile pr` exits 0 (once the command
-  takes `--kernels`).
+- `parity run --kernels examples/foreign-kernels --profile pr` exits 0.
 
 The lockstep runner judges a replaced slot's dispatches by the manifest's design and a case
 breaking a kernel's `requires` as an expected refusal of that backend (docs/oracles.md), so

@@ -4,11 +4,15 @@ coverage cells a device without f16 is not asked to fill, and the per-case dtype
 
 from __future__ import annotations
 
+import dataclasses
+import gc
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import harness.model
 from graph_format import FLOAT_DTYPES, Graph, OpNode, dtype_slot
 from harness.check.coverage import available_cells, dtype_regime, is_half_precision_cell
 from harness.check.divergence import BugKey, Divergence, Kind
@@ -66,6 +70,31 @@ def test_an_op_of_float16_tensors_runs_in_float16_and_its_outputs_pay_the_store(
     np.testing.assert_array_equal(
         local_budget(half, node, args, outputs)["out"], f16_store(compute, outputs["out"])
     )
+
+
+def test_op_dtype_is_worked_out_once_per_graph_and_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step asks for every op's precision several times: the answer is remembered
+    per graph and node, goes with its graph, and a node of another graph of the same name
+    gets its own answer."""
+    half, node = _add_graph("float16")
+    full, full_node = _add_graph("float32")
+    # a node of the same name that is not `half`'s: its arguments name no f16 tensor there
+    foreign = dataclasses.replace(node, args={"a": "elsewhere", "b": "elsewhere"}, outputs={})
+    looked_up: list[str] = []
+    real_arg_values = harness.model.arg_values
+    monkeypatch.setattr(
+        harness.model, "arg_values", lambda n: looked_up.append(n.name) or real_arg_values(n)
+    )
+    for _ in range(3):
+        assert op_dtype(half, node) == "float16"
+        assert op_dtype(full, full_node) == "float32"
+        assert op_dtype(half, foreign) == "float32"  # not `half`'s own node: never cached
+    assert looked_up.count(node.name) == 2 + 3  # once per graph, then the foreign node
+    assert id(half) in harness.model._OP_DTYPES
+    key = id(half)
+    del half, node
+    gc.collect()
+    assert key not in harness.model._OP_DTYPES
 
 
 def test_a_model_s_half_budget_replaces_the_default_store(monkeypatch: pytest.MonkeyPatch) -> None:

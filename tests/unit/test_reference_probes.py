@@ -260,6 +260,22 @@ def test_evaluation_matches_only_the_same_bits() -> None:
     assert not with_zero.matches({**args, "x": negative_zero})
     with_nan = reference.OpEvaluation({**args, "x": nan}, {}, {}, {})
     assert with_nan.matches({**args, "x": nan.copy()})
+    other_payload = nan.copy()
+    other_payload.view(np.uint64).flat[0] ^= 1  # still a NaN, another payload
+    assert np.isnan(other_payload.flat[0])
+    assert not with_nan.matches({**args, "x": other_payload})
+    # element by element, whatever the memory order
+    assert with_nan.matches({**args, "x": np.asfortranarray(nan)})
+    assert not with_nan.matches({**args, "x": np.asfortranarray(negative_zero)})
+    # arrays past the size compared as bytes: the same answers the element-wise way
+    large = np.tile(nan, (64, 1, 1))
+    assert large.nbytes > reference._BYTES_COMPARE_MAX
+    with_large = reference.OpEvaluation({**args, "x": large}, {}, {}, {})
+    assert with_large.matches({**args, "x": np.asfortranarray(large)})
+    large_zero, large_negative_zero = np.tile(zero, (64, 1, 1)), np.tile(negative_zero, (64, 1, 1))
+    assert not reference.OpEvaluation({**args, "x": large_zero}, {}, {}, {}).matches(
+        {**args, "x": large_negative_zero}
+    )
 
 
 def test_per_op_check_reuses_the_evaluators_work(monkeypatch: pytest.MonkeyPatch) -> None:
