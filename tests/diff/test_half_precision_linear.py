@@ -117,6 +117,12 @@ def test_an_f16_gemv_accumulating_in_f16_is_found_and_blamed(runner: LockstepRun
     with _f16_accumulating_gemv():
         result = runner.run(_swamping_gemv_case("float16"))
         assert runner.run(_swamping_gemv_case("float32")).ok  # only the f16 kernel changed
+    device = str(result.adapters.get("vulkan", {}).get("adapter", ""))
+    if not result.divergences and "llvmpipe" not in device:
+        # Measured on an NVIDIA H100 (driver 580.159.04, 2026-11-26): the planted kernel's
+        # outputs stayed within the budget there, as if its driver kept the loop-carried f16
+        # accumulator wider than f16; the plant is a lavapipe check (CI's device).
+        pytest.xfail(f"the f16 accumulation is not observable on {device}")
     assert result.divergences
     keys = {d.bug_key() for d in result.divergences}
     # About 3x the budget: the band of utilizations 1-10.
