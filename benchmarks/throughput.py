@@ -157,6 +157,7 @@ def measure(args: argparse.Namespace, jobs: int, out: Path) -> Measured:
         command=f"benchmarks.throughput --jobs {jobs}",
         jobs=jobs,
         timings=True,
+        worker_cases=args.worker_cases,
     )
     log = (lambda line: print(line, file=sys.stderr, flush=True)) if args.verbose else None
     session = RunSession(config, log=log or (lambda line: None))
@@ -294,6 +295,12 @@ def main(argv: list[str] | None = None) -> int:
         "--time-budget", type=float, default=60.0, help="seconds per run (60; 0: none)"
     )
     parser.add_argument("--max-examples", type=int, default=None, help="per family")
+    parser.add_argument(
+        "--worker-cases",
+        type=int,
+        default=500,
+        help="cases after which a worker is replaced (parity run --worker-cases; 500)",
+    )
     parser.add_argument("--chunk-examples", type=int, default=None)
     parser.add_argument(
         "--jobs",

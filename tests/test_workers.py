@@ -80,6 +80,29 @@ def test_two_workers_find_what_one_process_finds(
     assert "2 workers" in proc.stderr
 
 
+def test_a_worker_is_replaced_once_it_has_run_its_share_of_cases(tmp_path: Path) -> None:
+    args = (
+        "run", "--families", "add", "--max-examples", "6", "--chunk-examples", "2",
+        "--no-database", "--no-expectations", "--adapters", "0",
+    )  # fmt: skip
+    one = parity(*args, "--jobs", "1", "--out", tmp_path / "one")
+    assert one.returncode == 0, one.stderr
+    out = tmp_path / "worn"
+    proc = parity(*args, "--jobs", "2", "--worker-cases", "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    # Replacing workers between chunks changes nothing the run finds.
+    assert _cases(out) == _cases(tmp_path / "one")
+    assert read_summary(out)["totals"] == read_summary(tmp_path / "one")["totals"]
+    workers = json.loads((out / "run.json").read_text())["workers"]
+    # Three chunks, two workers, each worn out by its first chunk (a chunk has cases): the
+    # third chunk ran on a fresh worker, and every worker ended as asked.
+    assert [w["chunks"] for w in workers].count(1) == 3, workers
+    assert all(w["chunks"] <= 1 for w in workers) and len(workers) >= 3
+    assert all(w["exit"] == "done" for w in workers)
+    assert not any(_alive(w["pid"]) for w in workers)
+    assert "(--worker-cases)" in proc.stderr
+
+
 def test_the_summary_does_not_depend_on_the_order_of_the_records(
     planted_run: Path, tmp_path: Path
 ) -> None:

@@ -74,6 +74,11 @@ class RunConfig:
         timings: accumulate the host-time split of harness.check.timing (benchmarks).
         kernels: a kernel manifest (`parity run --kernels`) whose kernels replace slots on
             the backends its sections name; its adapters run (the user named it).
+        worker_cases: with N > 1 workers, a worker that has run this many cases is replaced
+            by a fresh process between two chunks: a driver's memory that grows with every
+            case it runs (lavapipe 22.x, docs/benchmarks.md "Memory per worker") is given back
+            with the process. None: never replaced. `--jobs 1` runs in its own process and
+            never replaces it.
     """
 
     families: list[str]
@@ -95,6 +100,7 @@ class RunConfig:
     jobs: int = 1
     adapters: tuple[int, ...] = ()
     timings: bool = False
+    worker_cases: int | None = None
 
 
 @dataclass

@@ -235,6 +235,15 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "use)",
     )
     run.add_argument(
+        "--worker-cases",
+        type=_positive_int,
+        default=500,
+        metavar="N",
+        help="with N > 1 workers, replace a worker by a fresh process once it has run N "
+        "cases (between chunks), which bounds driver memory that grows per case "
+        "(default: 500)",
+    )
+    run.add_argument(
         "--adapters",
         default=None,
         metavar="I,J,...",
@@ -554,6 +563,7 @@ def _run(args: argparse.Namespace) -> int:
         max_workgroups_per_dim=args.max_workgroups_per_dim,
         jobs=args.jobs or available_jobs(),
         adapters=_adapters(args.adapters),
+        worker_cases=args.worker_cases,
     )
     session = RunSession(config, log=console.err)
     try:

@@ -216,8 +216,16 @@ class WorkerPool:
         self.session = session
         last_signal_at: float | None = None
         while True:
-            for w in self.workers:
-                if w.state == "idle":
+            for w in list(self.workers):
+                if w.state == "idle" and self._worn(w):
+                    self._send(w, ("exit",))
+                    w.state = "exiting"
+                    replacement = self._spawn()
+                    session.log(
+                        f"parity: worker {w.line.index} ran {w.line.cases} cases; started "
+                        f"worker {replacement.line.index} in its place (--worker-cases)"
+                    )
+                elif w.state == "idle":
                     chunk = session.deal(w.line.index)
                     if chunk is None:
                         self._send(w, ("exit",))
@@ -234,6 +242,12 @@ class WorkerPool:
             self._wait(timeout=1.0)
             session.tick()
         self.close()
+
+    def _worn(self, w: _Worker) -> bool:
+        """Whether a worker has run its share of cases (`RunConfig.worker_cases`) and is to
+        be replaced before it runs another chunk (not once the run is stopping)."""
+        limit = self.config.worker_cases
+        return limit is not None and w.line.cases >= limit and self.session.stop.reason is None
 
     def _deal(self, w: _Worker, chunk: Chunk) -> None:
         w.chunk, w.dealt, w.seen, w.cases = chunk, time.monotonic(), {}, 0
