@@ -298,8 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--worker-cases",
         type=int,
-        default=500,
-        help="cases after which a worker is replaced (parity run --worker-cases; 500)",
+        default=300,
+        help="cases after which a worker is replaced (parity run --worker-cases; 300)",
     )
     parser.add_argument("--chunk-examples", type=int, default=None)
     parser.add_argument(

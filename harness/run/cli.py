@@ -237,11 +237,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     run.add_argument(
         "--worker-cases",
         type=_positive_int,
-        default=500,
+        default=300,
         metavar="N",
         help="with N > 1 workers, replace a worker by a fresh process once it has run N "
         "cases (between chunks), which bounds driver memory that grows per case "
-        "(default: 500)",
+        "(default: 300)",
     )
     run.add_argument(
         "--adapters",
