@@ -2,7 +2,10 @@
 
 Graphs grow from one or two float inputs sharing a dynamic sequence dim `S` (and sometimes a
 dynamic batch dim `B`) through the generators each op's module registers
-(`harness.gen.graphgen`); the family exercises every op any generator may add.
+(`harness.gen.graphgen`); the family exercises every op any generator may add. A graph
+whose every op takes float16 (no fused_sdpa, update_cache or scalar operand) is drawn in
+float16 for a share of the cases (`harness.gen.blocks.case_dtypes`), the q4 scales kept
+float32; the draw comes last, so the graphs' shapes stay those of float32.
 """
 
 from __future__ import annotations
@@ -13,10 +16,11 @@ import numpy as np
 from hypothesis import strategies as st
 
 import harness.ops  # noqa: F401  (every op's module registers its generator at import)
-from harness.gen.blocks import float_array, live_sequences
+from harness.gen.blocks import case_dtypes, float_array, live_sequences
 from harness.gen.case import Case
 from harness.gen.families import register_family
 from harness.gen.graphgen import GENERATORS, DimSpec, GraphGen, Sym, emitted_ops
+from harness.gen.half import half_precision
 
 
 @st.composite
@@ -72,12 +76,20 @@ def random_graph_cases(
         for feed in g.step_inputs:
             step.update(feed(values))
         steps.append(step)
-    return Case(
+    case = Case(
         graph,
         steps,
         name="random_graph",
         meta={"seed": seed, "family": "random_graph", "ops": [n.op for n in graph.ops]},
     )
+    # The precision, drawn last (shape draws stay put): float16 for a share of the graphs
+    # whose every op takes it; a scalar operand is float32 only. The q4 scales stay float32.
+    ops_run = [n.op for n in graph.ops]
+    scalar = any(n.optional_arg("scalar") is not None for n in graph.ops if n.op in ("add", "mul"))
+    if not scalar and draw(case_dtypes(ops_run)) == "float16":
+        scales = {n.arg("scales") for n in graph.ops if n.op in ("linear_q4gsw", "embedding_q4gsw")}
+        return half_precision(case, keep=scales)
+    return case
 
 
-register_family("random", random_graph_cases, emitted_ops(GENERATORS.values()))
+register_family("random", random_graph_cases, emitted_ops(GENERATORS.values()), dtype_per_case=True)

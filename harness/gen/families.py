@@ -23,11 +23,14 @@ Strategy = Callable[[], st.SearchStrategy[Case]]
 class Family:
     """A case family: its name, how to make its strategy, and every op type its cases may
     contain (`exercises`: what `parity run --ops` resolves an op to a family with;
-    tests/unit/test_families.py draws cases of each family and checks it holds)."""
+    tests/unit/test_families.py draws cases of each family and checks it holds;
+    `dtype_per_case`: the family draws float16 for a case whose own ops all take it, not
+    only when every op it exercises does, as the random graphs do)."""
 
     name: str
     strategy: Strategy
     exercises: frozenset[str]
+    dtype_per_case: bool = False
 
     def __call__(self) -> st.SearchStrategy[Case]:
         return self.strategy()
@@ -38,7 +41,9 @@ class Family:
 REGISTERED: dict[str, Family] = {}
 
 
-def register_family(name: str, strategy: Strategy, exercises: Iterable[str]) -> Family:
+def register_family(
+    name: str, strategy: Strategy, exercises: Iterable[str], *, dtype_per_case: bool = False
+) -> Family:
     """Register the family `name`; returns it.
 
     Raises:
@@ -50,7 +55,7 @@ def register_family(name: str, strategy: Strategy, exercises: Iterable[str]) -> 
         raise ValueError(f"family {name!r} exercises ops {unknown or '(none)'} with no schema")
     if name in REGISTERED:
         raise ValueError(f"two case families are called {name!r}")
-    REGISTERED[name] = family = Family(name, strategy, ops)
+    REGISTERED[name] = family = Family(name, strategy, ops, dtype_per_case)
     return family
 
 

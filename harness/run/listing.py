@@ -56,8 +56,16 @@ def list_command(args: argparse.Namespace) -> int:
             name: {
                 "own_op": name if name in MODELS else None,
                 "ops": sorted(family.exercises),
-                # The dtypes its cases are drawn in (float16 for F16_SHARE of them).
-                "dtypes": list(family_dtypes(family.exercises)),
+                # The dtypes its cases are drawn in (float16 for F16_SHARE of them, or of
+                # those whose own ops all take it).
+                "dtypes": list(
+                    family_dtypes(
+                        [op for op in family.exercises if "float16" in model_dtypes(op)]
+                        if family.dtype_per_case
+                        else family.exercises
+                    )
+                ),
+                "dtype_per_case": family.dtype_per_case,
             }
             for name, family in FAMILIES.items()
         },
@@ -89,7 +97,8 @@ def list_command(args: argparse.Namespace) -> int:
     console.out("Case families (parity run --families):")
     for name, entry in doc["families"].items():
         dtypes = entry["dtypes"]
-        share = f"  (float16 in {F16_SHARE:.0%} of cases)" if "float16" in dtypes else ""
+        which = "the cases whose ops all take it" if entry["dtype_per_case"] else "cases"
+        share = f"  (float16 in {F16_SHARE:.0%} of {which})" if "float16" in dtypes else ""
         console.out(f"  {name}{share}")
     console.out("Ops and kernel slots (parity run --ops; roles and values a kernel binds):")
     for op, kernels in doc["ops"].items():

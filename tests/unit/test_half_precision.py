@@ -205,3 +205,37 @@ def test_a_record_keeps_the_precision_of_its_divergence_and_why_a_case_was_unava
     assert from_json(DivergenceRecord, plain(half.to_json())).bug == half.bug
     case = CaseRecord("f/0", "f", 0, "0" * 12, [], [], 0, 0, [], unavailable="vulkan: f16 ...")
     assert from_json(CaseRecord, plain(case.to_json())).unavailable == "vulkan: f16 ..."
+
+
+def test_random_graphs_draw_float16_only_where_every_op_takes_it() -> None:
+    """The random family draws its precision per graph: some graphs come in float16, and each
+    of those holds only ops with f16 kernels (never fused_sdpa, update_cache or a scalar
+    operand), its q4 scales kept float32."""
+    from hypothesis import HealthCheck, given, settings
+
+    from harness.families.random import random_graph_cases
+    from harness.gen.case import Case
+    from harness.model import model_dtypes
+
+    halves: list[Case] = []
+
+    @settings(max_examples=120, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(random_graph_cases())
+    def draw(case: Case) -> None:
+        if case.meta.get("dtype") == "float16":
+            halves.append(case)
+
+    draw()
+    assert halves
+    for case in halves:
+        graph = case.graph
+        assert all("float16" in model_dtypes(node.op) for node in graph.ops)
+        assert not any(
+            node.optional_arg("scalar") is not None
+            for node in graph.ops
+            if node.op in ("add", "mul")
+        )
+        for node in graph.ops:
+            if node.op in ("linear_q4gsw", "embedding_q4gsw"):
+                assert graph.tensor(node.arg("scales")).dtype == "float32"
