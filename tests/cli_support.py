@@ -51,22 +51,33 @@ def read_records(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
 
 
-def divergent_cases(folder: Path) -> int:
-    """Distinct cases with unexpected divergences a (live) run has recorded so far: a case
-    Hypothesis runs again while shrinking is recorded again, and counted once, as the summary
-    counts it; the line being written is skipped."""
+def _divergent_case_records(folder: Path) -> list[tuple[str, str]]:
+    """(chunk, case id) of every case record with unexpected divergences so far (the line
+    being written skipped)."""
     path = folder / "cases.jsonl"
     if not path.exists():
-        return 0
-    seen = set()
+        return []
+    found = []
     for line in path.read_text().splitlines():
         try:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
         if record.get("record") == "case" and record.get("unexpected"):
-            seen.add((record["chunk"], record["case_id"]))
-    return len(seen)
+            found.append((record["chunk"], record["case_id"]))
+    return found
+
+
+def divergent_records(folder: Path) -> int:
+    """Case records with unexpected divergences a (live) run has written so far, a case
+    Hypothesis runs again while shrinking counted each time."""
+    return len(_divergent_case_records(folder))
+
+
+def divergent_cases(folder: Path) -> int:
+    """Distinct cases with unexpected divergences a (live) run has recorded so far, each
+    counted once, as the summary counts them."""
+    return len(set(_divergent_case_records(folder)))
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:

@@ -25,6 +25,7 @@ from tests.cli_support import (
     PLANTED_RUN_ARGS,
     REPO,
     divergent_cases,
+    divergent_records,
     parity,
     popen_parity,
     read_records,
@@ -188,7 +189,9 @@ def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path)
         stderr_path=tmp_path / "stderr",
     )  # fmt: skip
     try:
-        wait_for(lambda: divergent_cases(out) >= 5, 120, "5 divergent case records")
+        # Killed while Hypothesis is still at work on the bug (five divergent records, the
+        # shrinker's re-runs of a case among them), so that its finding is provisional.
+        wait_for(lambda: divergent_records(out) >= 5, 120, "5 divergent case records")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -198,7 +201,8 @@ def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path)
     assert report.returncode == 1, report.stderr  # the findings so far: divergences
     summary = read_summary(out)
     assert summary["status"] == "killed" and not summary["complete"]
-    assert summary["totals"]["unexpected_cases"] >= 5
+    # Every divergent case recorded before the kill is counted, each once.
+    assert summary["totals"]["unexpected_cases"] == divergent_cases(out) >= 1
     provisional = [f for f in summary["findings"] if f["provisional"]]
     assert provisional
     for f in provisional:
