@@ -98,6 +98,15 @@ class GraphGen:
         self.pool.append(tensor)
         return tensor
 
+    def sequence_rows(self) -> list[PoolTensor]:
+        """The pool's 2-D tensors `[S, W]` with S a symbol and W an int: rows per token,
+        what the attention and cache generators view as `[1, S, H, D]`."""
+        return [
+            t
+            for t in self.pool
+            if len(t.dims) == 2 and isinstance(t.dims[0], Sym) and isinstance(t.dims[1], int)
+        ]
+
     def pick(self, candidates: Sequence[PoolTensor]) -> PoolTensor:
         """One of `candidates` (shrinks toward the first)."""
         return candidates[self.draw(st.integers(0, len(candidates) - 1))]

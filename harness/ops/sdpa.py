@@ -415,11 +415,7 @@ def gen_sdpa_with_kv_cache(g: GraphGen) -> bool:
     at least S's max; `input_pos` is a SymInt graph input fed every step as a KV-cache
     session feeds it (the next chunk, a reset to 0, a chunk reaching the cache's end, any
     position), always within the cache for the live S."""
-    candidates = [
-        t
-        for t in g.pool
-        if len(t.dims) == 2 and isinstance(t.dims[0], Sym) and isinstance(t.dims[1], int)
-    ]
+    candidates = g.sequence_rows()
     if not candidates:
         return False
     q_src = g.pick(candidates)

@@ -170,11 +170,7 @@ def gen_update_cache(g: GraphGen) -> bool:
     """A pool tensor `[S, W]` (S a symbol) viewed as `[1, S, H, D]` and written into a state
     cache `[1, C, H, D]` with C at least S's max, at an `input_pos` SymInt graph input fed
     every step within the cache for the live S (the next chunk, a reset, the cache's end)."""
-    candidates = [
-        t
-        for t in g.pool
-        if len(t.dims) == 2 and isinstance(t.dims[0], Sym) and isinstance(t.dims[1], int)
-    ]
+    candidates = g.sequence_rows()
     if not candidates:
         return False
     src = g.pick(candidates)
