@@ -227,3 +227,26 @@ def webgpu_fold_with_floor() -> Iterator[None]:
         yield
     finally:
         webgpu_backend.graph.fold_grid = original
+
+
+@contextmanager
+def webgpu_grid_one_short() -> Iterator[None]:
+    """Make WebGPU's grid computation (`fold_grid`, which sizes the physical grid of every
+    1-D dispatch of every op, folded or not) give one workgroup fewer than the count asked
+    for whenever it asks for more than one: a fault in a shared mechanism that every op with
+    a kernel shows, under the device's own limit as under a lowered one."""
+    original = webgpu_backend.graph.fold_grid
+
+    def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
+        x, y, z = original(count, max_per_dim)
+        if count > 1 and y == 1:
+            return (x - 1, y, z)  # planted: the last workgroup is dropped
+        if count > 1:
+            return (x, y - 1, z)  # planted: the last row of the fold is dropped
+        return (x, y, z)
+
+    webgpu_backend.graph.fold_grid = fold_grid
+    try:
+        yield
+    finally:
+        webgpu_backend.graph.fold_grid = original

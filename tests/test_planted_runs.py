@@ -21,7 +21,7 @@ import pytest
 from harness.run.bundle import load_bundle, replay
 from harness.run.cli import main
 from tests.cli_support import REPO, read_records
-from tests.plants import webgpu_fold_with_floor, webgpu_toggling_hook
+from tests.plants import webgpu_fold_with_floor, webgpu_grid_one_short, webgpu_toggling_hook
 
 pytestmark = pytest.mark.gpu
 
@@ -103,6 +103,64 @@ def test_pr_run_finds_a_fold_that_drops_workgroups(tmp_path: Path) -> None:
     assert {r["chunk"]: r["max_workgroups_per_dim"] for r in cases}["rms_norm/1"] == 4
     pages = [p.read_text() for p in (out / "failures").glob("*.html")]
     assert any('id="workgroup-limit"' in page for page in pages)
+
+
+def _finding_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("parity: finding ")]
+
+
+def test_a_bug_every_op_shows_reports_each_finding_as_it_is_bundled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A fault in a shared mechanism (the grid of every dispatch) shows in many op types:
+    each finding gets its console line as soon as it is bundled, shrunk first found first."""
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", "dag,random", "--profile", "pr", "--max-examples", "4"),
+        *("--chunk-examples", "4"),
+        plant=webgpu_grid_one_short(),
+    )
+    assert status == 1
+    findings = _findings(out)
+    assert len({f["bug"].split("|")[0] for f in findings}) >= 2, findings  # many ops show it
+    lines = _finding_lines(capsys.readouterr().err)
+    # One line per finding, naming its bug and bundle, in the order they were bundled.
+    assert [line.split()[2] for line in lines] == [f["bug"] for f in findings]
+    for line, finding in zip(lines, findings, strict=True):
+        assert line.endswith(f": {finding['bundle']}")
+        assert (": shrunk to " in line) == finding["shrunk"]
+        assert finding["shrunk"] or finding["unshrunk"] == "shrink budget spent"
+
+
+def test_a_spent_shrink_budget_bundles_the_rest_unshrunk_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", "random", "--profile", "pr", "--max-examples", "6"),
+        *("--chunk-examples", "6", "--shrink-budget", "0"),
+        plant=webgpu_grid_one_short(),
+    )
+    assert status == 1
+    findings = _findings(out)
+    assert findings
+    for finding in findings:
+        assert not finding["shrunk"]
+        assert finding["unshrunk"] == "shrink budget spent"
+        doc = json.loads((out / finding["bundle"] / "bundle.json").read_text())
+        assert not doc["shrunk"] and doc["unshrunk"] == "shrink budget spent"
+        assert (
+            "unshrunk: shrink budget spent" in (out / finding["bundle"] / "README.md").read_text()
+        )
+    lines = _finding_lines(capsys.readouterr().err)
+    assert len(lines) == len(findings)
+    assert all(": unshrunk: shrink budget spent (" in line for line in lines)
+    summary = json.loads((out / "summary.json").read_text())
+    assert {f["unshrunk"] for f in summary["findings"]} == {"shrink budget spent"}
+    page = (out / "index.html").read_text()
+    assert "unshrunk: shrink budget spent" in page
 
 
 def test_max_workgroups_per_dim_applies_to_every_chunk(tmp_path: Path) -> None:

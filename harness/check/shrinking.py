@@ -1,4 +1,10 @@
-"""Measuring how well a failure shrinks: time to find it, time to shrink it, and its size.
+"""Shrinking one failure at a time, and measuring how well a failure shrinks.
+
+`parity run` searches a chunk without shrinking (`SEARCH_PHASES`), then shrinks each distinct
+bug on its own (`replay_and_shrink_settings`: a Hypothesis run that replays the one failing
+example it is given, `current_choices()` taken inside the test body when the bug was
+raised, and shrinks it, generating nothing), so that the first bug found is the first
+reported, and a shrink budget can stop between bugs (harness/run/chunks.py).
 
 `find_minimal` runs a Hypothesis search over a case strategy with a given check (usually
 `CaseChecker.check`, whose exceptions are keyed by `harness.check.divergence.BugKey`, so a shrink
@@ -18,11 +24,67 @@ from typing import Any
 import numpy as np
 from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
+from hypothesis.control import current_build_context
+from hypothesis.database import ExampleDatabase, choices_to_bytes
+from hypothesis.errors import InvalidArgument
 
 from graph_format import TensorValue
 from harness.check.divergence import BugKey
 from harness.check.verdict import DivergenceFound
 from harness.gen.case import Case
+
+# A search that finds bugs without shrinking them (each is shrunk later, on its own).
+SEARCH_PHASES = tuple(p for p in Phase if p not in (Phase.shrink, Phase.explain))
+
+
+def current_choices() -> bytes | None:
+    """The choice sequence of the example Hypothesis is running (call it inside a test body),
+    serialized as Hypothesis's example database keeps it; None outside a test."""
+    try:
+        data = current_build_context().data
+    except InvalidArgument:  # not inside a Hypothesis test
+        return None
+    return choices_to_bytes(data.choices)
+
+
+class _OneExample(ExampleDatabase):
+    """A database that offers one example, as a *secondary* entry: Hypothesis replays it
+    and, finding it still failing, shrinks it (a primary entry that replays exactly would be
+    taken as already shrunk). It forgets whatever Hypothesis saves."""
+
+    def __init__(self, choices: bytes) -> None:
+        super().__init__()
+        self.choices: bytes | None = choices
+
+    def save(self, key: bytes, value: bytes) -> None:
+        pass
+
+    def fetch(self, key: bytes) -> Any:
+        if key.endswith(b".secondary") and self.choices is not None:
+            yield self.choices
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        if value == self.choices:
+            self.choices = None
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        pass
+
+
+def replay_and_shrink_settings(base: settings, choices: bytes) -> settings:
+    """`base` changed to replay the example of `choices` and shrink it, generating nothing.
+
+    For a shrink that depends on nothing but a seed, apply these settings on top of
+    `hypothesis.seed` (`seed` under them: `seed` on top would turn the database off, as
+    derandomize would).
+    """
+    return settings(
+        base,
+        phases=[Phase.reuse, Phase.shrink],
+        database=_OneExample(choices),
+        derandomize=False,
+        report_multiple_bugs=False,
+    )
 
 
 @dataclass(frozen=True)

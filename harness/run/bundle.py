@@ -436,6 +436,7 @@ def write_bundle(
     shrunk: bool = True,
     provisional: bool = False,
     manifest: KernelManifest | None = None,
+    unshrunk: str | None = None,
 ) -> Path:
     """Write the bundle of one failing case, atomically.
 
@@ -451,6 +452,7 @@ def write_bundle(
         runtimes: when given, the case is re-run to capture evidence.
         shader_dirs: the shader folders the run used (default: the repo's).
         shrunk: whether Hypothesis finished shrinking it (False for an interrupted run).
+        unshrunk: why it is not shrunk ("shrink budget spent", ...), if it is not.
         provisional: the first divergent case of a bug, written as soon as it was seen; the
             chunk's finding replaces it when the chunk ends (a killed run keeps it).
         manifest: the kernel manifest the run ran (`--kernels`): copied with its files.
@@ -469,6 +471,7 @@ def write_bundle(
             shrunk,
             provisional,
             manifest,
+            unshrunk,
         )
         try:
             os.rename(tmp, folder)
@@ -493,6 +496,7 @@ def _write_bundle_files(
     shrunk: bool,
     provisional: bool,
     manifest: KernelManifest | None,
+    unshrunk: str | None = None,
 ) -> None:
     case.save(folder / "case")
     hashes = copy_shaders(case.graph, folder / "shaders", shader_dirs)
@@ -522,6 +526,7 @@ def _write_bundle_files(
         family=record.family,
         chunk=record.chunk,
         shrunk=shrunk,
+        unshrunk=unshrunk,
         provisional=provisional,
         bug=record.bug,
         divergences=record.divergences,
@@ -598,7 +603,7 @@ def _readme(doc: BundleDoc) -> str:
         + (
             " (provisional: the first divergent case seen; the run ended before its chunk did)"
             if doc.provisional
-            else ("" if doc.shrunk else " (not fully shrunk: the run was interrupted)")
+            else ("" if doc.shrunk else f" (unshrunk: {doc.unshrunk or 'the run was interrupted'})")
         )
         + ". Other chunks that shrank to the same case and bug share this bundle; the run's "
         "report lists them.",

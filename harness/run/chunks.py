@@ -6,9 +6,19 @@ processes (harness.run.workers), each with a `ChunkRunner` of its own. Either wa
 pools, pipelines and the SPIR-V cache on disk are then shared by every case it runs) and
 runs many chunks with them. For each chunk it runs the Hypothesis search, checks every case
 in lockstep, shrinks, classifies each finding's repeatability, writes the bundles (a
-provisional one per bug as soon as it is seen, the finding's own when the chunk ends) and
+provisional one per bug as soon as it is seen, the finding's own once it is shrunk) and
 hands every record to a `ChunkSink`: the session writes them into `cases.jsonl` and counts
 them (in the same process, or in the parent of the workers).
+
+Shrinking: the search finds every bug without shrinking it (harness.check.shrinking
+`SEARCH_PHASES`); then each bug is shrunk on its own, in the order the bugs were found (those
+this process has not shrunk before first), and bundled and reported on the console
+(`parity: finding ...`) as soon as it is. The profile's shrink budget (`shrink_budget_s` per
+process over the run, `shrink_finding_s` per finding; harness/run/profiles.py) bounds the
+time: a finding whose budget ran out keeps the smallest case seen, and once the run's budget
+is spent the rest are bundled as found, each marked with why (`ChunkFinding.unshrunk`).
+Memory stays bounded while shrinking: per bug only the smallest case, the latest verdict
+and its example's choices are kept.
 
 A stop (`Stop`: a signal, or the end of the time budget) ends the current chunk after the
 case it is running, as in the single-process run of earlier versions.
@@ -16,11 +26,13 @@ case it is running, as in the single-process run of earlier versions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shutil
 import time
+import warnings
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -28,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 from hypothesis import given, seed, settings, target
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
+from hypothesis.errors import Flaky, HypothesisWarning
 
 from graph_format import Runtime
 from graph_format.kernels import load_manifest
@@ -36,6 +49,7 @@ from harness.check.backends import BACKENDS, open_runtimes
 from harness.check.divergence import BugKey
 from harness.check.lockstep import CaseResult, LockstepRunner
 from harness.check.repeatability import classify
+from harness.check.shrinking import SEARCH_PHASES, current_choices, replay_and_shrink_settings
 from harness.check.verdict import (
     CaseChecker,
     DivergenceFound,
@@ -101,6 +115,12 @@ class RunConfig:
     adapters: tuple[int, ...] = ()
     timings: bool = False
     worker_cases: int | None = None
+    shrink_budget_s: float | None = None  # None: the profile's (`Profile.shrink_budget_s`)
+
+
+# Why a finding is not shrunk (`ChunkFinding.unshrunk`).
+BUDGET_SPENT = "shrink budget spent"
+NOT_REPLAYED = "its case did not fail again when replayed for shrinking"
 
 
 @dataclass
@@ -209,6 +229,13 @@ class _ChunkState:
     raised: weakref.WeakKeyDictionary[DivergenceFound, tuple[Case, CaseRecord]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
+    # Per bug, in the order found: the choices of the example that last raised it while
+    # searching (the one Hypothesis reports), which its shrink replays.
+    choices: dict[BugKey, bytes] = field(default_factory=dict)
+    # While one bug is shrunk: its key (a case showing another bug passes) and the time its
+    # shrink must end by (`time.monotonic()`).
+    target: BugKey | None = None
+    shrink_deadline: float | None = None
     # Where the test body last returned (perf_counter): Hypothesis's time starts there.
     left_body: float = 0.0
 
@@ -268,6 +295,12 @@ class ChunkRunner:
         self.database: ExampleDatabase | None = (
             DirectoryBasedExampleDatabase(str(config.database)) if config.database else None
         )
+        profile = PROFILES[config.profile]
+        budget = config.shrink_budget_s
+        self.shrink_budget_s = budget if budget is not None else profile.shrink_budget_s
+        self.shrink_finding_s = min(profile.shrink_finding_s, self.shrink_budget_s)
+        self.shrink_spent = 0.0  # seconds this process has spent shrinking
+        self.shrunk_bugs: set[BugKey] = set()  # bugs this process has shrunk (first ones first)
 
     def open(self, limits: Iterable[int | None]) -> dict[str, dict[str, Any]]:
         """Open the runtimes of each workgroup limit (None: the devices' own); the adapters.
@@ -315,26 +348,16 @@ class ChunkRunner:
             if self.database is not None
             else None
         )
-        chunk_settings = settings(
-            hypothesis_settings(self.config.profile, max_examples=chunk.max_examples),
-            database=database,
-        )
-
-        def run_case(case: Case) -> None:
-            entered = time.perf_counter()
-            timing.add("generation", entered - state.left_body)
-            try:
-                self._check(state, case)
-            finally:
-                state.left_body = time.perf_counter()
-
-        run_case.__name__ = f"parity_{chunk.family}_{chunk.index}"
-        test = seed(chunk.seed)(chunk_settings(given(case=FAMILIES[chunk.family]())(run_case)))
+        base = hypothesis_settings(self.config.profile, max_examples=chunk.max_examples)
+        # Search only: each bug is shrunk on its own afterwards (`_findings`).
+        chunk_settings = settings(base, database=database, phases=SEARCH_PHASES)
+        test = seed(chunk.seed)(chunk_settings(self._test(state)))
         finals: list[DivergenceFound] = []
         status, reason = "complete", None
         state.left_body = time.perf_counter()
         try:
-            test()
+            with _quiet_reprs():
+                test()
         except DivergenceFound as err:
             finals = [err]
         except _Halt as halt:
@@ -353,7 +376,10 @@ class ChunkRunner:
         if status == "error":
             sink.error(f"{chunk.id}: {reason}")
             sink.log(f"parity: chunk {chunk.id} failed: {reason}")
-        findings = self._findings(state, finals, shrunk=status == "complete")
+        findings, stopped = self._findings(state, finals, base, complete=status == "complete")
+        if stopped is not None and status == "complete":  # a signal or the time budget
+            status = "time_budget" if stopped == "time_budget" else "interrupted"
+            reason = stopped
         record = chunk_record(
             chunk,
             self.config.shard,
@@ -367,12 +393,29 @@ class ChunkRunner:
         tally = ChunkTally(chunk.id, chunk.max_examples, [_bundle_name(f) for f in findings])
         sink.chunk(record, tally)
 
+    def _test(self, state: _ChunkState) -> Any:
+        """The chunk's Hypothesis test (without settings): its family's cases, `_check`ed."""
+        chunk = state.chunk
+
+        def run_case(case: Case) -> None:
+            entered = time.perf_counter()
+            timing.add("generation", entered - state.left_body)
+            try:
+                self._check(state, case)
+            finally:
+                state.left_body = time.perf_counter()
+
+        run_case.__name__ = f"parity_{chunk.family}_{chunk.index}"
+        return given(case=FAMILIES[chunk.family]())(run_case)
+
     def _check(self, state: _ChunkState, case: Case) -> None:
         """The Hypothesis test body: run, record, steer, fail on unexpected divergences."""
         if self.stop.reason is not None and self.stop.reason != "time_budget":
             raise _Halt(self.stop.reason)
         if self.stop.out_of_time(grace=state.unexpected_found):
             raise _Halt("time_budget")
+        if state.shrink_deadline is not None and time.monotonic() > state.shrink_deadline:
+            raise _Halt(BUDGET_SPENT)
         result, repeat = state.engine.checker.run(case)
         records_started = time.perf_counter()
         chunk = state.chunk
@@ -420,6 +463,12 @@ class ChunkRunner:
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
+            if state.target is not None and key != state.target:
+                return  # shrinking another bug: to that shrink, this case passes
+            if state.target is None:  # searching: the example its shrink will replay
+                choices = current_choices()
+                if choices is not None:
+                    state.choices[key] = choices
             # The exception class stands for the bug key, so that Hypothesis only accepts
             # shrinks that keep it (harness/check/verdict.py).
             err = exception_for(key)(_only(result, unexpected), repeat)
@@ -427,42 +476,139 @@ class ChunkRunner:
             raise err
 
     def _findings(
-        self, state: _ChunkState, finals: list[DivergenceFound], shrunk: bool
-    ) -> list[ChunkFinding]:
-        """Write a bundle per finding; the findings as listed in the chunk record."""
-        picked = [state.raised[err] for err in finals if err in state.raised]
-        if not picked:
+        self,
+        state: _ChunkState,
+        finals: list[DivergenceFound],
+        base: settings,
+        complete: bool,
+    ) -> tuple[list[ChunkFinding], str | None]:
+        """Shrink, bundle and report each finding in turn; the findings as listed in the chunk
+        record, and why shrinking stopped early ("time_budget" or a signal's name), if it did.
+
+        A complete search has its bugs shrunk one by one, first found first (those this
+        process has not shrunk before ahead of the others), within the shrink budget; an
+        interrupted one keeps the smallest case seen per bug, unshrunk.
+        """
+        picked: dict[BugKey, tuple[Case, CaseRecord]] = {}
+        for err in finals:
+            bug = type(err).bug
+            if bug is not None and err in state.raised:
+                picked.setdefault(bug, state.raised[err])
+        why: str | None = None
+        if not complete or not picked:
             # Interrupted before Hypothesis finished: the smallest case seen per bug.
-            picked = list(state.best.values())
-            shrunk = False
-        out = []
-        for case, record in picked:
-            bug = record.bug
-            bundle_id = finding_id(record.case_id, bug)
-            known = existing_bundle(self.config.out / "bundles" / bundle_id)
-            bundle: str | None
-            if known is not None:
-                # Another chunk already shrank to this case with this bug: one finding, one
-                # bundle; the summary lists every chunk that found it.
-                record.repeatability = known.repeatability
-                bundle = f"bundles/{bundle_id}"
-            else:
-                if self.config.repeats:
-                    repeat = classify(case, state.engine.runtimes, self.config.repeats)
-                    record.repeatability = repeat.to_json()
-                bundle = self._write_bundle(state, bundle_id, case, record, shrunk=shrunk)
-            out.append(
-                ChunkFinding(
-                    case_id=record.case_id,
-                    seq=record.seq,
-                    bundle=bundle,
-                    shrunk=shrunk,
-                    bug=bug,
-                    unexpected=record.unexpected,
-                    repeatability=(record.repeatability or {}).get("class"),
-                )
+            picked = dict(state.best)
+            why = "the run stopped before its chunk's search ended"
+        found_order = list(state.choices)
+        order = sorted(
+            picked,
+            key=lambda k: (
+                k in self.shrunk_bugs,
+                found_order.index(k) if k in found_order else len(found_order),
+            ),
+        )
+        out: list[ChunkFinding] = []
+        stopped: str | None = None
+        for n, key in enumerate(order):
+            case, record = picked[key]
+            unshrunk = why or stopped
+            if unshrunk is None and key in state.choices:
+                last = n == len(order) - 1  # no finding waits for it: no share to keep to
+                try:
+                    case, record, unshrunk = self._shrink(state, key, base, (case, record), last)
+                except (_Halt, KeyboardInterrupt) as halt:  # a signal, or the time budget
+                    if isinstance(halt, KeyboardInterrupt):  # a second signal
+                        self.stop.reason = self.stop.reason or "SIGINT"
+                    stopped = halt.reason if isinstance(halt, _Halt) else self.stop.reason
+                    case, record = state.best.get(key, (case, record))
+                    unshrunk = f"the run stopped while shrinking ({stopped})"
+            elif unshrunk is None:
+                unshrunk = NOT_REPLAYED
+            out.append(self._finding(state, case, record, unshrunk))
+        return out, stopped
+
+    def _shrink(
+        self,
+        state: _ChunkState,
+        key: BugKey,
+        base: settings,
+        found: tuple[Case, CaseRecord],
+        last: bool,
+    ) -> tuple[Case, CaseRecord, str | None]:
+        """Shrink one bug from the example that showed it while searching; (case, record,
+        why it is not shrunk, or None). Its share of the budget is `shrink_finding_s`, unless
+        it is the `last` of its chunk (then whatever the run's budget has left).
+
+        Raises:
+            _Halt: a signal, or the run's time budget (not the shrink budget's).
+        """
+        left = self.shrink_budget_s - self.shrink_spent
+        if left <= 0:
+            return (*found, BUDGET_SPENT)
+        started = time.monotonic()
+        share = left if last else min(left, self.shrink_finding_s)
+        state.target, state.shrink_deadline = key, started + share
+        # The settings go on top: `seed` alone would turn the database off.
+        test = replay_and_shrink_settings(base, state.choices[key])(
+            seed(state.chunk.seed)(self._test(state))
+        )
+        try:
+            with _quiet_reprs():
+                test()
+        except DivergenceFound as err:
+            if type(err).bug == key and err in state.raised:
+                self.shrunk_bugs.add(key)
+                case, record = state.raised[err]
+                return case, record, None
+            return (*found, NOT_REPLAYED)
+        except _Halt as halt:
+            if halt.reason != BUDGET_SPENT:
+                raise
+            # The smallest case seen with the bug: partly shrunk, perhaps.
+            return (*state.best.get(key, found), BUDGET_SPENT)
+        except (Flaky, BaseExceptionGroup):  # it failed, then passed (or another way)
+            return (*found, NOT_REPLAYED)
+        finally:
+            state.target, state.shrink_deadline = None, None
+            self.shrink_spent += time.monotonic() - started
+        return (*found, NOT_REPLAYED)  # it passed when replayed
+
+    def _finding(
+        self, state: _ChunkState, case: Case, record: CaseRecord, unshrunk: str | None
+    ) -> ChunkFinding:
+        """Classify, bundle and report one finding (a line on the console, at once)."""
+        bug = record.bug
+        bundle_id = finding_id(record.case_id, bug)
+        known = existing_bundle(self.config.out / "bundles" / bundle_id)
+        bundle: str | None
+        if known is not None:
+            # Another chunk already shrank to this case with this bug: one finding, one
+            # bundle; the summary lists every chunk that found it.
+            record.repeatability = known.repeatability
+            bundle = f"bundles/{bundle_id}"
+        else:
+            if self.config.repeats:
+                repeat = classify(case, state.engine.runtimes, self.config.repeats)
+                record.repeatability = repeat.to_json()
+            bundle = self._write_bundle(
+                state, bundle_id, case, record, shrunk=unshrunk is None, unshrunk=unshrunk
             )
-        return out
+        finding = ChunkFinding(
+            case_id=record.case_id,
+            seq=record.seq,
+            bundle=bundle,
+            shrunk=unshrunk is None,
+            bug=bug,
+            unexpected=record.unexpected,
+            repeatability=(record.repeatability or {}).get("class"),
+            unshrunk=unshrunk,
+        )
+        size = f"{len(case.steps)} steps, {len(case.graph.ops)} ops"
+        how = f"shrunk to {size}" if unshrunk is None else f"unshrunk: {unshrunk} ({size})"
+        state.sink.log(
+            f"parity: finding {bug} in chunk {state.chunk.id}: {how}: {bundle or 'no bundle'}"
+        )
+        return finding
 
     def _write_bundle(
         self,
@@ -473,6 +619,7 @@ class ChunkRunner:
         *,
         shrunk: bool,
         provisional: bool = False,
+        unshrunk: str | None = None,
     ) -> str | None:
         """Write one bundle; its path in the run folder, or None if it could not be written
         (the finding stays in the records, and the run's errors say why)."""
@@ -487,6 +634,7 @@ class ChunkRunner:
                 manifest=self.manifest,
                 shrunk=shrunk,
                 provisional=provisional,
+                unshrunk=unshrunk,
             )
         except Exception as err:
             state.sink.error(f"{state.chunk.id}: bundle {bundle_id}: {describe(err)}")
@@ -537,6 +685,18 @@ def _provisional_id(chunk: Chunk, record: CaseRecord) -> str:
     """Provisional bundles live apart from findings' (content-addressed) bundles, so that
     dropping one never removes a finding another chunk reuses."""
     return f"provisional-{chunk.family}-{chunk.index}-{record.case_id}"
+
+
+@contextlib.contextmanager
+def _quiet_reprs() -> Iterator[None]:
+    """Hypothesis describes each failure it reports; an unshrunk case (the search reports
+    its bugs before they are shrunk) makes a description of many kB, over which Hypothesis
+    warns. The run records its cases itself: the warning says nothing to its user."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore", message="Generating overly large repr", category=HypothesisWarning
+        )
+        yield
 
 
 def _only(result: CaseResult, divergences: list[Any]) -> CaseResult:

@@ -143,6 +143,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "finish shrinking within a grace period (default: no limit)",
     )
     run.add_argument(
+        "--shrink-budget",
+        type=_non_negative_float,
+        default=None,
+        metavar="SECONDS",
+        help="seconds each process may spend shrinking over the run (default: the profile's: "
+        "quick 60, pr 120, nightly 1800); findings are shrunk first found first and each "
+        "reported as it is bundled; once the budget is spent the rest are bundled as found, "
+        "marked 'unshrunk: shrink budget spent'",
+    )
+    run.add_argument(
         "--shard",
         default="1/1",
         metavar="I/N",
@@ -392,6 +402,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {value}")
+    return value
+
+
 COMMANDS = ("run", "report", "merge", "replay", "regress", "list", "check-kernels")
 
 
@@ -564,6 +584,7 @@ def _run(args: argparse.Namespace) -> int:
         jobs=args.jobs or available_jobs(),
         adapters=_adapters(args.adapters),
         worker_cases=args.worker_cases,
+        shrink_budget_s=args.shrink_budget,
     )
     session = RunSession(config, log=console.err)
     try:

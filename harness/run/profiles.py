@@ -10,6 +10,14 @@ one does. In `pr`, every `fold_every`-th chunk of each family runs under a lower
 workgroups-per-dimension limit (`fold_limit`), so the backends' 2-D grid folds, which a
 device's own limit (65535 and up) never reaches, are tested on every PR; the test suite's
 generated tests do the same (tests/diff/test_parity.py).
+
+`parity run` shrinks each distinct bug on its own, in the order the bugs were found (bugs not
+shrunk before in the process first), after its chunk's search, and reports each on the
+console as it is bundled (harness/run/chunks.py). `shrink_budget_s` caps the seconds a
+process spends shrinking over the whole run and `shrink_finding_s` those of one finding;
+once the first is spent, the remaining findings are bundled as found, marked "unshrunk:
+shrink budget spent" (a bug every op shows, 15-41 keys, would otherwise shrink for tens of
+minutes).
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ class Profile:
     required_coverage: dict[str, tuple[str, ...]] = field(default_factory=dict)
     fold_every: int | None = None  # every k-th chunk of a family runs under `fold_limit`
     fold_limit: int | None = None  # workgroups per grid dimension in those chunks
+    shrink_budget_s: float = 120.0  # seconds of shrinking per process, over the whole run
+    shrink_finding_s: float = 30.0  # seconds of shrinking per finding
 
 
 # Per op, the regimes its model names as where its resize bugs live and every kernel variant
@@ -82,7 +92,15 @@ _FOLD_CELLS: dict[str, tuple[str, ...]] = {
 }
 
 PROFILES = {
-    "quick": Profile("quick", 10, derandomize=False, keep_database=True, chunk_examples=10),
+    "quick": Profile(
+        "quick",
+        10,
+        derandomize=False,
+        keep_database=True,
+        chunk_examples=10,
+        shrink_budget_s=60.0,
+        shrink_finding_s=20.0,
+    ),
     "pr": Profile(
         "pr",
         30,
@@ -92,6 +110,9 @@ PROFILES = {
         required_coverage=_FOLD_CELLS,
         fold_every=2,
         fold_limit=FOLD_LIMIT,
+        # A reviewer reads the first shrunk finding within a minute, the run ends in minutes.
+        shrink_budget_s=120.0,
+        shrink_finding_s=20.0,
     ),
     "nightly": Profile(
         "nightly",
@@ -101,6 +122,8 @@ PROFILES = {
         chunk_examples=50,
         steer=True,
         required_coverage=_NIGHTLY_CELLS,
+        shrink_budget_s=1800.0,
+        shrink_finding_s=300.0,
     ),
 }
 # Where `parity run --profile nightly` keeps its example database unless told otherwise.

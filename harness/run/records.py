@@ -486,6 +486,7 @@ class ChunkFinding:
         bundle: `bundles/<finding id>` (None when it could not be written).
         shrunk: Hypothesis finished shrinking it.
         repeatability: its repeatability class.
+        unshrunk: why it is not shrunk, when it is not ("shrink budget spent", ...).
     """
 
     case_id: str
@@ -495,6 +496,7 @@ class ChunkFinding:
     shrunk: bool = False
     bug: BugKey | None = None
     repeatability: str | None = None
+    unshrunk: str | None = None
 
 
 @dataclass
@@ -936,6 +938,7 @@ class BundleDoc:
     family: str | None = None
     chunk: str | None = None
     shrunk: bool = True
+    unshrunk: str | None = None  # why it is not shrunk, when it is not
     provisional: bool = False
     bug: BugKey | None = None
     divergences: list[DivergenceRecord] = field(default_factory=list)
@@ -1069,6 +1072,7 @@ class Finding:
     sources: list[int] = field(default_factory=list)
     bundle: str | None = None
     shrunk: bool = False
+    unshrunk: str | None = None  # why it is not shrunk, when it is not
     provisional: bool = False
     repeatability: str | None = None
     unexpected: int = 0

@@ -398,6 +398,7 @@ def _findings(
                 known.sources.append(source)
             known.bundle = known.bundle or found.bundle
             known.shrunk = known.shrunk or found.shrunk
+            known.unshrunk = None if known.shrunk else known.unshrunk or found.unshrunk
             known.provisional = known.provisional and provisional
             known.repeatability = known.repeatability or found.repeatability
             return
@@ -418,6 +419,7 @@ def _findings(
             sources=[source],
             bundle=found.bundle,
             shrunk=found.shrunk,
+            unshrunk=None if found.shrunk else found.unshrunk,
             provisional=provisional,
             repeatability=found.repeatability,
             unexpected=found.unexpected,
