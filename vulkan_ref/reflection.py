@@ -15,10 +15,16 @@ module's own words (the SPIR-V binary format is a flat list of instructions):
 
 Results are cached by the sha256 of the module: in memory and on disk in
 `$VULKAN_PARITY_REFLECT_CACHE/spirv` (default `.cache/reflect/spirv` in the checkout).
+
+`warm_glsl` compiles and reflects every kernel of a GLSL folder in a pool of threads (glslc
+and spirv-cross are processes: threads overlap them), so that a cold start does not pay for
+each kernel in turn when a graph first needs it; a kernel it cannot build is left for the
+graph that needs it to report (the refusal is kept: no second compile).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -29,13 +35,16 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import vulkan_ref.spirv
 from graph_format import BackendUnavailable, KernelBuildError
-from vulkan_ref.spirv import GLSL_DIR, compile_glsl
+from vulkan_ref.spirv import GLSL_DIR, compile_glsl, compile_glsl_file
 
 ROOT = Path(__file__).resolve().parents[1]
 SPIRV_MAGIC = 0x07230203
@@ -419,6 +428,9 @@ def _spirv_cross() -> tuple[str, str]:
 
 _MEMORY: dict[tuple[str, str | None], SpirvReflection] = {}
 _REFUSED: dict[tuple[str, str | None], str] = {}
+# Threads reflect one module at a time each: one lock per module and entry point.
+_KEYS_LOCK = threading.Lock()
+_KEY_LOCKS: dict[tuple[str, str | None], threading.Lock] = {}
 
 
 def reflect_spirv(
@@ -432,6 +444,14 @@ def reflect_spirv(
         ReflectionUnavailable: spirv-cross is not installed.
     """
     sha = hashlib.sha256(module).hexdigest()
+    key = (sha, entry_point)
+    with _KEYS_LOCK:
+        lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with lock:
+        return _reflect(module, name, entry_point, sha)
+
+
+def _reflect(module: bytes, name: str, entry_point: str | None, sha: str) -> SpirvReflection:
     key = (sha, entry_point)
     if key in _REFUSED:
         raise SpirvReflectionError(name, _REFUSED[key])
@@ -478,3 +498,24 @@ def reflect_glsl_kernel(
     """The reflection of `<glsl_dir>/<kernel>.comp` as vulkan_ref.spirv compiles it."""
     path = (glsl_dir or GLSL_DIR) / f"{kernel}.comp"
     return reflect_spirv(compile_glsl(kernel, defines, glsl_dir), str(path))
+
+
+def warm_glsl(executor: Executor, glsl_dir: Path | None = None) -> list[Future[None]]:
+    """Compile and reflect every `<glsl_dir>/*.comp` (default: the repo's `glsl/`) on
+    `executor`, as a graph's kernels are (vulkan_ref.binding.compiled_kernel: same flags,
+    so the same cache entries); float32 kernels first, the `_f16` ones after (a quarter of
+    the cases run them).
+
+    A kernel glslc or spirv-cross refuses is skipped: its refusal is kept, and the graph
+    that needs it reports it as it would without warming. A missing tool ends its job too:
+    opening the runtime says what to install.
+    """
+    root = glsl_dir or vulkan_ref.spirv.GLSL_DIR  # read now: a test may point it elsewhere
+    paths = sorted(root.glob("*.comp"), key=lambda p: ("_f16" in p.stem, p.stem))
+
+    def warm(path: Path) -> None:
+        # A refusal is reported by the graph that needs the kernel, if one does.
+        with contextlib.suppress(KernelBuildError, BackendUnavailable, OSError):
+            reflect_spirv(compile_glsl_file(path, (path.parent / "include",)), str(path))
+
+    return [executor.submit(warm, path) for path in paths]

@@ -12,7 +12,9 @@ byte-identical to the `-O` one, so the driver compiles the same code (docs/refle
 
 The cache key covers everything that changes the binary (the source and every file it
 includes, the defines, the flags and the compiler's version), so the cache never needs
-invalidating. Entries are written atomically, so parallel test workers can share it.
+invalidating. Entries are written atomically, so parallel test workers can share it. Within a
+process, threads may compile at once (`vulkan_ref.reflection.warm_glsl` does, in a pool): a
+source is compiled once, a second thread asking for it waits for the first.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -51,6 +54,14 @@ class ShaderCompileError(KernelBuildError):
 # Sources glslc refused in this process, by cache key: a broken kernel is refused again at
 # once (a search that shrinks a case with it loads the graph hundreds of times).
 _REFUSED: dict[str, tuple[Path, int, str]] = {}
+# One lock per cache key, so that two threads never run glslc on the same source.
+_KEYS_LOCK = threading.Lock()
+_KEY_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _key_lock(key: str) -> threading.Lock:
+    with _KEYS_LOCK:
+        return _KEY_LOCKS.setdefault(key, threading.Lock())
 
 
 def cache_dir() -> Path:
@@ -141,6 +152,14 @@ def compile_glsl_file(
     for part in (*sources, *(f.encode() for f in (*define_flags, *flags)), version.encode()):
         digest.update(hashlib.sha256(part).digest())
     key = digest.hexdigest()[:24]
+    with _key_lock(key):
+        return _compile(exe, path, flags, define_flags, key)
+
+
+def _compile(
+    exe: str, path: Path, flags: tuple[str, ...], define_flags: tuple[str, ...], key: str
+) -> bytes:
+    """The SPIR-V of cache key `key`: from the cache, or compiled by glslc (and cached)."""
     cached = cache_dir() / f"{path.stem}-{key}.spv"
     if cached.exists():
         return cached.read_bytes()

@@ -13,7 +13,10 @@ from the same rules (the package reports none).
 
 Results are cached by the sha256 of the source (with the shim's and the package's version):
 in memory for the process and on disk in `$VULKAN_PARITY_REFLECT_CACHE/wgsl` (default
-`.cache/reflect/wgsl` in the checkout), so a second reflection spawns no process.
+`.cache/reflect/wgsl` in the checkout), so a second reflection spawns no process. Threads may
+reflect at once: a source one thread is reflecting is waited for, never reflected twice.
+`warm_wgsl` reflects a whole folder in one node process (a cold start would otherwise
+start one per kernel as graphs first need them).
 """
 
 from __future__ import annotations
@@ -25,12 +28,14 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from graph_format import BackendUnavailable, KernelBuildError
+from webgpu_backend import shaders
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIM = Path(__file__).with_name("wgsl_reflect.mjs")
@@ -428,6 +433,9 @@ def _tool_key() -> str:
 # parser's refusal (message, line, column).
 _MEMORY: dict[str, WgslReflection] = {}
 _REFUSED: dict[str, tuple[str, int | None, int | None]] = {}
+# Sources a thread is reflecting now (sha256 -> set once done), and the lock over these maps.
+_IN_FLIGHT: dict[str, threading.Event] = {}
+_LOCK = threading.Lock()
 
 
 def _run_shim(codes: Sequence[str]) -> tuple[str, list[dict[str, Any]]]:
@@ -463,35 +471,27 @@ def reflect_wgsl_many(sources: Iterable[tuple[str, str]]) -> list[WgslReflection
     """
     items = list(sources)
     shas = [hashlib.sha256(code.encode()).hexdigest() for _, code in items]
-    disk = cache_dir()
-    pending: dict[str, str] = {}
-    for (_, code), sha in zip(items, shas, strict=True):
-        if sha in _MEMORY or sha in _REFUSED or sha in pending:
-            continue
-        cached = disk / f"{sha[:32]}-{_tool_key()}.json"
-        if cached.exists():
-            stored = json.loads(cached.read_text())
-            _MEMORY[sha] = _build(stored["name"], sha, stored["tool"], stored["raw"])
-        else:
-            pending[sha] = code
-    if pending:
-        tool, results = _run_shim(list(pending.values()))
-        names = {sha: name for (name, _), sha in zip(items, shas, strict=True)}
-        for sha, raw in zip(pending, results, strict=True):
-            if "error" in raw:
-                error = raw["error"]
-                _REFUSED[sha] = (f"{tool}: {error['message']}", error["line"], error["column"])
-                continue
+    while True:  # until every source is reflected, here or by another thread
+        with _LOCK:
+            waiting = {_IN_FLIGHT[sha] for sha in shas if sha in _IN_FLIGHT}
+            mine = {
+                sha: code
+                for (_, code), sha in zip(items, shas, strict=True)
+                if sha not in _MEMORY and sha not in _REFUSED and sha not in _IN_FLIGHT
+            }
+            for sha in mine:
+                _IN_FLIGHT[sha] = threading.Event()
+        if mine:
             try:
-                _MEMORY[sha] = _build(names[sha], sha, tool, raw)
-            except WgslReflectionError as error:
-                _REFUSED[sha] = (error.message, error.line, error.column)
-                continue
-            disk.mkdir(parents=True, exist_ok=True)
-            target = disk / f"{sha[:32]}-{_tool_key()}.json"
-            staged = target.with_suffix(f".{os.getpid()}.tmp")
-            staged.write_text(json.dumps({"name": names[sha], "tool": tool, "raw": raw}))
-            os.replace(staged, target)
+                _reflect_pending(mine, dict(zip(shas, (name for name, _ in items), strict=True)))
+            finally:
+                with _LOCK:
+                    for sha in mine:
+                        _IN_FLIGHT.pop(sha).set()
+        for event in waiting:
+            event.wait()
+        if not waiting:
+            break
     out = []
     for (name, _), sha in zip(items, shas, strict=True):
         if sha in _REFUSED:
@@ -499,6 +499,54 @@ def reflect_wgsl_many(sources: Iterable[tuple[str, str]]) -> list[WgslReflection
         found = _MEMORY[sha]
         out.append(found if found.name == name else dataclasses.replace(found, name=name))
     return out
+
+
+def _reflect_pending(pending: dict[str, str], names: dict[str, str]) -> None:
+    """Reflect the sources `pending` (sha256 -> code): from the disk cache, or in one node
+    process; each result goes to _MEMORY or _REFUSED."""
+    disk = cache_dir()
+    run: dict[str, str] = {}
+    for sha, code in pending.items():
+        cached = disk / f"{sha[:32]}-{_tool_key()}.json"
+        if cached.exists():
+            stored = json.loads(cached.read_text())
+            _MEMORY[sha] = _build(stored["name"], sha, stored["tool"], stored["raw"])
+        else:
+            run[sha] = code
+    if not run:
+        return
+    tool, results = _run_shim(list(run.values()))
+    for sha, raw in zip(run, results, strict=True):
+        if "error" in raw:
+            error = raw["error"]
+            _REFUSED[sha] = (f"{tool}: {error['message']}", error["line"], error["column"])
+            continue
+        try:
+            _MEMORY[sha] = _build(names[sha], sha, tool, raw)
+        except WgslReflectionError as error:
+            _REFUSED[sha] = (error.message, error.line, error.column)
+            continue
+        disk.mkdir(parents=True, exist_ok=True)
+        target = disk / f"{sha[:32]}-{_tool_key()}.json"
+        staged = target.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        staged.write_text(json.dumps({"name": names[sha], "tool": tool, "raw": raw}))
+        os.replace(staged, target)
+
+
+def warm_wgsl(wgsl_dir: Path | None = None) -> None:
+    """Reflect every `<wgsl_dir>/*.wgsl` (default: the repo's `wgsl/`) in one node process,
+    as a graph's kernels are (same sources, so the same cache entries).
+
+    A source the parser refuses is skipped: its refusal is kept, and the graph that needs it
+    reports it as it would without warming. A missing node ends it too: opening the runtime
+    says what to install.
+    """
+    root = wgsl_dir or shaders.WGSL_DIR  # read now: a test may point it elsewhere
+    try:
+        sources = [(str(p), p.read_text()) for p in sorted(root.glob("*.wgsl"))]
+        reflect_wgsl_many(sources)
+    except (KernelBuildError, BackendUnavailable, OSError, RuntimeError):
+        pass  # reported by the graph that needs the kernel, if one does
 
 
 def reflect_wgsl(source: str, name: str = "<wgsl>") -> WgslReflection:

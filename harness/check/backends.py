@@ -1,8 +1,11 @@
-"""Opening the runtimes by name, so that a missing driver is a clear message, not a traceback."""
+"""Opening the runtimes by name, so that a missing driver is a clear message, not a traceback;
+warming their kernel caches in the background (`KernelWarmer`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from graph_format import BackendUnavailable, Runtime
@@ -79,4 +82,55 @@ def open_runtimes(
     ]
 
 
-__all__ = ["BACKENDS", "SHADER_LANGUAGES", "BackendUnavailable", "open_runtime", "open_runtimes"]
+class KernelWarmer:
+    """Compiles and reflects the project's kernels of both backends in background threads
+    (glslc, spirv-cross and node are processes, so threads run them side by side), into the
+    caches a graph reads when it first needs a kernel.
+
+    A cold start (empty SPIR-V and reflection caches, as on every fresh CI runner) would
+    otherwise compile and reflect each kernel in turn, one process at a time, when the first
+    graph using it loads. The kernels a run needs first are never queued behind the others:
+    the graph that needs one builds it at once, and a kernel a thread is building is waited
+    for, not built twice (vulkan_ref.spirv, webgpu_backend.reflection). A kernel that does
+    not build is left to the graph that needs it, which reports it as a build error (a
+    finding) exactly as without warming.
+
+    Args:
+        shader_dirs: backend name -> the shader folder its runtime reads (default: the
+            repo's). A manifest's kernels (`--kernels`) are not warmed: each builds when used.
+        threads: at most this many at once (default: the CPUs).
+    """
+
+    def __init__(
+        self, shader_dirs: Mapping[str, str | Path] | None = None, threads: int | None = None
+    ) -> None:
+        from vulkan_ref.reflection import warm_glsl
+        from webgpu_backend.reflection import warm_wgsl
+
+        dirs = {b: Path(d) for b, d in (shader_dirs or {}).items()}
+        count = threads or min(8, os.cpu_count() or 1)
+        self.executor = ThreadPoolExecutor(max_workers=count, thread_name_prefix="kernel-warm")
+        # One node process reflects every WGSL source while the threads left compile GLSL.
+        self.futures: list[Future[None]] = [
+            self.executor.submit(warm_wgsl, dirs.get("webgpu")),
+            *warm_glsl(self.executor, dirs.get("vulkan")),
+        ]
+
+    def wait(self) -> None:
+        """Block until every kernel is warmed (benchmarks and tests; a run never waits)."""
+        for future in self.futures:
+            future.result()
+
+    def close(self) -> None:
+        """Drop the kernels not started yet; those being built finish in their threads."""
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = [
+    "BACKENDS",
+    "SHADER_LANGUAGES",
+    "BackendUnavailable",
+    "KernelWarmer",
+    "open_runtime",
+    "open_runtimes",
+]

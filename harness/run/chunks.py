@@ -229,8 +229,8 @@ class _ChunkState:
     raised: weakref.WeakKeyDictionary[DivergenceFound, tuple[Case, CaseRecord]] = field(
         default_factory=weakref.WeakKeyDictionary
     )
-    # Per bug, in the order found: the choices of the example that last raised it while
-    # searching (the one Hypothesis reports), which its shrink replays.
+    # Per bug, in the order found: the choices of the example its shrink replays (the one
+    # that last raised it while searching, or where another bug's shrink first showed it).
     choices: dict[BugKey, bytes] = field(default_factory=dict)
     # While one bug is shrunk: its key (a case showing another bug passes) and the time its
     # shrink must end by (`time.monotonic()`).
@@ -463,12 +463,14 @@ class ChunkRunner:
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
-            if state.target is not None and key != state.target:
-                return  # shrinking another bug: to that shrink, this case passes
-            if state.target is None:  # searching: the example its shrink will replay
+            # The example this bug's shrink will replay: the one it last raised while
+            # searching (the one Hypothesis reports), or where a shrink first showed it.
+            if state.target is None or key not in state.choices:
                 choices = current_choices()
                 if choices is not None:
                     state.choices[key] = choices
+            if state.target is not None and key != state.target:
+                return  # shrinking another bug: to that shrink, this case passes
             # The exception class stands for the bug key, so that Hypothesis only accepts
             # shrinks that keep it (harness/check/verdict.py).
             err = exception_for(key)(_only(result, unexpected), repeat)
@@ -499,21 +501,28 @@ class ChunkRunner:
             # Interrupted before Hypothesis finished: the smallest case seen per bug.
             picked = dict(state.best)
             why = "the run stopped before its chunk's search ended"
-        found_order = list(state.choices)
-        order = sorted(
-            picked,
-            key=lambda k: (
-                k in self.shrunk_bugs,
-                found_order.index(k) if k in found_order else len(found_order),
-            ),
-        )
         out: list[ChunkFinding] = []
         stopped: str | None = None
-        for n, key in enumerate(order):
+        done: set[BugKey] = set()
+        while True:
+            # Shrinking one bug can show others (a smaller graph whose first divergence is
+            # another op's): each joins the queue, after those found before it.
+            if why is None:
+                for key in state.choices:
+                    if key not in picked and key in state.best:
+                        picked[key] = state.best[key]
+            waiting = [k for k in picked if k not in done]
+            if not waiting:
+                break
+            # First found first; bugs this process has not shrunk before ahead of the rest.
+            found = list(state.choices)
+            waiting.sort(key=lambda k: (k in self.shrunk_bugs, _index(found, k)))
+            key = waiting[0]
+            done.add(key)
             case, record = picked[key]
             unshrunk = why or stopped
             if unshrunk is None and key in state.choices:
-                last = n == len(order) - 1  # no finding waits for it: no share to keep to
+                last = len(waiting) == 1  # no finding waits for it: no share to keep to
                 try:
                     case, record, unshrunk = self._shrink(state, key, base, (case, record), last)
                 except (_Halt, KeyboardInterrupt) as halt:  # a signal, or the time budget
@@ -697,6 +706,10 @@ def _quiet_reprs() -> Iterator[None]:
             "ignore", message="Generating overly large repr", category=HypothesisWarning
         )
         yield
+
+
+def _index(items: list[BugKey], key: BugKey) -> int:
+    return items.index(key) if key in items else len(items)
 
 
 def _only(result: CaseResult, divergences: list[Any]) -> CaseResult:

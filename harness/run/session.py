@@ -37,7 +37,7 @@ from typing import Any
 
 from graph_format import ADAPTER_VARIABLE
 from harness.check import timing
-from harness.check.backends import BACKENDS
+from harness.check.backends import BACKENDS, KernelWarmer
 from harness.check.coverage import Coverage, available_cells, missing_cells
 from harness.run.bundle import REPO_SHADER_DIRS, copy_shaders, source_digests
 from harness.run.chunks import (
@@ -159,6 +159,7 @@ class RunSession:
         self.stop = Stop(config.time_budget_s)
         self.runner: ChunkRunner | None = None  # --jobs 1
         self.pool: WorkerPool | None = None  # --jobs N
+        self.warmer: KernelWarmer | None = None
         self.adapters: dict[str, dict[str, Any]] = {}
         self.writer: RecordWriter | None = None
         self.meta = RunMeta()
@@ -189,6 +190,9 @@ class RunSession:
             WorkerSetupError: a worker failed to start for another reason.
         """
         limits = [c.max_workgroups_per_dim for c in self.mine]
+        # Kernels compile and reflect in the background, into the caches every process of
+        # the run reads (a cold start would build each in turn as a graph first needs it).
+        self.warmer = KernelWarmer(self.config.shader_dirs)
         if self.config.jobs == 1:
             if self.config.adapters:  # this process runs on the first adapter asked for
                 os.environ[ADAPTER_VARIABLE] = str(self.config.adapters[0])
@@ -331,6 +335,8 @@ class RunSession:
 
     def close(self) -> None:
         """End the workers, if any, and release the output folder's lock (idempotent)."""
+        if self.warmer is not None:
+            self.warmer.close()
         if self.pool is not None:
             self.pool.close()
         if self.lock is not None:
