@@ -154,11 +154,14 @@ def test_a_spent_shrink_budget_bundles_the_rest_unshrunk_and_says_so(
         assert (
             "unshrunk: shrink budget spent" in (out / finding["bundle"] / "README.md").read_text()
         )
-    lines = _finding_lines(capsys.readouterr().err)
+    err = capsys.readouterr().err
+    lines = _finding_lines(err)
     assert len(lines) == len(findings)
     assert all(": unshrunk: shrink budget spent (" in line for line in lines)
     summary = json.loads((out / "summary.json").read_text())
     assert {f["unshrunk"] for f in summary["findings"]} == {"shrink budget spent"}
+    total = len(summary["findings"])
+    assert f"parity: {total} of {total} findings unshrunk: shrink budget spent" in err
     page = (out / "index.html").read_text()
     assert "unshrunk: shrink budget spent" in page
 

@@ -22,6 +22,7 @@ import os
 import sys
 import tempfile
 import traceback
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -607,6 +608,9 @@ def _run(args: argparse.Namespace) -> int:
                 f"parity: family {family}: {stats.cases} cases, {stats.steps} steps, "
                 f"{stats.duration_s or 0.0:.1f} s"
             )
+        unshrunk = Counter(f.unshrunk for f in summary.findings if f.unshrunk)
+        for why, count in sorted(unshrunk.items()):
+            console.err(f"parity: {count} of {len(summary.findings)} findings unshrunk: {why}")
         console.err(
             f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})"
         )
