@@ -225,6 +225,7 @@ def test_sigterm_stops_after_the_current_case_and_reports(
     proc = popen_parity(
         "run", "--families", "rms_norm", "--max-examples", "200", "--no-expectations",
         "--no-database", "--wgsl-dir", planted_wgsl, "--jobs", "1", "--out", out,
+        "--chunk-examples", "200",  # one chunk: the signal stops its search
         stderr_path=tmp_path / "stderr",
     )  # fmt: skip
     try:

@@ -36,7 +36,7 @@ import struct
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -500,22 +500,25 @@ def reflect_glsl_kernel(
     return reflect_spirv(compile_glsl(kernel, defines, glsl_dir), str(path))
 
 
-def warm_glsl(executor: Executor, glsl_dir: Path | None = None) -> list[Future[None]]:
-    """Compile and reflect every `<glsl_dir>/*.comp` (default: the repo's `glsl/`) on
-    `executor`, as a graph's kernels are (vulkan_ref.binding.compiled_kernel: same flags,
-    so the same cache entries); float32 kernels first, the `_f16` ones after (a quarter of
-    the cases run them).
+def warm_glsl(
+    executor: Executor, glsl_dir: Path | None = None, stems: Sequence[str] | None = None
+) -> list[Future[None]]:
+    """Compile and reflect the kernels `<glsl_dir>/<stem>.comp` (default folder: the repo's
+    `glsl/`; default stems: every `.comp` there, the `_f16` ones last) on `executor`, in
+    order, as a graph's kernels are (vulkan_ref.binding.compiled_kernel: same flags, so
+    the same cache entries).
 
     A kernel glslc or spirv-cross refuses is skipped: its refusal is kept, and the graph
-    that needs it reports it as it would without warming. A missing tool ends its job too:
-    opening the runtime says what to install.
+    that needs it reports it as it would without warming. A missing tool or file ends its
+    job too: opening the runtime, or the graph, says what is wrong.
     """
     root = glsl_dir or vulkan_ref.spirv.GLSL_DIR  # read now: a test may point it elsewhere
-    paths = sorted(root.glob("*.comp"), key=lambda p: ("_f16" in p.stem, p.stem))
+    if stems is None:
+        stems = sorted((p.stem for p in root.glob("*.comp")), key=lambda s: ("_f16" in s, s))
 
     def warm(path: Path) -> None:
         # A refusal is reported by the graph that needs the kernel, if one does.
         with contextlib.suppress(KernelBuildError, BackendUnavailable, OSError):
             reflect_spirv(compile_glsl_file(path, (path.parent / "include",)), str(path))
 
-    return [executor.submit(warm, path) for path in paths]
+    return [executor.submit(warm, root / f"{stem}.comp") for stem in dict.fromkeys(stems)]

@@ -533,18 +533,21 @@ def _reflect_pending(pending: dict[str, str], names: dict[str, str]) -> None:
         os.replace(staged, target)
 
 
-def warm_wgsl(wgsl_dir: Path | None = None) -> None:
-    """Reflect every `<wgsl_dir>/*.wgsl` (default: the repo's `wgsl/`) in one node process,
-    as a graph's kernels are (same sources, so the same cache entries).
+def warm_wgsl(wgsl_dir: Path | None = None, stems: Sequence[str] | None = None) -> None:
+    """Reflect the kernels `<wgsl_dir>/<stem>.wgsl` (default folder: the repo's `wgsl/`;
+    default stems: every `.wgsl` there) in one node process, as a graph's kernels are (same
+    sources, so the same cache entries).
 
     A source the parser refuses is skipped: its refusal is kept, and the graph that needs it
-    reports it as it would without warming. A missing node ends it too: opening the runtime
-    says what to install.
+    reports it as it would without warming. A missing node or file ends it too: opening the
+    runtime, or the graph, says what is wrong.
     """
     root = wgsl_dir or shaders.WGSL_DIR  # read now: a test may point it elsewhere
+    if stems is None:
+        stems = sorted(p.stem for p in root.glob("*.wgsl"))
     try:
-        sources = [(str(p), p.read_text()) for p in sorted(root.glob("*.wgsl"))]
-        reflect_wgsl_many(sources)
+        paths = [root / f"{stem}.wgsl" for stem in dict.fromkeys(stems)]
+        reflect_wgsl_many([(str(p), p.read_text()) for p in paths if p.is_file()])
     except (KernelBuildError, BackendUnavailable, OSError, RuntimeError):
         pass  # reported by the graph that needs the kernel, if one does
 

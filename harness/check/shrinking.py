@@ -1,9 +1,9 @@
 """Shrinking one failure at a time, and measuring how well a failure shrinks.
 
-`parity run` searches a chunk without shrinking (`SEARCH_PHASES`), then shrinks each distinct
-bug on its own (`replay_and_shrink_settings`: a Hypothesis run that replays the one failing
-example it is given, `current_choices()` taken inside the test body when the bug was
-raised, and shrinks it, generating nothing), so that the first bug found is the first
+`parity run` searches a chunk without shrinking (`SEARCH_PHASES`; its test body records each
+bug, with `current_choices()`, and lets the search go on), then shrinks each distinct bug on
+its own (`replay_and_shrink_settings`: a Hypothesis run that replays the one failing example
+it is given and shrinks it, generating nothing), so that the first bug found is the first
 reported, and a shrink budget can stop between bugs (harness/run/chunks.py).
 
 `find_minimal` runs a Hypothesis search over a case strategy with a given check (usually
@@ -50,14 +50,17 @@ def current_choices() -> bytes | None:
 class _OneExample(ExampleDatabase):
     """A database that offers one example, as a *secondary* entry: Hypothesis replays it
     and, finding it still failing, shrinks it (a primary entry that replays exactly would be
-    taken as already shrunk). It forgets whatever Hypothesis saves."""
+    taken as already shrunk). What Hypothesis saves goes to `keep`, if given (a run's own
+    example database, whose next search then replays the shrunk example first)."""
 
-    def __init__(self, choices: bytes) -> None:
+    def __init__(self, choices: bytes, keep: ExampleDatabase | None = None) -> None:
         super().__init__()
         self.choices: bytes | None = choices
+        self.keep = keep
 
     def save(self, key: bytes, value: bytes) -> None:
-        pass
+        if self.keep is not None:
+            self.keep.save(key, value)
 
     def fetch(self, key: bytes) -> Any:
         if key.endswith(b".secondary") and self.choices is not None:
@@ -68,11 +71,15 @@ class _OneExample(ExampleDatabase):
             self.choices = None
 
     def move(self, src: bytes, dest: bytes, value: bytes) -> None:
-        pass
+        if self.keep is not None:  # a superseded example, kept as a secondary one
+            self.keep.move(src, dest, value)
 
 
-def replay_and_shrink_settings(base: settings, choices: bytes) -> settings:
-    """`base` changed to replay the example of `choices` and shrink it, generating nothing.
+def replay_and_shrink_settings(
+    base: settings, choices: bytes, keep: ExampleDatabase | None = None
+) -> settings:
+    """`base` changed to replay the example of `choices` and shrink it, generating nothing;
+    the examples it saves go to `keep`, if given.
 
     For a shrink that depends on nothing but a seed, apply these settings on top of
     `hypothesis.seed` (`seed` under them: `seed` on top would turn the database off, as
@@ -81,7 +88,7 @@ def replay_and_shrink_settings(base: settings, choices: bytes) -> settings:
     return settings(
         base,
         phases=[Phase.reuse, Phase.shrink],
-        database=_OneExample(choices),
+        database=_OneExample(choices, keep),
         derandomize=False,
         report_multiple_bugs=False,
     )

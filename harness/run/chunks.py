@@ -236,6 +236,8 @@ class _ChunkState:
     # shrink must end by (`time.monotonic()`).
     target: BugKey | None = None
     shrink_deadline: float | None = None
+    # The chunk's view of the example database (nightly): where shrinks keep their examples.
+    database: ExampleDatabase | None = None
     # Where the test body last returned (perf_counter): Hypothesis's time starts there.
     left_body: float = 0.0
 
@@ -343,40 +345,36 @@ class ChunkRunner:
             self.open([chunk.max_workgroups_per_dim])
         state = _ChunkState(chunk, self.engines[chunk.max_workgroups_per_dim], sink)
         started = time.monotonic()
-        database = (
+        database = state.database = (
             _KeyedDatabase(self.database, f"parity:{chunk.id}:".encode())
             if self.database is not None
             else None
         )
         base = hypothesis_settings(self.config.profile, max_examples=chunk.max_examples)
-        # Search only: each bug is shrunk on its own afterwards (`_findings`).
+        # Search only: the test body records each bug and lets Hypothesis go on (a failing
+        # example would end a search that does not shrink); each bug is shrunk on its own
+        # afterwards (`_findings`).
         chunk_settings = settings(base, database=database, phases=SEARCH_PHASES)
         test = seed(chunk.seed)(chunk_settings(self._test(state)))
-        finals: list[DivergenceFound] = []
         status, reason = "complete", None
         state.left_body = time.perf_counter()
         try:
             with _quiet_reprs():
                 test()
-        except DivergenceFound as err:
-            finals = [err]
         except _Halt as halt:
             status = "time_budget" if halt.reason == "time_budget" else "interrupted"
             reason = halt.reason
         except KeyboardInterrupt:
             self.stop.reason = self.stop.reason or "SIGINT"
             status, reason = "interrupted", self.stop.reason
-        except BaseExceptionGroup as group:
-            found, rest = group.split(DivergenceFound)
-            finals = _leaves(found) if found else []
-            if rest is not None:
-                status, reason = "error", describe(rest)
-        except Exception as err:  # a harness or Hypothesis error: recorded, the run goes on
+        except BaseException as err:  # a harness or Hypothesis error: recorded, the run goes on
+            if not isinstance(err, Exception | BaseExceptionGroup):
+                raise  # SystemExit and the like
             status, reason = "error", describe(err)
         if status == "error":
             sink.error(f"{chunk.id}: {reason}")
             sink.log(f"parity: chunk {chunk.id} failed: {reason}")
-        findings, stopped = self._findings(state, finals, base, complete=status == "complete")
+        findings, stopped = self._findings(state, base, complete=status == "complete")
         if stopped is not None and status == "complete":  # a signal or the time budget
             status = "time_budget" if stopped == "time_budget" else "interrupted"
             reason = stopped
@@ -463,13 +461,14 @@ class ChunkRunner:
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
-            # The example this bug's shrink will replay: the one it last raised while
-            # searching (the one Hypothesis reports), or where a shrink first showed it.
-            if state.target is None or key not in state.choices:
-                choices = current_choices()
-                if choices is not None:
-                    state.choices[key] = choices
-            if state.target is not None and key != state.target:
+                # The example this bug's shrink starts from: the smallest seen with it.
+                if state.target is None or key not in state.choices:
+                    choices = current_choices()
+                    if choices is not None:
+                        state.choices[key] = choices
+            if state.target is None:
+                return  # searching: recorded; the search goes on
+            if key != state.target:
                 return  # shrinking another bug: to that shrink, this case passes
             # The exception class stands for the bug key, so that Hypothesis only accepts
             # shrinks that keep it (harness/check/verdict.py).
@@ -480,7 +479,6 @@ class ChunkRunner:
     def _findings(
         self,
         state: _ChunkState,
-        finals: list[DivergenceFound],
         base: settings,
         complete: bool,
     ) -> tuple[list[ChunkFinding], str | None]:
@@ -488,29 +486,21 @@ class ChunkRunner:
         record, and why shrinking stopped early ("time_budget" or a signal's name), if it did.
 
         A complete search has its bugs shrunk one by one, first found first (those this
-        process has not shrunk before ahead of the others), within the shrink budget; an
-        interrupted one keeps the smallest case seen per bug, unshrunk.
+        process has not shrunk before ahead of the others), within the shrink budget, each
+        from the smallest case seen with it; an interrupted one keeps those cases, unshrunk.
         """
         picked: dict[BugKey, tuple[Case, CaseRecord]] = {}
-        for err in finals:
-            bug = type(err).bug
-            if bug is not None and err in state.raised:
-                picked.setdefault(bug, state.raised[err])
-        why: str | None = None
-        if not complete or not picked:
-            # Interrupted before Hypothesis finished: the smallest case seen per bug.
-            picked = dict(state.best)
-            why = "the run stopped before its chunk's search ended"
+        # Stopped (or failed) before Hypothesis finished: the smallest case seen per bug.
+        why = None if complete else "its chunk's search did not finish"
         out: list[ChunkFinding] = []
         stopped: str | None = None
         done: set[BugKey] = set()
         while True:
             # Shrinking one bug can show others (a smaller graph whose first divergence is
             # another op's): each joins the queue, after those found before it.
-            if why is None:
-                for key in state.choices:
-                    if key not in picked and key in state.best:
-                        picked[key] = state.best[key]
+            for key in state.best:
+                if key not in picked:
+                    picked[key] = state.best[key]
             waiting = [k for k in picked if k not in done]
             if not waiting:
                 break
@@ -558,7 +548,7 @@ class ChunkRunner:
         share = left if last else min(left, self.shrink_finding_s)
         state.target, state.shrink_deadline = key, started + share
         # The settings go on top: `seed` alone would turn the database off.
-        test = replay_and_shrink_settings(base, state.choices[key])(
+        test = replay_and_shrink_settings(base, state.choices[key], state.database)(
             seed(state.chunk.seed)(self._test(state))
         )
         try:
@@ -714,12 +704,6 @@ def _index(items: list[BugKey], key: BugKey) -> int:
 
 def _only(result: CaseResult, divergences: list[Any]) -> CaseResult:
     return dataclasses.replace(result, divergences=divergences)
-
-
-def _leaves(group: BaseException) -> list[DivergenceFound]:
-    if isinstance(group, BaseExceptionGroup):
-        return [leaf for sub in group.exceptions for leaf in _leaves(sub)]
-    return [group] if isinstance(group, DivergenceFound) else []
 
 
 def describe(err: BaseException) -> str:

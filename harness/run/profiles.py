@@ -14,7 +14,8 @@ generated tests do the same (tests/diff/test_parity.py).
 `parity run` shrinks each distinct bug on its own, in the order the bugs were found (bugs not
 shrunk before in the process first), after its chunk's search, and reports each on the
 console as it is bundled (harness/run/chunks.py). `shrink_budget_s` caps the seconds a
-process spends shrinking over the whole run and `shrink_finding_s` those of one finding;
+process spends shrinking over the whole run and `shrink_finding_s` those of one finding (the
+last of a chunk's findings, which no other waits for, may take what the run has left);
 once the first is spent, the remaining findings are bundled as found, marked "unshrunk:
 shrink budget spent" (a bug every op shows, 15-41 keys, would otherwise shrink for tens of
 minutes).

@@ -39,6 +39,7 @@ from graph_format import ADAPTER_VARIABLE
 from harness.check import timing
 from harness.check.backends import BACKENDS, KernelWarmer
 from harness.check.coverage import Coverage, available_cells, missing_cells
+from harness.families import FAMILIES
 from harness.run.bundle import REPO_SHADER_DIRS, copy_shaders, source_digests
 from harness.run.chunks import (
     CaseTally,
@@ -190,9 +191,11 @@ class RunSession:
             WorkerSetupError: a worker failed to start for another reason.
         """
         limits = [c.max_workgroups_per_dim for c in self.mine]
-        # Kernels compile and reflect in the background, into the caches every process of
-        # the run reads (a cold start would build each in turn as a graph first needs it).
-        self.warmer = KernelWarmer(self.config.shader_dirs)
+        # The kernels of the run's ops compile and reflect in the background, the first
+        # chunk's first, into the caches every process of the run reads (a cold start would
+        # build each in turn as a graph first needs it).
+        ops = (op for c in self.mine for op in sorted(FAMILIES[c.family].exercises))
+        self.warmer = KernelWarmer(self.config.shader_dirs, dict.fromkeys(ops))
         if self.config.jobs == 1:
             if self.config.adapters:  # this process runs on the first adapter asked for
                 os.environ[ADAPTER_VARIABLE] = str(self.config.adapters[0])
