@@ -6,6 +6,7 @@ Synthetic records stand in for a run: what the report shows must follow from the
 from __future__ import annotations
 
 import json
+import shlex
 import struct
 import zlib
 from pathlib import Path
@@ -16,10 +17,13 @@ import numpy as np
 import pytest
 
 from harness.check.divergence import BugKey
+from harness.run.cli import _parser
+from harness.run.commands import finding_commands, reproduce_commands
 from harness.run.expectations import ExpectationsError, entry_status, load_expectations
 from harness.run.findings import finding_id, totals_text
 from harness.run.plan import Shard, make_plan, plan_digest, shard_of
 from harness.run.records import (
+    Budgets,
     DivergenceRecord,
     Record,
     RecordError,
@@ -487,3 +491,66 @@ def test_utilization_treats_nan_policy_like_the_oracle() -> None:
     reference = np.array([1.0, 1.0, np.inf, 1.0])
     budget = np.array([0.1, 0.1, 0.1, 0.5])
     assert images.utilization(actual, reference, budget).tolist() == [0.0, np.inf, 0.0, 2.0]
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def _parsed(command: str) -> Any:
+    """A printed `parity run ...` command, as the CLI's own parser reads it."""
+    words = shlex.split(command)
+    assert words[:2] == ["parity", "run"], command
+    assert not any(Path(w).is_absolute() for w in words), command
+    return _parser()[0].parse_args(words[1:])
+
+
+def test_rerun_commands_carry_every_option_that_shaped_the_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r1"
+    given = {name: tmp_path / name for name in ("my wgsl", "glsl2", "kern", "db", "exp.toml")}
+    run = RunMeta(
+        profile="pr",
+        seed=5,
+        families=["rms_norm", "view"],
+        budgets=Budgets(40, 10, 30.0),
+        shard=Shard(2, 3),
+        database=str(given["db"]),
+        expectations_file=str(given["exp.toml"]),
+        shader_overrides={"webgpu": str(given["my wgsl"]), "vulkan": str(given["glsl2"])},
+        kernels=str(given["kern"] / "kernels.toml"),
+        max_workgroups_per_dim=7,
+    )
+
+    def at(arg: str) -> Path:  # a path the command names, from the run folder it runs in
+        return (run_dir / arg).resolve()
+
+    (whole,) = reproduce_commands([run], run_dir)
+    args = _parsed(whole)
+    assert (args.families, args.profile, args.seed) == ("rms_norm,view", "pr", 5)
+    assert (args.max_examples, args.chunk_examples, args.time_budget) == (40, 10, 30.0)
+    assert (args.shard, args.max_workgroups_per_dim, args.out) == ("2/3", 7, "rerun")
+    assert at(args.wgsl_dir) == given["my wgsl"] and at(args.glsl_dir) == given["glsl2"]
+    assert at(args.kernels) == given["kern"] and at(args.database) == given["db"]
+    assert at(args.expectations) == given["exp.toml"] and not args.no_database
+    # A finding's family alone, to its end, from its seed: no shard, time budget or database.
+    rerun = _parsed(finding_commands("bundles/b", run, run_dir, "view")[-1])
+    assert (rerun.families, rerun.seed, rerun.max_examples, rerun.chunk_examples) == (
+        "view",
+        5,
+        40,
+        10,
+    )
+    assert (rerun.shard, rerun.time_budget, rerun.no_database) == ("1/1", None, True)
+    assert at(rerun.wgsl_dir) == given["my wgsl"] and at(rerun.kernels) == given["kern"]
+    assert rerun.max_workgroups_per_dim == 7 and at(rerun.expectations) == given["exp.toml"]
+    # Without a database or expectations, the command says so (a profile may default to them).
+    bare = RunMeta(profile="nightly", seed=1, families=["view"], budgets=Budgets(2, 1))
+    args = _parsed(reproduce_commands([bare], run_dir)[0])
+    assert args.no_database and args.no_expectations and args.wgsl_dir is None
+    # A merged folder: each shard's command, then their merge.
+    shards = [
+        RunMeta(profile="pr", families=["view"], budgets=Budgets(4, 2), shard=Shard(i, 2))
+        for i in (1, 2)
+    ]
+    *runs, merge = reproduce_commands(shards, run_dir)
+    assert [_parsed(c).shard for c in runs] == ["1/2", "2/2"]
+    assert merge.startswith("parity merge --out rerun/merged ")

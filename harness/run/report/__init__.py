@@ -31,6 +31,15 @@ from typing import Any
 import numpy as np
 from jinja2 import Environment, PackageLoader
 
+from graph_format.kernels import MANIFEST_NAME
+from harness.run.commands import (
+    COMMANDS_CWD,
+    FINDING_COMMANDS_NOTE,
+    finding_commands,
+    names_adapters,
+    reproduce_commands,
+    run_command,
+)
 from harness.run.records import (
     CASES_FILE,
     RUN_FILE,
@@ -180,7 +189,9 @@ def write_site(data: RunData, summary: Summary) -> None:
         finding_of.setdefault((f.device, f.case_id), []).append(f.id)
     pages = max(1, -(-len(cases) // CASES_PER_PAGE))
     index = _ENV.get_template("index.html.j2").render(
-        s=summary, case_pages=pages, commands=_run_commands(summary)
+        s=summary,
+        case_pages=pages,
+        commands=reproduce_commands(data.runs, out),
     )
     (out / "index.html").write_text(index, encoding="utf-8")
     for f in summary.findings:
@@ -193,22 +204,6 @@ def write_site(data: RunData, summary: Summary) -> None:
             s=summary, rows=rows, page=number + 1, pages=pages, finding_of=finding_of
         )
         (out / "cases" / f"page-{number + 1}.html").write_text(html, encoding="utf-8")
-
-
-# Where the commands on the pages and in bundle READMEs run: their paths are relative to it,
-# so they stay right wherever CI publishes the folder.
-COMMANDS_CWD = "the run folder (the folder that holds this report's index.html and bundles/)"
-
-
-def _run_commands(summary: Summary) -> list[str]:
-    budgets = summary.budgets
-    base = (
-        f"parity run --families {','.join(summary.families)} "
-        f"--profile {summary.profile} --seed {summary.seed} "
-        f"--max-examples {budgets.max_examples} "
-        f"--chunk-examples {budgets.chunk_examples} --out rerun"
-    )
-    return ["cd <run folder>", base, "parity report ."]
 
 
 # ---------------------------------------------------------------------------- failure page
@@ -261,17 +256,20 @@ def _failure_page(
         ):
             if (bundle_dir / name).exists():
                 bundle_files.append(name)
-    commands = []
+    # Relative to the run folder, never to where the report was rendered.
+    run = data.runs[finding.source]
     if finding.bundle:
-        # Relative to the run folder, never to where the report was rendered.
-        b = finding.bundle
-        commands = [
-            f"parity replay {b}",
-            f"parity replay {b} --shaders worktree",
-            f"parity regress {b}",
-        ]
-    if bundle_doc is not None:
-        commands += [c for c in bundle_doc.commands if c.startswith("parity run")]
+        # The manifest the bundle carries (kernels/kernels.toml), if any.
+        manifest = next(
+            (k for k in (bundle_doc.kernels if bundle_doc else {}) if k.endswith(MANIFEST_NAME)),
+            None,
+        )
+        adapters = manifest is not None and names_adapters(data.path / finding.bundle / manifest)
+        commands = finding_commands(
+            finding.bundle, run, data.path, finding.family, allow_adapters=adapters
+        )
+    else:  # no bundle: searching the family again writes one
+        commands = [run_command(run, data.path, family=finding.family)]
     # The bundle re-ran the case to classify it; the case record predates that.
     from_bundle = bundle_doc.repeatability if bundle_doc is not None else None
     repeatability = from_bundle or (record.repeatability if record is not None else None)
@@ -295,6 +293,7 @@ def _failure_page(
         bundle_files=bundle_files,
         commands=commands,
         commands_cwd=COMMANDS_CWD,
+        commands_note=FINDING_COMMANDS_NOTE if finding.bundle else "",
         adapters=data.runs[finding.source].adapters,
     )
 
