@@ -5,7 +5,9 @@ Synthetic records stand in for a run: what the report shows must follow from the
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import shlex
 import struct
 import zlib
@@ -554,3 +556,51 @@ def test_rerun_commands_carry_every_option_that_shaped_the_run(tmp_path: Path) -
     *runs, merge = reproduce_commands(shards, run_dir)
     assert [_parsed(c).shard for c in runs] == ["1/2", "2/2"]
     assert merge.startswith("parity merge --out rerun/merged ")
+
+
+# ---------------------------------------------------------------------------- the index
+
+
+def test_kernel_sources_list_only_replaced_slots_with_relative_paths(tmp_path: Path) -> None:
+    manifest = tmp_path / "mine" / "kernels.toml"
+    glsl_fork = tmp_path / "glsl-fork"
+    adapters = {
+        "webgpu": {**ADAPTERS["webgpu"], "kernels": {"rms_norm": "rms.wgsl"}},
+        "vulkan": dict(ADAPTERS["vulkan"]),
+    }
+    records = [_case("rms_norm/0", "a", []), _chunk("rms_norm/0")]
+    meta = _run_meta(
+        ["rms_norm/0"],
+        adapters=adapters,
+        kernels=str(manifest),
+        shader_dirs={"webgpu": "/repo/wgsl", "vulkan": str(glsl_fork)},
+        shader_overrides={"vulkan": str(glsl_fork)},
+    )
+    run = _write_run(tmp_path / "run", meta, records)
+    summary = render_report(run)
+    assert summary.kernel_sources["rms_norm"] == {
+        "webgpu": "rms.wgsl (manifest ../mine/kernels.toml)",
+        "vulkan": "--glsl-dir ../glsl-fork",
+    }
+    assert summary.kernel_sources["add_flat"]["webgpu"] == "project"
+    index = (run / "index.html").read_text()
+    section = index[index.index('id="kernels"') : index.index('id="coverage"')]
+    assert str(tmp_path) not in index
+    folders = _text(re.search(r'<p id="kernel-folders">(.*?)</p>', section, re.S).group(1))
+    assert "webgpu: the project's wgsl/" in folders
+    assert "vulkan: every kernel from --glsl-dir ../glsl-fork" in folders
+    rows = re.findall(r"<tr><td><code>(\w+)</code></td>(.*?)</tr>", section, re.S)
+    assert [slot for slot, _ in rows] == ["rms_norm"]  # the one slot the manifest replaced
+    assert "rms.wgsl (manifest ../mine/kernels.toml)" in rows[0][1]
+    # A --wgsl-dir alone replaces no slot: no table, the folder named as such.
+    meta = _run_meta(["rms_norm/0"], shader_overrides={"webgpu": str(tmp_path / "w")})
+    run = _write_run(tmp_path / "run2", meta, records)
+    render_report(run)
+    index = (run / "index.html").read_text()
+    assert 'id="kernel-sources"' not in index
+    assert "every kernel from <code>--wgsl-dir ../w</code>" in index
+    assert "project (" not in index
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()

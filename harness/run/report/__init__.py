@@ -37,6 +37,7 @@ from harness.run.commands import (
     FINDING_COMMANDS_NOTE,
     finding_commands,
     names_adapters,
+    relative_path,
     reproduce_commands,
     run_command,
 )
@@ -61,9 +62,11 @@ from harness.run.records import (
     write_json,
 )
 from harness.run.report import images
-from harness.run.summary import distinct_cases, junit_xml, summarize
+from harness.run.summary import distinct_cases, folder_source, junit_xml, summarize
 
 CASES_PER_PAGE = 200
+# The order the pages show the backends in.
+BACKEND_ORDER = ("webgpu", "vulkan")
 
 _ENV = Environment(
     loader=PackageLoader("harness.run.report", "templates"),
@@ -150,7 +153,7 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> Summar
         RecordError: see `load_run`.
     """
     data = load_run(run_dir)
-    summary = summarize(data.runs, data.records)
+    summary = summarize(data.runs, data.records, data.path)
     summary.merged = data.merged
     if exit_status is not None:
         summary.exit_status = int(exit_status)
@@ -192,6 +195,8 @@ def write_site(data: RunData, summary: Summary) -> None:
         s=summary,
         case_pages=pages,
         commands=reproduce_commands(data.runs, out),
+        kernels=_kernel_view(data.runs[0], out, summary.kernel_sources),
+        rel=lambda path: relative_path(path, out),
     )
     (out / "index.html").write_text(index, encoding="utf-8")
     for f in summary.findings:
@@ -204,6 +209,20 @@ def write_site(data: RunData, summary: Summary) -> None:
             s=summary, rows=rows, page=number + 1, pages=pages, finding_of=finding_of
         )
         (out / "cases" / f"page-{number + 1}.html").write_text(html, encoding="utf-8")
+
+
+def _kernel_view(
+    run: RunMeta, run_dir: Path, sources: Mapping[str, Mapping[str, str]]
+) -> dict[str, Any]:
+    """The index's "Kernel sources": each backend's folder (what every slot not listed
+    ran), and only the slots a kernel manifest replaced on some backend."""
+    folders = {b: folder_source(run, b, run_dir) for b in BACKEND_ORDER if b in run.adapters}
+    replaced = {
+        slot: {b: per.get(b, "") for b in folders}
+        for slot, per in sources.items()
+        if any(per.get(b, folder) != folder for b, folder in folders.items())
+    }
+    return {"folders": folders, "replaced": replaced}
 
 
 # ---------------------------------------------------------------------------- failure page
