@@ -604,3 +604,39 @@ def test_kernel_sources_list_only_replaced_slots_with_relative_paths(tmp_path: P
 
 def _text(fragment: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()
+
+
+def test_the_banner_says_why_a_run_ended_in_error(tmp_path: Path) -> None:
+    died = (
+        "worker 2 (pid 4242, llvmpipe (LLVM 15)) was killed by SIGKILL while running chunk "
+        "rms_norm/1, after 3 of its cases; the rest of the chunk was not run"
+    )
+    raised = "KernelBuildError: webgpu: kernel 'rms_norm' does not build\nCaused by:\n  line 26"
+    records = [_case("rms_norm/0", "a", []), _chunk("rms_norm/0")]
+    meta = _run_meta(
+        ["rms_norm/0", "rms_norm/1", "rms_norm/2"],
+        status="error",
+        exit_status=3,
+        errors=[
+            f"rms_norm/1: {died}",
+            f"rms_norm/2: {raised}",
+            "worker 3 (pid 7) exited with status 9 between chunks",
+        ],
+    )
+    run = _write_run(tmp_path / "run", meta, records)
+    render_report(run, exit_status=3)
+    index = (run / "index.html").read_text()
+    banner = re.search(r'<div id="error-banner">(.*?)</div>', index, re.S)
+    assert banner, "no error banner"
+    assert _text(banner.group(1)).startswith(
+        "The run ended in error (exit status 3): 3 failures other than a divergence"
+    )
+    items = [_text(i) for i in re.findall(r"<li>(.*?)</li>", banner.group(1), re.S)]
+    assert items[0] == f"chunk rms_norm/1: {died}"
+    assert items[1].startswith("chunk rms_norm/2: KernelBuildError: webgpu: kernel 'rms_norm'")
+    assert "whole text" in items[1] and "line 26" in items[1]  # the compiler's lines, folded
+    assert items[2] == "worker 3 (pid 7) exited with status 9 between chunks"
+    # A clean run has no banner.
+    run = _write_run(tmp_path / "clean", _run_meta(["rms_norm/0"]), records)
+    render_report(run)
+    assert 'id="error-banner"' not in (run / "index.html").read_text()

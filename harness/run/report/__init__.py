@@ -21,6 +21,7 @@ page survives being copied out of CI on its own. Every name and message is escap
 
 from __future__ import annotations
 
+import re
 import shutil
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -65,6 +66,7 @@ from harness.run.report import images
 from harness.run.summary import distinct_cases, folder_source, junit_xml, summarize
 
 CASES_PER_PAGE = 200
+_CHUNK_ID = re.compile(r"[\w.-]+/\d+")
 # The order the pages show the backends in.
 BACKEND_ORDER = ("webgpu", "vulkan")
 
@@ -196,6 +198,7 @@ def write_site(data: RunData, summary: Summary) -> None:
         case_pages=pages,
         commands=reproduce_commands(data.runs, out),
         kernels=_kernel_view(data.runs[0], out, summary.kernel_sources),
+        errors=_error_view(summary),
         rel=lambda path: relative_path(path, out),
     )
     (out / "index.html").write_text(index, encoding="utf-8")
@@ -209,6 +212,29 @@ def write_site(data: RunData, summary: Summary) -> None:
             s=summary, rows=rows, page=number + 1, pages=pages, finding_of=finding_of
         )
         (out / "cases" / f"page-{number + 1}.html").write_text(html, encoding="utf-8")
+
+
+def _error_view(summary: Summary) -> list[dict[str, Any]]:
+    """Why the run ended `error`, for the index's banner: each failure the run recorded
+    (a chunk that raised, a worker that died, and how: its exit status or signal, and the
+    chunk it was running), with the chunk it concerns, its first line and its whole text."""
+    out = []
+    for run in summary.runs:
+        for text in run.errors:
+            # A chunk's failure reads "<family>/<index>: <why>" (harness.run.session).
+            head, _, rest = text.partition(": ")
+            chunk = head if _CHUNK_ID.fullmatch(head) else None
+            body = rest if chunk is not None else text
+            first, _, more = body.strip().partition("\n")
+            out.append(
+                {
+                    "shard": run.shard if len(summary.runs) > 1 else None,
+                    "chunk": chunk,
+                    "headline": first,
+                    "text": body if more.strip() else None,
+                }
+            )
+    return out
 
 
 def _kernel_view(
