@@ -640,3 +640,30 @@ def test_the_banner_says_why_a_run_ended_in_error(tmp_path: Path) -> None:
     run = _write_run(tmp_path / "clean", _run_meta(["rms_norm/0"]), records)
     render_report(run)
     assert 'id="error-banner"' not in (run / "index.html").read_text()
+
+
+def test_nondeterminism_is_said_in_words(tmp_path: Path) -> None:
+    d = _divergence()
+    repeat = {
+        "class": "nondeterministic:webgpu",
+        "hashes": {"webgpu": ["a1", "b2", "a1"], "vulkan": ["c3", "c3", "c3"]},
+    }
+    records = [
+        _case("rms_norm/0", "m", [d], repeatability=repeat),
+        {"record": "chunk", "chunk": "rms_norm/0", "status": "complete", "duration_s": 1,
+         "findings": [{"case_id": "m", "bundle": None, "shrunk": True, "unexpected": 1,
+                       "bug": d["bug"]}]},
+    ]  # fmt: skip
+    run = _write_run(tmp_path / "run", _run_meta(["rms_norm/0"]), records)
+    render_report(run)
+    page = next((run / "failures").glob("*.html")).read_text()
+    section = page[page.index("<h2>Nondeterminism</h2>") : page.index('id="worst-elements"')]
+    assert "a1" not in section and "[" not in _text(section)  # no dump of the hashes
+    said = _text(re.search(r'<p id="repeatability">(.*?)</p>', section, re.S).group(1))
+    assert said.startswith("Class: nondeterministic:webgpu: re-running the same case gave")
+    assert "different bits on webgpu" in said
+    runs = dict(re.findall(r'<li data-backend="(\w+)">(.*?)</li>', section, re.S))
+    assert _text(runs["webgpu"]) == (
+        "webgpu: 3 re-runs gave 2 different results (one result 2 times, another 1 time)"
+    )
+    assert _text(runs["vulkan"]) == "vulkan: 3 re-runs, all bit-identical"

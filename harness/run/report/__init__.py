@@ -24,6 +24,7 @@ from __future__ import annotations
 import re
 import shutil
 import zipfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -328,6 +329,7 @@ def _failure_page(
         divergences=divergences,
         first=_first_divergent(record, divergences) if record is not None else None,
         repeatability=repeatability,
+        repeat_words=_repeatability_words(repeatability),
         repeat_source=repeat_source,
         timeline=timeline,
         elements=[_element_view(e) for e in (bundle_doc.evidence if bundle_doc else [])],
@@ -341,6 +343,44 @@ def _failure_page(
         commands_note=FINDING_COMMANDS_NOTE if finding.bundle else "",
         adapters=data.runs[finding.source].adapters,
     )
+
+
+# What each repeatability class (harness.check.repeatability) means, in words.
+_REPEAT_CLASSES = {
+    "deterministic": "every re-run gave bit-identical results on each backend, so the "
+    "divergence is not noise: it reproduces as long as the code stays the same",
+}
+
+
+def _repeatability_words(repeatability: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A repeatability record (its class and per-backend hashes of each re-run) in words:
+    what the class means and, per backend, how many re-runs gave how many distinct results."""
+    if not repeatability:
+        return None
+    kind = str(repeatability.get("class", "?"))
+    meaning = _REPEAT_CLASSES.get(kind)
+    if meaning is None and kind.startswith("nondeterministic:"):
+        which = kind.partition(":")[2]
+        sides = "both backends" if which == "both" else which.replace(",", " and ")
+        meaning = (
+            f"re-running the same case gave different bits on {sides}: the results there "
+            "depend on something besides the case (a race, uninitialized memory, timing), "
+            "so a replay may not show the same values"
+        )
+    lines = []
+    hashes = repeatability.get("hashes") or {}
+    for backend, runs in sorted(hashes.items()) if isinstance(hashes, Mapping) else ():
+        if not isinstance(runs, list) or not runs:
+            continue
+        counts = Counter(str(h) for h in runs)
+        if len(counts) == 1:
+            text = f"{len(runs)} re-run{'s' if len(runs) != 1 else ''}, all bit-identical"
+        else:
+            times = [f"{n} time{'s' if n != 1 else ''}" for n in sorted(counts.values())[::-1]]
+            shares = ", ".join([f"one result {times[0]}", *(f"another {t}" for t in times[1:])])
+            text = f"{len(runs)} re-runs gave {len(counts)} different results ({shares})"
+        lines.append({"backend": backend, "text": text, "repeatable": len(counts) == 1})
+    return {"kind": kind, "meaning": meaning, "backends": lines}
 
 
 def _element_view(element: Mapping[str, Any]) -> dict[str, Any]:
