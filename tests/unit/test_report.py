@@ -667,3 +667,70 @@ def test_nondeterminism_is_said_in_words(tmp_path: Path) -> None:
         "webgpu: 3 re-runs gave 2 different results (one result 2 times, another 1 time)"
     )
     assert _text(runs["vulkan"]) == "vulkan: 3 re-runs, all bit-identical"
+
+
+def _svgs(page: str, backend: str) -> tuple[ET.Element, ET.Element]:
+    figure = re.search(
+        rf'<figure class="row-plot" data-backend="{backend}">(.*?)</figure>', page, re.S
+    )
+    assert figure, f"no row plot for {backend}"
+    values, errors = re.findall(r"<svg.*?</svg>", figure.group(1), re.S)
+    return ET.fromstring(values), ET.fromstring(errors)
+
+
+def _all(svg: ET.Element, tag: str, cls: str) -> list[ET.Element]:
+    return [e for e in svg.iter(f"{{http://www.w3.org/2000/svg}}{tag}") if e.get("class") == cls]
+
+
+def test_row_plots_show_output_reference_band_and_error_against_budget(tmp_path: Path) -> None:
+    d = _divergence()
+    records = [
+        _case("rms_norm/0", "m", [d]),
+        _chunk("rms_norm/0", ("m", d)),
+    ]
+    run = _write_run(tmp_path / "run", _run_meta(["rms_norm/0"]), records)
+    bundle = run / records[1]["findings"][0]["bundle"]
+    bundle.mkdir(parents=True)
+    write_json(bundle / "bundle.json", {"format": "parity-bundle/2", "id": bundle.name})
+    reference = np.linspace(-1.0, 1.0, 12).reshape(2, 6)
+    budget = np.full((2, 6), 1e-3)
+    webgpu = reference.copy()
+    webgpu[1, 3] += 1e-2  # 10x its budget: the worst element, in row 1
+    webgpu[1, 5] = np.nan
+    webgpu[0, 0] += 5e-4  # within budget
+    vulkan = reference + 1e-5
+    tensor = "s0/rms_norm_0.out"
+    arrays = {
+        f"{tensor}/{name}/{k}": v
+        for name, actual in (("webgpu", webgpu), ("vulkan", vulkan))
+        for k, v in (("actual", actual), ("reference", reference), ("budget", budget))
+    }
+    np.savez_compressed(bundle / "arrays.npz", **arrays)
+    render_report(run)
+    page = (run / "failures" / f"{bundle.name}.html").read_text()
+    values, errors = _svgs(page, "webgpu")
+    (output,) = _all(values, "polyline", "output")
+    assert len(output.get("points", "").split()) == 5  # row 1's finite outputs
+    (band,) = _all(values, "polygon", "band")
+    assert len(band.get("points", "").split()) == 12  # reference ± budget, both edges
+    assert len(_all(values, "circle", "nonfinite")) == 1
+    # Over budget: the element off by 10x and the NaN; the others are within it.
+    over = [c.findtext("{http://www.w3.org/2000/svg}title") for c in _all(errors, "circle", "over")]
+    assert [t.split(":")[0] for t in over] == ["element 3", "element 5"]
+    assert len(_all(errors, "polyline", "budget")[0].get("points", "").split()) == 6
+    _, vulkan_errors = _svgs(page, "vulkan")
+    assert _all(vulkan_errors, "circle", "over") == []
+    caption = re.search(r'data-backend="webgpu">.*?<figcaption>(.*?)</figcaption>', page, re.S)
+    assert caption and "row 1 of 2" in _text(caption.group(1))
+    assert "2 elements over budget" in _text(caption.group(1))
+
+
+def test_a_long_row_is_plotted_around_its_worst_element() -> None:
+    assert images.plot_window(100, 7) == (0, 100)
+    assert images.plot_window(2000, 1500) == (1244, 1756)
+    assert images.plot_window(2000, 1990) == (1488, 2000)
+    ref = np.zeros(512)
+    svg = ET.fromstring(images.error_plot(ref + 1.0, ref, ref + 0.5, "webgpu", start=1244))
+    labels = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert "1244" in labels and "1755" in labels
+    assert len(_all(svg, "circle", "over")) == 512

@@ -3,16 +3,20 @@
 `render_report(run_dir)` reads `run.json` and `cases.jsonl` (and the bundles), writes
 `summary.json` and `junit.xml`, and renders a static, offline site:
 
-- `index.html`: totals, adapters and versions, families and ops, the coverage matrix,
-  failures grouped by bug key, findings, known-divergence expectations (stale ones
-  flagged). It holds aggregates only, so it stays small with thousands of cases.
+- `index.html`: why a run ended `error` (a banner), totals, adapters and versions,
+  families and ops, the kernel sources (each backend's folder; the slots a manifest
+  replaced), the coverage matrix, failures grouped by bug key, findings, known-divergence
+  expectations (stale ones flagged), the command that reproduces the run. It holds
+  aggregates only, so it stays small with thousands of cases.
 - `failures/<id>.html`: one page per finding (harness.run.findings: a minimal case and its
   bug, with every chunk that found it): divergences, first divergent op, nondeterminism
   class (the bundle's re-runs), the values at the worst element of each diverging tensor
   (the op's inputs around it, each backend's output, the float64 reference, the budget),
   the step timeline (WebGPU, Vulkan and the contract model side by side, mismatches
-  highlighted), error heatmaps, the slack canary map, replay commands (run from the run
-  folder, so they stay right wherever the folder is published).
+  highlighted), error heatmaps and, beside them, line plots of the row holding the worst
+  element (each backend's output against the reference and its budget band; |error|
+  against the budget), the slack canary map, replay commands (run from the run folder, so
+  they stay right wherever the folder is published; `harness.run.commands`).
 - `cases/page-<n>.html`: every case, `CASES_PER_PAGE` per page.
 
 Pages are opened on demand, one file each; CSS and the small filter script are inline, so a
@@ -535,12 +539,44 @@ def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
                 "size": int(util.size),
                 "worst": [int(i) for i in worst],
                 "median": float(np.median(finite)) if finite.size else 0.0,
+                "util": util,
+                "base": base,
             }
         )
-    order = {b: i for i, b in enumerate(("webgpu", "vulkan"))}
+    order = {b: i for i, b in enumerate(BACKEND_ORDER)}
     for group in groups.values():
         group["maps"].sort(key=lambda m: order.get(m["backend"], 9))
+        _row_plots(group, arrays)
     return [groups[k] for k in sorted(groups)]
+
+
+def _row_plots(group: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    """Line plots beside a tensor's heatmaps: the row (last dim) that holds its worst
+    element on any backend, or a window of it around that element, per backend its output
+    against the reference and budget band and its |error| against the budget."""
+    maps = group["maps"]
+    # NaN counts as the worst, as everywhere in the report.
+    worst = max(maps, key=lambda m: np.inf if m["max"] != m["max"] else m["max"])
+    util2d = images.as_2d(worst["util"])
+    shape = util2d.shape
+    utils = [images.as_2d(m.pop("util")) for m in maps]
+    rows, cols = shape
+    if cols < 2:  # one element per row: nothing to draw a line through
+        return
+    flat = int(np.argmax(np.where(np.isnan(util2d), np.inf, util2d)))
+    row, col = divmod(flat, cols)
+    start, stop = images.plot_window(cols, col)
+    group["row"] = {"index": row, "rows": rows, "first": start, "last": stop - 1, "cols": cols}
+    for m, util in zip(maps, utils, strict=True):
+        if util.shape != shape:  # judged on another shape: no common row to show
+            continue
+        actual, reference, budget = (
+            images.as_2d(arrays[f"{m['base']}/{k}"])[row, start:stop]
+            for k in ("actual", "reference", "budget")
+        )
+        m["values_plot"] = images.values_plot(actual, reference, budget, m["backend"], start)
+        m["error_plot"] = images.error_plot(actual, reference, budget, m["backend"], start)
+        m["row_over"] = int(np.sum(~(images.utilization(actual, reference, budget) <= 1.0)))
 
 
 def _canaries(
