@@ -63,7 +63,12 @@ from harness.check.steps import StepLoop, grid_limit, intermediates
 from harness.gen.case import Case
 from harness.model import Args
 from harness.ops import MODELS, model_for
-from harness.run.commands import COMMANDS_CWD, FINDING_COMMANDS_NOTE, finding_commands
+from harness.run.commands import (
+    COMMANDS_CWD,
+    FINDING_COMMANDS_NOTE,
+    finding_commands,
+    names_adapters,
+)
 from harness.run.records import (
     BUNDLE_FORMAT,
     BundleDoc,
@@ -541,15 +546,30 @@ def _write_bundle_files(
         shaders=hashes,
         kernels=kernels,
         commands_cwd=COMMANDS_CWD,
-        commands=finding_commands(
-            f"bundles/{bundle_id}",
-            run,
-            folder.parent.parent,  # bundles/<id>/ (or its temporary twin) of the run folder
-            record.family,
-            allow_adapters=manifest is not None
-            and any(e.adapter for e in manifest.entries.values()),
-        ),
+        # bundles/<id>/ (or its temporary twin) of the run folder
+        commands=_commands(folder, bundle_id, run, folder.parent.parent, record.family),
     )
+    write_json(folder / "bundle.json", doc)
+    (folder / "README.md").write_text(_readme(doc))
+
+
+def _commands(folder: Path, bundle_id: str, run: RunMeta, run_dir: Path, family: str) -> list[str]:
+    """The commands of the bundle at `folder`, to be named `bundles/<bundle_id>` in
+    `run_dir`: replay asks for `--allow-adapters` when its manifest names an adapter."""
+    manifest = folder / KERNELS_DIR / MANIFEST_NAME
+    adapters = manifest.is_file() and names_adapters(manifest)
+    return finding_commands(f"bundles/{bundle_id}", run, run_dir, family, allow_adapters=adapters)
+
+
+def rewrite_commands(folder: Path, run: RunMeta, run_dir: Path) -> None:
+    """Render the commands of a bundle copied into another run folder (`parity merge`)
+    again, for where it now lies: bundle.json's `commands` and README.md.
+
+    Raises:
+        RecordError: its bundle.json is unreadable.
+    """
+    doc = read_bundle_doc(folder / "bundle.json")
+    doc.commands = _commands(folder, folder.name, run, run_dir, doc.family or "")
     write_json(folder / "bundle.json", doc)
     (folder / "README.md").write_text(_readme(doc))
 
