@@ -353,6 +353,9 @@ def _failure_page(
 _REPEAT_CLASSES = {
     "deterministic": "every re-run gave bit-identical results on each backend, so the "
     "divergence is not noise: it reproduces as long as the code stays the same",
+    "history-dependent": "it diverged only where other cases had run before it in the same "
+    "process, not when run alone in a fresh one: the bug depends on what ran earlier (a "
+    "cache, pooled memory); replaying it needs that history",
 }
 
 
