@@ -546,7 +546,7 @@ def _write_bundle_files(
         shaders=hashes,
         kernels=kernels,
         commands_cwd=COMMANDS_CWD,
-        # bundles/<id>/ (or its temporary twin) of the run folder
+        # `folder` is bundles/<id> (or its temporary twin): two levels below the run folder.
         commands=_commands(folder, bundle_id, run, folder.parent.parent, record.family),
     )
     write_json(folder / "bundle.json", doc)

@@ -71,6 +71,7 @@ from harness.run.report import images
 from harness.run.summary import distinct_cases, folder_source, junit_xml, summarize
 
 CASES_PER_PAGE = 200
+# A chunk's id, `<family>/<index>` (harness.run.plan.Chunk.id).
 _CHUNK_ID = re.compile(r"[\w.-]+/\d+")
 # The order the pages show the backends in.
 BACKEND_ORDER = ("webgpu", "vulkan")
