@@ -9,6 +9,7 @@ readable report; and that known divergences do not fail a run while stale ones a
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -96,7 +97,7 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
         )  # fmt: skip
         assert proc.returncode == 1, proc.stderr
         shards.append(out)
-    merged = tmp_path / "merged"
+    merged = tmp_path / "published" / "merged"  # not beside the shards
     proc = parity("merge", "--out", merged, *shards)
     assert proc.returncode == 1, proc.stderr
     whole, combined = read_summary(planted_run), read_summary(merged)
@@ -114,6 +115,14 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
     # Both shards bundled the same finding: the merge keeps one copy.
     assert len(list((merged / "bundles").iterdir())) == len(combined["findings"])
     assert (merged / "index.html").is_file()
+    # The merged bundles' commands are rendered for the merged folder, like its pages'.
+    for f in combined["findings"]:
+        readme = (merged / f["bundle"] / "README.md").read_text()
+        block = re.search(r"```sh\n(.*?)```", readme, re.S).group(1).strip().splitlines()
+        page = (merged / "failures" / f"{f['id']}.html").read_text()
+        pre = re.search(r'<pre id="replay-commands">(.*?)</pre>', page, re.S).group(1)
+        assert html.unescape(pre).strip().splitlines() == block
+        assert f"--wgsl-dir {os.path.relpath(planted_wgsl, merged)} " in block[-1]
     # A shard of another plan does not merge.
     other = tmp_path / "other"
     proc = parity(

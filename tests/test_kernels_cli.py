@@ -11,13 +11,15 @@ Vulkan RMS norm whose adapter adds a value and a scratch buffer).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
-from tests.cli_support import parity
+from harness.run.profiles import DEFAULT_DATABASE_DIR
+from tests.cli_support import REPO, parity
 
 pytestmark = pytest.mark.gpu
 
@@ -209,6 +211,19 @@ def test_a_bug_in_a_foreign_kernel_is_found_and_blamed_on_its_backend(
     assert sources["add_flat"]["webgpu"].startswith("project")
     html = (planted_foreign_run / "index.html").read_text()
     assert 'id="kernel-sources"' in html and "pill foreign" in html
+    # Reproducing the run takes the manifest and the example database it used, named
+    # from the run folder.
+    (command,) = [
+        line
+        for line in re.search(r'<pre id="run-commands">(.*?)</pre>', html, re.S)
+        .group(1)
+        .split("\n")
+        if line.startswith("parity run ")
+    ]
+    assert " --kernels ../kernels " in command
+    database = command.split(" --database ")[1].split()[0]
+    assert (planted_foreign_run / database).resolve() == (REPO / DEFAULT_DATABASE_DIR).resolve()
+    assert " --families rms_norm,rope_hf " in command
 
 
 def _bundle(run: Path) -> Path:

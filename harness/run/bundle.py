@@ -63,6 +63,12 @@ from harness.check.steps import StepLoop, grid_limit, intermediates
 from harness.gen.case import Case
 from harness.model import Args
 from harness.ops import MODELS, model_for
+from harness.run.commands import (
+    COMMANDS_CWD,
+    FINDING_COMMANDS_NOTE,
+    finding_commands,
+    names_adapters,
+)
 from harness.run.records import (
     BUNDLE_FORMAT,
     BundleDoc,
@@ -539,9 +545,31 @@ def _write_bundle_files(
         chunk_seed=_chunk_seed(run, record.chunk),
         shaders=hashes,
         kernels=kernels,
-        commands_cwd="the run folder (the folder that holds bundles/ and index.html)",
-        commands=replay_commands(f"bundles/{bundle_id}", run, record),
+        commands_cwd=COMMANDS_CWD,
+        # `folder` is bundles/<id> (or its temporary twin): two levels below the run folder.
+        commands=_commands(folder, bundle_id, run, folder.parent.parent, record.family),
     )
+    write_json(folder / "bundle.json", doc)
+    (folder / "README.md").write_text(_readme(doc))
+
+
+def _commands(folder: Path, bundle_id: str, run: RunMeta, run_dir: Path, family: str) -> list[str]:
+    """The commands of the bundle at `folder`, to be named `bundles/<bundle_id>` in
+    `run_dir`: replay asks for `--allow-adapters` when its manifest names an adapter."""
+    manifest = folder / KERNELS_DIR / MANIFEST_NAME
+    adapters = manifest.is_file() and names_adapters(manifest)
+    return finding_commands(f"bundles/{bundle_id}", run, run_dir, family, allow_adapters=adapters)
+
+
+def rewrite_commands(folder: Path, run: RunMeta, run_dir: Path) -> None:
+    """Render the commands of a bundle copied into another run folder (`parity merge`)
+    again, for where it now lies: bundle.json's `commands` and README.md.
+
+    Raises:
+        RecordError: its bundle.json is unreadable.
+    """
+    doc = read_bundle_doc(folder / "bundle.json")
+    doc.commands = _commands(folder, folder.name, run, run_dir, doc.family or "")
     write_json(folder / "bundle.json", doc)
     (folder / "README.md").write_text(_readme(doc))
 
@@ -556,38 +584,6 @@ def existing_bundle(folder: Path) -> BundleDoc | None:
 
 def _chunk_seed(run: RunMeta, chunk: str) -> int | None:
     return next((c.seed for c in run.plan if c.id == chunk), None)
-
-
-def _names_adapters(manifest: Path) -> bool:
-    """Whether the kernel manifest at `manifest` names a Python adapter."""
-    try:
-        return any(e.adapter for e in load_manifest(manifest).entries.values())
-    except KernelManifestError:
-        return False
-
-
-def replay_commands(path: str, run: RunMeta, record: CaseRecord) -> list[str]:
-    """Commands that replay a finding, run from the run folder: the bundle (`path`, relative
-    to the run folder), with either shaders, kept as a regression, and its family's search
-    again (into `rerun/`)."""
-    chunk_run = (
-        f"parity run --families {record.family} --profile {run.profile} "
-        f"--seed {run.seed} --max-examples {run.budgets.max_examples} "
-        f"--chunk-examples {run.budgets.chunk_examples} --no-database --out rerun"
-    )
-    if run.max_workgroups_per_dim:
-        chunk_run += f" --max-workgroups-per-dim {run.max_workgroups_per_dim}"
-    replay = f"parity replay {path}"
-    if run.kernels:
-        chunk_run += f" --kernels {Path(run.kernels).parent}"
-        if _names_adapters(Path(run.kernels)):
-            replay += " --allow-adapters"  # replaying runs the bundle's copy only if asked
-    return [
-        replay,
-        f"{replay} --shaders worktree",
-        f"parity regress {path}",
-        chunk_run,
-    ]
 
 
 def _readme(doc: BundleDoc) -> str:
@@ -606,7 +602,7 @@ def _readme(doc: BundleDoc) -> str:
         f"Bug (op type | class | blamed backend | numeric band): `{doc.bug}`",
         "",
         "Replay from the run folder (the folder that holds `bundles/` and `index.html`; the "
-        "paths below are relative to it). The bundle's own shaders are used by default:",
+        "paths below are relative to it). " + FINDING_COMMANDS_NOTE,
         "",
         "```sh",
         "cd <run folder>",

@@ -14,6 +14,7 @@ from pathlib import Path
 from harness.run import console
 from harness.run.bundle import (
     existing_bundle,
+    rewrite_commands,
 )
 from harness.run.console import UsageError
 from harness.run.records import (
@@ -134,7 +135,7 @@ def _write_merge(out: Path, shards: list[RunData], runs: list[RunMeta]) -> int:
     writer = RecordWriter(out / CASES_FILE)
     try:
         for source, data in enumerate(shards):
-            renames = _copy_bundles(data.path, out, source)
+            renames = _copy_bundles(data.path, out, source, runs[source])
             for record in read_records(data.path / CASES_FILE):
                 record.source = source
                 if isinstance(record, ChunkRecord):
@@ -156,8 +157,9 @@ def _write_merge(out: Path, shards: list[RunData], runs: list[RunMeta]) -> int:
     return summary.exit_status
 
 
-def _copy_bundles(src: Path, out: Path, source: int) -> dict[str, str]:
-    """Copy a shard's bundles into the merged folder; returns renamed relative paths."""
+def _copy_bundles(src: Path, out: Path, source: int, run: RunMeta) -> dict[str, str]:
+    """Copy a shard's bundles into the merged folder, their commands rendered again for
+    it (`run`: the shard's run.json); returns renamed relative paths."""
     renames: dict[str, str] = {}
     if not (src / "bundles").is_dir():
         return renames
@@ -171,6 +173,8 @@ def _copy_bundles(src: Path, out: Path, source: int) -> dict[str, str]:
             renames[f"bundles/{name}"] = f"bundles/{name}-s{source}"  # on another device
             name = f"{name}-s{source}"
         shutil.copytree(bundle, out / "bundles" / name)
+        if existing_bundle(out / "bundles" / name) is not None:
+            rewrite_commands(out / "bundles" / name, run, out)
     return renames
 
 

@@ -227,7 +227,9 @@ class RunSession:
                 time_budget_s=self.config.time_budget_s,
             ),
             max_workgroups_per_dim=self.config.max_workgroups_per_dim,
-            database=str(self.config.database) if self.config.database else None,
+            # Absolute, so that the commands the report prints can name them from the run
+            # folder (harness.run.commands).
+            database=str(self.config.database.resolve()) if self.config.database else None,
             shard=self.config.shard,
             plan=list(self.plan),
             plan_digest=plan_digest(self.plan),
@@ -241,7 +243,11 @@ class RunSession:
             shader_overrides={b: str(p) for b, p in self.config.shader_dirs.items()},
             kernels=str(self.config.kernels) if self.config.kernels is not None else None,
             expectations=list(self.config.expectations.entries),
-            expectations_file=self.config.expectations.source,
+            expectations_file=(
+                str(Path(self.config.expectations.source).resolve())
+                if self.config.expectations.source is not None
+                else None
+            ),
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             jobs=self.config.jobs,
             workers=self.pool.lines if self.pool is not None else [],
