@@ -128,6 +128,90 @@ def test_check_kernels_names_what_does_not_fit(
     assert first.startswith("parity check-kernels: "), err
 
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "foreign-kernels"
+# A GEMM kernel broken on each backend; the GEMV slot's example graph also holds a GEMM node
+# (issue 18: the GEMV slot was failed with the GEMM kernel's error).
+BROKEN_GEMM = {
+    "webgpu": (
+        "wgsl/q4_gemm.wgsl",
+        "let word = packed_w[byte_at / 4u];",
+        "let word = packed_w[byte_at / 4u]",
+    ),
+    "vulkan": ("glsl/q4_gemm.comp", "#version 450\n", '#version 450\n#include "missing.glsl"\n'),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(BROKEN_GEMM))
+def test_check_kernels_judges_each_slot_on_its_own_kernel(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    file, old, new = BROKEN_GEMM[backend]
+    path = folder / file
+    assert path.read_text().count(old) == 1
+    path.write_text(path.read_text().replace(old, new))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    verdicts = {
+        line.split(": ")[2]: line.split(": ")[3]
+        for line in err.splitlines()
+        if line.startswith("parity check-kernels: ") and line.count(": ") >= 3
+    }
+    assert verdicts[f"{backend}.q4gsw_gemm"] != "ok", err
+    untouched = {k: v for k, v in verdicts.items() if k != f"{backend}.q4gsw_gemm"}
+    assert set(untouched.values()) == {"ok"}, err
+    assert "1 kernel(s) of" in err
+
+
+# Expressions that fail on a step's values, or give a member a value it cannot hold: the
+# checked kernel's line names the expression or member with the values (issue 18: they were
+# passed, then failed every case of a run as a kernel that "does not build").
+FAILING_VALUES = {
+    "division by zero": (
+        'dispatch = "div_up(m * n, 64)"',
+        'dispatch = "div_up(m * n, k - k)"',
+        "webgpu.q4gsw_gemm: expression 'div_up(m * n, k - k)': division by zero in div_up (at k=",
+    ),
+    "past u32": (
+        'params.out_features = "n"',
+        'params.out_features = "n * 4294967296"',
+        "webgpu.q4gsw_gemv: mv.out_features (u32) of ",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_VALUES))
+def test_check_kernels_evaluates_the_manifest_on_a_case_s_values(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    old, new, words = FAILING_VALUES[name]
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    manifest = folder / "kernels.toml"
+    assert old in manifest.read_text()
+    manifest.write_text(manifest.read_text().replace(old, new, 1))  # the webgpu table's
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    assert words in err, err
+    assert "Traceback" not in err
+
+
+def test_check_kernels_refuses_a_constant_division_by_zero_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    manifest = folder / "kernels.toml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace('"div_up(m * n, 64)"', '"div_up(m * n, 0)"', 1))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    (line,) = err.strip().splitlines()
+    assert "kernels.toml: webgpu.q4gsw_gemm.dispatch: expression 'div_up(m * n, 0)': " in line
+    assert "division by zero in div_up" in line
+
+
 def test_check_kernels_of_a_missing_folder_is_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
