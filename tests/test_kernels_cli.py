@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from harness.run.bundle import sha256_file
 from tests.cli_support import parity
 
 pytestmark = pytest.mark.gpu
@@ -326,3 +327,58 @@ def test_replay_runs_the_bundles_adapter_only_when_allowed(
     status, out, err = _main(capsys, "replay", bundle, "--allow-adapters", "--json")
     assert status == 1, err
     assert json.loads(out)["status"] == "still_failing"
+
+
+def test_regress_takes_allow_adapters_and_never_leaves_a_half_copied_folder(
+    planted_foreign_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: regress told the user to pass --allow-adapters, which it rejected, and left
+    the copied folder behind."""
+    bundle = _bundle(planted_foreign_run)
+    dest = tmp_path / "regressions"
+    status, _, err = _main(capsys, "regress", bundle, "--dest", dest, "--name", "foreign")
+    assert status == 2, err
+    (line,) = [line for line in err.splitlines() if line.startswith("parity regress:")]
+    assert "--allow-adapters" in line
+    assert not dest.exists() or not any(dest.iterdir())
+    status, _, err = _main(
+        capsys, "regress", bundle, "--dest", dest, "--name", "foreign", "--allow-adapters"
+    )
+    assert status == 0, err
+    assert [p.name for p in dest.iterdir()] == ["foreign"]  # no staging folder left
+    assert json.loads((dest / "foreign" / "regression.json").read_text())["expect"] == "fixed"
+    assert (dest / "foreign" / "kernels" / "adapters.py").is_file()
+
+
+def test_replay_refuses_an_adapter_changed_since_the_run(
+    planted_foreign_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: an adapter whose sha256 no longer matches bundle.json ran without a word."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(_bundle(planted_foreign_run), bundle)
+    adapter = bundle / "kernels" / "adapters.py"
+    recorded = json.loads((bundle / "bundle.json").read_text())["kernels"]["kernels/adapters.py"]
+    adapter.write_text(adapter.read_text() + "\n# edited after the run\n")
+    status, _, err = _main(capsys, "replay", bundle, "--allow-adapters")
+    assert status == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("parity replay: ") and "adapters.py" in line, line
+    assert recorded in line and sha256_file(adapter) in line, line
+
+
+def test_replay_that_diverges_differently_prints_what_it_found(
+    planted_foreign_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: the "diverges differently" line named the new bug keys but hid the errors."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(_bundle(planted_foreign_run), bundle)
+    doc = json.loads((bundle / "bundle.json").read_text())
+    found = doc["bug"]
+    op, kind, blamed, *rest = found.split("|")
+    doc["bug"] = "|".join([op, kind, "vulkan" if blamed == "webgpu" else "webgpu", *rest])
+    (bundle / "bundle.json").write_text(json.dumps(doc))
+    status, _, err = _main(capsys, "replay", bundle, "--allow-adapters")
+    assert status == 1, err
+    assert "diverges differently" in err
+    new = [line for line in err.splitlines() if line.startswith("  step ")]
+    assert new and f"{kind} ({blamed})" in new[0], err
