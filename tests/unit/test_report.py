@@ -232,6 +232,30 @@ def test_expectations_file_is_checked(tmp_path: Path) -> None:
         load_expectations(path)
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "hint"),
+    [("op", "ad", "did you mean 'add'?"), ("family", "rms_nrom", "did you mean 'rms_norm'?")],
+)
+def test_an_expectation_naming_no_op_or_family_is_refused_with_its_line(
+    tmp_path: Path, key: str, value: str, hint: str
+) -> None:
+    """Issue 18: `op = "ad"` was accepted (and then matched nothing, silently)."""
+    path = tmp_path / "expectations.toml"
+    entry = 'id = "{}"\ndevice = "*"\ndriver = "*"\nreason = "r"\nlink = "l"\n'
+    path.write_text(
+        "# known divergences\n\n[[known]]\n"
+        + entry.format("a")
+        + 'op = "add"\n\n[[known]]\n'
+        + entry.format("b")
+        + f'{key} = "{value}"\n'
+    )
+    with pytest.raises(ExpectationsError) as info:
+        load_expectations(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:17: [[known]] entry 2 ('b'): {key} {value!r} is not ")
+    assert hint in message and "\n" not in message, message
+
+
 def test_expectations_match_by_op_class_blame_and_device(tmp_path: Path) -> None:
     path = tmp_path / "expectations.toml"
     path.write_text(
