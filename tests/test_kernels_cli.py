@@ -213,6 +213,44 @@ def test_check_kernels_refuses_a_constant_division_by_zero_in_one_line(
     assert "division by zero in div_up" in line
 
 
+@pytest.mark.parametrize("command", ["check-kernels", "run"])
+def test_a_relative_kernel_folder_is_named_as_given(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 18: errors named the absolute path of a folder given as a relative one."""
+    folder = _foreign(tmp_path / "k")
+    manifest = folder / "kernels.toml"
+    manifest.write_text(
+        manifest.read_text().replace("fold = true\n", "fold = true\nfolds = 1\n", 1)
+    )
+    monkeypatch.chdir(tmp_path)
+    args = ["check-kernels", "k"] if command == "check-kernels" else ["run", "--kernels", "k"]
+    status, _, err = _main(capsys, *args)
+    assert status == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"parity {command}: k/kernels.toml: webgpu.rms_norm.folds: "), line
+    assert str(tmp_path) not in err
+
+
+def test_check_kernels_names_a_relative_folder_s_files_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    file, old, new = BROKEN_GEMM["vulkan"]
+    (folder / file).write_text((folder / file).read_text().replace(old, new))
+    monkeypatch.chdir(tmp_path)
+    status, _, err = _main(capsys, "check-kernels", "k")
+    assert status == 2, err
+    assert "parity check-kernels: k/glsl/q4_gemm.comp: vulkan.q4gsw_gemm: " in err
+    assert "k/glsl/q4_gemm.comp:2: error: " in err  # glslc's own line, as given too
+    assert "1 kernel(s) of k/kernels.toml do not build" in err
+    assert str(tmp_path) not in err
+
+
 def test_check_kernels_of_a_missing_folder_is_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -52,11 +52,14 @@ SEARCH_EXAMPLES = 300
 DEFAULT_LIMIT = 65535
 
 
-def load_kernels(text: str, flag: str = "--kernels ") -> KernelManifest:
+def load_kernels(text: str, flag: str = "--kernels ", *, resolve: bool = True) -> KernelManifest:
     """The manifest of `--kernels DIR` (a folder holding kernels.toml, or the file itself).
 
     Args:
         flag: how the command line named it, for the message.
+        resolve: hold absolute paths (what a run records and hands its workers); else the
+            paths as given, for a command that reads the files in this process only. A
+            malformed manifest is named as given either way.
 
     Raises:
         UsageError: no such folder or file.
@@ -67,7 +70,11 @@ def load_kernels(text: str, flag: str = "--kernels ") -> KernelManifest:
         raise UsageError(
             f"{flag}{text}: no such folder (expected a kernel folder holding {MANIFEST_NAME})"
         )
-    return load_manifest(path.resolve())
+    try:
+        return load_manifest(path.resolve() if resolve else path)
+    except KernelManifestError as err:
+        given = path / MANIFEST_NAME if path.is_dir() else path
+        raise KernelManifestError(given, err.what, where=err.where, line=err.line) from None
 
 
 def shown_path(path: Path) -> Path:
@@ -158,7 +165,7 @@ def check_kernels_command(args: argparse.Namespace) -> int:
     compile is one line naming the file, the slot and what is wrong (the compiler's whole
     text follows, indented). Exits 0 when every kernel builds, 2 otherwise.
     """
-    manifest = load_kernels(args.kernels_dir, flag="")
+    manifest = load_kernels(args.kernels_dir, flag="", resolve=False)  # its paths as typed
     backends = manifest_backends(manifest)
     if not backends:
         raise KernelManifestError(manifest.path, "replaces no slot: nothing to check")
