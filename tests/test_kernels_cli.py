@@ -179,6 +179,11 @@ FAILING_VALUES = {
         'params.out_features = "n * 4294967296"',
         "webgpu.q4gsw_gemv: mv.out_features (u32) of ",
     ),
+    "past u32, vulkan": (
+        'params.features = "n"',
+        'params.features = "n * 4294967296"',
+        "vulkan.q4gsw_gemv: params (binding 0) member 'features' (uint): 'n * 4294967296' gave ",
+    ),
 }
 
 
