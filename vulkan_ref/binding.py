@@ -83,11 +83,11 @@ def kernel_failure(
 ) -> KernelBuildError:
     """A KernelBuildError (a finding against Vulkan) about `entry`'s kernel: named by its
     slot (a shader glslc or spirv-cross refuses is named by its file's stem), the message
-    opening with the slot. `values`: its manifest's expressions failed on a step's values
-    (a KernelValuesError: no compiler involved)."""
+    opening with the slot. `values`: a manifest kernel's expressions failed on a step's
+    values (a KernelValuesError: no compiler involved)."""
     if not message.startswith(f"{entry.slot}: "):
         message = f"{entry.slot}: {message}"
-    kind = KernelValuesError if values else KernelBuildError
+    kind = KernelValuesError if values and not entry.builtin else KernelBuildError
     return kind("vulkan", entry.slot, str(entry.source), message, op=op)
 
 

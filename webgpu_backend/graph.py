@@ -193,9 +193,9 @@ class SlotKernel:
             ]
 
     def fail(self, message: str, *, values: bool = False) -> KernelBuildError:
-        """A finding against this kernel, for its op (`values`: its manifest's expressions
-        failed on a step's values, no compiler involved)."""
-        kind = KernelValuesError if values else KernelBuildError
+        """A finding against this kernel, for its op (`values`: a manifest kernel's
+        expressions failed on a step's values, no compiler involved)."""
+        kind = KernelValuesError if values and not self.entry.builtin else KernelBuildError
         return kind(
             "webgpu", self.slot, str(self.entry.source), f"{self.slot}: {message}", op=self.op
         )
