@@ -267,15 +267,17 @@ def test_check_kernels_of_a_missing_folder_is_bad_input(
 
 
 def test_kernels_with_a_shader_dir_for_the_same_backend_is_a_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wgsl = tmp_path / "wgsl"
     wgsl.mkdir()
+    monkeypatch.chdir(FOREIGN.parent)
     status, _, err = _main(
-        capsys, "run", "--kernels", FOREIGN, "--wgsl-dir", wgsl, "--out", tmp_path / "o"
+        capsys, "run", "--kernels", FOREIGN.name, "--wgsl-dir", wgsl, "--out", tmp_path / "o"
     )
     assert status == 2, err
     assert "--wgsl-dir and --kernels both replace webgpu kernels" in err
+    assert "(foreign/kernels.toml has [webgpu.*] sections)" in err  # named as typed
     assert "Traceback" not in err and not (tmp_path / "o").exists()
 
 

@@ -102,8 +102,9 @@ def check_exclusive(manifest: KernelManifest | None, shader_dirs: Mapping[str, P
         if backend in shader_dirs:
             flag = f"--{SHADER_LANGUAGES[backend]}-dir"
             raise UsageError(
-                f"{flag} and --kernels both replace {backend} kernels ({manifest.path} has "
-                f"[{backend}.*] sections): give the kernels in one of them"
+                f"{flag} and --kernels both replace {backend} kernels "
+                f"({shown_path(manifest.path)} has [{backend}.*] sections): give the kernels in "
+                "one of them"
             )
 
 
