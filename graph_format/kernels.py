@@ -688,6 +688,36 @@ class KernelEntry:
         """The slot's declared interface."""
         return SLOTS[self.slot]
 
+    def expressions(self) -> dict[str, Expression]:
+        """Every expression of the entry by its key in the manifest's table (`dispatch`,
+        `params.k_bytes`, `dispatch_list[1].push.pass_index`, `requires[0]`, ...)."""
+        out: dict[str, Expression] = {}
+        for name, expr in (self.overrides or {}).items():
+            out[f"overrides.{name}"] = expr
+        for key, expr in (self.spec or {}).items():
+            out[f"spec.{key}"] = expr
+        for i, condition in enumerate(self.requires):
+            out[f"requires[{i}]"] = condition
+        for i, dispatch in enumerate(self.dispatches):
+            at = f"dispatch_list[{i}]." if len(self.dispatches) > 1 else ""
+            for block in ("params", "push"):
+                for member, expr in getattr(dispatch, block).items():
+                    out[f"{at}{block}.{member}"] = expr
+            counts = dispatch.count if isinstance(dispatch.count, tuple) else (dispatch.count,)
+            for j, count in enumerate(counts):
+                out[f"{at}dispatch" + (f"[{j}]" if len(counts) > 1 else "")] = count
+        return out
+
+    def failure_text(self, err: Exception) -> str:
+        """`err`'s text, opened by the manifest key of the expression it is about
+        (`webgpu.q4gsw_gemm.dispatch: expression ...`) when it is an ExpressionError of
+        one of this entry's expressions."""
+        if isinstance(err, ExpressionError) and not self.builtin:
+            keys = [k for k, e in self.expressions().items() if e.text == err.expression]
+            if keys:
+                return f"{self.backend}.{self.slot}.{' / '.join(keys)}: {err}"
+        return str(err)
+
     def unmet_requirements(self, values: Mapping[str, Value]) -> list[str]:
         """The `requires` conditions these values break (empty: the kernel takes the case).
 

@@ -328,7 +328,7 @@ class Dispatch:
                     d.workgroups(values) for d in kernel.entry.dispatches[: len(kernel.runs)]
                 )
         except (ExpressionError, KernelInterfaceError) as err:
-            raise kernel.fail(str(err), values=True) from None
+            raise kernel.fail(kernel.entry.failure_text(err), values=True) from None
 
 
 class Scheduled(NamedTuple):

@@ -196,7 +196,10 @@ def check_kernels_command(args: argparse.Namespace) -> int:
                 head, _, rest = err.compiler.partition("\n")
                 while head.startswith(f"{slot}: "):  # `where` names the slot already
                     head = head.removeprefix(f"{slot}: ")
-                console.err(f"parity check-kernels: {where}: {head}")
+                if head.startswith(f"{backend}.{slot}."):  # a manifest key: file, table, key
+                    console.err(f"parity check-kernels: {shown_path(manifest.path)}: {head}")
+                else:
+                    console.err(f"parity check-kernels: {where}: {head}")
                 if rest.strip():
                     console.err("\n".join("    " + line for line in rest.splitlines()))
                 continue

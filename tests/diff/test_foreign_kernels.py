@@ -326,6 +326,8 @@ def test_a_manifest_failing_on_a_step_s_values_is_no_compiler_error(
         assert d.kind == Kind.BUILD_ERROR
         assert "its manifest fails on this step's values" in d.message, d.message
         assert "division by zero in div_up (at k=60, m=" in d.message, d.message
+        # The manifest's table and key: where to fix it.
+        assert f"{d.blame}.q4gsw_gemm.dispatch: expression 'div_up(m * n, k - 60)'" in d.message
         assert "compiler" not in d.message and "compiler" not in (d.details or {})
 
 

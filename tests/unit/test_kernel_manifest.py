@@ -421,6 +421,28 @@ def test_a_bad_manifest_names_file_field_expected_and_got(
     assert info.value.where == where
 
 
+def test_an_entry_names_each_expression_by_its_manifest_key(folder: Path) -> None:
+    manifest = parse_manifest(SAMPLE, folder / MANIFEST_NAME)
+    gemv = manifest.entry("webgpu", "q4gsw_gemv")
+    rope = manifest.entry("webgpu", "rotary_emb_hf")
+    assert gemv is not None and rope is not None
+    assert {k: e.text for k, e in gemv.expressions().items()} == {
+        "overrides.wg_size": "64",
+        "overrides.group_size": "128",
+        "requires[0]": "k % 32 == 0 and n >= 2",
+        "params.K_bytes": "k_words * 4",
+        "dispatch": "ceil(n / 2)",
+    }
+    assert rope.expressions()["dispatch_list[1].dispatch[0]"].text == (
+        "div_up(k_heads * seq * half_dim, 64)"
+    )
+    with pytest.raises(ExpressionError) as info:
+        gemv.dispatches[0].workgroups({"n": 1e400})
+    assert gemv.failure_text(info.value).startswith(
+        "webgpu.q4gsw_gemv.dispatch: expression 'ceil(n / 2)': "
+    )
+
+
 def test_a_toml_syntax_error_names_its_line(folder: Path) -> None:
     text = _edit('entry = "gemv_main"', 'entry = "gemv_main')
     with pytest.raises(KernelManifestError) as info:
