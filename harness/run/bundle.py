@@ -724,10 +724,11 @@ class Bundle:
             rel = (Path(KERNELS_DIR) / module.relative_to(path.parent)).as_posix()
             recorded, now = self.doc.kernels.get(rel), sha256_file(module)
             if recorded != now:
+                was = f"the {recorded} bundle.json records" if recorded else "recorded"
                 raise BundleError(
-                    f"{self.path / rel}: sha256 {now} is not the {recorded} bundle.json records: "
-                    "the adapter changed since the run, so replaying would run other code; "
-                    "refused (restore the file, or take the bundle again)"
+                    f"{self.path / rel}: sha256 {now} is not {was}: the adapter changed since "
+                    "the run, so replaying would run other code; refused (restore the file, or "
+                    "take the bundle again)"
                 )
         return manifest
 
