@@ -175,6 +175,31 @@ def test_bundle_replays_on_a_fresh_clone(planted_run: Path, tmp_path: Path) -> N
     assert "fixed" in proc.stderr and "wgsl/rms_norm" in proc.stderr
 
 
+def test_hypothesis_notes_about_itself_stay_off_a_run_s_console(
+    planted_wgsl: Path, tmp_path: Path
+) -> None:
+    """Issue 18: Hypothesis's "PLEASE REPORT THIS" notice on slow shrinking reached the
+    console. With its five-minute limit set to zero, every shrink of the planted bug is
+    "very slow": the run says so in one progress line, and the finding is still made."""
+    code = (
+        "import sys\n"
+        "import hypothesis.internal.conjecture.engine as engine\n"
+        "engine.MAX_SHRINKING_SECONDS = 0\n"
+        "from harness.cli import main\n"
+        "raise SystemExit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "run", "--families", "rms_norm", "--max-examples", "10",
+         "--no-database", "--no-expectations", "--jobs", "1", "--repeats", "0",
+         "--wgsl-dir", str(planted_wgsl), "--out", str(tmp_path / "run")],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "PLEASE REPORT" not in proc.stdout + proc.stderr
+    assert "parity: rms_norm/0: Hypothesis stopped shrinking" in proc.stderr
+    assert read_summary(tmp_path / "run")["findings"]
+
+
 def test_regress_turns_a_bundle_into_a_regression_test(planted_run: Path, tmp_path: Path) -> None:
     bundle = planted_run / read_summary(planted_run)["findings"][0]["bundle"]
     dest = tmp_path / "regressions"

@@ -698,7 +698,8 @@ class Bundle:
 
         Raises:
             BundleError: it is malformed, or names a Python adapter and `allow_adapters`
-                is off (replaying would run Python from the bundle).
+                is off (replaying would run Python from the bundle), or an adapter module
+                whose sha256 is not the one bundle.json records (changed since the run).
         """
         if not self.doc.kernels:
             return None
@@ -713,6 +714,18 @@ class Bundle:
                 f"{path}: names the Python adapter(s) {', '.join(adapters)}: replaying would run "
                 "Python from the bundle; pass --allow-adapters to allow it"
             )
+        # Only the code the run ran may run: an adapter edited since (by hand, or by whoever
+        # handed the bundle on) is refused, naming both hashes.
+        for module in sorted({e.adapter.file for e in manifest.entries.values() if e.adapter}):
+            rel = (Path(KERNELS_DIR) / module.relative_to(path.parent)).as_posix()
+            recorded, now = self.doc.kernels.get(rel), sha256_file(module)
+            if recorded != now:
+                was = f"the {recorded} bundle.json records" if recorded else "recorded"
+                raise BundleError(
+                    f"{self.path / rel}: sha256 {now} is not {was}: the adapter changed since "
+                    "the run, so replaying would run other code; refused (restore the file, or "
+                    "take the bundle again)"
+                )
         return manifest
 
     @property

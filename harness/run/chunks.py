@@ -48,7 +48,7 @@ from harness.run.bundle import existing_bundle, write_bundle
 from harness.run.expectations import Expectations
 from harness.run.findings import finding_id, severity
 from harness.run.plan import Chunk, Shard
-from harness.run.profiles import PROFILES, hypothesis_settings
+from harness.run.profiles import PROFILES, hypothesis_settings, quiet_hypothesis
 from harness.run.records import (
     CaseRecord,
     ChunkFinding,
@@ -334,7 +334,8 @@ class ChunkRunner:
         status, reason = "complete", None
         state.left_body = time.perf_counter()
         try:
-            test()
+            with quiet_hypothesis(sink.log, chunk.id):
+                test()
         except DivergenceFound as err:
             finals = [err]
         except _Halt as halt:

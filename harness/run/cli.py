@@ -340,6 +340,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         help=f"regressions folder (default: {REGRESSIONS_DIR.relative_to(REPO_ROOT)} in the repo)",
     )
     reg.add_argument("--force", action="store_true", help="replace an existing regression")
+    reg.add_argument(
+        "--allow-adapters",
+        action="store_true",
+        help="run the Python adapter classes of the bundle's kernel manifest when replaying it "
+        "once here (code from the bundle; refused without this flag, before anything is "
+        "copied); tests/test_regressions.py runs a kept bundle's adapters",
+    )
 
     lst = sub.add_parser(
         "list",

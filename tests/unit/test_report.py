@@ -24,6 +24,7 @@ from harness.run.commands import finding_commands, reproduce_commands
 from harness.run.expectations import ExpectationsError, entry_status, load_expectations
 from harness.run.findings import finding_id, totals_text
 from harness.run.plan import Shard, make_plan, plan_digest, shard_of
+from harness.run.profiles import quiet_hypothesis
 from harness.run.records import (
     Budgets,
     DivergenceRecord,
@@ -220,6 +221,48 @@ def test_plan_is_deterministic_and_shards_partition_it() -> None:
             Shard.parse(bad)
 
 
+def test_hypothesis_notes_about_itself_stay_off_the_console(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: a run's console showed Hypothesis's "PLEASE REPORT THIS" slow-shrink notice
+    and its large-repr warning. Under `quiet_hypothesis` (what a chunk runs in) the first is
+    one log line, the second is dropped; the failure itself and other reports still show."""
+    import warnings
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from hypothesis.internal.conjecture import engine
+    from hypothesis.reporting import report
+
+    monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", 0)  # every shrink is "very slow"
+
+    @settings(
+        database=None,
+        max_examples=20,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.just(b"\x01" * 40_000), st.integers())  # its repr: 160 kB
+    def fails(blob: bytes, n: int) -> None:
+        assert n < 5
+
+    logged: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with quiet_hypothesis(logged.append, "c/0"):
+            with pytest.raises(AssertionError):
+                fails()
+            report("another note")
+    out, err = capsys.readouterr()
+    assert "PLEASE REPORT" not in out + err and not any(
+        "overly large repr" in str(w.message) for w in caught
+    ), (out, err, [str(w.message) for w in caught])
+    assert "another note" in out
+    (line,) = logged
+    assert line.startswith("parity: c/0: Hypothesis stopped shrinking")
+
+
 # ---------------------------------------------------------------------------- expectations
 
 
@@ -236,6 +279,30 @@ def test_expectations_file_is_checked(tmp_path: Path) -> None:
     path.write_text("[[known]\n")
     with pytest.raises(ExpectationsError, match="not valid TOML"):
         load_expectations(path)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "hint"),
+    [("op", "ad", "did you mean 'add'?"), ("family", "rms_nrom", "did you mean 'rms_norm'?")],
+)
+def test_an_expectation_naming_no_op_or_family_is_refused_with_its_line(
+    tmp_path: Path, key: str, value: str, hint: str
+) -> None:
+    """Issue 18: `op = "ad"` was accepted (and then matched nothing, silently)."""
+    path = tmp_path / "expectations.toml"
+    entry = 'id = "{}"\ndevice = "*"\ndriver = "*"\nreason = "r"\nlink = "l"\n'
+    path.write_text(
+        "# known divergences\n\n[[known]]\n"
+        + entry.format("a")
+        + 'op = "add"\n\n[[known]]\n'
+        + entry.format("b")
+        + f'{key} = "{value}"\n'
+    )
+    with pytest.raises(ExpectationsError) as info:
+        load_expectations(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:17: [[known]] entry 2 ('b'): {key} {value!r} is not ")
+    assert hint in message and "\n" not in message, message
 
 
 def test_expectations_match_by_op_class_blame_and_device(tmp_path: Path) -> None:
