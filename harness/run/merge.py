@@ -46,7 +46,9 @@ def merge_command(args: argparse.Namespace) -> int:
     if any(d.resolve() == out.resolve() for d in shard_dirs):
         raise UsageError(f"--out {out}: is one of the shards; merge into another folder")
     _check_merge_out(out, args.force)
-    locks = [RunFolderLock(d, command_line()) for d in shard_dirs if d.is_dir()]
+    # Shared: merging only reads the shards (on a read-only filesystem too); a run still
+    # writing one holds it exclusively, and is named.
+    locks = [RunFolderLock(d, command_line(), shared=True) for d in shard_dirs if d.is_dir()]
     try:
         for lock in locks:
             lock.acquire()
