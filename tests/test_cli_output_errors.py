@@ -118,3 +118,10 @@ def test_merge_reads_shards_on_a_read_only_filesystem(planted_run: Path, tmp_pat
         assert "Traceback" not in proc.stderr
     merged = json.loads((tmp_path / "merged" / "summary.json").read_text())
     assert merged["findings"], "the shard's findings are merged"
+
+
+def test_a_merge_into_a_full_disk_is_one_line(planted_run: Path, tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "disk", 64 * 1024) as disk:
+        proc = parity("merge", "--out", disk / "merged", planted_run)
+        assert proc.returncode == 2, proc.stderr
+        _one_error_line(proc.stderr, "merge", disk / "merged", "No space left on device")
