@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 
 from harness.run.records import OutputError, RecordWriter, write_json, write_text
+from harness.run.report import render_report
 from harness.run.runlock import LOCK_FILE, RunFolderBusy, RunFolderLock
 from tests.mount_support import fill, remount_read_only, tmpfs
+from tests.unit.test_report import _case, _divergence, _run_meta, _write_run
 
 LINE = json.dumps({"record": "case", "padding": "x" * 3000})
 
@@ -89,3 +91,39 @@ def test_a_shared_lock_reads_a_read_only_folder_but_not_one_being_written(
         RunFolderLock(writable, "parity merge", shared=True).acquire()
     with RunFolderLock(writable, "parity merge", shared=True), pytest.raises(RunFolderBusy):
         RunFolderLock(writable, "parity run").acquire()
+
+
+def _pages_without_bundles(tmp_path: Path, status: str) -> dict[str, str]:
+    """Failure pages of a run whose chunk 0 could not bundle its finding and whose chunk 1
+    never ended; the run ended `status`."""
+    d = _divergence()
+    error = "cannot write run/bundles/x: No space left on device"
+    records = [
+        _case("rms_norm/0", "a", [d]),
+        {"record": "chunk", "chunk": "rms_norm/0", "status": "complete", "duration_s": 1,
+         "findings": [{"case_id": "a", "bundle": None, "bundle_error": error, "shrunk": True,
+                       "unexpected": 1, "bug": d["bug"]}]},
+        _case("rms_norm/1", "b", [d]),
+    ]  # fmt: skip
+    errors = (
+        [] if status == "running" else ["cannot write run/cases.jsonl: No space left on device"]
+    )
+    meta = _run_meta(["rms_norm/0", "rms_norm/1"], status=status, errors=errors)
+    run = _write_run(tmp_path / status, meta, records)
+    summary = render_report(run)
+    assert [f.bundle_error for f in summary.findings] == [error, None]
+    return {f.case_id: (run / "failures" / f"{f.id}.html").read_text() for f in summary.findings}
+
+
+def test_a_failure_page_says_why_it_has_no_bundle_and_killed_only_when_it_was(
+    tmp_path: Path,
+) -> None:
+    pages = _pages_without_bundles(tmp_path, "error")
+    assert "No bundle was written for this case: cannot write run/bundles/x: No space" in pages["a"]
+    assert (
+        "No bundle was written for this case: its chunk never ended (the run ended with "
+        "status error: cannot write run/cases.jsonl: No space left on device)"
+    ) in pages["b"]
+    assert not any("killed" in page for page in pages.values())
+    pages = _pages_without_bundles(tmp_path, "running")  # never finalized: killed
+    assert "the run was killed before its chunk ended" in pages["b"]

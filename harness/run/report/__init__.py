@@ -314,7 +314,7 @@ def _no_bundle(run: RunMeta, finding: Finding) -> str:
     """Why a finding has no bundle, as its page says it: never "killed" unless it was."""
     if finding.bundle_error:
         return finding.bundle_error
-    ended = f"the run ended `{run.status}`" + (f": {run.errors[0]}" if run.errors else "")
+    ended = f"the run ended with status {run.status}" + (f": {run.errors[0]}" if run.errors else "")
     if finding.provisional:
         if run.status == "running":  # never finalized
             return "the run was killed before its chunk ended"
