@@ -22,7 +22,6 @@ one the disk would not take (`OutputError`: full, read-only) goes to the sink's
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 import weakref
 from collections.abc import Iterable, Mapping
@@ -171,11 +170,14 @@ class CaseTally:
 
 @dataclass
 class ChunkTally:
-    """What the session counts of a chunk's end: its planned examples and finding ids."""
+    """What the session counts of a chunk's end: its planned examples and finding ids, and
+    the provisional bundles (`bundles/<id>`) its record replaces, removed only once that
+    record is written (until then, they are what its case records name)."""
 
     chunk: str
     examples: int
     findings: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
 
 
 class ChunkSink(Protocol):
@@ -377,8 +379,12 @@ class ChunkRunner:
             duration=time.monotonic() - started,
             reason=reason,
         )
-        self._drop_provisional(state, findings)
-        tally = ChunkTally(chunk.id, chunk.max_examples, [_bundle_name(f) for f in findings])
+        tally = ChunkTally(
+            chunk.id,
+            chunk.max_examples,
+            [_bundle_name(f) for f in findings],
+            _replaced_provisional(state, findings),
+        )
         sink.chunk(record, tally)
 
     def _check(self, state: _ChunkState, case: Case) -> None:
@@ -523,15 +529,14 @@ class ChunkRunner:
             return None, describe(err)
         return f"bundles/{bundle_id}", None
 
-    def _drop_provisional(self, state: _ChunkState, findings: list[ChunkFinding]) -> None:
-        """Remove the chunk's provisional bundles that its findings replaced (all of them
-        are kept when a finding could not be bundled: they are then all there is)."""
-        if any(f.bundle is None for f in findings):
-            return
-        kept = {f.bundle for f in findings}
-        for path in state.provisional.values():
-            if path is not None and path not in kept:
-                shutil.rmtree(self.config.out / path, ignore_errors=True)
+
+def _replaced_provisional(state: _ChunkState, findings: list[ChunkFinding]) -> list[str]:
+    """The chunk's provisional bundles that its findings replace (none when a finding could
+    not be bundled: they are then all there is)."""
+    if any(f.bundle is None for f in findings):
+        return []
+    kept = {f.bundle for f in findings}
+    return [p for p in state.provisional.values() if p is not None and p not in kept]
 
 
 def chunk_record(

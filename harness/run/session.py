@@ -451,6 +451,8 @@ class RunSession:
         """A chunk record's line: written and counted (neither, if the disk would not take it)."""
         if not self._write_line(line):
             return
+        for path in tally.replaced:  # named by no record now that this one is written
+            shutil.rmtree(self.config.out / path, ignore_errors=True)
         self.totals.examples_done += tally.examples
         self.totals.findings.update(tally.findings)
         self._progress(force=True, current=tally.chunk)
