@@ -16,7 +16,6 @@ made (read-only), no parity process can be writing there, and none is taken.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import socket
@@ -99,6 +98,8 @@ class RunFolderLock:
         return self
 
     def _acquire_shared(self) -> RunFolderLock:
+        import fcntl  # Unix; `flock`, as filelock's exclusive lock there, so the two exclude
+
         path = self.folder / LOCK_FILE
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
