@@ -68,6 +68,8 @@ def _assert_consistent(run: Path) -> None:
     assert meta["status"] == "error", meta["status"]
     assert meta["exit_status"] == 2
     assert any("No space left on device" in e for e in meta["errors"]), meta["errors"]
+    # Workers (--jobs 2) were stopped, not killed: each said goodbye.
+    assert all(w["exit"] == "done" for w in meta["workers"]), meta["workers"]
 
 
 @pytest.mark.parametrize("jobs", [1, pytest.param(2, marks=pytest.mark.slow)])
