@@ -71,16 +71,19 @@ from harness.run.commands import (
 )
 from harness.run.records import (
     BUNDLE_FORMAT,
+    OUTPUT_ERRNOS,
     BundleDoc,
     BundleRun,
     CaseRecord,
     DivergenceRecord,
+    OutputError,
     RecordError,
     RunMeta,
     divergence_record,
     plain,
     read_bundle_doc,
     write_json,
+    writing,
 )
 from harness.run.report.images import utilization
 
@@ -460,9 +463,14 @@ def write_bundle(
         provisional: the first divergent case of a bug, written as soon as it was seen; the
             chunk's finding replaces it when the chunk ends (a killed run keeps it).
         manifest: the kernel manifest the run ran (`--kernels`): copied with its files.
+
+    Raises:
+        OutputError: the disk would not take it (full, read-only): naming `folder`, which
+            is then not there (nor any part of it).
     """
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    with writing(folder):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
         _write_bundle_files(
             tmp,
@@ -482,6 +490,12 @@ def write_bundle(
             if existing_bundle(folder) is None:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)  # written meanwhile by another process
+    except (OSError, OutputError) as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        code = err.errno
+        if code is not None and (isinstance(err, OutputError) or code in OUTPUT_ERRNOS):
+            raise OutputError(folder, code) from None  # named: the bundle, not its temp file
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -10,14 +10,18 @@ provisional one per bug as soon as it is seen, the finding's own when the chunk 
 hands every record to a `ChunkSink`: the session writes them into `cases.jsonl` and counts
 them (in the same process, or in the parent of the workers).
 
-A stop (`Stop`: a signal, or the end of the time budget) ends the current chunk after the
-case it is running, as in the single-process run of earlier versions.
+A stop (`Stop`: a signal, the end of the time budget, or an output the disk would not take)
+ends the current chunk after the case it is running, as in the single-process run of
+earlier versions.
+
+A bundle is whole on disk before any record names it (written atomically, then its record);
+one the disk would not take (`OutputError`: full, read-only) goes to the sink's
+`output_error`, stops the run, and leaves its finding recorded as not bundled, with why.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import time
 import weakref
 from collections.abc import Iterable, Mapping
@@ -53,9 +57,13 @@ from harness.run.records import (
     CaseRecord,
     ChunkFinding,
     ChunkRecord,
+    OutputError,
     RunMeta,
     case_record,
 )
+
+# The stop reason of a run whose output the disk would not take (a full or read-only disk).
+OUTPUT_ERROR = "output error"
 
 
 class RunSetupError(ValueError):
@@ -108,7 +116,8 @@ class Stop:
     """Why chunks should stop, shared by the code that decides it and the chunks that obey.
 
     Attributes:
-        reason: a signal's name ("SIGINT", "SIGTERM") or "time_budget"; None: go on.
+        reason: a signal's name ("SIGINT", "SIGTERM"), "time_budget" or `OUTPUT_ERROR`;
+            None: go on.
         started: when the search began (`time.monotonic()`); the time budget counts from it.
             CLOCK_MONOTONIC is the machine's, so a worker may be handed its parent's.
     """
@@ -161,11 +170,14 @@ class CaseTally:
 
 @dataclass
 class ChunkTally:
-    """What the session counts of a chunk's end: its planned examples and finding ids."""
+    """What the session counts of a chunk's end: its planned examples and finding ids, and
+    the provisional bundles (`bundles/<id>`) its record replaces, removed only once that
+    record is written (until then, they are what its case records name)."""
 
     chunk: str
     examples: int
     findings: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
 
 
 class ChunkSink(Protocol):
@@ -179,6 +191,9 @@ class ChunkSink(Protocol):
 
     def error(self, text: str) -> None:
         """A failure that is not a divergence (a chunk that failed, a bundle not written)."""
+
+    def output_error(self, error: OutputError) -> None:
+        """An output the disk would not take (a bundle): the run stops."""
 
     def log(self, line: str) -> None:
         """A progress line for stderr."""
@@ -202,8 +217,9 @@ class _ChunkState:
     unexpected_found: bool = False
     # Smallest divergent case per bug: the findings of an interrupted chunk.
     best: dict[BugKey, tuple[Case, CaseRecord]] = field(default_factory=dict)
-    # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`).
-    provisional: dict[BugKey, str] = field(default_factory=dict)
+    # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`; None:
+    # it could not be written).
+    provisional: dict[BugKey, str | None] = field(default_factory=dict)
     # The case and record of each verdict raised to Hypothesis, found again when Hypothesis
     # raises its final (shrunk) verdicts; weak, so that the many raised while shrinking go.
     raised: weakref.WeakKeyDictionary[DivergenceFound, tuple[Case, CaseRecord]] = field(
@@ -364,8 +380,12 @@ class ChunkRunner:
             duration=time.monotonic() - started,
             reason=reason,
         )
-        self._drop_provisional(state, findings)
-        tally = ChunkTally(chunk.id, chunk.max_examples, [_bundle_name(f) for f in findings])
+        tally = ChunkTally(
+            chunk.id,
+            chunk.max_examples,
+            [_bundle_name(f) for f in findings],
+            _replaced_provisional(state, findings),
+        )
         sink.chunk(record, tally)
 
     def _check(self, state: _ChunkState, case: Case) -> None:
@@ -400,18 +420,20 @@ class ChunkRunner:
         if repeat is not None and nondeterministic:
             key = BugKey.nondeterministic(repeat.backends)
         # The first divergent case of each bug gets a provisional bundle at once, so that a
-        # run killed while Hypothesis shrinks still leaves a replayable finding; its record
-        # names it (written first: a kill mid-bundle leaves no bundle.json, and no claim).
-        provisional = None
-        if key is not None and (unexpected or nondeterministic) and key not in state.provisional:
-            provisional = _provisional_id(chunk, record)
-            state.provisional[key] = f"bundles/{provisional}"
-            record.provisional_bundle = state.provisional[key]
+        # run killed while Hypothesis shrinks still leaves a replayable finding. It is written
+        # (atomically) before the record that names it: a kill or a full disk mid-bundle
+        # leaves a record that names no bundle, never one naming a bundle that is not there.
         state.seq += 1
+        timing.add("records", time.perf_counter() - records_started)
+        if key is not None and (unexpected or nondeterministic) and key not in state.provisional:
+            bundle_id = _provisional_id(chunk, record)
+            path, _ = self._write_bundle(
+                state, bundle_id, case, record, shrunk=False, provisional=True
+            )
+            state.provisional[key] = record.provisional_bundle = path
+        records_started = time.perf_counter()
         state.sink.case(record)
         timing.add("records", time.perf_counter() - records_started)
-        if provisional is not None:
-            self._write_bundle(state, provisional, case, record, shrunk=False, provisional=True)
         if self.steer:
             # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
             for op_type, value in utilization_by_op_type(case, result).items():
@@ -442,6 +464,7 @@ class ChunkRunner:
             bundle_id = finding_id(record.case_id, bug)
             known = existing_bundle(self.config.out / "bundles" / bundle_id)
             bundle: str | None
+            bundle_error = None
             if known is not None:
                 # Another chunk already shrank to this case with this bug: one finding, one
                 # bundle; the summary lists every chunk that found it.
@@ -451,7 +474,13 @@ class ChunkRunner:
                 if self.config.repeats:
                     repeat = classify(case, state.engine.runtimes, self.config.repeats)
                     record.repeatability = repeat.to_json()
-                bundle = self._write_bundle(state, bundle_id, case, record, shrunk=shrunk)
+                bundle, bundle_error = self._write_bundle(
+                    state, bundle_id, case, record, shrunk=shrunk
+                )
+                provisional = f"bundles/{_provisional_id(state.chunk, record)}"
+                if bundle is None and provisional in state.provisional.values():
+                    # Not written (a full disk?), but the same case's provisional one is.
+                    bundle, bundle_error = provisional, None
             out.append(
                 ChunkFinding(
                     case_id=record.case_id,
@@ -461,6 +490,7 @@ class ChunkRunner:
                     bug=bug,
                     unexpected=record.unexpected,
                     repeatability=(record.repeatability or {}).get("class"),
+                    bundle_error=bundle_error,
                 )
             )
         return out
@@ -474,9 +504,10 @@ class ChunkRunner:
         *,
         shrunk: bool,
         provisional: bool = False,
-    ) -> str | None:
-        """Write one bundle; its path in the run folder, or None if it could not be written
-        (the finding stays in the records, and the run's errors say why)."""
+    ) -> tuple[str | None, str | None]:
+        """Write one bundle; its path in the run folder, or None and why it could not be
+        written (the finding stays in the records, and the run's errors say why). One the
+        disk would not take stops the run (`OUTPUT_ERROR`): more would not fit either."""
         try:
             write_bundle(
                 self.config.out / "bundles" / bundle_id,
@@ -489,17 +520,24 @@ class ChunkRunner:
                 shrunk=shrunk,
                 provisional=provisional,
             )
+        except OutputError as err:
+            state.sink.output_error(err)
+            if self.stop.reason in (None, "time_budget"):
+                self.stop.reason = OUTPUT_ERROR
+            return None, str(err)
         except Exception as err:
             state.sink.error(f"{state.chunk.id}: bundle {bundle_id}: {describe(err)}")
-            return None
-        return f"bundles/{bundle_id}"
+            return None, describe(err)
+        return f"bundles/{bundle_id}", None
 
-    def _drop_provisional(self, state: _ChunkState, findings: list[ChunkFinding]) -> None:
-        """Remove the chunk's provisional bundles that its findings replaced."""
-        kept = {f.bundle for f in findings}
-        for path in state.provisional.values():
-            if path not in kept:
-                shutil.rmtree(self.config.out / path, ignore_errors=True)
+
+def _replaced_provisional(state: _ChunkState, findings: list[ChunkFinding]) -> list[str]:
+    """The chunk's provisional bundles that its findings replace (none when a finding could
+    not be bundled: they are then all there is)."""
+    if any(f.bundle is None for f in findings):
+        return []
+    kept = {f.bundle for f in findings}
+    return [p for p in state.provisional.values() if p is not None and p not in kept]
 
 
 def chunk_record(
@@ -558,6 +596,7 @@ def describe(err: BaseException) -> str:
 
 
 __all__ = [
+    "OUTPUT_ERROR",
     "CaseTally",
     "ChunkRunner",
     "ChunkSink",

@@ -5,9 +5,9 @@ JSONL records, so a report can be rebuilt from a killed run, re-rendered later, 
 from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summary`) holds:
 
 - `status`, `complete`, `exit_status` (the exit status of the command that wrote the
-  summary: for `parity run` its own, from its tallies (0, 1, 3, 130); for `report` and
-  `merge` the records' verdict: 0 no unexpected divergence and every required coverage cell
-  filled, 1 otherwise);
+  summary: for `parity run` its own, from its tallies (0, 1, 3, 130; 2 when the disk would
+  not take its output); for `report` and `merge` the records' verdict: 0 no unexpected
+  divergence and every required coverage cell filled, 1 otherwise);
 - `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
   the run's exit status, duration, its `jobs` and `workers` with each one's adapters),
   `adapters` (per backend: adapter, driver, API),
@@ -418,6 +418,7 @@ def _findings(
             if source not in known.sources:
                 known.sources.append(source)
             known.bundle = known.bundle or found.bundle
+            known.bundle_error = None if known.bundle else known.bundle_error or found.bundle_error
             known.shrunk = known.shrunk or found.shrunk
             known.provisional = known.provisional and provisional
             known.repeatability = known.repeatability or found.repeatability
@@ -438,6 +439,7 @@ def _findings(
             chunks=[chunk],
             sources=[source],
             bundle=found.bundle,
+            bundle_error=found.bundle_error,
             shrunk=found.shrunk,
             provisional=provisional,
             repeatability=found.repeatability,

@@ -20,7 +20,9 @@
 - `cases/page-<n>.html`: every case, `CASES_PER_PAGE` per page.
 
 Pages are opened on demand, one file each; CSS and the small filter script are inline, so a
-page survives being copied out of CI on its own. Every name and message is escaped.
+page survives being copied out of CI on its own. Every name and message is escaped. Each
+file is written whole or not at all; a disk that will not take one (full, read-only) raises
+`OutputError` naming it.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ from harness.run.records import (
     read_records,
     read_run_meta,
     write_json,
+    write_text,
+    writing,
 )
 from harness.run.report import images
 from harness.run.summary import distinct_cases, folder_source, junit_xml, summarize
@@ -159,6 +163,7 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> Summar
 
     Raises:
         RecordError: see `load_run`.
+        OutputError: a file of the report cannot be written (a full or read-only disk).
     """
     data = load_run(run_dir)
     summary = summarize(data.runs, data.records, data.path)
@@ -167,10 +172,12 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> Summar
         summary.exit_status = int(exit_status)
     for f in summary.findings:
         if f.bundle and not (data.path / f.bundle / "bundle.json").is_file():
-            f.bundle = None  # a provisional bundle that a kill cut short
+            if not f.provisional:  # a provisional one a kill cut short needs no word
+                f.bundle_error = f"{f.bundle} is missing (no bundle.json)"
+            f.bundle = None
     out = data.path
     write_json(out / "summary.json", summary)
-    (out / "junit.xml").write_text(junit_xml(summary, data.records), encoding="utf-8")
+    write_text(out / "junit.xml", junit_xml(summary, data.records))
     write_site(data, summary)
     return summary
 
@@ -178,16 +185,19 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> Summar
 def write_site(data: RunData, summary: Summary) -> None:
     """Render index, failure and case pages into the run folder."""
     out = data.path
-    if (out / "cases").is_dir():
-        shutil.rmtree(out / "cases")
-    (out / "cases").mkdir()
+    with writing(out / "cases"):
+        if (out / "cases").is_dir():
+            shutil.rmtree(out / "cases")
+        (out / "cases").mkdir()
     failures = out / "failures"
     if failures.is_dir():
         for page in failures.iterdir():
             # A page whose bundle exists stays, even if these records no longer name it.
             if not (out / "bundles" / page.stem).is_dir():
-                page.unlink()
-    failures.mkdir(exist_ok=True)
+                with writing(page):
+                    page.unlink()
+    with writing(failures):
+        failures.mkdir(exist_ok=True)
     cases = distinct_cases(data.runs, data.records)
     by_chunk = {
         (source, r.chunk, r.case_id): r
@@ -207,17 +217,17 @@ def write_site(data: RunData, summary: Summary) -> None:
         errors=_error_view(summary),
         rel=lambda path: relative_path(path, out),
     )
-    (out / "index.html").write_text(index, encoding="utf-8")
+    write_text(out / "index.html", index)
     for f in summary.findings:
         record = by_chunk.get((f.source, f.chunk, f.case_id))
         html = _failure_page(data, summary, f, record)
-        (out / "failures" / f"{f.id}.html").write_text(html, encoding="utf-8")
+        write_text(out / "failures" / f"{f.id}.html", html)
     for number in range(pages):
         rows = cases[number * CASES_PER_PAGE : (number + 1) * CASES_PER_PAGE]
         html = _ENV.get_template("cases.html.j2").render(
             s=summary, rows=rows, page=number + 1, pages=pages, finding_of=finding_of
         )
-        (out / "cases" / f"page-{number + 1}.html").write_text(html, encoding="utf-8")
+        write_text(out / "cases" / f"page-{number + 1}.html", html)
 
 
 def _error_view(summary: Summary) -> list[dict[str, Any]]:
@@ -347,6 +357,7 @@ def _failure_page(
         commands_cwd=COMMANDS_CWD,
         commands_note=FINDING_COMMANDS_NOTE if finding.bundle else "",
         adapters=data.runs[finding.source].adapters,
+        no_bundle=_no_bundle(data.runs[finding.source], finding),
     )
 
 
@@ -389,6 +400,18 @@ def _repeatability_words(repeatability: Mapping[str, Any] | None) -> dict[str, A
             text = f"{len(runs)} re-runs gave {len(counts)} different results ({shares})"
         lines.append({"backend": backend, "text": text, "repeatable": len(counts) == 1})
     return {"kind": kind, "meaning": meaning, "backends": lines}
+
+
+def _no_bundle(run: RunMeta, finding: Finding) -> str:
+    """Why a finding has no bundle, as its page says it: never "killed" unless it was."""
+    if finding.bundle_error:
+        return finding.bundle_error
+    ended = f"the run ended with status {run.status}" + (f": {run.errors[0]}" if run.errors else "")
+    if finding.provisional:
+        if run.status == "running":  # never finalized
+            return "the run was killed before its chunk ended"
+        return f"its chunk never ended ({ended})"
+    return f"it could not be written ({ended})"
 
 
 def _element_view(element: Mapping[str, Any]) -> dict[str, Any]:
