@@ -57,6 +57,9 @@ class _CountingSink:
     def error(self, text: str) -> None:
         print(f"chunk error: {text.splitlines()[0] if text else ''}", file=sys.stderr)
 
+    def output_error(self, error: Exception) -> None:
+        print(f"output error: {error}", file=sys.stderr)
+
     def log(self, line: str) -> None:
         pass
 

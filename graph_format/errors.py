@@ -147,6 +147,18 @@ class KernelBuildError(ParityError, RuntimeError):
         return self
 
 
+class KernelValuesError(KernelBuildError):
+    """A kernel built, but its manifest's expressions fail on one step's values (a division
+    by zero, a value past 2**64), or give a value its params or push member cannot hold (past
+    a u32): the manifest's doing, and no compiler ran. `compiler` holds the reason, naming
+    the expression or the member and the values."""
+
+    def _text(self) -> str:
+        needed = f" (needed by op {self.op!r})" if self.op else ""
+        head = f"{self.backend}: kernel {self.kernel!r} from {self.shader}"
+        return f"{head}: its manifest fails on this step's values{needed}:\n{self.compiler}"
+
+
 class DeviceError(ParityError, RuntimeError):
     """The device or API reported an error while executing (validation error, device lost).
 

@@ -144,7 +144,7 @@ class KernelInterfaceError(ParityError, ValueError):
 
 def _check_int(expression: str, value: int | float) -> int | float:
     if isinstance(value, int) and abs(value) > _INT_LIMIT:
-        raise ExpressionError(expression, f"an intermediate value exceeds 2**64 ({value:.3e})")
+        raise ExpressionError(expression, f"a value exceeds 2**64 ({value:.3e})")
     if isinstance(value, float) and not math.isfinite(value):
         raise ExpressionError(expression, f"an intermediate value is {value}")
     return value
@@ -209,6 +209,23 @@ def _describe(node: ast.AST) -> str:
     if isinstance(node, ast.BinOp):
         return f"the operator {type(node.op).__name__}"
     return type(node).__name__
+
+
+def _reads_values(node: ast.expr) -> bool:
+    """Whether `node` reads a value name (a function's name is not one)."""
+    functions = {id(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    return any(isinstance(n, ast.Name) and id(n) not in functions for n in ast.walk(node))
+
+
+def _divisor(node: ast.expr) -> tuple[ast.expr | None, str]:
+    """The divisor of a division (`/`, `//`, `%`, `div_up`), and its symbol; else None."""
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        symbol = _BINARY[type(node.op)][0]
+        if symbol in ("/", "//", "%"):
+            return node.right, symbol
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "div_up":
+        return node.args[1], "div_up"  # the checker allowed two arguments
+    return None, ""
 
 
 class _Checker(ast.NodeVisitor):
@@ -319,6 +336,32 @@ class Expression:
             raise ExpressionError(self.text, "nested too deeply") from None
         object.__setattr__(self, "names", frozenset(checker.names))
         object.__setattr__(self, "_tree", tree)
+        self._check_constant_parts(tree.body)
+
+    def _check_constant_parts(self, node: ast.expr) -> None:
+        """Evaluate every part that reads no value now, so that a division by a constant
+        zero or a constant past 2**64 is refused when the manifest is read, not on every
+        step of a run (issue 18)."""
+        if not _reads_values(node):
+            try:
+                self._eval(node, {})
+            except ExpressionError as err:
+                raise ExpressionError(
+                    self.text, f"{err.reason} (in {ast.unparse(node)!r}, whatever the values)"
+                ) from None
+            return
+        divisor, symbol = _divisor(node)
+        if divisor is not None and not _reads_values(divisor):
+            self._check_constant_parts(divisor)
+            if self._eval(divisor, {}) == 0:
+                raise ExpressionError(
+                    self.text,
+                    f"division by zero in {symbol} (in {ast.unparse(node)!r}, whatever the values)",
+                )
+        children = node.args if isinstance(node, ast.Call) else ast.iter_child_nodes(node)
+        for child in children:
+            if isinstance(child, ast.expr):
+                self._check_constant_parts(child)
 
     @classmethod
     def compile(cls, text: str | int | float, *, condition: bool = False) -> Expression:
@@ -345,7 +388,13 @@ class Expression:
         body = self._tree.body
         if isinstance(body, ast.Name):  # a bare name may pass a vector through
             return self._lookup(body.id, values)
-        result: Value | bool = self._eval(body, values)
+        try:
+            result: Value | bool = self._eval(body, values)
+        except ExpressionError as err:
+            read = [f"{n}={values[n]}" for n in sorted(self.names) if n in values]
+            if not read or "(given:" in err.reason:
+                raise
+            raise ExpressionError(self.text, f"{err.reason} (at {', '.join(read)})") from None
         return result
 
     def _lookup(self, name: str, values: Mapping[str, Value]) -> Value:
@@ -358,7 +407,7 @@ class Expression:
 
     def _eval(self, node: ast.expr, values: Mapping[str, Value]) -> Any:
         if isinstance(node, ast.Constant):
-            return node.value
+            return _check_int(self.text, cast(int | float, node.value))  # the checker allowed
         if isinstance(node, ast.Name):
             value = self._lookup(node.id, values)
             if isinstance(value, tuple):
@@ -638,6 +687,36 @@ class KernelEntry:
     def interface(self) -> SlotInterface:
         """The slot's declared interface."""
         return SLOTS[self.slot]
+
+    def expressions(self) -> dict[str, Expression]:
+        """Every expression of the entry by its key in the manifest's table (`dispatch`,
+        `params.k_bytes`, `dispatch_list[1].push.pass_index`, `requires[0]`, ...)."""
+        out: dict[str, Expression] = {}
+        for name, expr in (self.overrides or {}).items():
+            out[f"overrides.{name}"] = expr
+        for key, expr in (self.spec or {}).items():
+            out[f"spec.{key}"] = expr
+        for i, condition in enumerate(self.requires):
+            out[f"requires[{i}]"] = condition
+        for i, dispatch in enumerate(self.dispatches):
+            at = f"dispatch_list[{i}]." if len(self.dispatches) > 1 else ""
+            for block in ("params", "push"):
+                for member, expr in getattr(dispatch, block).items():
+                    out[f"{at}{block}.{member}"] = expr
+            counts = dispatch.count if isinstance(dispatch.count, tuple) else (dispatch.count,)
+            for j, count in enumerate(counts):
+                out[f"{at}dispatch" + (f"[{j}]" if len(counts) > 1 else "")] = count
+        return out
+
+    def failure_text(self, err: Exception) -> str:
+        """`err`'s text, opened by the manifest key of the expression it is about
+        (`webgpu.q4gsw_gemm.dispatch: expression ...`) when it is an ExpressionError of
+        one of this entry's expressions."""
+        if isinstance(err, ExpressionError) and not self.builtin:
+            keys = [k for k, e in self.expressions().items() if e.text == err.expression]
+            if keys:
+                return f"{self.backend}.{self.slot}.{' / '.join(keys)}: {err}"
+        return str(err)
 
     def unmet_requirements(self, values: Mapping[str, Value]) -> list[str]:
         """The `requires` conditions these values break (empty: the kernel takes the case).

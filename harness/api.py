@@ -39,6 +39,7 @@ def single_op_graph(
     symints: Collection[str] = (),
     max_dims: Mapping[str, Sequence[int]] | None = None,
     out_dims: Mapping[str, Sequence[int]] | None = None,
+    out_dtype: str | None = None,
     name: str | None = None,
 ) -> Case:
     """A graph of one op and a case of one step running it on `args`.
@@ -56,13 +57,18 @@ def single_op_graph(
             array's own shape), so that later steps may run at other live sizes.
         out_dims: max dims per tensor output slot (default: the shapes the op's float64
             reference produces at the max input dims).
+        out_dtype: the dtype of the op's outputs ("float32" or "float16"; default: that of
+            its first float tensor argument, as `GraphBuilder.op` does).
         name: the op node's name and the case's (default: the op type).
 
     Every other tensor slot becomes a graph input named like its slot, and its array the
-    step's input; add steps to `case.steps` to run it at other live sizes.
+    step's input; add steps to `case.steps` to run it at other live sizes. The op's outputs
+    are the graph's; an op without outputs (update_cache writes its cache in place) outputs
+    the tensors of its slots named in `state`.
 
     Raises:
-        ValueError: an unknown op or slot, a missing argument, or a value of the wrong kind.
+        ValueError: an unknown op or slot, a missing argument, a value of the wrong kind, or
+            an op without outputs and no `state` slot to read its effect from.
     """
     if op not in SIGNATURES:
         raise ValueError(f"unknown op {op!r}; expected one of {sorted(SIGNATURES)}")
@@ -77,6 +83,12 @@ def single_op_graph(
         extra = sorted(set(slots) - set(args))
         if extra:
             raise ValueError(f"{op}: {role} names slots without a value: {extra}")
+    if not signature.outputs and not state:
+        writes = [s.name for s in signature.args if s.kind == "tensor"]
+        raise ValueError(
+            f"{op} has no outputs: name the tensor it updates in `state` (one of {writes}), "
+            "so that the graph outputs it"
+        )
     max_dims = dict(max_dims or {})
     name = name or op
 
@@ -92,12 +104,16 @@ def single_op_graph(
             node_args[slot.name] = _value(
                 b, op, slot, args[slot.name], constants, state, symints, max_dims, inputs
             )
-        outs = b.op(op, name=name, out_dims=dict(dims) if dims else None, **node_args)
+        outs = b.op(
+            op, name=name, out_dims=dict(dims) if dims else None, out_dtype=out_dtype, **node_args
+        )
+        if not signature.outputs:  # it updates state in place: the state is what it gives
+            outs = tuple(node_args[s] for s in sorted(state) if isinstance(node_args[s], str))
         b.output(*(outs if isinstance(outs, tuple) else (outs,)))
         return b.build(), inputs
 
     graph, inputs = build(out_dims)
-    if out_dims is None:
+    if out_dims is None and signature.outputs:
         graph, inputs = build(_reference_out_dims(graph, inputs))
     return Case(graph, [inputs], name=name)
 
@@ -205,25 +221,57 @@ def op_budget(
         op: the op node's name (default: the graph's first op).
         outputs: the outputs to derive the budget from (default: the reference's own; e.g.
             PyTorch's values, to judge a backend against them).
+
+    Each call replays steps 0..`step`: for the budgets of every step, `op_budgets` replays
+    them once.
     """
+    if not 0 <= step < len(case.steps):
+        raise ValueError(f"step {step}: the case has {len(case.steps)} step(s)")
+    (budget,) = _budgets(case, op, range(step, step + 1), {step: outputs} if outputs else {})
+    return budget
+
+
+def op_budgets(
+    case: Case,
+    *,
+    op: str | None = None,
+    outputs: Mapping[int, Mapping[str, np.ndarray]] | None = None,
+) -> list[OpBudget]:
+    """`op_budget` of every step of the case, in one pass over its steps (state carried
+    between them as `op_budget` does): index i is step i's.
+
+    Args:
+        op: the op node's name (default: the graph's first op).
+        outputs: per step, the outputs to derive that step's budget from (default: the
+            reference's own).
+    """
+    return _budgets(case, op, range(len(case.steps)), outputs or {})
+
+
+def _budgets(
+    case: Case, op: str | None, wanted: range, outputs: Mapping[int, Mapping[str, np.ndarray]]
+) -> list[OpBudget]:
+    """The budgets of the steps in `wanted`, replaying each step up to them once."""
     graph = case.graph
     node = next((n for n in graph.ops if op is None or n.name == op), None)
     if node is None:
         raise ValueError(f"no op named {op!r}; the graph has {[n.name for n in graph.ops]}")
     evaluator = ReferenceEvaluator(graph)
-    values: dict[str, np.ndarray] = {}
-    symints: dict[str, int] = {}
-    for inputs in case.steps[: step + 1]:
+    out: list[OpBudget] = []
+    for index, inputs in enumerate(case.steps[: wanted.stop]):
         values, _, symints = evaluator.step(inputs)
-    # After the step: state the op updated in place is what it wrote, as the op saw it.
-    args = op_args(graph, node, values, symints)
-    reference = {
-        slot: values[name]
-        for slot, name in node.outputs.items()
-        if isinstance(graph.values[name], TensorValue)
-    }
-    budget = local_budget(graph, node, args, dict(outputs or reference))
-    return OpBudget(node.name, reference, {slot: budget[slot] for slot in reference})
+        if index not in wanted:
+            continue
+        # After the step: state the op updated in place is what it wrote, as the op saw it.
+        args = op_args(graph, node, values, symints)
+        reference = {
+            slot: values[name]
+            for slot, name in node.outputs.items()
+            if isinstance(graph.values[name], TensorValue)
+        }
+        budget = local_budget(graph, node, args, dict(outputs.get(index) or reference))
+        out.append(OpBudget(node.name, reference, {slot: budget[slot] for slot in reference}))
+    return out
 
 
 def run_case(

@@ -9,6 +9,7 @@ readable report; and that known divergences do not fail a run while stale ones a
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -96,7 +97,7 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
         )  # fmt: skip
         assert proc.returncode == 1, proc.stderr
         shards.append(out)
-    merged = tmp_path / "merged"
+    merged = tmp_path / "published" / "merged"  # not beside the shards
     proc = parity("merge", "--out", merged, *shards)
     assert proc.returncode == 1, proc.stderr
     whole, combined = read_summary(planted_run), read_summary(merged)
@@ -114,6 +115,14 @@ def test_sharded_nightly_run_merges_to_the_same_findings(
     # Both shards bundled the same finding: the merge keeps one copy.
     assert len(list((merged / "bundles").iterdir())) == len(combined["findings"])
     assert (merged / "index.html").is_file()
+    # The merged bundles' commands are rendered for the merged folder, like its pages'.
+    for f in combined["findings"]:
+        readme = (merged / f["bundle"] / "README.md").read_text()
+        block = re.search(r"```sh\n(.*?)```", readme, re.S).group(1).strip().splitlines()
+        page = (merged / "failures" / f"{f['id']}.html").read_text()
+        pre = re.search(r'<pre id="replay-commands">(.*?)</pre>', page, re.S).group(1)
+        assert html.unescape(pre).strip().splitlines() == block
+        assert f"--wgsl-dir {os.path.relpath(planted_wgsl, merged)} " in block[-1]
     # A shard of another plan does not merge.
     other = tmp_path / "other"
     proc = parity(
@@ -164,6 +173,31 @@ def test_bundle_replays_on_a_fresh_clone(planted_run: Path, tmp_path: Path) -> N
     proc = parity("replay", bundle, "--shaders", "worktree", cwd=clone, env=env)
     assert proc.returncode == 0, proc.stderr
     assert "fixed" in proc.stderr and "wgsl/rms_norm" in proc.stderr
+
+
+def test_hypothesis_notes_about_itself_stay_off_a_run_s_console(
+    planted_wgsl: Path, tmp_path: Path
+) -> None:
+    """Issue 18: Hypothesis's "PLEASE REPORT THIS" notice on slow shrinking reached the
+    console. With its five-minute limit set to zero, every shrink of the planted bug is
+    "very slow": the run says so in one progress line, and the finding is still made."""
+    code = (
+        "import sys\n"
+        "import hypothesis.internal.conjecture.engine as engine\n"
+        "engine.MAX_SHRINKING_SECONDS = 0\n"
+        "from harness.cli import main\n"
+        "raise SystemExit(main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "run", "--families", "rms_norm", "--max-examples", "10",
+         "--no-database", "--no-expectations", "--jobs", "1", "--repeats", "0",
+         "--wgsl-dir", str(planted_wgsl), "--out", str(tmp_path / "run")],
+        cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "PLEASE REPORT" not in proc.stdout + proc.stderr
+    assert "parity: rms_norm/0: Hypothesis stopped shrinking" in proc.stderr
+    assert read_summary(tmp_path / "run")["findings"]
 
 
 def test_regress_turns_a_bundle_into_a_regression_test(planted_run: Path, tmp_path: Path) -> None:

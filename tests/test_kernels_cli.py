@@ -11,13 +11,16 @@ Vulkan RMS norm whose adapter adds a value and a scratch buffer).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from harness.cli import main
-from tests.cli_support import parity
+from harness.run.bundle import sha256_file
+from harness.run.profiles import DEFAULT_DATABASE_DIR
+from tests.cli_support import REPO, parity
 
 pytestmark = pytest.mark.gpu
 
@@ -128,6 +131,138 @@ def test_check_kernels_names_what_does_not_fit(
     assert first.startswith("parity check-kernels: "), err
 
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "foreign-kernels"
+# A GEMM kernel broken on each backend; the GEMV slot's example graph also holds a GEMM node
+# (issue 18: the GEMV slot was failed with the GEMM kernel's error).
+BROKEN_GEMM = {
+    "webgpu": (
+        "wgsl/q4_gemm.wgsl",
+        "let word = packed_w[byte_at / 4u];",
+        "let word = packed_w[byte_at / 4u]",
+    ),
+    "vulkan": ("glsl/q4_gemm.comp", "#version 450\n", '#version 450\n#include "missing.glsl"\n'),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(BROKEN_GEMM))
+def test_check_kernels_judges_each_slot_on_its_own_kernel(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    file, old, new = BROKEN_GEMM[backend]
+    path = folder / file
+    assert path.read_text().count(old) == 1
+    path.write_text(path.read_text().replace(old, new))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    verdicts = {
+        line.split(": ")[2]: line.split(": ")[3]
+        for line in err.splitlines()
+        if line.startswith("parity check-kernels: ") and line.count(": ") >= 3
+    }
+    assert verdicts[f"{backend}.q4gsw_gemm"] != "ok", err
+    untouched = {k: v for k, v in verdicts.items() if k != f"{backend}.q4gsw_gemm"}
+    assert set(untouched.values()) == {"ok"}, err
+    assert "1 kernel(s) of" in err
+
+
+# Expressions that fail on a step's values, or give a member a value it cannot hold: the
+# checked kernel's line names the expression or member with the values (issue 18: they were
+# passed, then failed every case of a run as a kernel that "does not build").
+FAILING_VALUES = {
+    "division by zero": (
+        'dispatch = "div_up(m * n, 64)"',
+        'dispatch = "div_up(m * n, k - k)"',
+        "k/kernels.toml: webgpu.q4gsw_gemm.dispatch: expression 'div_up(m * n, k - k)': "
+        "division by zero in div_up (at k=",
+    ),
+    "past u32": (
+        'params.out_features = "n"',
+        'params.out_features = "n * 4294967296"',
+        "webgpu.q4gsw_gemv: mv.out_features (u32) of ",
+    ),
+    "past u32, vulkan": (
+        'params.features = "n"',
+        'params.features = "n * 4294967296"',
+        "vulkan.q4gsw_gemv: params (binding 0) member 'features' (uint): 'n * 4294967296' gave ",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAILING_VALUES))
+def test_check_kernels_evaluates_the_manifest_on_a_case_s_values(
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    old, new, words = FAILING_VALUES[name]
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    manifest = folder / "kernels.toml"
+    assert old in manifest.read_text()
+    manifest.write_text(manifest.read_text().replace(old, new, 1))  # the webgpu table's
+    monkeypatch.chdir(tmp_path)
+    status, _, err = _main(capsys, "check-kernels", "k")
+    assert status == 2, err
+    assert words in err, err
+    assert "Traceback" not in err
+
+
+def test_check_kernels_refuses_a_constant_division_by_zero_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    manifest = folder / "kernels.toml"
+    text = manifest.read_text()
+    manifest.write_text(text.replace('"div_up(m * n, 64)"', '"div_up(m * n, 0)"', 1))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    (line,) = err.strip().splitlines()
+    assert "kernels.toml: webgpu.q4gsw_gemm.dispatch: expression 'div_up(m * n, 0)': " in line
+    assert "division by zero in div_up" in line
+
+
+@pytest.mark.parametrize("command", ["check-kernels", "run"])
+def test_a_relative_kernel_folder_is_named_as_given(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 18: errors named the absolute path of a folder given as a relative one."""
+    folder = _foreign(tmp_path / "k")
+    manifest = folder / "kernels.toml"
+    manifest.write_text(
+        manifest.read_text().replace("fold = true\n", "fold = true\nfolds = 1\n", 1)
+    )
+    monkeypatch.chdir(tmp_path)
+    args = ["check-kernels", "k"] if command == "check-kernels" else ["run", "--kernels", "k"]
+    status, _, err = _main(capsys, *args)
+    assert status == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"parity {command}: k/kernels.toml: webgpu.rms_norm.folds: "), line
+    assert str(tmp_path) not in err
+
+
+def test_check_kernels_names_a_relative_folder_s_files_as_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    file, old, new = BROKEN_GEMM["vulkan"]
+    (folder / file).write_text((folder / file).read_text().replace(old, new))
+    monkeypatch.chdir(tmp_path)
+    status, _, err = _main(capsys, "check-kernels", "k")
+    assert status == 2, err
+    assert "parity check-kernels: k/glsl/q4_gemm.comp: vulkan.q4gsw_gemm: " in err
+    assert "k/glsl/q4_gemm.comp:2: error: " in err  # glslc's own line, as given too
+    assert "1 kernel(s) of k/kernels.toml do not build" in err
+    assert str(tmp_path) not in err
+
+
 def test_check_kernels_of_a_missing_folder_is_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -139,15 +274,17 @@ def test_check_kernels_of_a_missing_folder_is_bad_input(
 
 
 def test_kernels_with_a_shader_dir_for_the_same_backend_is_a_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     wgsl = tmp_path / "wgsl"
     wgsl.mkdir()
+    monkeypatch.chdir(FOREIGN.parent)
     status, _, err = _main(
-        capsys, "run", "--kernels", FOREIGN, "--wgsl-dir", wgsl, "--out", tmp_path / "o"
+        capsys, "run", "--kernels", FOREIGN.name, "--wgsl-dir", wgsl, "--out", tmp_path / "o"
     )
     assert status == 2, err
     assert "--wgsl-dir and --kernels both replace webgpu kernels" in err
+    assert "(foreign/kernels.toml has [webgpu.*] sections)" in err  # named as typed
     assert "Traceback" not in err and not (tmp_path / "o").exists()
 
 
@@ -209,6 +346,19 @@ def test_a_bug_in_a_foreign_kernel_is_found_and_blamed_on_its_backend(
     assert sources["add_flat"]["webgpu"].startswith("project")
     html = (planted_foreign_run / "index.html").read_text()
     assert 'id="kernel-sources"' in html and "pill foreign" in html
+    # Reproducing the run takes the manifest and the example database it used, named
+    # from the run folder.
+    (command,) = [
+        line
+        for line in re.search(r'<pre id="run-commands">(.*?)</pre>', html, re.S)
+        .group(1)
+        .split("\n")
+        if line.startswith("parity run ")
+    ]
+    assert " --kernels ../kernels " in command
+    database = command.split(" --database ")[1].split()[0]
+    assert (planted_foreign_run / database).resolve() == (REPO / DEFAULT_DATABASE_DIR).resolve()
+    assert " --families rms_norm,rope_hf " in command
 
 
 def _bundle(run: Path) -> Path:
@@ -242,3 +392,58 @@ def test_replay_runs_the_bundles_adapter_only_when_allowed(
     status, out, err = _main(capsys, "replay", bundle, "--allow-adapters", "--json")
     assert status == 1, err
     assert json.loads(out)["status"] == "still_failing"
+
+
+def test_regress_takes_allow_adapters_and_never_leaves_a_half_copied_folder(
+    planted_foreign_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: regress told the user to pass --allow-adapters, which it rejected, and left
+    the copied folder behind."""
+    bundle = _bundle(planted_foreign_run)
+    dest = tmp_path / "regressions"
+    status, _, err = _main(capsys, "regress", bundle, "--dest", dest, "--name", "foreign")
+    assert status == 2, err
+    (line,) = [line for line in err.splitlines() if line.startswith("parity regress:")]
+    assert "--allow-adapters" in line
+    assert not dest.exists() or not any(dest.iterdir())
+    status, _, err = _main(
+        capsys, "regress", bundle, "--dest", dest, "--name", "foreign", "--allow-adapters"
+    )
+    assert status == 0, err
+    assert [p.name for p in dest.iterdir()] == ["foreign"]  # no staging folder left
+    assert json.loads((dest / "foreign" / "regression.json").read_text())["expect"] == "fixed"
+    assert (dest / "foreign" / "kernels" / "adapters.py").is_file()
+
+
+def test_replay_refuses_an_adapter_changed_since_the_run(
+    planted_foreign_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: an adapter whose sha256 no longer matches bundle.json ran without a word."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(_bundle(planted_foreign_run), bundle)
+    adapter = bundle / "kernels" / "adapters.py"
+    recorded = json.loads((bundle / "bundle.json").read_text())["kernels"]["kernels/adapters.py"]
+    adapter.write_text(adapter.read_text() + "\n# edited after the run\n")
+    status, _, err = _main(capsys, "replay", bundle, "--allow-adapters")
+    assert status == 2, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("parity replay: ") and "adapters.py" in line, line
+    assert recorded in line and sha256_file(adapter) in line, line
+
+
+def test_replay_that_diverges_differently_prints_what_it_found(
+    planted_foreign_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: the "diverges differently" line named the new bug keys but hid the errors."""
+    bundle = tmp_path / "bundle"
+    shutil.copytree(_bundle(planted_foreign_run), bundle)
+    doc = json.loads((bundle / "bundle.json").read_text())
+    found = doc["bug"]
+    op, kind, blamed, *rest = found.split("|")
+    doc["bug"] = "|".join([op, kind, "vulkan" if blamed == "webgpu" else "webgpu", *rest])
+    (bundle / "bundle.json").write_text(json.dumps(doc))
+    status, _, err = _main(capsys, "replay", bundle, "--allow-adapters")
+    assert status == 1, err
+    assert "diverges differently" in err
+    new = [line for line in err.splitlines() if line.startswith("  step ")]
+    assert new and f"{kind} ({blamed})" in new[0], err

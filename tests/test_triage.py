@@ -5,8 +5,9 @@ the same 1x1 case. The tests show that the two chunks make one finding and one b
 the CLI's lines, summary.json and index.html count the same cases; that the failure page
 shows the values at the worst element (inputs, both backends' outputs, the float64
 reference, the budget) and the bundle's repeatability record; that replay commands work
-from the run folder wherever it is copied; and that replay warns when the Python code
-differs from the code a bundle was found with.
+from the run folder wherever it is copied; that the commands the bundle, the failure page
+and the index print, run from the run folder, reproduce the run; and that replay warns when
+the Python code differs from the code a bundle was found with.
 """
 
 from __future__ import annotations
@@ -195,3 +196,56 @@ def test_replay_warns_when_the_python_code_differs(planted_run: Path, tmp_path: 
     ]
     warning = next(line for line in proc.stderr.splitlines() if "Python code differs" in line)
     assert "2 file(s)" in warning and "harness/check/oracles.py" in warning
+
+
+def _readme_commands(bundle: Path) -> list[str]:
+    block = re.search(r"```sh\n(.*?)```", (bundle / "README.md").read_text(), re.S)
+    assert block, bundle / "README.md"
+    lines = block.group(1).strip().splitlines()
+    assert lines[0] == "cd <run folder>"
+    return lines[1:]
+
+
+def _page_commands(page: Path, pre_id: str) -> list[str]:
+    pre = re.search(rf'<pre id="{pre_id}">(.*?)</pre>', page.read_text(), re.S)
+    assert pre, f"no pre#{pre_id} in {page}"
+    lines = _text(pre.group(1)).splitlines()
+    assert lines[0] == "cd <run folder>"
+    return lines[1:]
+
+
+def test_the_printed_commands_reproduce_the_run(
+    planted_run: Path, planted_wgsl: Path, tmp_path: Path
+) -> None:
+    # The run folder and the --wgsl-dir folder it was given, copied side by side as they were.
+    assert planted_wgsl.parent == planted_run.parent
+    run = tmp_path / planted_run.name
+    shutil.copytree(planted_run, run)
+    shutil.copytree(planted_wgsl, tmp_path / planted_wgsl.name)
+    finding = _only_finding(run)
+    bundle = run / finding["bundle"]
+    commands = _readme_commands(bundle)
+    # bundle.json, the README and the failure page print the same commands.
+    assert json.loads((bundle / "bundle.json").read_text())["commands"] == commands
+    assert _page_commands(run / "failures" / f"{finding['id']}.html", "replay-commands") == (
+        commands
+    )
+    replay, worktree, regress, rerun = commands
+    assert regress == f"parity regress {finding['bundle']}"  # (writes into the repo: not run)
+    # The bundle replays as still failing with its own shaders, and as fixed with the
+    # working tree's, which do not carry the planted bug.
+    for command, status in ((replay, "still_failing"), (worktree, "fixed")):
+        proc = parity(*shlex.split(command)[1:], "--json", cwd=run)
+        assert proc.returncode == (1 if status == "still_failing" else 0), proc.stderr
+        assert json.loads(proc.stdout)["status"] == status, command
+    # The index's command is the run's own (one family, so the finding's rerun too); run
+    # from the run folder, it finds the same minimal case and bug.
+    (whole,) = _page_commands(run / "index.html", "run-commands")
+    assert whole == rerun
+    words = shlex.split(whole)
+    assert words[words.index("--wgsl-dir") + 1] == f"../{planted_wgsl.name}"
+    assert "--no-database" in words and "--no-expectations" in words
+    proc = parity(*words[1:], "--jobs", "1", cwd=run, timeout=600)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    again = read_summary(run / "rerun")["findings"]
+    assert [(f["case_id"], f["bug"]) for f in again] == [(finding["case_id"], finding["bug"])]

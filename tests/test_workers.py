@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -185,6 +186,12 @@ def test_a_worker_that_dies_is_a_chunk_error_and_the_run_goes_on(tmp_path: Path)
     summary = read_summary(out)
     assert summary["status"] == "error" and summary["exit_status"] == 3
     assert any("add/1" in e for e in summary["runs"][0]["errors"])
+    # The report's banner says which worker died, how, and in which chunk.
+    index = (out / "index.html").read_text()
+    banner = re.search(r'<div id="error-banner">(.*?)</div>', index, re.S)
+    assert banner, "the report does not say why the run ended in error"
+    assert 'chunk <code class="chunk">add/1</code>' in banner.group(1)
+    assert re.search(r"worker \d+ \(pid \d+, .*\) exited with status 7", banner.group(1))
 
 
 def test_killing_the_parent_kills_its_workers_and_keeps_the_findings(

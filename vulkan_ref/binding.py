@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graph_format import KernelBuildError
+from graph_format import KernelBuildError, KernelValuesError
 from graph_format.kernels import (
     META_SUFFIX,
     PARAMS_TARGET,
@@ -78,13 +78,17 @@ _FORMATS: dict[str, tuple[str, str]] = {
 _SPEC_FORMATS = {"uint": "I", "int": "i", "float": "f", "bool": "?"}
 
 
-def kernel_failure(entry: KernelEntry, message: str, op: str | None = None) -> KernelBuildError:
+def kernel_failure(
+    entry: KernelEntry, message: str, op: str | None = None, *, values: bool = False
+) -> KernelBuildError:
     """A KernelBuildError (a finding against Vulkan) about `entry`'s kernel: named by its
     slot (a shader glslc or spirv-cross refuses is named by its file's stem), the message
-    opening with the slot."""
+    opening with the slot. `values`: a manifest kernel's expressions failed on a step's
+    values (a KernelValuesError: no compiler involved)."""
     if not message.startswith(f"{entry.slot}: "):
         message = f"{entry.slot}: {message}"
-    return KernelBuildError("vulkan", entry.slot, str(entry.source), message, op=op)
+    kind = KernelValuesError if values and not entry.builtin else KernelBuildError
+    return kind("vulkan", entry.slot, str(entry.source), message, op=op)
 
 
 _PROJECT_ENTRIES: dict[tuple[str, str, str], KernelEntry] = {}

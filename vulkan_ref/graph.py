@@ -380,7 +380,7 @@ class DispatchNode(ExecuteNode):
                 )
                 params += [(ubo, ubo.layout.pack(values)) for ubo in part.params]
         except (ExpressionError, PackError) as err:
-            raise kernel_failure(entry, str(err), self.op) from None
+            raise kernel_failure(entry, entry.failure_text(err), self.op, values=True) from None
         return NodeState(kernel, tuple(counts), tuple(pushes), tuple(params))
 
 

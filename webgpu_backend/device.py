@@ -154,6 +154,9 @@ class WebGPUDevice:
         return self._pipelines[key]
 
 
+# The Vulkan loader's driver-selection variables: set, they can hide every Vulkan driver.
+_DRIVER_VARIABLES = ("VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES")
+
 # Adapter kinds, most preferred first (the ranking of graph_format's `pick_adapter`).
 _PREFERENCE = ("DiscreteGPU", "IntegratedGPU", "VirtualGPU", "CPU")
 
@@ -200,6 +203,18 @@ def get_device() -> WebGPUDevice:
         raise BackendUnavailable(
             f"webgpu: no WebGPU adapter found ({reason}). On Debian install "
             "'mesa-vulkan-drivers libvulkan1' for the lavapipe CPU driver."
+        )
+    through = adapter.info.get("backend_type")
+    if through != "Vulkan":
+        # WebGPU is checked against the Vulkan runtime on the same adapter: wgpu's fallback
+        # to another API (OpenGL when no Vulkan driver loads) would compare other drivers.
+        hidden = [f"{n}={os.environ[n]}" for n in _DRIVER_VARIABLES if os.environ.get(n)]
+        raise BackendUnavailable(
+            f"webgpu: wgpu offers {adapter.info.get('device', '?')!r} only through {through}, "
+            f"not Vulkan{' (with ' + ', '.join(hidden) + ')' if hidden else ''}: this harness "
+            "runs WebGPU on wgpu's Vulkan backend, beside the Vulkan runtime on the same "
+            "adapter. On Debian install 'mesa-vulkan-drivers libvulkan1' for the lavapipe CPU "
+            "driver, or your GPU's Vulkan driver."
         )
     return _open(adapter, "vulkan-parity", [])
 

@@ -61,6 +61,7 @@ from graph_format import (
     Grid,
     InputError,
     KernelBuildError,
+    KernelValuesError,
     OpNode,
     ParityError,
     PropagationError,
@@ -191,9 +192,11 @@ class SlotKernel:
                 if packer.simple is not None
             ]
 
-    def fail(self, message: str) -> KernelBuildError:
-        """A finding against this kernel, for its op."""
-        return KernelBuildError(
+    def fail(self, message: str, *, values: bool = False) -> KernelBuildError:
+        """A finding against this kernel, for its op (`values`: a manifest kernel's
+        expressions failed on a step's values, no compiler involved)."""
+        kind = KernelValuesError if values and not self.entry.builtin else KernelBuildError
+        return kind(
             "webgpu", self.slot, str(self.entry.source), f"{self.slot}: {message}", op=self.op
         )
 
@@ -325,7 +328,7 @@ class Dispatch:
                     d.workgroups(values) for d in kernel.entry.dispatches[: len(kernel.runs)]
                 )
         except (ExpressionError, KernelInterfaceError) as err:
-            raise kernel.fail(str(err)) from None
+            raise kernel.fail(kernel.entry.failure_text(err), values=True) from None
 
 
 class Scheduled(NamedTuple):

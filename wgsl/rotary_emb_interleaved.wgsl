@@ -1,17 +1,17 @@
 // op: apply_rotary_emb_interleaved, kernel rotary_emb_interleaved — contract: harness/ops/rotary_interleaved.py
-// One invocation per vec4 texel of x [B, N, C] (C a multiple of 4): two (real, imag) pairs
-// (r0, i0, r1, i1) of token n = (t / (C/4)) % N, turned by that token's freqs texel
-// (c0, s0, c1, s1) = freqs_cis[n, ...]:  out = (r c - i s, r s + i c) per pair.
+// One invocation per (real, imag) pair of x [B, N, C] (C even, as upstream's WebGPU op
+// accepts): pair p = (r, i) of token n = (p / (C/2)) % N, turned by that token's freqs pair
+// (c, s) = freqs_cis[n, ...]:  out = (r c - i s, r s + i c).
 struct Params {
-    texels: u32,      // numel(x) / 4 (live)
-    row_texels: u32,  // C / 4
-    tokens: u32,      // live N
+    pairs: u32,      // numel(x) / 2 (live)
+    row_pairs: u32,  // C / 2
+    tokens: u32,     // live N
     _pad: u32,
 }
 
-@group(0) @binding(0) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> freqs_cis: array<vec4<f32>>;
+@group(0) @binding(0) var<storage, read_write> out: array<vec2<f32>>;
+@group(0) @binding(1) var<storage, read> x: array<vec2<f32>>;
+@group(0) @binding(2) var<storage, read> freqs_cis: array<vec2<f32>>;
 @group(0) @binding(3) var<uniform> params: Params;
 
 override wg_size: u32 = 64u;
@@ -19,17 +19,12 @@ override wg_size: u32 = 64u;
 @compute @workgroup_size(wg_size)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     // A folded (x, y) grid: the flat index of this invocation.
-    let t = gid.x + gid.y * nwg.x * wg_size;
-    if (t >= params.texels) {
+    let p = gid.x + gid.y * nwg.x * wg_size;
+    if (p >= params.pairs) {
         return;
     }
-    let n = (t / params.row_texels) % params.tokens;
-    let f = freqs_cis[n * params.row_texels + t % params.row_texels];
-    let v = x[t];
-    out[t] = vec4<f32>(
-        v.x * f.x - v.y * f.y,
-        v.x * f.y + v.y * f.x,
-        v.z * f.z - v.w * f.w,
-        v.z * f.w + v.w * f.z
-    );
+    let n = (p / params.row_pairs) % params.tokens;
+    let f = freqs_cis[n * params.row_pairs + p % params.row_pairs];
+    let v = x[p];
+    out[p] = vec2<f32>(v.x * f.x - v.y * f.y, v.x * f.y + v.y * f.x);
 }

@@ -21,6 +21,7 @@ from graph_format import (
     GraphBuildError,
     InputError,
     KernelBuildError,
+    KernelValuesError,
     ParityError,
     PropagationError,
     ResizeError,
@@ -159,7 +160,18 @@ def check_build(
 
 
 def kernel_build_divergence(step: int, backend: str, err: KernelBuildError) -> Divergence:
-    """A kernel that did not compile or validate, blamed on the backend that built it."""
+    """A kernel that did not compile or validate, blamed on the backend that built it; or a
+    manifest kernel whose expressions fail on a step's values (no compiler output then)."""
+    if isinstance(err, KernelValuesError):
+        return Divergence(
+            step,
+            Kind.BUILD_ERROR,
+            backend,
+            f"{backend}: kernel {err.kernel!r}: its manifest fails on this step's values: "
+            f"{err.compiler.removeprefix(f'{err.kernel}: ')}",
+            op=err.op,
+            details={"kernel": err.kernel, "shader": err.shader, "manifest_values": err.compiler},
+        )
     return Divergence(
         step,
         Kind.BUILD_ERROR,

@@ -83,10 +83,9 @@ def random_graph_cases(
         meta={"seed": seed, "family": "random_graph", "ops": [n.op for n in graph.ops]},
     )
     # The precision, drawn last (shape draws stay put): float16 for a share of the graphs
-    # whose every op takes it; a scalar operand is float32 only. The q4 scales stay float32.
+    # whose every op takes it. The q4 scales stay float32.
     ops_run = [n.op for n in graph.ops]
-    scalar = any(n.optional_arg("scalar") is not None for n in graph.ops if n.op in ("add", "mul"))
-    if not scalar and draw(case_dtypes(ops_run)) == "float16":
+    if draw(case_dtypes(ops_run)) == "float16":
         scales = {n.arg("scales") for n in graph.ops if n.op in ("linear_q4gsw", "embedding_q4gsw")}
         return half_precision(case, keep=scales)
     return case

@@ -20,10 +20,20 @@ from graph_format import Graph, TensorValue
 from harness.gen.case import Case, StepInputs
 
 
-def half_precision(case: Case, keep: Collection[str] = ()) -> Case:
-    """The float16 twin of a float32 `case` (tensors named in `keep` stay float32), with
-    `meta["dtype"]` set to "float16"."""
+def half_precision(case: Case, keep: Collection[str] | None = None) -> Case:
+    """The float16 twin of a float32 `case`, with `meta["dtype"]` set to "float16".
+
+    Every float32 tensor (inputs, constants, state, op outputs) becomes float16, and the
+    constants, initial state and step inputs of those tensors are rounded to f16 once.
+
+    Args:
+        keep: tensors that stay float32 (default: the q4gsw scales, the tensors any op
+            takes in its `scales` argument, which the q4gsw ops read in float32 in an f16
+            graph too).
+    """
     graph = case.graph
+    if keep is None:
+        keep = {s for n in graph.ops if isinstance(s := n.args.get("scales"), str)}
     halved = {
         name
         for name, value in graph.values.items()

@@ -3,15 +3,16 @@ mul(a, scalar) (`x + 3.0`: a float literal instead of b; upstream's `aten.add.Te
 scalar operand).
 
 A node takes exactly one of b and scalar, and the scalar must be finite and within float32's
-range (it reaches the kernel rounded to f32); anything else is refused at load. A scalar
-operand is float32 only (a float16 a or out with a scalar is refused at load).
+range (it reaches the kernel rounded to f32); anything else is refused at load. With a
+scalar operand a and out share one float dtype; in float16 the kernel computes in f32 with the
+scalar as f32 (as PyTorch computes a half tensor with a Python float) and rounds once to f16.
 
 Kernel design (both backends): one dispatch slot, 64 invocations per workgroup, one per
 output element, logical count ceil(numel(out) / 64); kernel `<op>_flat` when the two live
 shapes are equal and `<op>_broadcast` otherwise (`<op>_flat_f16`, `<op>_broadcast_f16` in
 half precision: load f16, compute in f32, store f16), `<op>_scalar` (out takes a's live dims)
-for a scalar operand. Live shapes that do not broadcast are refused (`InputError` reason
-"broadcast").
+for a scalar operand (`<op>_scalar_f16` in half precision). Live shapes that do not broadcast
+are refused (`InputError` reason "broadcast").
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ class BinaryModel:
             KernelSpec(f"{op}_flat_f16", "binary_flat_f16", "binary_flat_f16", half),
             KernelSpec(f"{op}_broadcast_f16", "binary_broadcast_f16", "binary_broadcast_f16", half),
             KernelSpec(f"{op}_scalar", "binary_scalar", "binary_scalar", (rw("out"), ro("a"))),
+            KernelSpec(
+                f"{op}_scalar_f16",
+                "binary_scalar_f16",
+                "binary_scalar_f16",
+                (rw("out", "f16"), ro("a", "f16")),
+            ),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
@@ -120,8 +127,7 @@ class BinaryModel:
             if not abs(float(value.value)) <= FLOAT32_MAX:  # also refuses nan
                 raise GraphBuildError(node.name, "the scalar must be a finite float32")
             a, out = tensors(node, graph, "a", "out")
-            if a.dtype != "float32" or out.dtype != "float32":
-                raise GraphBuildError(node.name, "a scalar operand is float32 only")
+            uniform_float_dtype(node, graph, "a", "out", name_tensor=False)
             if len(a.dims) > 4:
                 raise GraphBuildError(node.name, "rank above 4")
             if a.dims != out.dims:
@@ -159,13 +165,12 @@ class BinaryModel:
         return values
 
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
+        out_dtype = live.graph.tensor(node.outputs["out"]).dtype
         if node.optional_arg("b") is None:
-            kernel = f"{self.op}_scalar"  # float32 only
+            variant = "scalar"
         else:
-            a, b = live.of(node, "a"), live.of(node, "b")
-            variant = "flat" if a == b else "broadcast"
-            out_dtype = live.graph.tensor(node.outputs["out"]).dtype
-            kernel = dtype_slot(f"{self.op}_{variant}", out_dtype)
+            variant = "flat" if live.of(node, "a") == live.of(node, "b") else "broadcast"
+        kernel = dtype_slot(f"{self.op}_{variant}", out_dtype)
         count = div_up(numel(live.dims[node.outputs["out"]]), WORKGROUP[0])
         return [(node.name, kernel, WORKGROUP, (count, 1, 1), True)]
 
@@ -217,6 +222,9 @@ _FOLLOW, _ONE, _EITHER = "follow", "one", "either"
 # Scalar operands: exact in f32 or not (0.1, -1234.56), small and large (never 0: a product
 # of zeros is a degenerate case, any result would pass).
 SCALARS = (3.0, -0.5, 0.1, 1e-3, -1234.56, 2.0**20)
+# In float16 a scalar above 2^10 becomes 2^10 (exact in f16): the products of normal data with
+# 2^20 would overflow f16's 65504.
+F16_SCALAR_MAX = 2.0**10
 # In random graphs the result feeds other ops: moderate scalars keep their values (and so
 # their budgets) in the range the other generators draw for.
 GRAPH_SCALARS = (3.0, -0.5, 0.1, 2.0)
@@ -282,19 +290,24 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
 
 @st.composite
 def binary_scalar_cases(draw: st.DrawFn, op: str) -> Case:
-    """add or mul of a float32 tensor and a float scalar (`x + 3.0`), the tensor's leading
-    dims moving step by step."""
+    """add or mul of a tensor and a float scalar (`x + 3.0`), the tensor's leading dims
+    moving step by step; float16 for a share of the cases where the op takes it."""
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims(max_rank=3))
     width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
+    scalar = draw(st.sampled_from(SCALARS))
+    lives = draw(step_dims(leading))
+    dtype = draw(case_dtypes([op]))  # last: the shape draws stay where they were
+    if dtype == "float16" and abs(scalar) > F16_SCALAR_MAX:
+        scalar = F16_SCALAR_MAX  # 2^20 x a would overflow f16 (65504) to inf
     b = GraphBuilder()
-    a = b.input("a", "float32", [*(d.max_size for d in leading), width])
-    b.output(b.op(op, a=a, scalar=b.float(draw(st.sampled_from(SCALARS)), "scalar")))
+    a = b.input("a", dtype, [*(d.max_size for d in leading), width])
+    b.output(b.op(op, a=a, scalar=b.float(scalar, "scalar")))
     steps: list[StepInputs] = [
-        {"a": float_array(rng, [*lead, width])} for lead in draw(step_dims(leading))
+        {"a": float_array(rng, [*lead, width], dtype=dtype)} for lead in lives
     ]
-    meta = {"seed": seed, "family": "binary", "operand": "scalar", "dtype": "float32"}
+    meta = {"seed": seed, "family": "binary", "operand": "scalar", "dtype": dtype}
     return Case(b.build(), steps, name=f"{op}_scalar", meta=meta)
 
 
@@ -333,7 +346,7 @@ def _gen_binary(op: str) -> Grow:
 
 def _binary_family(op: str) -> Callable[[], st.SearchStrategy[Case]]:
     """The strategy factory of `op`'s own family: two tensors, or (a quarter of the cases,
-    shrinking toward two tensors) a float32 tensor and a scalar."""
+    shrinking toward two tensors) a tensor and a scalar."""
     return lambda: st.sampled_from([False, False, False, True]).flatmap(
         lambda scalar: binary_scalar_cases(op) if scalar else binary_cases(op)
     )

@@ -63,18 +63,27 @@ from harness.check.steps import StepLoop, grid_limit, intermediates
 from harness.gen.case import Case
 from harness.model import Args
 from harness.ops import MODELS, model_for
+from harness.run.commands import (
+    COMMANDS_CWD,
+    FINDING_COMMANDS_NOTE,
+    finding_commands,
+    names_adapters,
+)
 from harness.run.records import (
     BUNDLE_FORMAT,
+    OUTPUT_ERRNOS,
     BundleDoc,
     BundleRun,
     CaseRecord,
     DivergenceRecord,
+    OutputError,
     RecordError,
     RunMeta,
     divergence_record,
     plain,
     read_bundle_doc,
     write_json,
+    writing,
 )
 from harness.run.report.images import utilization
 
@@ -456,9 +465,14 @@ def write_bundle(
         provisional: the first divergent case of a bug, written as soon as it was seen; the
             chunk's finding replaces it when the chunk ends (a killed run keeps it).
         manifest: the kernel manifest the run ran (`--kernels`): copied with its files.
+
+    Raises:
+        OutputError: the disk would not take it (full, read-only): naming `folder`, which
+            is then not there (nor any part of it).
     """
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
+    with writing(folder):
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
         _write_bundle_files(
             tmp,
@@ -479,6 +493,12 @@ def write_bundle(
             if existing_bundle(folder) is None:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)  # written meanwhile by another process
+    except (OSError, OutputError) as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        code = err.errno
+        if code is not None and (isinstance(err, OutputError) or code in OUTPUT_ERRNOS):
+            raise OutputError(folder, code) from None  # named: the bundle, not its temp file
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -544,9 +564,31 @@ def _write_bundle_files(
         chunk_seed=_chunk_seed(run, record.chunk),
         shaders=hashes,
         kernels=kernels,
-        commands_cwd="the run folder (the folder that holds bundles/ and index.html)",
-        commands=replay_commands(f"bundles/{bundle_id}", run, record),
+        commands_cwd=COMMANDS_CWD,
+        # `folder` is bundles/<id> (or its temporary twin): two levels below the run folder.
+        commands=_commands(folder, bundle_id, run, folder.parent.parent, record.family),
     )
+    write_json(folder / "bundle.json", doc)
+    (folder / "README.md").write_text(_readme(doc))
+
+
+def _commands(folder: Path, bundle_id: str, run: RunMeta, run_dir: Path, family: str) -> list[str]:
+    """The commands of the bundle at `folder`, to be named `bundles/<bundle_id>` in
+    `run_dir`: replay asks for `--allow-adapters` when its manifest names an adapter."""
+    manifest = folder / KERNELS_DIR / MANIFEST_NAME
+    adapters = manifest.is_file() and names_adapters(manifest)
+    return finding_commands(f"bundles/{bundle_id}", run, run_dir, family, allow_adapters=adapters)
+
+
+def rewrite_commands(folder: Path, run: RunMeta, run_dir: Path) -> None:
+    """Render the commands of a bundle copied into another run folder (`parity merge`)
+    again, for where it now lies: bundle.json's `commands` and README.md.
+
+    Raises:
+        RecordError: its bundle.json is unreadable.
+    """
+    doc = read_bundle_doc(folder / "bundle.json")
+    doc.commands = _commands(folder, folder.name, run, run_dir, doc.family or "")
     write_json(folder / "bundle.json", doc)
     (folder / "README.md").write_text(_readme(doc))
 
@@ -561,38 +603,6 @@ def existing_bundle(folder: Path) -> BundleDoc | None:
 
 def _chunk_seed(run: RunMeta, chunk: str) -> int | None:
     return next((c.seed for c in run.plan if c.id == chunk), None)
-
-
-def _names_adapters(manifest: Path) -> bool:
-    """Whether the kernel manifest at `manifest` names a Python adapter."""
-    try:
-        return any(e.adapter for e in load_manifest(manifest).entries.values())
-    except KernelManifestError:
-        return False
-
-
-def replay_commands(path: str, run: RunMeta, record: CaseRecord) -> list[str]:
-    """Commands that replay a finding, run from the run folder: the bundle (`path`, relative
-    to the run folder), with either shaders, kept as a regression, and its family's search
-    again (into `rerun/`)."""
-    chunk_run = (
-        f"parity run --families {record.family} --profile {run.profile} "
-        f"--seed {run.seed} --max-examples {run.budgets.max_examples} "
-        f"--chunk-examples {run.budgets.chunk_examples} --no-database --out rerun"
-    )
-    if run.max_workgroups_per_dim:
-        chunk_run += f" --max-workgroups-per-dim {run.max_workgroups_per_dim}"
-    replay = f"parity replay {path}"
-    if run.kernels:
-        chunk_run += f" --kernels {Path(run.kernels).parent}"
-        if _names_adapters(Path(run.kernels)):
-            replay += " --allow-adapters"  # replaying runs the bundle's copy only if asked
-    return [
-        replay,
-        f"{replay} --shaders worktree",
-        f"parity regress {path}",
-        chunk_run,
-    ]
 
 
 def _readme(doc: BundleDoc) -> str:
@@ -611,7 +621,7 @@ def _readme(doc: BundleDoc) -> str:
         f"Bug (op type | class | blamed backend | numeric band): `{doc.bug}`",
         "",
         "Replay from the run folder (the folder that holds `bundles/` and `index.html`; the "
-        "paths below are relative to it). The bundle's own shaders are used by default:",
+        "paths below are relative to it). " + FINDING_COMMANDS_NOTE,
         "",
         "```sh",
         "cd <run folder>",
@@ -707,7 +717,8 @@ class Bundle:
 
         Raises:
             BundleError: it is malformed, or names a Python adapter and `allow_adapters`
-                is off (replaying would run Python from the bundle).
+                is off (replaying would run Python from the bundle), or an adapter module
+                whose sha256 is not the one bundle.json records (changed since the run).
         """
         if not self.doc.kernels:
             return None
@@ -722,6 +733,18 @@ class Bundle:
                 f"{path}: names the Python adapter(s) {', '.join(adapters)}: replaying would run "
                 "Python from the bundle; pass --allow-adapters to allow it"
             )
+        # Only the code the run ran may run: an adapter edited since (by hand, or by whoever
+        # handed the bundle on) is refused, naming both hashes.
+        for module in sorted({e.adapter.file for e in manifest.entries.values() if e.adapter}):
+            rel = (Path(KERNELS_DIR) / module.relative_to(path.parent)).as_posix()
+            recorded, now = self.doc.kernels.get(rel), sha256_file(module)
+            if recorded != now:
+                was = f"the {recorded} bundle.json records" if recorded else "recorded"
+                raise BundleError(
+                    f"{self.path / rel}: sha256 {now} is not {was}: the adapter changed since "
+                    "the run, so replaying would run other code; refused (restore the file, or "
+                    "take the bundle again)"
+                )
         return manifest
 
     @property

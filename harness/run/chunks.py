@@ -20,19 +20,21 @@ is spent the rest are bundled as found, each marked with why (`ChunkFinding.unsh
 Memory stays bounded while shrinking: per bug only the smallest case, the latest verdict
 and its example's choices are kept.
 
-A stop (`Stop`: a signal, or the end of the time budget) ends the current chunk after the
-case it is running, as in the single-process run of earlier versions.
+A stop (`Stop`: a signal, the end of the time budget, or an output the disk would not take)
+ends the current chunk after the case it is running, as in the single-process run of
+earlier versions.
+
+A bundle is whole on disk before any record names it (written atomically, then its record);
+one the disk would not take (`OutputError`: full, read-only) goes to the sink's
+`output_error`, stops the run, and leaves its finding recorded as not bundled, with why.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import shutil
 import time
-import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,7 +42,7 @@ from typing import Any, Protocol
 import numpy as np
 from hypothesis import given, seed, settings, target
 from hypothesis.database import DirectoryBasedExampleDatabase, ExampleDatabase
-from hypothesis.errors import Flaky, HypothesisWarning
+from hypothesis.errors import Flaky
 
 from graph_format import Runtime
 from graph_format.kernels import load_manifest
@@ -62,14 +64,18 @@ from harness.run.bundle import existing_bundle, write_bundle
 from harness.run.expectations import Expectations
 from harness.run.findings import finding_id, severity
 from harness.run.plan import Chunk, Shard
-from harness.run.profiles import PROFILES, hypothesis_settings
+from harness.run.profiles import PROFILES, hypothesis_settings, quiet_hypothesis
 from harness.run.records import (
     CaseRecord,
     ChunkFinding,
     ChunkRecord,
+    OutputError,
     RunMeta,
     case_record,
 )
+
+# The stop reason of a run whose output the disk would not take (a full or read-only disk).
+OUTPUT_ERROR = "output error"
 
 
 class RunSetupError(ValueError):
@@ -128,7 +134,8 @@ class Stop:
     """Why chunks should stop, shared by the code that decides it and the chunks that obey.
 
     Attributes:
-        reason: a signal's name ("SIGINT", "SIGTERM") or "time_budget"; None: go on.
+        reason: a signal's name ("SIGINT", "SIGTERM"), "time_budget" or `OUTPUT_ERROR`;
+            None: go on.
         started: when the search began (`time.monotonic()`); the time budget counts from it.
             CLOCK_MONOTONIC is the machine's, so a worker may be handed its parent's.
     """
@@ -181,11 +188,14 @@ class CaseTally:
 
 @dataclass
 class ChunkTally:
-    """What the session counts of a chunk's end: its planned examples and finding ids."""
+    """What the session counts of a chunk's end: its planned examples and finding ids, and
+    the provisional bundles (`bundles/<id>`) its record replaces, removed only once that
+    record is written (until then, they are what its case records name)."""
 
     chunk: str
     examples: int
     findings: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
 
 
 class ChunkSink(Protocol):
@@ -199,6 +209,9 @@ class ChunkSink(Protocol):
 
     def error(self, text: str) -> None:
         """A failure that is not a divergence (a chunk that failed, a bundle not written)."""
+
+    def output_error(self, error: OutputError) -> None:
+        """An output the disk would not take (a bundle): the run stops."""
 
     def log(self, line: str) -> None:
         """A progress line for stderr."""
@@ -222,8 +235,9 @@ class _ChunkState:
     unexpected_found: bool = False
     # Smallest divergent case per bug: the findings of an interrupted chunk.
     best: dict[BugKey, tuple[Case, CaseRecord]] = field(default_factory=dict)
-    # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`).
-    provisional: dict[BugKey, str] = field(default_factory=dict)
+    # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`; None:
+    # it could not be written).
+    provisional: dict[BugKey, str | None] = field(default_factory=dict)
     # The case and record of each verdict raised to Hypothesis, found again when Hypothesis
     # raises its final (shrunk) verdicts; weak, so that the many raised while shrinking go.
     raised: weakref.WeakKeyDictionary[DivergenceFound, tuple[Case, CaseRecord]] = field(
@@ -359,7 +373,7 @@ class ChunkRunner:
         status, reason = "complete", None
         state.left_body = time.perf_counter()
         try:
-            with _quiet_reprs():
+            with quiet_hypothesis(sink.log, chunk.id):
                 test()
         except _Halt as halt:
             status = "time_budget" if halt.reason == "time_budget" else "interrupted"
@@ -387,8 +401,12 @@ class ChunkRunner:
             duration=time.monotonic() - started,
             reason=reason,
         )
-        self._drop_provisional(state, findings)
-        tally = ChunkTally(chunk.id, chunk.max_examples, [_bundle_name(f) for f in findings])
+        tally = ChunkTally(
+            chunk.id,
+            chunk.max_examples,
+            [_bundle_name(f) for f in findings],
+            _replaced_provisional(state, findings),
+        )
         sink.chunk(record, tally)
 
     def _test(self, state: _ChunkState) -> Any:
@@ -440,18 +458,20 @@ class ChunkRunner:
         if repeat is not None and nondeterministic:
             key = BugKey.nondeterministic(repeat.backends)
         # The first divergent case of each bug gets a provisional bundle at once, so that a
-        # run killed while Hypothesis shrinks still leaves a replayable finding; its record
-        # names it (written first: a kill mid-bundle leaves no bundle.json, and no claim).
-        provisional = None
-        if key is not None and (unexpected or nondeterministic) and key not in state.provisional:
-            provisional = _provisional_id(chunk, record)
-            state.provisional[key] = f"bundles/{provisional}"
-            record.provisional_bundle = state.provisional[key]
+        # run killed while Hypothesis shrinks still leaves a replayable finding. It is written
+        # (atomically) before the record that names it: a kill or a full disk mid-bundle
+        # leaves a record that names no bundle, never one naming a bundle that is not there.
         state.seq += 1
+        timing.add("records", time.perf_counter() - records_started)
+        if key is not None and (unexpected or nondeterministic) and key not in state.provisional:
+            bundle_id = _provisional_id(chunk, record)
+            path, _ = self._write_bundle(
+                state, bundle_id, case, record, shrunk=False, provisional=True
+            )
+            state.provisional[key] = record.provisional_bundle = path
+        records_started = time.perf_counter()
         state.sink.case(record)
         timing.add("records", time.perf_counter() - records_started)
-        if provisional is not None:
-            self._write_bundle(state, provisional, case, record, shrunk=False, provisional=True)
         if self.steer:
             # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
             for op_type, value in utilization_by_op_type(case, result).items():
@@ -552,7 +572,7 @@ class ChunkRunner:
             seed(state.chunk.seed)(self._test(state))
         )
         try:
-            with _quiet_reprs():
+            with quiet_hypothesis(state.sink.log, state.chunk.id):
                 test()
         except DivergenceFound as err:
             if type(err).bug == key and err in state.raised:
@@ -580,6 +600,7 @@ class ChunkRunner:
         bundle_id = finding_id(record.case_id, bug)
         known = existing_bundle(self.config.out / "bundles" / bundle_id)
         bundle: str | None
+        bundle_error = None
         if known is not None:
             # Another chunk already shrank to this case with this bug: one finding, one
             # bundle; the summary lists every chunk that found it.
@@ -589,9 +610,13 @@ class ChunkRunner:
             if self.config.repeats:
                 repeat = classify(case, state.engine.runtimes, self.config.repeats)
                 record.repeatability = repeat.to_json()
-            bundle = self._write_bundle(
+            bundle, bundle_error = self._write_bundle(
                 state, bundle_id, case, record, shrunk=unshrunk is None, unshrunk=unshrunk
             )
+            provisional = f"bundles/{_provisional_id(state.chunk, record)}"
+            if bundle is None and provisional in state.provisional.values():
+                # Not written (a full disk?), but the same case's provisional one is.
+                bundle, bundle_error = provisional, None
         finding = ChunkFinding(
             case_id=record.case_id,
             seq=record.seq,
@@ -600,6 +625,7 @@ class ChunkRunner:
             bug=bug,
             unexpected=record.unexpected,
             repeatability=(record.repeatability or {}).get("class"),
+            bundle_error=bundle_error,
             unshrunk=unshrunk,
         )
         size = f"{len(case.steps)} steps, {len(case.graph.ops)} ops"
@@ -619,9 +645,10 @@ class ChunkRunner:
         shrunk: bool,
         provisional: bool = False,
         unshrunk: str | None = None,
-    ) -> str | None:
-        """Write one bundle; its path in the run folder, or None if it could not be written
-        (the finding stays in the records, and the run's errors say why)."""
+    ) -> tuple[str | None, str | None]:
+        """Write one bundle; its path in the run folder, or None and why it could not be
+        written (the finding stays in the records, and the run's errors say why). One the
+        disk would not take stops the run (`OUTPUT_ERROR`): more would not fit either."""
         try:
             write_bundle(
                 self.config.out / "bundles" / bundle_id,
@@ -635,17 +662,24 @@ class ChunkRunner:
                 provisional=provisional,
                 unshrunk=unshrunk,
             )
+        except OutputError as err:
+            state.sink.output_error(err)
+            if self.stop.reason in (None, "time_budget"):
+                self.stop.reason = OUTPUT_ERROR
+            return None, str(err)
         except Exception as err:
             state.sink.error(f"{state.chunk.id}: bundle {bundle_id}: {describe(err)}")
-            return None
-        return f"bundles/{bundle_id}"
+            return None, describe(err)
+        return f"bundles/{bundle_id}", None
 
-    def _drop_provisional(self, state: _ChunkState, findings: list[ChunkFinding]) -> None:
-        """Remove the chunk's provisional bundles that its findings replaced."""
-        kept = {f.bundle for f in findings}
-        for path in state.provisional.values():
-            if path not in kept:
-                shutil.rmtree(self.config.out / path, ignore_errors=True)
+
+def _replaced_provisional(state: _ChunkState, findings: list[ChunkFinding]) -> list[str]:
+    """The chunk's provisional bundles that its findings replace (none when a finding could
+    not be bundled: they are then all there is)."""
+    if any(f.bundle is None for f in findings):
+        return []
+    kept = {f.bundle for f in findings}
+    return [p for p in state.provisional.values() if p is not None and p not in kept]
 
 
 def chunk_record(
@@ -686,18 +720,6 @@ def _provisional_id(chunk: Chunk, record: CaseRecord) -> str:
     return f"provisional-{chunk.family}-{chunk.index}-{record.case_id}"
 
 
-@contextlib.contextmanager
-def _quiet_reprs() -> Iterator[None]:
-    """Hypothesis describes each failure it reports; an unshrunk case (the search reports
-    its bugs before they are shrunk) makes a description of many kB, over which Hypothesis
-    warns. The run records its cases itself: the warning says nothing to its user."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore", message="Generating overly large repr", category=HypothesisWarning
-        )
-        yield
-
-
 def _index(items: list[BugKey], key: BugKey) -> int:
     return items.index(key) if key in items else len(items)
 
@@ -714,6 +736,7 @@ def describe(err: BaseException) -> str:
 
 
 __all__ = [
+    "OUTPUT_ERROR",
     "CaseTally",
     "ChunkRunner",
     "ChunkSink",

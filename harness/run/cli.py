@@ -11,8 +11,9 @@
 
 Exit statuses: `harness.run.exitcodes` (the table in `parity --help`). Every failure goes
 through `main`: bad input is one line `parity CMD: <file>[:line]: <what is wrong>` (status
-2), anything unexpected prints its traceback (status 3). Output to a closed pipe (`parity
-list | head`) is dropped quietly and the command finishes.
+2), and so is an output the disk would not take (`parity CMD: cannot write <file>: No space
+left on device`, also status 2), anything unexpected prints its traceback (status 3).
+Output to a closed pipe (`parity list | head`) is dropped quietly and the command finishes.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from harness.run.plan import Shard
 from harness.run.profiles import DEFAULT_DATABASE_DIR, PROFILES
 from harness.run.records import (
     CASES_FILE,
+    OutputError,
     RecordError,
 )
 from harness.run.regress import regress_command, replay_command
@@ -68,8 +70,10 @@ from harness.run.session import (
 REGRESSIONS_DIR = REPO_ROOT / "tests" / "regressions"
 
 
-# Errors that mean bad input or set-up: one line, exit status 2 (each names its file).
+# Errors that mean bad input or set-up: one line, exit status 2 (each names its file). A
+# disk that will not take an output (full, read-only) is set-up too: `OutputError`.
 INPUT_ERRORS = (
+    OutputError,
     RecordError,
     BundleError,
     ExpectationsError,
@@ -351,6 +355,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         help=f"regressions folder (default: {REGRESSIONS_DIR.relative_to(REPO_ROOT)} in the repo)",
     )
     reg.add_argument("--force", action="store_true", help="replace an existing regression")
+    reg.add_argument(
+        "--allow-adapters",
+        action="store_true",
+        help="run the Python adapter classes of the bundle's kernel manifest when replaying it "
+        "once here (code from the bundle; refused without this flag, before anything is "
+        "copied); tests/test_regressions.py runs a kept bundle's adapters",
+    )
 
     lst = sub.add_parser(
         "list",
@@ -602,7 +613,13 @@ def _run(args: argparse.Namespace) -> int:
         )
         session.run()
         # The status comes from the run's own tallies; summary.json records it as is.
-        summary = render_report(config.out, exit_status=session.exit_status)
+        try:
+            summary = render_report(config.out, exit_status=session.exit_status)
+        except OutputError as err:
+            session.output_error(err)
+        if session.output_failure is not None:
+            # What was written stays as it is; the one error line names the first file.
+            raise session.output_failure
         for family, stats in summary.per_family.items():
             console.err(
                 f"parity: family {family}: {stats.cases} cases, {stats.steps} steps, "

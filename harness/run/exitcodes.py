@@ -20,8 +20,8 @@ MEANINGS: dict[ExitStatus, str] = {
     ExitStatus.DIVERGENT: "unexpected divergences found, or a required coverage cell left "
     "empty; replay: still (or differently) failing",
     ExitStatus.BAD_INPUT: "usage, set-up or input error: bad arguments, a missing or corrupt "
-    "file, no Vulkan driver, a folder in use by another parity process (one line naming "
-    "the file)",
+    "file, no Vulkan driver, a folder in use by another parity process, a full or read-only "
+    "disk (one line naming the file)",
     ExitStatus.INTERNAL_ERROR: "internal error: a bug in the harness (traceback printed), or "
     "a run whose chunk failed for a reason other than a divergence",
     ExitStatus.INTERRUPTED: "stopped by SIGINT or SIGTERM (a run still writes its report)",

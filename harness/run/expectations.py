@@ -30,14 +30,16 @@ The file is TOML (`expectations.toml` at the repo root):
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from graph_format.signatures import SIGNATURES
 from harness.check.divergence import NUMERIC_BANDS, BugKey, Kind
 
 
@@ -162,7 +164,8 @@ def load_expectations(path: str | Path) -> Expectations:
     """
     path = Path(path)
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        doc = tomllib.loads(text)
     except FileNotFoundError:
         raise ExpectationsError(f"{path}: no such expectations file") from None
     except OSError as err:
@@ -223,6 +226,18 @@ def load_expectations(path: str | Path) -> Expectations:
                 f"{where} ({entry['id']!r}): blame must be one of {list(_BLAMES)}, "
                 f"got {entry['blame']!r}"
             )
+        for key, known in (("op", SIGNATURES), ("family", _families())):
+            if key in entry and entry[key] not in known:
+                # A name that is no op or family would match nothing, silently: refused.
+                close = difflib.get_close_matches(entry[key], list(known), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                line = _line_of(text, n, key)
+                place = f"{path}:{line}" if line is not None else str(path)
+                what = "an op type" if key == "op" else "a case family"
+                raise ExpectationsError(
+                    f"{place}: [[known]] entry {n} ({entry['id']!r}): {key} {entry[key]!r} is "
+                    f"not {what}{hint}; expected {what} that `parity list` shows"
+                )
         if "message" in entry:
             try:
                 re.compile(entry["message"])
@@ -232,6 +247,26 @@ def load_expectations(path: str | Path) -> Expectations:
                 ) from None
         entries.append(Expectation(**entry))
     return Expectations(entries, str(path))
+
+
+def _families() -> Collection[str]:
+    """The case families' names (imported here: the registry imports every op module)."""
+    from harness.families import FAMILIES
+
+    return FAMILIES
+
+
+def _line_of(text: str, entry: int, key: str) -> int | None:
+    """The line (from 1) of `key = ...` in the `entry`-th [[known]] table of `text`, or
+    None when the file does not lay it out that way (an inline table, say)."""
+    tables = 0
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("["):
+            tables += stripped.replace(" ", "") == "[[known]]"
+        elif tables == entry and re.match(rf"{re.escape(key)}\s*=", stripped):
+            return number
+    return None
 
 
 def entry_status(

@@ -3,6 +3,8 @@
 Every shard must come from the same plan (its digest), each (device, shard index) once;
 bundles of the same finding are copied once per device, records keep their shard as
 `source`. OUT must be new, empty or an earlier merge (`--force` replaces anything else).
+Shards are only read (under a shared lock: a read-only filesystem will do); an OUT the disk
+will not take is one line naming the file (`OutputError`, exit 2).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from harness.run import console
 from harness.run.bundle import (
     existing_bundle,
+    rewrite_commands,
 )
 from harness.run.console import UsageError
 from harness.run.records import (
@@ -28,6 +31,7 @@ from harness.run.records import (
     read_records,
     read_run_meta,
     write_json,
+    writing,
 )
 from harness.run.report import RunData, load_run, merged_meta, render_report
 from harness.run.runlock import LOCK_FILES, RunFolderLock, command_line
@@ -46,7 +50,9 @@ def merge_command(args: argparse.Namespace) -> int:
     if any(d.resolve() == out.resolve() for d in shard_dirs):
         raise UsageError(f"--out {out}: is one of the shards; merge into another folder")
     _check_merge_out(out, args.force)
-    locks = [RunFolderLock(d, command_line()) for d in shard_dirs if d.is_dir()]
+    # Shared: merging only reads the shards (on a read-only filesystem too); a run still
+    # writing one holds it exclusively, and is named.
+    locks = [RunFolderLock(d, command_line(), shared=True) for d in shard_dirs if d.is_dir()]
     try:
         for lock in locks:
             lock.acquire()
@@ -129,12 +135,14 @@ def _budgets(run: RunMeta) -> str:
 def _write_merge(out: Path, shards: list[RunData], runs: list[RunMeta]) -> int:
     for name in ("bundles", "failures", "cases"):
         if (out / name).is_dir():
-            shutil.rmtree(out / name)
-    (out / CASES_FILE).unlink(missing_ok=True)
+            with writing(out / name):
+                shutil.rmtree(out / name)
+    with writing(out / CASES_FILE):
+        (out / CASES_FILE).unlink(missing_ok=True)
     writer = RecordWriter(out / CASES_FILE)
     try:
         for source, data in enumerate(shards):
-            renames = _copy_bundles(data.path, out, source)
+            renames = _copy_bundles(data.path, out, source, runs[source])
             for record in read_records(data.path / CASES_FILE):
                 record.source = source
                 if isinstance(record, ChunkRecord):
@@ -156,8 +164,9 @@ def _write_merge(out: Path, shards: list[RunData], runs: list[RunMeta]) -> int:
     return summary.exit_status
 
 
-def _copy_bundles(src: Path, out: Path, source: int) -> dict[str, str]:
-    """Copy a shard's bundles into the merged folder; returns renamed relative paths."""
+def _copy_bundles(src: Path, out: Path, source: int, run: RunMeta) -> dict[str, str]:
+    """Copy a shard's bundles into the merged folder, their commands rendered again for
+    it (`run`: the shard's run.json); returns renamed relative paths."""
     renames: dict[str, str] = {}
     if not (src / "bundles").is_dir():
         return renames
@@ -170,8 +179,35 @@ def _copy_bundles(src: Path, out: Path, source: int) -> dict[str, str]:
                 continue  # the same finding (bundles are named by case and bug) from a shard
             renames[f"bundles/{name}"] = f"bundles/{name}-s{source}"  # on another device
             name = f"{name}-s{source}"
-        shutil.copytree(bundle, out / "bundles" / name)
+        _copy_whole(bundle, out / "bundles" / name)
+        if existing_bundle(out / "bundles" / name) is not None:
+            rewrite_commands(out / "bundles" / name, run, out)
     return renames
+
+
+def _copy_whole(src: Path, dest: Path) -> None:
+    """Copy a folder whole or not at all: into a temporary folder, renamed into place (so a
+    full disk leaves no half bundle; `shutil.copytree` would go on past a failed file).
+
+    Raises:
+        OutputError: the disk would not take it, naming `dest`.
+    """
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    try:
+        with writing(dest):
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for path in sorted(src.rglob("*")):
+                target = tmp / path.relative_to(src)
+                if path.is_dir():
+                    target.mkdir(parents=True, exist_ok=True)
+                else:
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(path, target)
+            tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def _same_device(bundle: Path, other: Path) -> bool:

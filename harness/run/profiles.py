@@ -23,10 +23,15 @@ minutes).
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from hypothesis import HealthCheck, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import HypothesisWarning
+from hypothesis.reporting import current_reporter, with_reporter
 
 from harness.check.coverage import dtype_regime
 from harness.model import model_dtypes
@@ -150,6 +155,39 @@ def hypothesis_settings(
         suppress_health_check=_SLOW_OK,
         report_multiple_bugs=True,
     )
+
+
+# Hypothesis's notes about itself rather than about the case under test, which would reach
+# the console of every run that meets them: its notice that shrinking was stopped after five
+# minutes of slow progress ("PLEASE REPORT THIS"), and its warning that a failing example's
+# repr is large (a case holds arrays; the harness writes its own bundle, never that repr).
+_SLOW_SHRINK = "WARNING: Hypothesis has spent more than five minutes working to shrink"
+_LARGE_REPR = "Generating overly large repr"
+
+
+@contextmanager
+def quiet_hypothesis(log: Callable[[str], None], where: str) -> Iterator[None]:
+    """Run Hypothesis with its slow-shrink notice turned into one line to `log` and its
+    large-repr warning dropped; every other report, warning and error passes as before.
+
+    Args:
+        log: where the run's progress lines go.
+        where: what ran (a chunk's id), for the line.
+    """
+    previous = current_reporter()
+
+    def reporter(value: object) -> None:
+        if str(value).startswith(_SLOW_SHRINK):
+            log(
+                f"parity: {where}: Hypothesis stopped shrinking after five minutes of slow "
+                "progress; the finding is the smallest case it had reached"
+            )
+        else:
+            previous(value)
+
+    with with_reporter(reporter), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_LARGE_REPR, category=HypothesisWarning)
+        yield
 
 
 def register_profiles() -> None:

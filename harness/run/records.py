@@ -15,6 +15,11 @@ is a dataclass here; `read_records`, `read_run_meta` and `read_bundle_doc` read 
 type-driven reader (`from_json`) that checks every field against its type and names what is
 wrong as `file[:line]: what`; `RecordWriter` and `write_json` write them (`plain`).
 
+Writing: a disk that is full, read-only or not ours raises `OutputError` naming the file
+(`writing` turns such an OSError into one, for any writer), and leaves what was there whole:
+a record line is appended entirely or not at all, a JSON or text file (`write_json`,
+`write_text`) is replaced by its new version or stays the old one.
+
 Record versions: `v` 2 (this one) carries each divergence's bug key (`bug`,
 harness.check.divergence.BugKey) and a finding's `bug`; version 1 records (the `signature`
 strings `op_type|kind|blame|regime`) still read, their bug keys recomputed from the
@@ -27,10 +32,13 @@ them without a device.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import json
 import math
+import os
 import platform
 import re
 import types
@@ -39,7 +47,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -69,6 +77,44 @@ T = TypeVar("T", bound="DataclassInstance")
 
 class RecordError(ValueError):
     """A records file that cannot be read; the message names the file and line."""
+
+
+# The errors of an output the disk will not take: full, read-only, or not ours to write.
+OUTPUT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM}
+)
+
+
+class OutputError(Exception):
+    """An output the disk would not take: `cannot write PATH: <the OS's reason>`.
+
+    Not an OSError, so that no handler of the OS's errors swallows it on its way to the
+    command's one error line (exit status 2).
+
+    Attributes:
+        path: what could not be written (a file, or a bundle's folder).
+        errno: the OS's error number (`errno.ENOSPC`, `errno.EROFS`, ...).
+    """
+
+    def __init__(self, path: Path, errno: int) -> None:
+        super().__init__(path, errno)
+        self.path = path
+        self.errno = errno
+
+    def __str__(self) -> str:
+        return f"cannot write {self.path}: {os.strerror(self.errno)}"
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Raise `OutputError(path, errno)` for an OSError of `OUTPUT_ERRNOS` inside the block
+    (any other error goes on as it is: a harness bug, not the disk)."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in OUTPUT_ERRNOS:
+            raise
+        raise OutputError(path, err.errno) from None
 
 
 def plain(value: Any) -> Any:
@@ -483,7 +529,10 @@ class ChunkFinding:
     Attributes:
         bug: the bug key it was shrunk by (None in version 1 records: then the case
             record's `bug`).
-        bundle: `bundles/<finding id>` (None when it could not be written).
+        bundle: `bundles/<finding id>`, named only once the bundle is whole on disk (None
+            when it could not be written).
+        bundle_error: why no bundle was written (e.g. `cannot write bundles/<id>: No space
+            left on device`), when that is known.
         shrunk: Hypothesis finished shrinking it.
         repeatability: its repeatability class.
         unshrunk: why it is not shrunk, when it is not ("shrink budget spent", ...).
@@ -496,6 +545,7 @@ class ChunkFinding:
     shrunk: bool = False
     bug: BugKey | None = None
     repeatability: str | None = None
+    bundle_error: str | None = None
     unshrunk: str | None = None
 
 
@@ -664,31 +714,54 @@ def record_line(record: Record) -> str:
 
 
 class RecordWriter:
-    """Appends records to `cases.jsonl`, one line each, flushed at once.
+    """Appends records to `cases.jsonl`, one line each, handed to the OS at once.
 
-    Flushing hands each line to the OS, so it survives the process being killed (SIGKILL
-    included); only a crash of the machine itself could lose the last lines. One process
-    writes a run's file: a worker of `parity run --jobs N` sends its lines to its parent,
-    which writes them (harness.run.workers says why).
+    Each line goes to the OS as it is written (no buffer in this process), so it survives
+    the process being killed (SIGKILL included); only a crash of the machine itself could
+    lose the last lines. A line the disk will not take (full, read-only) is cut off again,
+    so the file holds whole lines only, and `OutputError` names it. One process writes a
+    run's file: a worker of `parity run --jobs N` sends its lines to its parent, which writes
+    them (harness.run.workers says why).
+
+    Raises:
+        OutputError: the file cannot be opened for appending.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._file: IO[str] = path.open("a", encoding="utf-8")
+        with writing(path):
+            self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, record: Record) -> None:
         """Write one record as one line."""
         self.write_line(record_line(record))
 
     def write_line(self, line: str) -> None:
-        """Write one record already made into its line (`record_line`)."""
-        self._file.write(line + "\n")
-        self._file.flush()
+        """Write one record already made into its line (`record_line`).
+
+        Raises:
+            OutputError: the disk would not take the whole line; the file is as it was.
+        """
+        if self._fd is None:
+            raise ValueError(f"{self.path}: written after close()")  # a harness bug
+        data = (line + "\n").encode("utf-8")
+        size = os.fstat(self._fd).st_size
+        try:
+            with writing(self.path):
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view) :]
+        except OutputError:
+            # A partial line would tear the record (and every line after it): cut it off.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+            raise
 
     def close(self) -> None:
         """Close the file (idempotent)."""
-        if not self._file.closed:
-            self._file.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_records(path: Path) -> Iterator[Record]:
@@ -1071,6 +1144,7 @@ class Finding:
     chunks: list[str] = field(default_factory=list)
     sources: list[int] = field(default_factory=list)
     bundle: str | None = None
+    bundle_error: str | None = None  # why it has no bundle, when known
     shrunk: bool = False
     unshrunk: str | None = None  # why it is not shrunk, when it is not
     provisional: bool = False
@@ -1185,8 +1259,28 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
 
 def write_json(path: Path, doc: Any) -> Path:
     """Write `doc` (a record, or anything `plain` takes) as indented JSON, atomically (a
-    reader never sees half a file)."""
+    reader never sees half a file).
+
+    Raises:
+        OutputError: the disk would not take it; the old file, if any, is kept.
+    """
+    return write_text(path, json.dumps(plain(doc), indent=1) + "\n")
+
+
+def write_text(path: Path, text: str) -> Path:
+    """Write a text file (UTF-8) atomically: a temporary file beside it, renamed over it.
+
+    Raises:
+        OutputError: the disk would not take it (full, read-only, not ours); the old file,
+            if any, is kept and no temporary file is left.
+    """
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(plain(doc), indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    try:
+        with writing(path):
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     return path

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import tempfile
 import time
 from pathlib import Path
 
@@ -97,33 +98,46 @@ def replay_command(args: argparse.Namespace) -> int:
             f"parity replay: diverges differently: was {sig}, now {now_sig} "
             f"[{args.shaders} shaders, {took}]"
         )
+        for d in outcome.divergences[:10]:  # what it diverges with now, not only its key
+            console.err(f"  step {d.step}: {d.kind} ({d.blame}) {d.message}")
     return outcome.exit_status
 
 
 def regress_command(args: argparse.Namespace) -> int:
-    """Copy `args.bundle` into `args.dest` as a regression test and replay it once."""
+    """Copy `args.bundle` into `args.dest` as a regression test and replay it once.
+
+    The copy is made and replayed in a staging folder beside the destination and renamed
+    into place only when both succeed: a refused or failed regress leaves nothing behind.
+    """
     bundle = load_bundle(args.bundle)
+    bundle.manifest(args.allow_adapters)  # an adapter not allowed: refused before any copy
     dest_root = Path(args.dest)
     name = args.name or bundle.doc.id or bundle.path.name
     if not name or "/" in name or name.startswith("."):
         raise UsageError(f"--name must be a plain folder name, got {name!r}")
     dest = dest_root / name
-    if dest.exists():
-        if not args.force:
-            raise UsageError(f"{dest}: exists; pass --force to replace it")
-        shutil.rmtree(dest)
+    if dest.exists() and not args.force:
+        raise UsageError(f"{dest}: exists; pass --force to replace it")
     dest_root.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(bundle.path, dest, ignore=shutil.ignore_patterns("arrays.npz"))
-    write_json(
-        dest / "regression.json",
-        {
-            "expect": args.expect,
-            "bug": bundle.bug,
-            "source": str(bundle.path),
-            "created": time.strftime("%Y-%m-%d"),
-        },
-    )
-    outcome = replay(load_bundle(dest), shaders="worktree")
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=dest_root))
+    try:
+        copy = staging / name
+        shutil.copytree(bundle.path, copy, ignore=shutil.ignore_patterns("arrays.npz"))
+        write_json(
+            copy / "regression.json",
+            {
+                "expect": args.expect,
+                "bug": bundle.bug,
+                "source": str(bundle.path),
+                "created": time.strftime("%Y-%m-%d"),
+            },
+        )
+        outcome = replay(load_bundle(copy), shaders="worktree", allow_adapters=args.allow_adapters)
+        if dest.exists():
+            shutil.rmtree(dest)
+        copy.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     passes = (outcome.status == "fixed") == (args.expect == "fixed")
     console.err(
         f"parity regress: {dest} (expect {args.expect}); with the working tree's shaders it is "

@@ -6,10 +6,16 @@ folder fails at once with `RunFolderBusy`, naming the holder (pid, command, star
 from `HOLDER_FILE` beside the lock). The lock is the kernel's (`flock`, through `filelock`):
 it dies with its process, so a run killed by SIGKILL leaves no stale lock behind, only the
 two small files, which the next holder reuses.
+
+A command that only reads a folder (`parity merge`, of its shards) takes it shared
+(`shared=True`): readers do not exclude each other, only a writer, and need no write access,
+so shards on a read-only filesystem merge. Where the folder has no lock file and none can be
+made (read-only), no parity process can be writing there, and none is taken.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -20,6 +26,8 @@ from types import TracebackType
 from typing import Any
 
 from filelock import FileLock, Timeout
+
+from harness.run.records import OUTPUT_ERRNOS, writing
 
 LOCK_FILE = ".parity.lock"
 HOLDER_FILE = ".parity.lock.json"
@@ -36,20 +44,29 @@ class RunFolderBusy(LockUnavailable):
 
 
 class RunFolderLock:
-    """The lock of one folder; a context manager (`with RunFolderLock(path, command):`)."""
+    """The lock of one folder; a context manager (`with RunFolderLock(path, command):`).
 
-    def __init__(self, folder: Path, command: str) -> None:
+    Args:
+        shared: for a command that only reads the folder (see the module docstring).
+    """
+
+    def __init__(self, folder: Path, command: str, shared: bool = False) -> None:
         self.folder = Path(folder)
         self.command = command
+        self.shared = shared
         self._lock = FileLock(self.folder / LOCK_FILE, timeout=0)
+        self._shared_fd: int | None = None
 
     def acquire(self) -> RunFolderLock:
-        """Take the lock without waiting, and write who holds it.
+        """Take the lock without waiting, and (unless shared) write who holds it.
 
         Raises:
-            RunFolderBusy: another process holds it.
+            RunFolderBusy: another process holds it (for a shared lock: a writer).
             LockUnavailable: the folder cannot hold the lock file (missing, unwritable).
+            OutputError: the holder's details cannot be written (a full disk).
         """
+        if self.shared:
+            return self._acquire_shared()
         try:
             self._lock.acquire(blocking=False)
         except Timeout:
@@ -69,12 +86,53 @@ class RunFolderLock:
             "host": socket.gethostname(),
         }
         tmp = self.folder / f".{HOLDER_FILE}.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(holder) + "\n", encoding="utf-8")
-        tmp.replace(self.folder / HOLDER_FILE)
+        try:
+            with writing(self.folder / HOLDER_FILE):
+                tmp.write_text(json.dumps(holder) + "\n", encoding="utf-8")
+                tmp.replace(self.folder / HOLDER_FILE)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            self.release()
+            raise
+        return self
+
+    def _acquire_shared(self) -> RunFolderLock:
+        import fcntl  # Unix; `flock`, as filelock's exclusive lock there, so the two exclude
+
+        path = self.folder / LOCK_FILE
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError as err:
+            if err.errno in OUTPUT_ERRNOS and not path.exists() and self.folder.is_dir():
+                return self  # read-only and never locked: no parity process writes here
+            try:  # a lock file made by a run, in a folder this process may not write
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:
+                raise LockUnavailable(
+                    f"{path}: cannot take the folder's lock: {err.strerror or err}"
+                ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as err:
+            os.close(fd)
+            if isinstance(err, BlockingIOError):
+                raise RunFolderBusy(
+                    f"{self.folder}: in use by another parity process "
+                    f"({describe_holder(self.folder)}); wait for it to finish or pick another "
+                    "folder"
+                ) from None
+            raise LockUnavailable(
+                f"{path}: cannot take the folder's lock: {err.strerror or err}"
+            ) from None
+        self._shared_fd = fd
         return self
 
     def release(self) -> None:
         """Let the lock go (idempotent); the files stay for the next holder."""
+        if self._shared_fd is not None:
+            os.close(self._shared_fd)  # closing the descriptor drops its flock
+            self._shared_fd = None
         if self._lock.is_locked:
             self._lock.release()
 

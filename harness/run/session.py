@@ -19,10 +19,19 @@ Lifecycle of a `RunSession`:
 
 A SIGKILL skips step 3, but `cases.jsonl` already holds every finding (the workers die with
 this process), and `parity report` renders it.
+
+An output the disk will not take (full, read-only: `OutputError`, from a record, a bundle or
+run.json) stops the run like a signal, in every worker; it is finalized with status
+`error`, the first such error among its `errors`, and exit status 2, and the command's one
+error line names the file. What was written stays consistent: a record that did not fit is
+not there at all (nor counted), a bundle that did not fit is not named by any record. A small
+reserve file, written when the run starts and given back when it ends, keeps room for the
+final run.json on a disk that filled up, so the report says how the run ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -42,6 +51,7 @@ from harness.check.coverage import Coverage, available_cells, missing_cells
 from harness.families import FAMILIES
 from harness.run.bundle import REPO_SHADER_DIRS, copy_shaders, source_digests
 from harness.run.chunks import (
+    OUTPUT_ERROR,
     CaseTally,
     ChunkRunner,
     ChunkTally,
@@ -63,6 +73,7 @@ from harness.run.records import (
     ChunkFinding,
     ChunkRecord,
     MergeMeta,
+    OutputError,
     RecordError,
     RecordWriter,
     RunMeta,
@@ -72,12 +83,15 @@ from harness.run.records import (
     record_line,
     versions,
     write_json,
+    writing,
 )
 from harness.run.runlock import LOCK_FILES, RunFolderLock
 from harness.run.workers import WorkerPool
 
+# Room kept for the final run.json while the run writes (see the module docstring).
+RESERVE_FILE = ".parity.reserve"
 # Files and folders a run writes; only these are cleared when a run folder is reused.
-RUN_OUTPUTS = (RUN_FILE, CASES_FILE, "summary.json", "junit.xml", "index.html")
+RUN_OUTPUTS = (RUN_FILE, CASES_FILE, "summary.json", "junit.xml", "index.html", RESERVE_FILE)
 RUN_OUTPUT_DIRS = ("bundles", "failures", "cases", "assets")
 
 
@@ -169,6 +183,9 @@ class RunSession:
         self.ops_run: set[str] = set()
         self.exit_status = ExitStatus.CLEAN
         self.errors: list[str] = []
+        # The first output the disk would not take: the run stops and exits 2 naming it.
+        self.output_failure: OutputError | None = None
+        self._reserved = False
         # Host-time split (harness.check.timing) of every process, when config.timings.
         self.timings: dict[str, float] = {}
         self._queue: deque[Chunk] = deque()
@@ -188,6 +205,8 @@ class RunSession:
             RunFolderError: the output folder holds something that is not a parity run, or
                 cannot be written.
             RunFolderBusy: another parity process is using the output folder.
+            OutputError: run.json, cases.jsonl or the reserve cannot be written (a full or
+                read-only disk).
             WorkerSetupError: a worker failed to start for another reason.
         """
         limits = [c.max_workgroups_per_dim for c in self.mine]
@@ -234,7 +253,9 @@ class RunSession:
                 time_budget_s=self.config.time_budget_s,
             ),
             max_workgroups_per_dim=self.config.max_workgroups_per_dim,
-            database=str(self.config.database) if self.config.database else None,
+            # Absolute, so that the commands the report prints can name them from the run
+            # folder (harness.run.commands).
+            database=str(self.config.database.resolve()) if self.config.database else None,
             shard=self.config.shard,
             plan=list(self.plan),
             plan_digest=plan_digest(self.plan),
@@ -248,12 +269,20 @@ class RunSession:
             shader_overrides={b: str(p) for b, p in self.config.shader_dirs.items()},
             kernels=str(self.config.kernels) if self.config.kernels is not None else None,
             expectations=list(self.config.expectations.entries),
-            expectations_file=self.config.expectations.source,
+            expectations_file=(
+                str(Path(self.config.expectations.source).resolve())
+                if self.config.expectations.source is not None
+                else None
+            ),
             started=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             jobs=self.config.jobs,
             workers=self.pool.lines if self.pool is not None else [],
         )
         write_json(out / RUN_FILE, self.meta)
+        # Twice run.json and some: the final one adds its errors, workers and times.
+        self._reserved = True
+        with writing(out / RESERVE_FILE):
+            (out / RESERVE_FILE).write_bytes(bytes(2 * (out / RUN_FILE).stat().st_size + 16384))
         self.writer = RecordWriter(out / CASES_FILE)
         if self.runner is not None:
             self.runner.meta = self.meta
@@ -298,11 +327,15 @@ class RunSession:
             timing.merge(self.timings, self.pool.timings)
         else:
             timing.merge(self.timings, timing.take())
-        if self.stop.reason is not None:
+        if self.output_failure is not None:
+            status = "error"
+        elif self.stop.reason is not None:
             status = "time_budget" if self.stop.reason == "time_budget" else "interrupted"
         elif self.errors:
             status = "error"
-        self.exit_status = self._exit_status(status)
+        self.exit_status = (
+            ExitStatus.BAD_INPUT if self.output_failure is not None else self._exit_status(status)
+        )
         self.meta.status = status
         self.meta.exit_status = int(self.exit_status)
         self.meta.stop_reason = self.stop.reason
@@ -311,7 +344,11 @@ class RunSession:
         self.meta.finished = time.strftime("%Y-%m-%dT%H:%M:%S%z")
         if self.pool is not None:
             self.meta.workers = self.pool.lines
-        write_json(self.config.out / RUN_FILE, self.meta)
+        self._release_reserve()
+        try:
+            write_json(self.config.out / RUN_FILE, self.meta)
+        except OutputError as err:
+            self.output_error(err)
         self.log(f"parity: {status}: {totals_text(self.totals.counts())}, {self.meta.duration_s} s")
         return status
 
@@ -342,8 +379,26 @@ class RunSession:
             self.warmer.close()
         if self.pool is not None:
             self.pool.close()
+        self._release_reserve()
         if self.lock is not None:
             self.lock.release()
+
+    def _release_reserve(self) -> None:
+        if self._reserved:  # written (or begun) by this session, under its lock
+            with contextlib.suppress(OSError):
+                (self.config.out / RESERVE_FILE).unlink(missing_ok=True)
+            self._reserved = False
+
+    def output_error(self, error: OutputError) -> None:
+        """An output the disk would not take: the run stops (every worker after its
+        current case) and ends with status error and exit status 2, naming the first."""
+        if self.output_failure is None:
+            self.output_failure = error
+            self.errors.append(str(error))
+        if self.stop.reason in (None, "time_budget"):
+            self.stop.reason = OUTPUT_ERROR
+            if self.pool is not None:
+                self.pool.stop_writing()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
@@ -395,9 +450,9 @@ class RunSession:
         self.case_line(record_line(record), CaseTally.of(record))
 
     def case_line(self, line: str, tally: CaseTally) -> None:
-        """A case record's line: written and counted."""
-        assert self.writer is not None
-        self.writer.write_line(line)
+        """A case record's line: written and counted (neither, if the disk would not take it)."""
+        if not self._write_line(line):
+            return
         self.coverage.merge(tally.coverage)
         self.ops_run.update(tally.ops)
         self.totals.add_case(tally)
@@ -408,9 +463,11 @@ class RunSession:
         self.chunk_line(record_line(record), tally)
 
     def chunk_line(self, line: str, tally: ChunkTally) -> None:
-        """A chunk record's line: written and counted."""
-        assert self.writer is not None
-        self.writer.write_line(line)
+        """A chunk record's line: written and counted (neither, if the disk would not take it)."""
+        if not self._write_line(line):
+            return
+        for path in tally.replaced:  # named by no record now that this one is written
+            shutil.rmtree(self.config.out / path, ignore_errors=True)
         self.totals.examples_done += tally.examples
         self.totals.findings.update(tally.findings)
         self._progress(force=True, current=tally.chunk)
@@ -421,8 +478,8 @@ class RunSession:
         record = chunk_record(
             chunk, self.config.shard, "error", findings=findings, duration=seconds, reason=reason
         )
-        self._write_chunk(record)
-        self.totals.findings.update(finding_id(f.case_id, f.bug) for f in findings)
+        if self._write_chunk(record):
+            self.totals.findings.update(finding_id(f.case_id, f.bug) for f in findings)
 
     def error(self, text: str) -> None:
         """A failure that is not a divergence: the run ends with status "error"."""
@@ -432,9 +489,18 @@ class RunSession:
         """A progress line, if one is due."""
         self._progress()
 
-    def _write_chunk(self, record: ChunkRecord) -> None:
+    def _write_chunk(self, record: ChunkRecord) -> bool:
+        return self._write_line(record_line(record))
+
+    def _write_line(self, line: str) -> bool:
+        """Append a record's line; False when the disk would not take it (the run stops)."""
         assert self.writer is not None
-        self.writer.write(record)
+        try:
+            self.writer.write_line(line)
+        except OutputError as err:
+            self.output_error(err)
+            return False
+        return True
 
     # ------------------------------------------------------------------ progress
 

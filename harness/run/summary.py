@@ -5,9 +5,9 @@ JSONL records, so a report can be rebuilt from a killed run, re-rendered later, 
 from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summary`) holds:
 
 - `status`, `complete`, `exit_status` (the exit status of the command that wrote the
-  summary: for `parity run` its own, from its tallies (0, 1, 3, 130); for `report` and
-  `merge` the records' verdict: 0 no unexpected divergence and every required coverage cell
-  filled, 1 otherwise);
+  summary: for `parity run` its own, from its tallies (0, 1, 3, 130; 2 when the disk would
+  not take its output); for `report` and `merge` the records' verdict: 0 no unexpected
+  divergence and every required coverage cell filled, 1 otherwise);
 - `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
   the run's exit status, duration, its `jobs` and `workers` with each one's adapters),
   `adapters` (per backend: adapter, driver, API),
@@ -30,9 +30,10 @@ from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summa
   killed run);
 - `expectations`: each known-divergence entry with its status (matched, stale,
   not_applicable, not_exercised) and match count;
-- `kernel_sources`: per slot and backend, where its kernel came from (the project's
-  folder, a `--wgsl-dir`/`--glsl-dir`, or a `--kernels` manifest's file); the coverage
-  marks the variants that ran a manifest's kernel as `foreign`.
+- `kernel_sources`: per slot and backend, where its kernel came from ("project", the
+  `--wgsl-dir`/`--glsl-dir` folder, or a `--kernels` manifest's file), paths relative to
+  the run folder; the coverage marks the variants that ran a manifest's kernel as
+  `foreign`.
 """
 
 from __future__ import annotations
@@ -40,12 +41,15 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
 from graph_format import SLOTS
+from harness.check.backends import SHADER_LANGUAGES
 from harness.check.coverage import available_cells, missing_cells
 from harness.check.divergence import BugKey
+from harness.run.commands import relative_path
 from harness.run.expectations import entry_status
 from harness.run.findings import CLEAN, UNEXPECTED, finding_id, severity
 from harness.run.profiles import PROFILES
@@ -99,12 +103,16 @@ class DistinctCase:
     families: list[str] = field(default_factory=list)
 
 
-def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> Summary:
+def summarize(
+    runs: Sequence[RunMeta], records: Sequence[Sequence[Record]], run_dir: Path | None = None
+) -> Summary:
     """The summary of one run, or of several shards merged.
 
     Args:
         runs: each shard's run.json.
         records: each shard's records (same order as `runs`).
+        run_dir: the run folder, which `kernel_sources` names paths relative to (default:
+            as run.json records them).
     """
     first = runs[0]
     cases = distinct_cases(runs, records)
@@ -253,7 +261,7 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
             for op, per in sorted(coverage.items())
         },
         coverage_required={op: list(cells) for op, cells in sorted(required.items())},
-        kernel_sources=kernel_sources(first),
+        kernel_sources=kernel_sources(first, run_dir),
         coverage_checked=coverage_checked,
         coverage_missing=[list(m) for m in missing],
         bugs=groups,
@@ -262,19 +270,32 @@ def summarize(runs: Sequence[RunMeta], records: Sequence[Sequence[Record]]) -> S
     )
 
 
-def kernel_sources(run: RunMeta) -> dict[str, dict[str, str]]:
+def folder_source(run: RunMeta, backend: str, run_dir: Path | None = None) -> str:
+    """Where `run` built `backend`'s kernels from when no manifest replaced them: "project"
+    (the repo's wgsl/ or glsl/), or `--wgsl-dir DIR`/`--glsl-dir DIR` (DIR relative to
+    `run_dir` when given)."""
+    folder = run.shader_overrides.get(backend)
+    if folder is None:
+        return "project"
+    flag = f"--{SHADER_LANGUAGES.get(backend, backend)}-dir"
+    return f"{flag} {relative_path(folder, run_dir) if run_dir is not None else folder}"
+
+
+def kernel_sources(run: RunMeta, run_dir: Path | None = None) -> dict[str, dict[str, str]]:
     """slot -> backend -> where its kernel came from: the manifest's file for a slot a
-    manifest replaced (`parity run --kernels`), else the project's shader folder (or the
-    `--wgsl-dir`/`--glsl-dir` folder that replaced it)."""
+    manifest replaced (`parity run --kernels`: "<file> (manifest <kernels.toml>)"), else
+    the backend's folder (`folder_source`); paths relative to `run_dir` when given."""
     out: dict[str, dict[str, str]] = {}
     for slot in SLOTS:
         for backend, info in sorted(run.adapters.items()):
             replaced = info.get("kernels", {}) or {}
             if slot in replaced:
-                source = f"{replaced[slot]} (manifest {info.get('manifest', run.kernels)})"
+                manifest = info.get("manifest", run.kernels)
+                if run_dir is not None and manifest:
+                    manifest = relative_path(manifest, run_dir)
+                source = f"{replaced[slot]} (manifest {manifest})"
             else:
-                folder = run.shader_overrides.get(backend, run.shader_dirs.get(backend, ""))
-                source = f"project ({folder})" if folder else "project"
+                source = folder_source(run, backend, run_dir)
             out.setdefault(slot, {})[backend] = source
     return out
 
@@ -397,6 +418,7 @@ def _findings(
             if source not in known.sources:
                 known.sources.append(source)
             known.bundle = known.bundle or found.bundle
+            known.bundle_error = None if known.bundle else known.bundle_error or found.bundle_error
             known.shrunk = known.shrunk or found.shrunk
             known.unshrunk = None if known.shrunk else known.unshrunk or found.unshrunk
             known.provisional = known.provisional and provisional
@@ -418,6 +440,7 @@ def _findings(
             chunks=[chunk],
             sources=[source],
             bundle=found.bundle,
+            bundle_error=found.bundle_error,
             shrunk=found.shrunk,
             unshrunk=None if found.shrunk else found.unshrunk,
             provisional=provisional,

@@ -27,6 +27,9 @@ Lifetimes and signals:
 - Workers run in their own process group, so a Ctrl-C at the terminal reaches the parent
   alone; the parent passes each SIGINT/SIGTERM on to every worker, which then stops after
   its current case (a second: at once), exactly as a single-process run does.
+- An output the disk would not take (a full or read-only disk): the worker that met it
+  sends it to the parent, which stops the run and has every worker stop after its current
+  case (SIGUSR1: stop for `OUTPUT_ERROR`), so the run ends promptly, with exit status 2.
 - A worker that dies (a driver crash, a lost device, `os._exit`) does not end the run: its
   chunk gets an `error` chunk record naming how it died and after how many cases, keeping
   the provisional findings its cases had; a new worker takes its place and the rest of the
@@ -58,6 +61,7 @@ from graph_format import ADAPTER_VARIABLE, BackendUnavailable
 from harness.check import timing
 from harness.run.bundle import existing_bundle
 from harness.run.chunks import (
+    OUTPUT_ERROR,
     CaseTally,
     ChunkRunner,
     ChunkTally,
@@ -70,6 +74,7 @@ from harness.run.records import (
     CaseRecord,
     ChunkFinding,
     ChunkRecord,
+    OutputError,
     RunMeta,
     WorkerLine,
     record_line,
@@ -106,6 +111,9 @@ class PoolSession(Protocol):
 
     def error(self, text: str) -> None:
         """A failure to report among the run's errors."""
+
+    def output_error(self, error: OutputError) -> None:
+        """An output a worker could not write (a bundle): the run stops."""
 
     def log(self, line: str) -> None:
         """A line for stderr."""
@@ -192,6 +200,15 @@ class WorkerPool:
             if w.state != "dead" and w.process.pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(w.process.pid, signum)
+
+    def stop_writing(self) -> None:
+        """Have every worker running a chunk stop after its current case: the run's output
+        failed. (Only those: one still starting has no handler yet, and SIGUSR1 would end
+        it; an idle one is dealt no more chunks.)"""
+        for w in self.workers:
+            if w.state == "busy" and w.process.pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(w.process.pid, signal.SIGUSR1)
 
     def close(self) -> None:
         """End every worker still running (those asked to exit get a moment to)."""
@@ -328,6 +345,8 @@ class WorkerPool:
             self.session.chunk_line(line, tally)
         elif kind == "error":
             self.session.error(message[1])
+        elif kind == "output_error":
+            self.session.output_error(message[1])
         elif kind == "log":
             self.session.log(message[1])
         elif kind == "ready":
@@ -448,6 +467,9 @@ class _PipeSink:
     def error(self, text: str) -> None:
         self.conn.send(("error", text))
 
+    def output_error(self, error: OutputError) -> None:
+        self.conn.send(("output_error", error))
+
     def log(self, line: str) -> None:
         self.conn.send(("log", line))
 
@@ -519,8 +541,13 @@ def worker_main(
             raise KeyboardInterrupt  # a second signal: stop now
         stop.reason = signal.Signals(signum).name
 
+    def on_output_error(signum: int, frame: FrameType | None) -> None:
+        if stop.reason in (None, "time_budget"):
+            stop.reason = OUTPUT_ERROR  # another process could not write: stop, like a signal
+
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, on_output_error)
     os.environ[ADAPTER_VARIABLE] = str(adapter) if adapter is not None else f"spread:{index - 1}"
     if config.timings:
         timing.enable()

@@ -211,10 +211,6 @@ def _half_precision_cases(rng: np.random.Generator) -> dict[str, Case]:
     }
 
 
-# A scalar operand is float32 and takes float32 tensors only (its f16 twin is refused).
-SCALAR_CASES = ("add_scalar", "mul_scalar")
-
-
 def _takes_f16(case: Case) -> bool:
     """Whether every op of the case has f16 kernels (fused_sdpa and update_cache do not)."""
     return all("float16" in model_dtypes(node.op) for node in case.graph.ops)
@@ -226,7 +222,7 @@ def _project_cases_f16() -> dict[str, Case]:
     cases = {
         f"{name}_f16": half_precision(case, keep={"scales"})
         for name, case in _project_cases().items()
-        if _takes_f16(case) and name not in SCALAR_CASES
+        if _takes_f16(case)
     }
     cases["linear_q4gsw_f16acc"] = half_precision(_linear_case(16), keep={"scales"})
     return cases

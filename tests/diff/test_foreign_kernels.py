@@ -309,6 +309,28 @@ def test_a_bug_planted_in_a_kernel_is_found_and_blamed_on_its_backend(
     assert {d.kind for d in found} <= {Kind.NUMERIC, Kind.NAN_INF}, [str(d) for d in found]
 
 
+def test_a_manifest_failing_on_a_step_s_values_is_no_compiler_error(
+    planted_folder: Path,
+) -> None:
+    """Issue 18: a count that divides by zero on some values was reported as a kernel that
+    "does not build", pointing at compiler output that does not exist. It is still the
+    kernel's finding, on each backend, now saying that its manifest fails on those values."""
+    manifest = planted_folder / "kernels.toml"
+    text = manifest.read_text()
+    assert text.count('"div_up(m * n, 64)"') == 2  # the GEMM's count, on both backends
+    manifest.write_text(text.replace('"div_up(m * n, 64)"', '"div_up(m * n, k - 60)"'))
+    result = foreign_runner(planted_folder).run(FIXED["q4gsw_gemm"])  # K = 60
+    found = result.divergences
+    assert {d.blame for d in found} == {"webgpu", "vulkan"}, [str(d) for d in found]
+    for d in found:
+        assert d.kind == Kind.BUILD_ERROR
+        assert "its manifest fails on this step's values" in d.message, d.message
+        assert "division by zero in div_up (at k=60, m=" in d.message, d.message
+        # The manifest's table and key: where to fix it.
+        assert f"{d.blame}.q4gsw_gemm.dispatch: expression 'div_up(m * n, k - 60)'" in d.message
+        assert "compiler" not in d.message and "compiler" not in (d.details or {})
+
+
 def test_the_shipped_spirv_carries_no_names_and_is_bound_by_index() -> None:
     """spirv/rms_norm.spv was compiled as another project's build would (README.md): without
     debug names, so the manifest binds it by index, and the examples pass with it."""

@@ -67,6 +67,57 @@ def test_scalar_operand(op: str, scalar: float, runtimes: list[Runtime]) -> None
             np.testing.assert_array_equal(outputs["op.out"], expected, err_msg=rt.name)
 
 
+@pytest.mark.parametrize(("op", "scalar"), [("add", 3.0), ("add", 0.1), ("mul", -1234.56)])
+def test_scalar_operand_in_half_precision(
+    op: str, scalar: float, runtimes: list[Runtime], runner: LockstepRunner
+) -> None:
+    """`x + 3.0` with x float16 (PyTorch's half tensor with a Python float): the f32 result of
+    x with the scalar rounded to f32, rounded once to f16 (WGSL lets a conversion pick either
+    neighbour: within one f16 ULP), and clean under every oracle."""
+    b = GraphBuilder()
+    x = b.input("x", "float16", [3, 40])
+    b.output(b.op(op, name="op", a=x, scalar=b.float(scalar, "s")))
+    graph = b.build()
+    steps = [{"x": _f32(3, 40).astype(np.float16)}, {"x": _f32(2, 7, seed=1).astype(np.float16)}]
+    s = F32(scalar)
+    for rt in runtimes:
+        for step, outputs in zip(steps, _run(rt, graph, steps), strict=True):
+            x32 = step["x"].astype(F32)
+            exact = x32 + s if op == "add" else x32 * s
+            assert outputs["op.out"].dtype == np.float16
+            np.testing.assert_allclose(outputs["op.out"], exact, rtol=2.0**-10, err_msg=rt.name)
+    assert_parity(runner.run(Case(graph, steps, name=f"{op}_scalar_f16")))
+
+
+# ---------------------------------------------------------------------------- interleaved rope
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_interleaved_rope_width_not_a_multiple_of_4(dtype: str, runner: LockstepRunner) -> None:
+    """apply_rotary_emb_interleaved with C = 14 (C % 4 == 2; upstream's WebGPU op takes any
+    even C): each (real, imag) pair turned by its token's (cos, sin), at two live shapes."""
+    b = GraphBuilder()
+    x = b.input("x", dtype, [2, 5, 14])
+    freqs = b.input("freqs_cis", dtype, [5, 14])
+    b.output(b.op("apply_rotary_emb_interleaved", name="rope", x=x, freqs_cis=freqs))
+    graph = b.build()
+    steps = [
+        {"x": _f32(2, 5, 14).astype(dtype), "freqs_cis": _f32(5, 14, seed=2).astype(dtype)},
+        {"x": _f32(1, 3, 14, seed=3).astype(dtype), "freqs_cis": _f32(3, 14).astype(dtype)},
+    ]
+    result = runner.run(Case(graph, steps, name="rope_interleaved_c14"))
+    assert_parity(result)
+    for rt in runner.runtimes:
+        for step, outputs in zip(steps, _run(rt, graph, steps), strict=True):
+            xs, fs = step["x"].astype(np.float64), step["freqs_cis"].astype(np.float64)
+            r, i, c, s = xs[..., 0::2], xs[..., 1::2], fs[None, :, 0::2], fs[None, :, 1::2]
+            want = np.stack([r * c - i * s, r * s + i * c], axis=-1).reshape(xs.shape)
+            got = outputs["rope.out"].astype(np.float64)
+            # f32 arithmetic: within a few f32 ULPs of the exact value; f16: one f16 rounding.
+            tol = 2.0**-10 if dtype == "float16" else 1e-5
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol, err_msg=rt.name)
+
+
 # ---------------------------------------------------------------------------- view_copy -1
 
 

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -130,3 +131,85 @@ def test_op_budget_is_the_reference_and_its_budget() -> None:
     assert budget.budget["out"].shape == x.shape and np.all(budget.budget["out"] > 0)
     assert budget.within("out", budget.reference["out"].astype(np.float32))
     assert not budget.within("out", budget.reference["out"] + 2 * budget.budget["out"])
+
+
+# --- issue 18: the public API's gaps ------------------------------------------------------
+
+
+def test_single_op_graph_builds_an_op_without_outputs() -> None:
+    """update_cache writes its state cache in place: the cache is the graph's output."""
+    cache = np.zeros((1, 8, 2, 4), np.float32)
+    value = np.ones((1, 3, 2, 4), np.float32)
+    case = single_op_graph(
+        "update_cache",
+        {"value": value, "cache": cache, "input_pos": 2},
+        state={"cache"},
+        symints={"input_pos"},
+        max_dims={"value": [1, 8, 2, 4]},
+    )
+    assert case.graph.outputs == ("cache",)
+    assert case.graph.tensor("cache").state
+    budget = op_budget(case)
+    assert budget.reference == {}  # no output slot: nothing of its own to budget
+    with pytest.raises(ValueError, match="update_cache has no outputs: name the tensor"):
+        single_op_graph("update_cache", {"value": value, "cache": cache, "input_pos": 2})
+
+
+def test_single_op_graph_sets_the_output_dtype() -> None:
+    x = np.ones((2, 8), np.float32)
+    case = single_op_graph("silu", {"x": x}, out_dtype="float16")
+    node = case.graph.ops[0]
+    assert case.graph.tensor(node.outputs["out"]).dtype == "float16"
+    assert case.graph.tensor("x").dtype == "float32"
+
+
+def test_op_budgets_evaluates_every_step_in_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`op_budget(case, step)` replays steps 0..step; looping it over n steps replays n²/2.
+    `op_budgets` gives every step's in one pass, equal to `op_budget`'s."""
+    from harness import op_budgets
+    from harness.check.reference import ReferenceEvaluator
+
+    rng = np.random.default_rng(4)
+    case = single_op_graph(
+        "rms_norm",
+        {"x": rng.standard_normal((3, 16)).astype(np.float32), "weight": np.ones(16, np.float32)}
+        | {"eps": 1e-6},
+        constants={"weight"},
+        max_dims={"x": [6, 16]},
+    )
+    case.steps += [{"x": rng.standard_normal((n, 16)).astype(np.float32)} for n in (1, 6, 2, 5)]
+    steps_run = 0
+    step = ReferenceEvaluator.step
+
+    def counted(self: ReferenceEvaluator, inputs: Any) -> Any:
+        nonlocal steps_run
+        steps_run += 1
+        return step(self, inputs)
+
+    monkeypatch.setattr(ReferenceEvaluator, "step", counted)
+    budgets = op_budgets(case)
+    assert steps_run == len(case.steps) == len(budgets) == 5
+    for i, got in enumerate(budgets):
+        want = op_budget(case, i)
+        np.testing.assert_array_equal(got.reference["out"], want.reference["out"])
+        np.testing.assert_array_equal(got.budget["out"], want.budget["out"])
+
+
+def test_the_decoder_builder_and_the_f16_conversion_are_public() -> None:
+    from harness import DecoderConfig, DecoderWeights, decoder_case, half_precision
+
+    for item in (DecoderConfig, DecoderWeights, decoder_case, half_precision):
+        assert item.__doc__ and item.__module__.startswith("harness.")
+    config = DecoderConfig(
+        vocab=16, hidden=32, n_heads=2, n_kv_heads=1, head_dim=16, ffn=32, layers=1,
+        max_seq=8, group_size=16,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    case = decoder_case(config, DecoderWeights.random(config, rng), [(0, 3), (3, 1)], rng)
+    half = half_precision(case)
+    dtypes = {t.name: t.dtype for t in half.graph.tensors()}
+    # q4gsw scales stay float32 by default (the ops take them so); the rest is float16.
+    assert {n for n, d in dtypes.items() if d == "float32"} == {
+        n for n in dtypes if n.endswith(".scales")
+    }
+    assert "float16" in dtypes.values() and half.meta["dtype"] == "float16"

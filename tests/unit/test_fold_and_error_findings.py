@@ -19,8 +19,8 @@ from graph_format import (
 from harness.check.contract import ContractModel, ModelStep
 from harness.check.oracles import compiler_headline, error_op, upstream_origin
 from harness.gen.builder import GraphBuilder
-from harness.run.bundle import replay_commands
 from harness.run.chunks import describe
+from harness.run.commands import finding_commands
 from harness.run.plan import Shard, make_plan, shard_of
 from harness.run.records import Budgets, CaseRecord, RunMeta
 from harness.run.session import RunConfig, RunSession
@@ -202,7 +202,8 @@ def test_a_chunk_rerun_command_keeps_the_run_s_workgroup_limit() -> None:
     run = RunMeta(profile="quick", seed=2, budgets=Budgets(4, 2))
     record = _typed([_case("view/0", "a", [])])[0]
     assert isinstance(record, CaseRecord)
-    assert "--max-workgroups-per-dim" not in replay_commands("bundles/b", run, record)[-1]
+    rerun = finding_commands("bundles/b", run, Path("run"), record.family)[-1]
+    assert "--max-workgroups-per-dim" not in rerun
     run.max_workgroups_per_dim = 3
-    limited = replay_commands("bundles/b", run, record)[-1]
-    assert limited.endswith("--max-workgroups-per-dim 3")
+    limited = finding_commands("bundles/b", run, Path("run"), record.family)[-1]
+    assert "--max-workgroups-per-dim 3 " in limited

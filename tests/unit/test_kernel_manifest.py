@@ -386,6 +386,28 @@ def _edit(old: str, new: str) -> str:
             "webgpu.q4gsw_gemv.overrides.group_size",
             "expected a string, an integer or a float",
         ),
+        # Issue 18: a constant divisor of zero, or a constant past 2**64, fails on every
+        # step whatever the values: refused when the manifest is read.
+        (
+            _edit('dispatch = "ceil(n / 2)"', 'dispatch = "div_up(n * k, 0)"'),
+            "webgpu.q4gsw_gemv.dispatch",
+            "division by zero in div_up (in 'div_up(n * k, 0)', whatever the values)",
+        ),
+        (
+            _edit('dispatch = "ceil(n / 2)"', 'dispatch = "n // (4 - 2 * 2)"'),
+            "webgpu.q4gsw_gemv.dispatch",
+            "division by zero in //",
+        ),
+        (
+            _edit('"k_words * 4"', '"k_words * (4294967296 * 4294967296 * 2)"'),
+            "webgpu.q4gsw_gemv.params.K_bytes",
+            "exceeds 2**64",
+        ),
+        (
+            _edit('"k_words * 4"', '"k_words + 36893488147419103232"'),
+            "webgpu.q4gsw_gemv.params.K_bytes",
+            "exceeds 2**64",
+        ),
     ],
 )
 def test_a_bad_manifest_names_file_field_expected_and_got(
@@ -397,6 +419,28 @@ def test_a_bad_manifest_names_file_field_expected_and_got(
     assert message.startswith(f"{folder / MANIFEST_NAME}: {where}: "), message
     assert what in message, message
     assert info.value.where == where
+
+
+def test_an_entry_names_each_expression_by_its_manifest_key(folder: Path) -> None:
+    manifest = parse_manifest(SAMPLE, folder / MANIFEST_NAME)
+    gemv = manifest.entry("webgpu", "q4gsw_gemv")
+    rope = manifest.entry("webgpu", "rotary_emb_hf")
+    assert gemv is not None and rope is not None
+    assert {k: e.text for k, e in gemv.expressions().items()} == {
+        "overrides.wg_size": "64",
+        "overrides.group_size": "128",
+        "requires[0]": "k % 32 == 0 and n >= 2",
+        "params.K_bytes": "k_words * 4",
+        "dispatch": "ceil(n / 2)",
+    }
+    assert rope.expressions()["dispatch_list[1].dispatch[0]"].text == (
+        "div_up(k_heads * seq * half_dim, 64)"
+    )
+    with pytest.raises(ExpressionError) as info:
+        gemv.dispatches[0].workgroups({"n": 1e400})
+    assert gemv.failure_text(info.value).startswith(
+        "webgpu.q4gsw_gemv.dispatch: expression 'ceil(n / 2)': "
+    )
 
 
 def test_a_toml_syntax_error_names_its_line(folder: Path) -> None:
@@ -594,7 +638,8 @@ def test_conditions_compare_and_combine() -> None:
         ("div_up(n, m)", {"n": 1, "m": 0}, "division by zero in div_up"),
         ("n + k", {"n": 1}, "no value 'k' (given: n)"),
         ("v + 1", {"v": (1, 2, 3, 4)}, "'v' is a vector (1, 2, 3, 4); only a bare name passes it"),
-        ("n * n * n * n * n", {"n": 1 << 20}, "exceeds 2**64"),
+        ("n * n * n * n * n", {"n": 1 << 20}, "exceeds 2**64 (1.209e+24) (at n=1048576)"),
+        ("div_up(n * m, k - 64)", {"n": 1, "m": 2, "k": 64}, "div_up (at k=64, m=2, n=1)"),
         ("n * 1e308 * 10", {"n": 10}, "is inf"),
     ],
 )

@@ -5,7 +5,10 @@ Synthetic records stand in for a run: what the report shows must follow from the
 
 from __future__ import annotations
 
+import html
 import json
+import re
+import shlex
 import struct
 import zlib
 from pathlib import Path
@@ -16,10 +19,14 @@ import numpy as np
 import pytest
 
 from harness.check.divergence import BugKey
+from harness.run.cli import _parser
+from harness.run.commands import finding_commands, reproduce_commands
 from harness.run.expectations import ExpectationsError, entry_status, load_expectations
 from harness.run.findings import finding_id, totals_text
 from harness.run.plan import Shard, make_plan, plan_digest, shard_of
+from harness.run.profiles import quiet_hypothesis
 from harness.run.records import (
+    Budgets,
     DivergenceRecord,
     Record,
     RecordError,
@@ -214,6 +221,48 @@ def test_plan_is_deterministic_and_shards_partition_it() -> None:
             Shard.parse(bad)
 
 
+def test_hypothesis_notes_about_itself_stay_off_the_console(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18: a run's console showed Hypothesis's "PLEASE REPORT THIS" slow-shrink notice
+    and its large-repr warning. Under `quiet_hypothesis` (what a chunk runs in) the first is
+    one log line, the second is dropped; the failure itself and other reports still show."""
+    import warnings
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from hypothesis.internal.conjecture import engine
+    from hypothesis.reporting import report
+
+    monkeypatch.setattr(engine, "MAX_SHRINKING_SECONDS", 0)  # every shrink is "very slow"
+
+    @settings(
+        database=None,
+        max_examples=20,
+        derandomize=True,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.just(b"\x01" * 40_000), st.integers())  # its repr: 160 kB
+    def fails(blob: bytes, n: int) -> None:
+        assert n < 5
+
+    logged: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with quiet_hypothesis(logged.append, "c/0"):
+            with pytest.raises(AssertionError):
+                fails()
+            report("another note")
+    out, err = capsys.readouterr()
+    assert "PLEASE REPORT" not in out + err and not any(
+        "overly large repr" in str(w.message) for w in caught
+    ), (out, err, [str(w.message) for w in caught])
+    assert "another note" in out
+    (line,) = logged
+    assert line.startswith("parity: c/0: Hypothesis stopped shrinking")
+
+
 # ---------------------------------------------------------------------------- expectations
 
 
@@ -230,6 +279,30 @@ def test_expectations_file_is_checked(tmp_path: Path) -> None:
     path.write_text("[[known]\n")
     with pytest.raises(ExpectationsError, match="not valid TOML"):
         load_expectations(path)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "hint"),
+    [("op", "ad", "did you mean 'add'?"), ("family", "rms_nrom", "did you mean 'rms_norm'?")],
+)
+def test_an_expectation_naming_no_op_or_family_is_refused_with_its_line(
+    tmp_path: Path, key: str, value: str, hint: str
+) -> None:
+    """Issue 18: `op = "ad"` was accepted (and then matched nothing, silently)."""
+    path = tmp_path / "expectations.toml"
+    entry = 'id = "{}"\ndevice = "*"\ndriver = "*"\nreason = "r"\nlink = "l"\n'
+    path.write_text(
+        "# known divergences\n\n[[known]]\n"
+        + entry.format("a")
+        + 'op = "add"\n\n[[known]]\n'
+        + entry.format("b")
+        + f'{key} = "{value}"\n'
+    )
+    with pytest.raises(ExpectationsError) as info:
+        load_expectations(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:17: [[known]] entry 2 ('b'): {key} {value!r} is not ")
+    assert hint in message and "\n" not in message, message
 
 
 def test_expectations_match_by_op_class_blame_and_device(tmp_path: Path) -> None:
@@ -487,3 +560,244 @@ def test_utilization_treats_nan_policy_like_the_oracle() -> None:
     reference = np.array([1.0, 1.0, np.inf, 1.0])
     budget = np.array([0.1, 0.1, 0.1, 0.5])
     assert images.utilization(actual, reference, budget).tolist() == [0.0, np.inf, 0.0, 2.0]
+
+
+# ---------------------------------------------------------------------------- commands
+
+
+def _parsed(command: str) -> Any:
+    """A printed `parity run ...` command, as the CLI's own parser reads it."""
+    words = shlex.split(command)
+    assert words[:2] == ["parity", "run"], command
+    assert not any(Path(w).is_absolute() for w in words), command
+    return _parser()[0].parse_args(words[1:])
+
+
+def test_rerun_commands_carry_every_option_that_shaped_the_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "r1"
+    given = {name: tmp_path / name for name in ("my wgsl", "glsl2", "kern", "db", "exp.toml")}
+    run = RunMeta(
+        profile="pr",
+        seed=5,
+        families=["rms_norm", "view"],
+        budgets=Budgets(40, 10, 30.0),
+        shard=Shard(2, 3),
+        database=str(given["db"]),
+        expectations_file=str(given["exp.toml"]),
+        shader_overrides={"webgpu": str(given["my wgsl"]), "vulkan": str(given["glsl2"])},
+        kernels=str(given["kern"] / "kernels.toml"),
+        max_workgroups_per_dim=7,
+    )
+
+    def at(arg: str) -> Path:  # a path the command names, from the run folder it runs in
+        return (run_dir / arg).resolve()
+
+    (whole,) = reproduce_commands([run], run_dir)
+    args = _parsed(whole)
+    assert (args.families, args.profile, args.seed) == ("rms_norm,view", "pr", 5)
+    assert (args.max_examples, args.chunk_examples, args.time_budget) == (40, 10, 30.0)
+    assert (args.shard, args.max_workgroups_per_dim, args.out) == ("2/3", 7, "rerun")
+    assert at(args.wgsl_dir) == given["my wgsl"] and at(args.glsl_dir) == given["glsl2"]
+    assert at(args.kernels) == given["kern"] and at(args.database) == given["db"]
+    assert at(args.expectations) == given["exp.toml"] and not args.no_database
+    # A finding's family alone, to its end, from its seed: no shard, time budget or database.
+    rerun = _parsed(finding_commands("bundles/b", run, run_dir, "view")[-1])
+    assert (rerun.families, rerun.seed, rerun.max_examples, rerun.chunk_examples) == (
+        "view",
+        5,
+        40,
+        10,
+    )
+    assert (rerun.shard, rerun.time_budget, rerun.no_database) == ("1/1", None, True)
+    assert at(rerun.wgsl_dir) == given["my wgsl"] and at(rerun.kernels) == given["kern"]
+    assert rerun.max_workgroups_per_dim == 7 and at(rerun.expectations) == given["exp.toml"]
+    # Without a database or expectations, the command says so (a profile may default to them).
+    bare = RunMeta(profile="nightly", seed=1, families=["view"], budgets=Budgets(2, 1))
+    args = _parsed(reproduce_commands([bare], run_dir)[0])
+    assert args.no_database and args.no_expectations and args.wgsl_dir is None
+    # A merged folder: each shard's command, then their merge.
+    shards = [
+        RunMeta(profile="pr", families=["view"], budgets=Budgets(4, 2), shard=Shard(i, 2))
+        for i in (1, 2)
+    ]
+    *runs, merge = reproduce_commands(shards, run_dir)
+    assert [_parsed(c).shard for c in runs] == ["1/2", "2/2"]
+    assert merge.startswith("parity merge --out rerun/merged ")
+
+
+# ---------------------------------------------------------------------------- the index
+
+
+def test_kernel_sources_list_only_replaced_slots_with_relative_paths(tmp_path: Path) -> None:
+    manifest = tmp_path / "mine" / "kernels.toml"
+    glsl_fork = tmp_path / "glsl-fork"
+    adapters = {
+        "webgpu": {**ADAPTERS["webgpu"], "kernels": {"rms_norm": "rms.wgsl"}},
+        "vulkan": dict(ADAPTERS["vulkan"]),
+    }
+    records = [_case("rms_norm/0", "a", []), _chunk("rms_norm/0")]
+    meta = _run_meta(
+        ["rms_norm/0"],
+        adapters=adapters,
+        kernels=str(manifest),
+        shader_dirs={"webgpu": "/repo/wgsl", "vulkan": str(glsl_fork)},
+        shader_overrides={"vulkan": str(glsl_fork)},
+    )
+    run = _write_run(tmp_path / "run", meta, records)
+    summary = render_report(run)
+    assert summary.kernel_sources["rms_norm"] == {
+        "webgpu": "rms.wgsl (manifest ../mine/kernels.toml)",
+        "vulkan": "--glsl-dir ../glsl-fork",
+    }
+    assert summary.kernel_sources["add_flat"]["webgpu"] == "project"
+    index = (run / "index.html").read_text()
+    section = index[index.index('id="kernels"') : index.index('id="coverage"')]
+    assert str(tmp_path) not in index
+    folders = _text(re.search(r'<p id="kernel-folders">(.*?)</p>', section, re.S).group(1))
+    assert "webgpu: the project's wgsl/" in folders
+    assert "vulkan: every kernel from --glsl-dir ../glsl-fork" in folders
+    rows = re.findall(r"<tr><td><code>(\w+)</code></td>(.*?)</tr>", section, re.S)
+    assert [slot for slot, _ in rows] == ["rms_norm"]  # the one slot the manifest replaced
+    assert "rms.wgsl (manifest ../mine/kernels.toml)" in rows[0][1]
+    # A --wgsl-dir alone replaces no slot: no table, the folder named as such.
+    meta = _run_meta(["rms_norm/0"], shader_overrides={"webgpu": str(tmp_path / "w")})
+    run = _write_run(tmp_path / "run2", meta, records)
+    render_report(run)
+    index = (run / "index.html").read_text()
+    assert 'id="kernel-sources"' not in index
+    assert "every kernel from <code>--wgsl-dir ../w</code>" in index
+    assert "project (" not in index
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", fragment)).strip()
+
+
+def test_the_banner_says_why_a_run_ended_in_error(tmp_path: Path) -> None:
+    died = (
+        "worker 2 (pid 4242, llvmpipe (LLVM 15)) was killed by SIGKILL while running chunk "
+        "rms_norm/1, after 3 of its cases; the rest of the chunk was not run"
+    )
+    raised = "KernelBuildError: webgpu: kernel 'rms_norm' does not build\nCaused by:\n  line 26"
+    records = [_case("rms_norm/0", "a", []), _chunk("rms_norm/0")]
+    meta = _run_meta(
+        ["rms_norm/0", "rms_norm/1", "rms_norm/2"],
+        status="error",
+        exit_status=3,
+        errors=[
+            f"rms_norm/1: {died}",
+            f"rms_norm/2: {raised}",
+            "worker 3 (pid 7) exited with status 9 between chunks",
+        ],
+    )
+    run = _write_run(tmp_path / "run", meta, records)
+    render_report(run, exit_status=3)
+    index = (run / "index.html").read_text()
+    banner = re.search(r'<div id="error-banner">(.*?)</div>', index, re.S)
+    assert banner, "no error banner"
+    assert _text(banner.group(1)).startswith(
+        "The run ended in error (exit status 3): 3 failures other than a divergence"
+    )
+    items = [_text(i) for i in re.findall(r"<li>(.*?)</li>", banner.group(1), re.S)]
+    assert items[0] == f"chunk rms_norm/1: {died}"
+    assert items[1].startswith("chunk rms_norm/2: KernelBuildError: webgpu: kernel 'rms_norm'")
+    assert "whole text" in items[1] and "line 26" in items[1]  # the compiler's lines, folded
+    assert items[2] == "worker 3 (pid 7) exited with status 9 between chunks"
+    # A clean run has no banner.
+    run = _write_run(tmp_path / "clean", _run_meta(["rms_norm/0"]), records)
+    render_report(run)
+    assert 'id="error-banner"' not in (run / "index.html").read_text()
+
+
+def test_nondeterminism_is_said_in_words(tmp_path: Path) -> None:
+    d = _divergence()
+    repeat = {
+        "class": "nondeterministic:webgpu",
+        "hashes": {"webgpu": ["a1", "b2", "a1"], "vulkan": ["c3", "c3", "c3"]},
+    }
+    records = [
+        _case("rms_norm/0", "m", [d], repeatability=repeat),
+        {"record": "chunk", "chunk": "rms_norm/0", "status": "complete", "duration_s": 1,
+         "findings": [{"case_id": "m", "bundle": None, "shrunk": True, "unexpected": 1,
+                       "bug": d["bug"]}]},
+    ]  # fmt: skip
+    run = _write_run(tmp_path / "run", _run_meta(["rms_norm/0"]), records)
+    render_report(run)
+    page = next((run / "failures").glob("*.html")).read_text()
+    section = page[page.index("<h2>Nondeterminism</h2>") : page.index('id="worst-elements"')]
+    assert "a1" not in section and "[" not in _text(section)  # no dump of the hashes
+    said = _text(re.search(r'<p id="repeatability">(.*?)</p>', section, re.S).group(1))
+    assert said.startswith("Class: nondeterministic:webgpu: re-running the same case gave")
+    assert "different bits on webgpu" in said
+    runs = dict(re.findall(r'<li data-backend="(\w+)">(.*?)</li>', section, re.S))
+    assert _text(runs["webgpu"]) == (
+        "webgpu: 3 re-runs gave 2 different results (one result 2 times, another 1 time)"
+    )
+    assert _text(runs["vulkan"]) == "vulkan: 3 re-runs, all bit-identical"
+
+
+def _svgs(page: str, backend: str) -> tuple[ET.Element, ET.Element]:
+    figure = re.search(
+        rf'<figure class="row-plot" data-backend="{backend}">(.*?)</figure>', page, re.S
+    )
+    assert figure, f"no row plot for {backend}"
+    values, errors = re.findall(r"<svg.*?</svg>", figure.group(1), re.S)
+    return ET.fromstring(values), ET.fromstring(errors)
+
+
+def _all(svg: ET.Element, tag: str, cls: str) -> list[ET.Element]:
+    return [e for e in svg.iter(f"{{http://www.w3.org/2000/svg}}{tag}") if e.get("class") == cls]
+
+
+def test_row_plots_show_output_reference_band_and_error_against_budget(tmp_path: Path) -> None:
+    d = _divergence()
+    records = [
+        _case("rms_norm/0", "m", [d]),
+        _chunk("rms_norm/0", ("m", d)),
+    ]
+    run = _write_run(tmp_path / "run", _run_meta(["rms_norm/0"]), records)
+    bundle = run / records[1]["findings"][0]["bundle"]
+    bundle.mkdir(parents=True)
+    write_json(bundle / "bundle.json", {"format": "parity-bundle/2", "id": bundle.name})
+    reference = np.linspace(-1.0, 1.0, 12).reshape(2, 6)
+    budget = np.full((2, 6), 1e-3)
+    webgpu = reference.copy()
+    webgpu[1, 3] += 1e-2  # 10x its budget: the worst element, in row 1
+    webgpu[1, 5] = np.nan
+    webgpu[0, 0] += 5e-4  # within budget
+    vulkan = reference + 1e-5
+    tensor = "s0/rms_norm_0.out"
+    arrays = {
+        f"{tensor}/{name}/{k}": v
+        for name, actual in (("webgpu", webgpu), ("vulkan", vulkan))
+        for k, v in (("actual", actual), ("reference", reference), ("budget", budget))
+    }
+    np.savez_compressed(bundle / "arrays.npz", **arrays)
+    render_report(run)
+    page = (run / "failures" / f"{bundle.name}.html").read_text()
+    values, errors = _svgs(page, "webgpu")
+    (output,) = _all(values, "polyline", "output")
+    assert len(output.get("points", "").split()) == 5  # row 1's finite outputs
+    (band,) = _all(values, "polygon", "band")
+    assert len(band.get("points", "").split()) == 12  # reference ± budget, both edges
+    assert len(_all(values, "circle", "nonfinite")) == 1
+    # Over budget: the element off by 10x and the NaN; the others are within it.
+    over = [c.findtext("{http://www.w3.org/2000/svg}title") for c in _all(errors, "circle", "over")]
+    assert [t.split(":")[0] for t in over] == ["element 3", "element 5"]
+    assert len(_all(errors, "polyline", "budget")[0].get("points", "").split()) == 6
+    _, vulkan_errors = _svgs(page, "vulkan")
+    assert _all(vulkan_errors, "circle", "over") == []
+    caption = re.search(r'data-backend="webgpu">.*?<figcaption>(.*?)</figcaption>', page, re.S)
+    assert caption and "row 1 of 2" in _text(caption.group(1))
+    assert "2 elements over budget" in _text(caption.group(1))
+
+
+def test_a_long_row_is_plotted_around_its_worst_element() -> None:
+    assert images.plot_window(100, 7) == (0, 100)
+    assert images.plot_window(2000, 1500) == (1244, 1756)
+    assert images.plot_window(2000, 1990) == (1488, 2000)
+    ref = np.zeros(512)
+    svg = ET.fromstring(images.error_plot(ref + 1.0, ref, ref + 0.5, "webgpu", start=1244))
+    labels = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert "1244" in labels and "1755" in labels
+    assert len(_all(svg, "circle", "over")) == 512

@@ -42,6 +42,7 @@ GLSL_TO_WGSL = {
     "ivec4": "vec4<i32>",
     "uvec4": "vec4<u32>",
     "float16_t": "f16",
+    "f16vec2": "vec2<f16>",
     "f16vec4": "vec4<f16>",
 }
 _FORMAT_TYPES = {"I": "uint", "i": "int", "f": "float"}

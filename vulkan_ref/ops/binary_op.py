@@ -5,8 +5,8 @@ do not broadcast, which upstream leaves as a TODO); the count is one invocation 
 element in workgroups of 64. The project's broadcast kernel computes its offsets from the
 inputs' metadata UBOs; the broadcast slot also offers them as values (`out_sizes`,
 `a_strides`, `b_strides`) for kernels that take them as params. With a float scalar instead
-of b (`x + 3.0`), the `<op>_scalar` slot alone, the scalar a specialization constant
-(`SCALAR`, from the value `scalar`).
+of b (`x + 3.0`), the `<op>_scalar` slot alone (`<op>_scalar_f16` for f16 a and out), the
+scalar a specialization constant (`SCALAR`, from the value `scalar`).
 """
 
 from __future__ import annotations
@@ -129,9 +129,12 @@ def add_scalar_op_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(node, f"scalar {scalar} does not fit a finite float32")
     a = graph.tensor_arg(node, "a")
     out = graph.output(node, "out")
-    bad = [t.name for t in (a, out) if t.dtype != "float32"]
-    if bad:
-        raise graph.fail(node, f"{node.op} is float32 only; {bad} are not")
+    if a.dtype != out.dtype or a.dtype not in FLOAT_DTYPES:
+        raise graph.fail(
+            node,
+            f"{node.op} takes a and out both float32 or both float16; "
+            f"they are {a.dtype} and {out.dtype}",
+        )
     too_big = [t.name for t in (a, out) if len(t.max_sizes) > 4]
     if too_big:
         raise graph.fail(node, f"{node.op} supports rank <= 4; {too_big} exceed it")
@@ -143,13 +146,15 @@ def add_scalar_op_node(graph: ComputeGraph, node: OpNode) -> None:
     def resize_scalar_op_node(g: ComputeGraph) -> None:
         g.virtual_resize(out, g.sizes_of(a))
 
-    slot = f"{node.op}_scalar"
+    # Half precision: the `_f16` slot (f16 a and out, the scalar a float constant).
+    slot = graph.dtype_slot(node, f"{node.op}_scalar", a.dtype)
+    suffix = "_f16" if a.dtype == "float16" else ""
     graph.add_dispatch_node(
         DispatchNode(
             op=node.name,
             args=(out.name, a.name),
             resize_fn=resize_scalar_op_node,
-            slots={slot: "binary_scalar"},
+            slots={slot: f"binary_scalar{suffix}"},
             tensors={"out": out, "a": a},
             static={"op_kind": OP_KIND[node.op], "scalar": scalar, "workgroup_size": WORKGROUP},
             values=elementwise_values(out, WORKGROUP),

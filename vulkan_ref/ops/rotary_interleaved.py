@@ -1,10 +1,12 @@
-"""apply_rotary_emb_interleaved on Vulkan: one dispatch node, one invocation per vec4 texel.
+"""apply_rotary_emb_interleaved on Vulkan: one dispatch node, one invocation per (real, imag)
+pair.
 
-As upstream's `add_rotary_embedding_interleaved_node`: x [B, N, C] with C a multiple of 4,
-freqs_cis holding N * C (cos, sin) values, out resized to x's sizes. Unlike upstream, the
-freqs are [N, C] only, and the resize function checks them against x's live N (upstream
+As upstream's `add_rotary_embedding_interleaved_node`: x [B, N, C], freqs_cis holding N * C
+(cos, sin) values, out resized to x's sizes. Unlike upstream's Vulkan op, whose shader reads
+vec4 texels and so refuses C % 4 != 0, C need only be even, as upstream's WebGPU op accepts.
+The freqs are [N, C] only, and the resize function checks them against x's live N (upstream
 checks the element count at build time only, so a stale table would be read silently); the
-global size is 1-D (numel / 4 texels) where upstream's is (C/4, N, B).
+global size is 1-D (numel / 2 pairs) where upstream's is (C/4, N, B).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 
 WORKGROUP = 64
-TEXEL = 4
+PAIR = 2
 
 
 @register("apply_rotary_emb_interleaved")
@@ -33,8 +35,8 @@ def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
     if len(x.max_sizes) != 3:
         raise graph.fail(node, f"x {list(x.max_sizes)} must have rank 3 [B, N, C]", x.name)
     width = x.max_sizes[2]
-    if width % TEXEL:
-        raise graph.fail(node, f"C = {width} is not a multiple of {TEXEL}", tensor=x.name)
+    if width % PAIR:
+        raise graph.fail(node, f"C = {width} is odd: x holds (real, imag) pairs", tensor=x.name)
     if freqs.max_sizes != x.max_sizes[1:]:
         raise graph.fail(
             node, f"freqs_cis {list(freqs.max_sizes)} must be [N, C] of x", tensor=freqs.name
@@ -56,11 +58,11 @@ def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
         g.virtual_resize(out, sizes)
 
     def values(g: ComputeGraph, slot: str) -> dict[str, int]:
-        texels = x.numel // TEXEL
+        pairs = x.numel // PAIR
         return {
-            "texels": texels,
+            "pairs": pairs,
             "tokens": g.sizes_of(x)[1],
-            "workgroups": -(-texels // WORKGROUP),
+            "workgroups": -(-pairs // WORKGROUP),
         }
 
     graph.add_dispatch_node(
@@ -70,7 +72,7 @@ def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
             resize_fn=resize_rotary_emb_interleaved_node,
             slots={slot: slot},
             tensors={"out": out, "x": x, "freqs_cis": freqs},
-            static={"row_texels": width // TEXEL, "workgroup_size": WORKGROUP},
+            static={"row_pairs": width // PAIR, "workgroup_size": WORKGROUP},
             values=values,
         )
     )

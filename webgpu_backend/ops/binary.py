@@ -3,9 +3,10 @@ a float scalar operand (`x + 3.0`), a hook on a alone.
 
 One dispatch slot with two variants: `<op>_flat` when both live shapes are equal and
 `<op>_broadcast` otherwise, re-selected by the hook; `<op>_scalar` alone for a scalar (passed
-to the kernel as an f32 params member). 64 invocations per workgroup, one per
-output element. Shapes that do not broadcast raise from the hook; because the hook may run
-while a co-input is still stale, the graph holds that error until propagation converges.
+to the kernel as an f32 params member; `<op>_scalar_f16` for f16 a and out). 64 invocations
+per workgroup, one per output element. Shapes that do not broadcast raise from the hook;
+because the hook may run while a co-input is still stale, the graph holds that error until
+propagation converges.
 """
 
 from __future__ import annotations
@@ -124,23 +125,27 @@ def build_scalar(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(node, f"the scalar {scalar} is not a finite float32")
     a = graph.arg_tensor(node, "a")
     out = graph.output(node, "out")
+    if a.dtype != out.dtype or a.dtype not in FLOAT_DTYPES:
+        raise graph.fail(
+            node, f"a and out must be both float32 or both float16, got {[a.dtype, out.dtype]}"
+        )
     for tensor in (a, out):
-        if tensor.dtype != "float32":
-            raise graph.fail(node, f"{tensor.name!r} must be float32, got {tensor.dtype}")
         if len(tensor.dims) > MAX_RANK:
             raise graph.fail(node, f"{tensor.name!r} has rank {len(tensor.dims)} > {MAX_RANK}")
     if out.dims != a.dims:
         raise graph.fail(
             node, f"out must have a's dims {list(a.dims)}, got {list(out.dims)}", tensor=out.name
         )
-    slot = f"{node.op}_scalar"
+    # Half precision: the `_f16` slot (f16 a and out, the scalar an f32 params member).
+    slot = graph.dtype_slot(node, f"{node.op}_scalar", out.dtype)
+    suffix = "_f16" if out.dtype == "float16" else ""
     static: dict[str, Value] = {
         "op_kind": OP_KINDS[node.op],
         "scalar": scalar,
         "workgroup_size": WORKGROUP_SIZE,
     }
     dispatch = graph.add_kernel(
-        node, {slot: "binary_scalar"}, tensors={"out": out, "a": a}, static=static
+        node, {slot: f"binary_scalar{suffix}"}, tensors={"out": out, "a": a}, static=static
     )
 
     def resize() -> None:

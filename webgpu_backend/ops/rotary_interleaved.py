@@ -1,7 +1,7 @@
-"""apply_rotary_emb_interleaved on WebGPU: one dispatch, one invocation per vec4 texel of x.
+"""apply_rotary_emb_interleaved on WebGPU: one dispatch, one invocation per (real, imag) pair.
 
 x is [B, N, C] with (real, imag) pairs along C, freqs_cis [N, C] with (cos, sin) pairs; C must
-be a multiple of 4 (two pairs per texel, as upstream's shader). The hook follows x and
+be even (upstream's WebGPU op accepts any even C). The hook follows x and
 freqs_cis and checks their live shapes against each other: freqs_cis must be [N, C] for x's
 live N (upstream checks only the max sizes, at build time).
 """
@@ -14,7 +14,7 @@ from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
 
 WORKGROUP_SIZE = 64
-TEXEL = 4
+PAIR = 2
 
 
 @register("apply_rotary_emb_interleaved")
@@ -33,15 +33,15 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     if len(x.dims) != 3:
         raise graph.fail(node, f"x must be [B, N, C], got {list(x.dims)}", tensor=x.name)
     width = x.dims[2]
-    if width % TEXEL:
-        raise graph.fail(node, f"C = {width} must be a multiple of {TEXEL}", tensor=x.name)
+    if width % PAIR:
+        raise graph.fail(node, f"C = {width} must be even ((real, imag) pairs)", tensor=x.name)
     if freqs.dims != x.dims[1:]:
         raise graph.fail(
             node, f"freqs_cis must be {list(x.dims[1:])}, got {list(freqs.dims)}", freqs.name
         )
     if out.dims != x.dims:
         raise graph.fail(node, f"out must be {list(x.dims)}", tensor=out.name)
-    static: dict[str, Value] = {"row_texels": width // TEXEL, "workgroup_size": WORKGROUP_SIZE}
+    static: dict[str, Value] = {"row_pairs": width // PAIR, "workgroup_size": WORKGROUP_SIZE}
     dispatch = graph.add_kernel(
         node,
         {slot: slot},
@@ -61,8 +61,8 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
                 "freqs_shape", f"live freqs_cis {list(freqs.cur_dims)} must be {list(dims[1:])}"
             )
         graph.set_cur_dims(out, dims)
-        texels = x.cur_numel // TEXEL
-        workgroups = -(-texels // WORKGROUP_SIZE)
-        dispatch.set({"texels": texels, "tokens": dims[1], "workgroups": workgroups})
+        pairs = x.cur_numel // PAIR
+        workgroups = -(-pairs // WORKGROUP_SIZE)
+        dispatch.set({"pairs": pairs, "tokens": dims[1], "workgroups": workgroups})
 
     graph.add_resize_hook(node, [x.name, freqs.name], resize)

@@ -3,26 +3,34 @@
 `render_report(run_dir)` reads `run.json` and `cases.jsonl` (and the bundles), writes
 `summary.json` and `junit.xml`, and renders a static, offline site:
 
-- `index.html`: totals, adapters and versions, families and ops, the coverage matrix,
-  failures grouped by bug key, findings, known-divergence expectations (stale ones
-  flagged). It holds aggregates only, so it stays small with thousands of cases.
+- `index.html`: why a run ended `error` (a banner), totals, adapters and versions,
+  families and ops, the kernel sources (each backend's folder; the slots a manifest
+  replaced), the coverage matrix, failures grouped by bug key, findings, known-divergence
+  expectations (stale ones flagged), the command that reproduces the run. It holds
+  aggregates only, so it stays small with thousands of cases.
 - `failures/<id>.html`: one page per finding (harness.run.findings: a minimal case and its
   bug, with every chunk that found it): divergences, first divergent op, nondeterminism
   class (the bundle's re-runs), the values at the worst element of each diverging tensor
   (the op's inputs around it, each backend's output, the float64 reference, the budget),
   the step timeline (WebGPU, Vulkan and the contract model side by side, mismatches
-  highlighted), error heatmaps, the slack canary map, replay commands (run from the run
-  folder, so they stay right wherever the folder is published).
+  highlighted), error heatmaps and, beside them, line plots of the row holding the worst
+  element (each backend's output against the reference and its budget band; |error|
+  against the budget), the slack canary map, replay commands (run from the run folder, so
+  they stay right wherever the folder is published; `harness.run.commands`).
 - `cases/page-<n>.html`: every case, `CASES_PER_PAGE` per page.
 
 Pages are opened on demand, one file each; CSS and the small filter script are inline, so a
-page survives being copied out of CI on its own. Every name and message is escaped.
+page survives being copied out of CI on its own. Every name and message is escaped. Each
+file is written whole or not at all; a disk that will not take one (full, read-only) raises
+`OutputError` naming it.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 import zipfile
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +39,16 @@ from typing import Any
 import numpy as np
 from jinja2 import Environment, PackageLoader
 
+from graph_format.kernels import MANIFEST_NAME
+from harness.run.commands import (
+    COMMANDS_CWD,
+    FINDING_COMMANDS_NOTE,
+    finding_commands,
+    names_adapters,
+    relative_path,
+    reproduce_commands,
+    run_command,
+)
 from harness.run.records import (
     CASES_FILE,
     RUN_FILE,
@@ -50,11 +68,17 @@ from harness.run.records import (
     read_records,
     read_run_meta,
     write_json,
+    write_text,
+    writing,
 )
 from harness.run.report import images
-from harness.run.summary import distinct_cases, junit_xml, summarize
+from harness.run.summary import distinct_cases, folder_source, junit_xml, summarize
 
 CASES_PER_PAGE = 200
+# A chunk's id, `<family>/<index>` (harness.run.plan.Chunk.id).
+_CHUNK_ID = re.compile(r"[\w.-]+/\d+")
+# The order the pages show the backends in.
+BACKEND_ORDER = ("webgpu", "vulkan")
 
 _ENV = Environment(
     loader=PackageLoader("harness.run.report", "templates"),
@@ -139,18 +163,21 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> Summar
 
     Raises:
         RecordError: see `load_run`.
+        OutputError: a file of the report cannot be written (a full or read-only disk).
     """
     data = load_run(run_dir)
-    summary = summarize(data.runs, data.records)
+    summary = summarize(data.runs, data.records, data.path)
     summary.merged = data.merged
     if exit_status is not None:
         summary.exit_status = int(exit_status)
     for f in summary.findings:
         if f.bundle and not (data.path / f.bundle / "bundle.json").is_file():
-            f.bundle = None  # a provisional bundle that a kill cut short
+            if not f.provisional:  # a provisional one a kill cut short needs no word
+                f.bundle_error = f"{f.bundle} is missing (no bundle.json)"
+            f.bundle = None
     out = data.path
     write_json(out / "summary.json", summary)
-    (out / "junit.xml").write_text(junit_xml(summary, data.records), encoding="utf-8")
+    write_text(out / "junit.xml", junit_xml(summary, data.records))
     write_site(data, summary)
     return summary
 
@@ -158,16 +185,19 @@ def render_report(run_dir: str | Path, exit_status: int | None = None) -> Summar
 def write_site(data: RunData, summary: Summary) -> None:
     """Render index, failure and case pages into the run folder."""
     out = data.path
-    if (out / "cases").is_dir():
-        shutil.rmtree(out / "cases")
-    (out / "cases").mkdir()
+    with writing(out / "cases"):
+        if (out / "cases").is_dir():
+            shutil.rmtree(out / "cases")
+        (out / "cases").mkdir()
     failures = out / "failures"
     if failures.is_dir():
         for page in failures.iterdir():
             # A page whose bundle exists stays, even if these records no longer name it.
             if not (out / "bundles" / page.stem).is_dir():
-                page.unlink()
-    failures.mkdir(exist_ok=True)
+                with writing(page):
+                    page.unlink()
+    with writing(failures):
+        failures.mkdir(exist_ok=True)
     cases = distinct_cases(data.runs, data.records)
     by_chunk = {
         (source, r.chunk, r.case_id): r
@@ -180,35 +210,61 @@ def write_site(data: RunData, summary: Summary) -> None:
         finding_of.setdefault((f.device, f.case_id), []).append(f.id)
     pages = max(1, -(-len(cases) // CASES_PER_PAGE))
     index = _ENV.get_template("index.html.j2").render(
-        s=summary, case_pages=pages, commands=_run_commands(summary)
+        s=summary,
+        case_pages=pages,
+        commands=reproduce_commands(data.runs, out),
+        kernels=_kernel_view(data.runs[0], out, summary.kernel_sources),
+        errors=_error_view(summary),
+        rel=lambda path: relative_path(path, out),
     )
-    (out / "index.html").write_text(index, encoding="utf-8")
+    write_text(out / "index.html", index)
     for f in summary.findings:
         record = by_chunk.get((f.source, f.chunk, f.case_id))
         html = _failure_page(data, summary, f, record)
-        (out / "failures" / f"{f.id}.html").write_text(html, encoding="utf-8")
+        write_text(out / "failures" / f"{f.id}.html", html)
     for number in range(pages):
         rows = cases[number * CASES_PER_PAGE : (number + 1) * CASES_PER_PAGE]
         html = _ENV.get_template("cases.html.j2").render(
             s=summary, rows=rows, page=number + 1, pages=pages, finding_of=finding_of
         )
-        (out / "cases" / f"page-{number + 1}.html").write_text(html, encoding="utf-8")
+        write_text(out / "cases" / f"page-{number + 1}.html", html)
 
 
-# Where the commands on the pages and in bundle READMEs run: their paths are relative to it,
-# so they stay right wherever CI publishes the folder.
-COMMANDS_CWD = "the run folder (the folder that holds this report's index.html and bundles/)"
+def _error_view(summary: Summary) -> list[dict[str, Any]]:
+    """Why the run ended `error`, for the index's banner: each failure the run recorded
+    (a chunk that raised, a worker that died, and how: its exit status or signal, and the
+    chunk it was running), with the chunk it concerns, its first line and its whole text."""
+    out = []
+    for run in summary.runs:
+        for text in run.errors:
+            # A chunk's failure reads "<family>/<index>: <why>" (harness.run.session).
+            head, _, rest = text.partition(": ")
+            chunk = head if _CHUNK_ID.fullmatch(head) else None
+            body = rest if chunk is not None else text
+            first, _, more = body.strip().partition("\n")
+            out.append(
+                {
+                    "shard": run.shard if len(summary.runs) > 1 else None,
+                    "chunk": chunk,
+                    "headline": first,
+                    "text": body if more.strip() else None,
+                }
+            )
+    return out
 
 
-def _run_commands(summary: Summary) -> list[str]:
-    budgets = summary.budgets
-    base = (
-        f"parity run --families {','.join(summary.families)} "
-        f"--profile {summary.profile} --seed {summary.seed} "
-        f"--max-examples {budgets.max_examples} "
-        f"--chunk-examples {budgets.chunk_examples} --out rerun"
-    )
-    return ["cd <run folder>", base, "parity report ."]
+def _kernel_view(
+    run: RunMeta, run_dir: Path, sources: Mapping[str, Mapping[str, str]]
+) -> dict[str, Any]:
+    """The index's "Kernel sources": each backend's folder (what every slot not listed
+    ran), and only the slots a kernel manifest replaced on some backend."""
+    folders = {b: folder_source(run, b, run_dir) for b in BACKEND_ORDER if b in run.adapters}
+    replaced = {
+        slot: {b: per.get(b, "") for b in folders}
+        for slot, per in sources.items()
+        if any(per.get(b, folder) != folder for b, folder in folders.items())
+    }
+    return {"folders": folders, "replaced": replaced}
 
 
 # ---------------------------------------------------------------------------- failure page
@@ -261,17 +317,20 @@ def _failure_page(
         ):
             if (bundle_dir / name).exists():
                 bundle_files.append(name)
-    commands = []
+    # Relative to the run folder, never to where the report was rendered.
+    run = data.runs[finding.source]
     if finding.bundle:
-        # Relative to the run folder, never to where the report was rendered.
-        b = finding.bundle
-        commands = [
-            f"parity replay {b}",
-            f"parity replay {b} --shaders worktree",
-            f"parity regress {b}",
-        ]
-    if bundle_doc is not None:
-        commands += [c for c in bundle_doc.commands if c.startswith("parity run")]
+        # The manifest the bundle carries (kernels/kernels.toml), if any.
+        manifest = next(
+            (k for k in (bundle_doc.kernels if bundle_doc else {}) if k.endswith(MANIFEST_NAME)),
+            None,
+        )
+        adapters = manifest is not None and names_adapters(data.path / finding.bundle / manifest)
+        commands = finding_commands(
+            finding.bundle, run, data.path, finding.family, allow_adapters=adapters
+        )
+    else:  # no bundle: searching the family again writes one
+        commands = [run_command(run, data.path, family=finding.family)]
     # The bundle re-ran the case to classify it; the case record predates that.
     from_bundle = bundle_doc.repeatability if bundle_doc is not None else None
     repeatability = from_bundle or (record.repeatability if record is not None else None)
@@ -285,6 +344,7 @@ def _failure_page(
         divergences=divergences,
         first=_first_divergent(record, divergences) if record is not None else None,
         repeatability=repeatability,
+        repeat_words=_repeatability_words(repeatability),
         repeat_source=repeat_source,
         timeline=timeline,
         elements=[_element_view(e) for e in (bundle_doc.evidence if bundle_doc else [])],
@@ -295,8 +355,63 @@ def _failure_page(
         bundle_files=bundle_files,
         commands=commands,
         commands_cwd=COMMANDS_CWD,
+        commands_note=FINDING_COMMANDS_NOTE if finding.bundle else "",
         adapters=data.runs[finding.source].adapters,
+        no_bundle=_no_bundle(data.runs[finding.source], finding),
     )
+
+
+# What each repeatability class (harness.check.repeatability) means, in words.
+_REPEAT_CLASSES = {
+    "deterministic": "every re-run gave bit-identical results on each backend, so the "
+    "divergence is not noise: it reproduces as long as the code stays the same",
+    "history-dependent": "it diverged only where other cases had run before it in the same "
+    "process, not when run alone in a fresh one: the bug depends on what ran earlier (a "
+    "cache, pooled memory); replaying it needs that history",
+}
+
+
+def _repeatability_words(repeatability: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A repeatability record (its class and per-backend hashes of each re-run) in words:
+    what the class means and, per backend, how many re-runs gave how many distinct results."""
+    if not repeatability:
+        return None
+    kind = str(repeatability.get("class", "?"))
+    meaning = _REPEAT_CLASSES.get(kind)
+    if meaning is None and kind.startswith("nondeterministic:"):
+        which = kind.partition(":")[2]
+        sides = "both backends" if which == "both" else which.replace(",", " and ")
+        meaning = (
+            f"re-running the same case gave different bits on {sides}: the results there "
+            "depend on something besides the case (a race, uninitialized memory, timing), "
+            "so a replay may not show the same values"
+        )
+    lines = []
+    hashes = repeatability.get("hashes") or {}
+    for backend, runs in sorted(hashes.items()) if isinstance(hashes, Mapping) else ():
+        if not isinstance(runs, list) or not runs:
+            continue
+        counts = Counter(str(h) for h in runs)
+        if len(counts) == 1:
+            text = f"{len(runs)} re-run{'s' if len(runs) != 1 else ''}, all bit-identical"
+        else:
+            times = [f"{n} time{'s' if n != 1 else ''}" for n in sorted(counts.values())[::-1]]
+            shares = ", ".join([f"one result {times[0]}", *(f"another {t}" for t in times[1:])])
+            text = f"{len(runs)} re-runs gave {len(counts)} different results ({shares})"
+        lines.append({"backend": backend, "text": text, "repeatable": len(counts) == 1})
+    return {"kind": kind, "meaning": meaning, "backends": lines}
+
+
+def _no_bundle(run: RunMeta, finding: Finding) -> str:
+    """Why a finding has no bundle, as its page says it: never "killed" unless it was."""
+    if finding.bundle_error:
+        return finding.bundle_error
+    ended = f"the run ended with status {run.status}" + (f": {run.errors[0]}" if run.errors else "")
+    if finding.provisional:
+        if run.status == "running":  # never finalized
+            return "the run was killed before its chunk ended"
+        return f"its chunk never ended ({ended})"
+    return f"it could not be written ({ended})"
 
 
 def _element_view(element: Mapping[str, Any]) -> dict[str, Any]:
@@ -451,12 +566,44 @@ def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
                 "size": int(util.size),
                 "worst": [int(i) for i in worst],
                 "median": float(np.median(finite)) if finite.size else 0.0,
+                "util": util,
+                "base": base,
             }
         )
-    order = {b: i for i, b in enumerate(("webgpu", "vulkan"))}
+    order = {b: i for i, b in enumerate(BACKEND_ORDER)}
     for group in groups.values():
         group["maps"].sort(key=lambda m: order.get(m["backend"], 9))
+        _row_plots(group, arrays)
     return [groups[k] for k in sorted(groups)]
+
+
+def _row_plots(group: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
+    """Line plots beside a tensor's heatmaps: the row (last dim) that holds its worst
+    element on any backend, or a window of it around that element, per backend its output
+    against the reference and budget band and its |error| against the budget."""
+    maps = group["maps"]
+    # NaN counts as the worst, as everywhere in the report.
+    worst = max(maps, key=lambda m: np.inf if m["max"] != m["max"] else m["max"])
+    util2d = images.as_2d(worst["util"])
+    shape = util2d.shape
+    utils = [images.as_2d(m.pop("util")) for m in maps]
+    rows, cols = shape
+    if cols < 2:  # one element per row: nothing to draw a line through
+        return
+    flat = int(np.argmax(np.where(np.isnan(util2d), np.inf, util2d)))
+    row, col = divmod(flat, cols)
+    start, stop = images.plot_window(cols, col)
+    group["row"] = {"index": row, "rows": rows, "first": start, "last": stop - 1, "cols": cols}
+    for m, util in zip(maps, utils, strict=True):
+        if util.shape != shape:  # judged on another shape: no common row to show
+            continue
+        actual, reference, budget = (
+            images.as_2d(arrays[f"{m['base']}/{k}"])[row, start:stop]
+            for k in ("actual", "reference", "budget")
+        )
+        m["values_plot"] = images.values_plot(actual, reference, budget, m["backend"], start)
+        m["error_plot"] = images.error_plot(actual, reference, budget, m["backend"], start)
+        m["row_over"] = int(np.sum(~(images.utilization(actual, reference, budget) <= 1.0)))
 
 
 def _canaries(

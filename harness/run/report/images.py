@@ -1,7 +1,9 @@
-"""Small PNG images for the report, written without an imaging library.
+"""Small PNG images and SVG plots for the report, written without an imaging library.
 
 Heatmaps of error/budget utilization over a tensor (rows = leading dims flattened, columns =
-last dim) and strips of a buffer's allocation for the slack canary map. Images are embedded
+last dim), strips of a buffer's allocation for the slack canary map, and, for one row of a
+tensor, inline SVG line plots of a backend's output against the float64 reference and its
+budget band, and of |error| against the budget per element. Images are embedded
 as `data:` URIs, so a failure page is one file, and are downsampled by max-pooling so a large
 tensor stays a small image (the worst element of each block stays visible).
 """
@@ -9,6 +11,8 @@ tensor stays a small image (the worst element of each block stays visible).
 from __future__ import annotations
 
 import base64
+import html
+import math
 import struct
 import zlib
 
@@ -114,3 +118,166 @@ def canary_strip(state: np.ndarray, width: int = 64) -> bytes:
     for value, color in CANARY_COLORS.items():
         rgb[grid == value] = color
     return png(rgb)
+
+
+# ---------------------------------------------------------------------------- row plots
+
+# Most elements a row plot shows: a longer row is cut to a window around its worst element.
+MAX_PLOT_POINTS = 512
+# Each backend's line colour (colour-blind safe); the reference is black, the budget orange.
+BACKEND_COLORS = {"webgpu": "#0072b2", "vulkan": "#009e73"}
+_PLOT_W, _PLOT_H = 384, 150
+_LEFT, _RIGHT, _TOP, _BOTTOM = 62, 8, 8, 18
+
+
+def plot_window(length: int, worst: int, most: int = MAX_PLOT_POINTS) -> tuple[int, int]:
+    """[start, stop) of at most `most` elements of a row of `length`, around `worst`."""
+    if length <= most:
+        return 0, length
+    start = min(max(0, worst - most // 2), length - most)
+    return start, start + most
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+class _Frame:
+    """A plot's coordinate frame: element index -> x, value -> y."""
+
+    def __init__(self, start: int, count: int, lo: float, hi: float) -> None:
+        if not hi > lo:  # one value (or none): a range around it
+            pad = abs(lo) * 0.1 or 1.0
+            lo, hi = lo - pad, hi + pad
+        self.start, self.count, self.lo, self.hi = start, count, lo, hi
+
+    def x(self, i: int) -> float:
+        width = _PLOT_W - _LEFT - _RIGHT
+        if self.count < 2:
+            return _LEFT + width / 2
+        return _LEFT + (i - self.start) * width / (self.count - 1)
+
+    def y(self, v: float) -> float:
+        height = _PLOT_H - _TOP - _BOTTOM
+        v = min(max(v, self.lo), self.hi)
+        return _TOP + (self.hi - v) * height / (self.hi - self.lo)
+
+    def axes(self, low_label: str, high_label: str) -> list[str]:
+        bottom = _PLOT_H - _BOTTOM
+        last = self.start + self.count - 1
+        return [
+            f'<rect x="{_LEFT}" y="{_TOP}" width="{_PLOT_W - _LEFT - _RIGHT}" '
+            f'height="{bottom - _TOP}" fill="none" stroke="#999"/>',
+            f'<text x="{_LEFT - 4}" y="{_TOP + 8}" text-anchor="end">{high_label}</text>',
+            f'<text x="{_LEFT - 4}" y="{bottom}" text-anchor="end">{low_label}</text>',
+            f'<text x="{_LEFT}" y="{_PLOT_H - 4}">{self.start}</text>',
+            f'<text x="{_PLOT_W - _RIGHT}" y="{_PLOT_H - 4}" text-anchor="end">{last}</text>',
+        ]
+
+
+def _points(frame: _Frame, values: np.ndarray, finite: np.ndarray) -> str:
+    return " ".join(
+        f"{frame.x(frame.start + i):.1f},{frame.y(float(v)):.1f}"
+        for i, (v, ok) in enumerate(zip(values, finite, strict=True))
+        if ok
+    )
+
+
+def _svg(title: str, body: list[str]) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_PLOT_W}" height="{_PLOT_H}" '
+        f'viewBox="0 0 {_PLOT_W} {_PLOT_H}" font-size="10" font-family="sans-serif" '
+        f'role="img"><title>{title}</title>' + "".join(body) + "</svg>"
+    )
+
+
+def values_plot(
+    actual: np.ndarray, reference: np.ndarray, budget: np.ndarray, backend: str, start: int = 0
+) -> str:
+    """An SVG line plot of one row: the backend's output (coloured), the float64 reference
+    (black) and the band reference ± budget (shaded) per element, `start` the index of the
+    first; a non-finite output is a red mark on the top edge."""
+    act, ref, bud = (np.asarray(a, np.float64).ravel() for a in (actual, reference, budget))
+    backend = html.escape(backend)  # it goes into the page as markup
+    band_lo, band_hi = ref - np.abs(bud), ref + np.abs(bud)
+    shown = np.concatenate([band_lo, band_hi, act])
+    shown = shown[np.isfinite(shown)]
+    frame = _Frame(
+        start,
+        act.size,
+        float(shown.min()) if shown.size else 0.0,
+        float(shown.max()) if shown.size else 0.0,
+    )
+    color = BACKEND_COLORS.get(backend, "#cc79a7")
+    ok_ref = np.isfinite(band_lo) & np.isfinite(band_hi)
+    upper = _points(frame, band_hi, ok_ref).split()
+    lower = _points(frame, band_lo, ok_ref).split()
+    body = frame.axes(_fmt(frame.lo), _fmt(frame.hi))
+    if upper:
+        body.append(
+            f'<polygon class="band" points="{" ".join(upper + lower[::-1])}" '
+            'fill="#e69f00" fill-opacity="0.3" stroke="none"/>'
+        )
+    body.append(
+        f'<polyline class="reference" points="{_points(frame, ref, np.isfinite(ref))}" '
+        'fill="none" stroke="#000" stroke-width="1"/>'
+    )
+    body.append(
+        f'<polyline class="output" data-backend="{backend}" '
+        f'points="{_points(frame, act, np.isfinite(act))}" fill="none" stroke="{color}" '
+        'stroke-width="1.5"/>'
+    )
+    for i in np.flatnonzero(~np.isfinite(act)):
+        body.append(
+            f'<circle class="nonfinite" cx="{frame.x(start + int(i)):.1f}" cy="{_TOP}" r="3" '
+            f'fill="#d55e00"><title>element {start + int(i)}: {act[i]}</title></circle>'
+        )
+    return _svg(f"{backend} output, float64 reference and reference ± budget", body)
+
+
+def error_plot(
+    actual: np.ndarray, reference: np.ndarray, budget: np.ndarray, backend: str, start: int = 0
+) -> str:
+    """An SVG plot of one row's |output − reference| (coloured) against its budget (orange)
+    per element, on a log scale; an element over budget (or non-finite where the
+    reference is not) is a red dot of class `over`."""
+    act, ref, bud = (np.asarray(a, np.float64).ravel() for a in (actual, reference, budget))
+    backend = html.escape(backend)  # it goes into the page as markup
+    util = utilization(act, ref, bud)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(act - ref)
+    # As the oracle judges them: non-finite where the reference is finite is infinitely
+    # wrong; non-finite where the reference is too is no error.
+    err = np.where(~np.isfinite(act) & np.isfinite(ref), np.inf, err)
+    err = np.where(~np.isfinite(act) & ~np.isfinite(ref), 0.0, err)
+    positive = np.concatenate([err, np.abs(bud)])
+    positive = positive[np.isfinite(positive) & (positive > 0)]
+    floor = float(positive.min()) / 10 if positive.size else 1e-12
+    top = float(positive.max()) if positive.size else 1.0
+    frame = _Frame(start, act.size, math.log10(floor), math.log10(max(top, floor * 10)))
+    color = BACKEND_COLORS.get(backend, "#cc79a7")
+
+    def logs(values: np.ndarray) -> np.ndarray:
+        out: np.ndarray = np.log10(np.clip(values, floor, None))
+        return out
+
+    body = frame.axes(_fmt(10**frame.lo), _fmt(10**frame.hi))
+    ok_bud = np.isfinite(bud)
+    body.append(
+        f'<polyline class="budget" points="{_points(frame, logs(np.abs(bud)), ok_bud)}" '
+        'fill="none" stroke="#e69f00" stroke-width="1.5"/>'
+    )
+    body.append(
+        f'<polyline class="error" data-backend="{backend}" '
+        f'points="{_points(frame, logs(err), np.isfinite(err))}" fill="none" '
+        f'stroke="{color}" stroke-width="1"/>'
+    )
+    for i in np.flatnonzero(~(util <= 1.0)):  # NaN counts as over
+        value = err[i] if np.isfinite(err[i]) else 10**frame.hi
+        body.append(
+            f'<circle class="over" cx="{frame.x(start + int(i)):.1f}" '
+            f'cy="{frame.y(float(np.log10(max(value, floor)))):.1f}" r="2.5" fill="#d55e00">'
+            f"<title>element {start + int(i)}: |error| {_fmt(float(err[i]))}, budget "
+            f"{_fmt(float(bud[i]))}</title></circle>"
+        )
+    return _svg(f"{backend} |output − reference| and budget (log scale)", body)
