@@ -53,7 +53,8 @@ from graph_format import Graph, OpNode, SymIntValue, TensorValue
 from harness.model import Args, local_budget
 from harness.ops import model_for
 
-# Random probes per op (of each of the two structures), and the multiple of the error scale an end-to-end bound allows.
+# Random probes per op and error structure, and the multiple of the error scale an
+# end-to-end bound allows.
 PROBES = 8
 SPREAD = 4.0
 # Probes of an op evaluated in one call: as many as keep each probed array within this many

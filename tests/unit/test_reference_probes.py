@@ -395,7 +395,6 @@ def test_q4_weights_are_dequantized_once_per_case(monkeypatch: pytest.MonkeyPatc
     assert len(calls) == 2 * len(linears) + 1
 
 
-
 # ---------------------------------------------------------------------------- two-term sums
 
 
