@@ -486,6 +486,9 @@ class ChunkFinding:
         bundle: `bundles/<finding id>` (None when it could not be written).
         shrunk: Hypothesis finished shrinking it.
         repeatability: its repeatability class.
+        beside: for a key that showed only beside another in its chunk's cases, the key its
+            case stood for (and was shrunk by): the finding is that case as found
+            (`harness.run.findings.divergent_keys`); None for a case's own key.
     """
 
     case_id: str
@@ -495,6 +498,7 @@ class ChunkFinding:
     shrunk: bool = False
     bug: BugKey | None = None
     repeatability: str | None = None
+    beside: BugKey | None = None
 
 
 @dataclass
@@ -919,6 +923,8 @@ class BundleDoc:
         id: the finding id (the folder's name).
         bug: the bug key it was found with (computed from `divergences` for a bundle of
             format /1, which recorded `signatures` instead).
+        beside: the key its case stood for when `bug` only showed beside it (the case is
+            as found: shrinking followed that key); None otherwise.
         divergences: the divergences of its case.
         utilization: per step and backend, the error/budget of every compared tensor.
         evidence: the worst element of each diverging tensor (harness.run.bundle).
@@ -953,6 +959,7 @@ class BundleDoc:
     kernels: dict[str, str] = field(default_factory=dict)
     commands_cwd: str = ""
     commands: list[str] = field(default_factory=list)
+    beside: BugKey | None = None
 
     def __post_init__(self) -> None:
         if self.bug is None:
@@ -1056,6 +1063,8 @@ class Finding:
         chunk, chunks: its first chunk, and every chunk that found it.
         provisional: from a chunk that never ended (a killed run).
         known: ids of the expectations its case's divergences matched.
+        beside: the key its case stood for, when its own key only showed beside that one
+            (`ChunkFinding.beside`).
     """
 
     id: str
@@ -1075,6 +1084,7 @@ class Finding:
     known: list[str] = field(default_factory=list)
     steps: int | None = None
     step_shapes: list[dict[str, Any]] | None = None
+    beside: BugKey | None = None
 
 
 @dataclass
