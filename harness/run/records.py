@@ -290,6 +290,8 @@ class DivergenceRecord:
         op_type: the op's type (`-` when it is about no op).
         dtype: `float16` for an op that ran in half precision, else empty.
         regime: the shape regime it showed in (the harness's own, else `regime_of`).
+        cause: the key it counts under when it follows from another op's bug
+            (`harness.check.divergence.Divergence.cause`).
     """
 
     kind: str
@@ -304,10 +306,13 @@ class DivergenceRecord:
     details: dict[str, Any] = field(default_factory=dict)
     regime: str = ""
     dtype: str = ""
+    cause: BugKey | None = None
 
     @property
     def bug(self) -> BugKey:
-        """Its bug key (harness.check.divergence.BugKey)."""
+        """Its bug key (harness.check.divergence.BugKey): its `cause`'s, when it has one."""
+        if self.cause is not None:
+            return self.cause
         return BugKey.of(self.kind, self.op_type, self.blame, self.factor, self.dtype)
 
     def to_json(self) -> dict[str, Any]:
@@ -559,6 +564,7 @@ def divergence_record(d: Divergence, case: Case, expected: str | None = None) ->
         details=data.get("details", {}),
         regime=str(regime),
         dtype=key_dtype(op_dtypes(case).get(d.op or "")),
+        cause=d.cause,
     )
 
 
