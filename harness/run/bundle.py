@@ -445,6 +445,7 @@ def write_bundle(
     shrunk: bool = True,
     provisional: bool = False,
     manifest: KernelManifest | None = None,
+    bug: BugKey | None = None,
 ) -> Path:
     """Write the bundle of one failing case, atomically.
 
@@ -463,6 +464,8 @@ def write_bundle(
         provisional: the first divergent case of a bug, written as soon as it was seen; the
             chunk's finding replaces it when the chunk ends (a killed run keeps it).
         manifest: the kernel manifest the run ran (`--kernels`): copied with its files.
+        bug: the key the bundle is of, when not its case's own (`record.bug`): a key that
+            showed beside it (harness.run.findings.divergent_keys); replay looks for it.
 
     Raises:
         OutputError: the disk would not take it (full, read-only): naming `folder`, which
@@ -483,6 +486,7 @@ def write_bundle(
             shrunk,
             provisional,
             manifest,
+            bug,
         )
         try:
             os.rename(tmp, folder)
@@ -513,6 +517,7 @@ def _write_bundle_files(
     shrunk: bool,
     provisional: bool,
     manifest: KernelManifest | None,
+    bug: BugKey | None = None,
 ) -> None:
     case.save(folder / "case")
     hashes = copy_shaders(case.graph, folder / "shaders", shader_dirs)
@@ -543,7 +548,8 @@ def _write_bundle_files(
         chunk=record.chunk,
         shrunk=shrunk,
         provisional=provisional,
-        bug=record.bug,
+        bug=bug or record.bug,
+        beside=record.bug if bug is not None and bug != record.bug else None,
         divergences=record.divergences,
         max_utilization=record.max_utilization,
         utilization={
@@ -608,7 +614,12 @@ def _readme(doc: BundleDoc) -> str:
         + (
             " (provisional: the first divergent case seen; the run ended before its chunk did)"
             if doc.provisional
-            else ("" if doc.shrunk else " (not fully shrunk: the run was interrupted)")
+            else (
+                f" (as found, not shrunk: its case showed `{doc.beside}` first, the key "
+                "shrinking follows)"
+                if doc.beside is not None
+                else ("" if doc.shrunk else " (not fully shrunk: the run was interrupted)")
+            )
         )
         + ". Other chunks that shrank to the same case and bug share this bundle; the run's "
         "report lists them.",

@@ -50,7 +50,7 @@ from harness.families import FAMILIES
 from harness.gen.case import Case
 from harness.run.bundle import existing_bundle, write_bundle
 from harness.run.expectations import Expectations
-from harness.run.findings import finding_id, severity
+from harness.run.findings import divergent_keys, finding_id, severity
 from harness.run.plan import Chunk, Shard
 from harness.run.profiles import PROFILES, hypothesis_settings, quiet_hypothesis
 from harness.run.records import (
@@ -151,6 +151,7 @@ class CaseTally:
     bug: BugKey | None = None
     unexpected: int = 0
     provisional_bundle: str | None = None
+    others: list[BugKey] = field(default_factory=list)  # its keys beside `bug`
 
     @classmethod
     def of(cls, record: CaseRecord) -> CaseTally:
@@ -165,6 +166,7 @@ class CaseTally:
             record.bug,
             record.unexpected,
             record.provisional_bundle,
+            divergent_keys(record.divergences)[1:],
         )
 
 
@@ -217,6 +219,9 @@ class _ChunkState:
     unexpected_found: bool = False
     # Smallest divergent case per bug: the findings of an interrupted chunk.
     best: dict[BugKey, tuple[Case, CaseRecord]] = field(default_factory=dict)
+    # Smallest case per key that showed beside the key its case stood for (which Hypothesis
+    # shrinks by): the finding of a key that no case stood for (harness.run.findings).
+    beside: dict[BugKey, tuple[Case, CaseRecord]] = field(default_factory=dict)
     # Per bug, the provisional bundle of its first divergent case (`bundles/<id>`; None:
     # it could not be written).
     provisional: dict[BugKey, str | None] = field(default_factory=dict)
@@ -443,6 +448,10 @@ class ChunkRunner:
             best = state.best.get(key)
             if best is None or _size(case) < _size(best[0]):
                 state.best[key] = (case, record)
+            for other in [] if nondeterministic else divergent_keys(record.divergences)[1:]:
+                seen = state.beside.get(other)
+                if seen is None or _size(case) < _size(seen[0]):
+                    state.beside[other] = (case, record)
             # The exception class stands for the bug key, so that Hypothesis only accepts
             # shrinks that keep it (harness/check/verdict.py).
             err = exception_for(key)(_only(result, unexpected), repeat)
@@ -452,48 +461,64 @@ class ChunkRunner:
     def _findings(
         self, state: _ChunkState, finals: list[DivergenceFound], shrunk: bool
     ) -> list[ChunkFinding]:
-        """Write a bundle per finding; the findings as listed in the chunk record."""
+        """Write a bundle per finding; the findings as listed in the chunk record: one per
+        key a case stood for (shrunk by Hypothesis), then one per key that only showed
+        beside another (its smallest case, as found)."""
         picked = [state.raised[err] for err in finals if err in state.raised]
         if not picked:
             # Interrupted before Hypothesis finished: the smallest case seen per bug.
             picked = list(state.best.values())
             shrunk = False
-        out = []
-        for case, record in picked:
-            bug = record.bug
-            bundle_id = finding_id(record.case_id, bug)
-            known = existing_bundle(self.config.out / "bundles" / bundle_id)
-            bundle: str | None
-            bundle_error = None
-            if known is not None:
-                # Another chunk already shrank to this case with this bug: one finding, one
-                # bundle; the summary lists every chunk that found it.
-                record.repeatability = known.repeatability
-                bundle = f"bundles/{bundle_id}"
-            else:
-                if self.config.repeats:
-                    repeat = classify(case, state.engine.runtimes, self.config.repeats)
-                    record.repeatability = repeat.to_json()
-                bundle, bundle_error = self._write_bundle(
-                    state, bundle_id, case, record, shrunk=shrunk
-                )
-                provisional = f"bundles/{_provisional_id(state.chunk, record)}"
-                if bundle is None and provisional in state.provisional.values():
-                    # Not written (a full disk?), but the same case's provisional one is.
-                    bundle, bundle_error = provisional, None
-            out.append(
-                ChunkFinding(
-                    case_id=record.case_id,
-                    seq=record.seq,
-                    bundle=bundle,
-                    shrunk=shrunk,
-                    bug=bug,
-                    unexpected=record.unexpected,
-                    repeatability=(record.repeatability or {}).get("class"),
-                    bundle_error=bundle_error,
-                )
-            )
+        out = [self._finding(state, case, record, shrunk=shrunk) for case, record in picked]
+        covered = {f.bug for f in out} | set(state.best)
+        for bug, (case, record) in state.beside.items():
+            if bug not in covered:
+                out.append(self._finding(state, case, record, shrunk=False, bug=bug))
         return out
+
+    def _finding(
+        self,
+        state: _ChunkState,
+        case: Case,
+        record: CaseRecord,
+        *,
+        shrunk: bool,
+        bug: BugKey | None = None,
+    ) -> ChunkFinding:
+        """The finding of `case` for `bug` (default: the key the case stands for), its
+        bundle written unless another chunk wrote it already."""
+        key = bug or record.bug
+        bundle_id = finding_id(record.case_id, key)
+        known = existing_bundle(self.config.out / "bundles" / bundle_id)
+        bundle: str | None
+        bundle_error = None
+        if known is not None:
+            # Another chunk already shrank to this case with this bug: one finding, one
+            # bundle; the summary lists every chunk that found it.
+            record.repeatability = known.repeatability
+            bundle = f"bundles/{bundle_id}"
+        else:
+            if self.config.repeats:
+                repeat = classify(case, state.engine.runtimes, self.config.repeats)
+                record.repeatability = repeat.to_json()
+            bundle, bundle_error = self._write_bundle(
+                state, bundle_id, case, record, shrunk=shrunk, bug=bug
+            )
+            provisional = f"bundles/{_provisional_id(state.chunk, record)}"
+            if bundle is None and bug is None and provisional in state.provisional.values():
+                # Not written (a full disk?), but the same case's provisional one is.
+                bundle, bundle_error = provisional, None
+        return ChunkFinding(
+            case_id=record.case_id,
+            seq=record.seq,
+            bundle=bundle,
+            shrunk=shrunk,
+            bug=key,
+            unexpected=record.unexpected,
+            repeatability=(record.repeatability or {}).get("class"),
+            beside=record.bug if key != record.bug else None,
+            bundle_error=bundle_error,
+        )
 
     def _write_bundle(
         self,
@@ -504,10 +529,12 @@ class ChunkRunner:
         *,
         shrunk: bool,
         provisional: bool = False,
+        bug: BugKey | None = None,
     ) -> tuple[str | None, str | None]:
-        """Write one bundle; its path in the run folder, or None and why it could not be
-        written (the finding stays in the records, and the run's errors say why). One the
-        disk would not take stops the run (`OUTPUT_ERROR`): more would not fit either."""
+        """Write one bundle (of `bug`, default its case's own key); its path in the run
+        folder, or None and why it could not be written (the finding stays in the records,
+        and the run's errors say why). One the disk would not take stops the run
+        (`OUTPUT_ERROR`): more would not fit either."""
         try:
             write_bundle(
                 self.config.out / "bundles" / bundle_id,
@@ -519,6 +546,7 @@ class ChunkRunner:
                 manifest=self.manifest,
                 shrunk=shrunk,
                 provisional=provisional,
+                bug=bug,
             )
         except OutputError as err:
             state.sink.output_error(err)

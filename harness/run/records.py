@@ -336,6 +336,8 @@ class DivergenceRecord:
         op_type: the op's type (`-` when it is about no op).
         dtype: `float16` for an op that ran in half precision, else empty.
         regime: the shape regime it showed in (the harness's own, else `regime_of`).
+        cause: the key it counts under when it follows from another op's bug
+            (`harness.check.divergence.Divergence.cause`).
     """
 
     kind: str
@@ -350,10 +352,13 @@ class DivergenceRecord:
     details: dict[str, Any] = field(default_factory=dict)
     regime: str = ""
     dtype: str = ""
+    cause: BugKey | None = None
 
     @property
     def bug(self) -> BugKey:
-        """Its bug key (harness.check.divergence.BugKey)."""
+        """Its bug key (harness.check.divergence.BugKey): its `cause`'s, when it has one."""
+        if self.cause is not None:
+            return self.cause
         return BugKey.of(self.kind, self.op_type, self.blame, self.factor, self.dtype)
 
     def to_json(self) -> dict[str, Any]:
@@ -535,6 +540,9 @@ class ChunkFinding:
             left on device`), when that is known.
         shrunk: Hypothesis finished shrinking it.
         repeatability: its repeatability class.
+        beside: for a key that showed only beside another in its chunk's cases, the key its
+            case stood for (and was shrunk by): the finding is that case as found
+            (`harness.run.findings.divergent_keys`); None for a case's own key.
     """
 
     case_id: str
@@ -545,6 +553,7 @@ class ChunkFinding:
     bug: BugKey | None = None
     repeatability: str | None = None
     bundle_error: str | None = None
+    beside: BugKey | None = None
 
 
 @dataclass
@@ -605,6 +614,7 @@ def divergence_record(d: Divergence, case: Case, expected: str | None = None) ->
         details=data.get("details", {}),
         regime=str(regime),
         dtype=key_dtype(op_dtypes(case).get(d.op or "")),
+        cause=d.cause,
     )
 
 
@@ -992,6 +1002,8 @@ class BundleDoc:
         id: the finding id (the folder's name).
         bug: the bug key it was found with (computed from `divergences` for a bundle of
             format /1, which recorded `signatures` instead).
+        beside: the key its case stood for when `bug` only showed beside it (the case is
+            as found: shrinking followed that key); None otherwise.
         divergences: the divergences of its case.
         utilization: per step and backend, the error/budget of every compared tensor.
         evidence: the worst element of each diverging tensor (harness.run.bundle).
@@ -1026,6 +1038,7 @@ class BundleDoc:
     kernels: dict[str, str] = field(default_factory=dict)
     commands_cwd: str = ""
     commands: list[str] = field(default_factory=list)
+    beside: BugKey | None = None
 
     def __post_init__(self) -> None:
         if self.bug is None:
@@ -1129,6 +1142,8 @@ class Finding:
         chunk, chunks: its first chunk, and every chunk that found it.
         provisional: from a chunk that never ended (a killed run).
         known: ids of the expectations its case's divergences matched.
+        beside: the key its case stood for, when its own key only showed beside that one
+            (`ChunkFinding.beside`).
     """
 
     id: str
@@ -1149,6 +1164,7 @@ class Finding:
     known: list[str] = field(default_factory=list)
     steps: int | None = None
     step_shapes: list[dict[str, Any]] | None = None
+    beside: BugKey | None = None
 
 
 @dataclass

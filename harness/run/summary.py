@@ -51,7 +51,7 @@ from harness.check.coverage import available_cells, missing_cells
 from harness.check.divergence import BugKey
 from harness.run.commands import relative_path
 from harness.run.expectations import entry_status
-from harness.run.findings import CLEAN, UNEXPECTED, finding_id, severity
+from harness.run.findings import CLEAN, UNEXPECTED, divergent_keys, finding_id, severity
 from harness.run.profiles import PROFILES
 from harness.run.records import (
     BugGroup,
@@ -447,14 +447,16 @@ def _findings(
             known=sorted({d.expected for d in divergences if d.expected}),
             steps=record.steps if record is not None else None,
             step_shapes=record.step_shapes if record is not None else None,
+            beside=found.beside,
         )
 
     ordered = sorted(chunk_records.items(), key=lambda kv: (kv[0][0], _chunk_order(kv[0][1])))
     for (source, chunk), rec in ordered:
         for f in rec.findings:
             add(source, chunk, f, provisional=False)
-    # A chunk that never ended (a killed run): its smallest divergent case per bug.
-    best: dict[tuple[int, str, BugKey | None], CaseRecord] = {}
+    # A chunk that never ended (a killed run): its smallest divergent case per bug, every
+    # key of a case's unexpected divergences (harness.run.findings.divergent_keys).
+    best: dict[tuple[int, str, BugKey], CaseRecord] = {}
     for source, recs in enumerate(records):
         for r in recs:
             if not isinstance(r, CaseRecord) or (source, r.chunk) in chunk_records:
@@ -462,24 +464,30 @@ def _findings(
             if not r.unexpected:
                 continue
             # One provisional finding per bug, whatever regime it showed in: the case with a
-            # provisional bundle (replayable), else the smallest seen.
-            key = (source, r.chunk, r.bug)
-            if key not in best or _provisional_rank(r) < _provisional_rank(best[key]):
-                best[key] = r
-    for (source, chunk, _), r in sorted(best.items(), key=lambda kv: kv[0][:2]):
+            # provisional bundle of it (replayable), else the smallest seen. A case's
+            # provisional bundle is of the key it stands for.
+            for bug in divergent_keys(r.divergences):
+                key = (source, r.chunk, bug)
+                rank = _provisional_rank(r, bug)
+                if key not in best or rank < _provisional_rank(best[key], bug):
+                    best[key] = r
+    for (source, chunk, bug), r in sorted(best.items(), key=lambda kv: kv[0][:2]):
+        own = bug == r.bug
         found = ChunkFinding(
             case_id=r.case_id,
             unexpected=r.unexpected,
-            bundle=r.provisional_bundle,
-            bug=r.bug,
+            bundle=r.provisional_bundle if own else None,
+            bug=bug,
             shrunk=False,
+            beside=None if own else r.bug,
         )
         add(source, chunk, found, provisional=True)
     return list(by_key.values())
 
 
-def _provisional_rank(record: CaseRecord) -> tuple[int, tuple[int, int]]:
-    return (0 if record.provisional_bundle else 1, _case_size(record))
+def _provisional_rank(record: CaseRecord, bug: BugKey) -> tuple[int, tuple[int, int]]:
+    bundled = record.provisional_bundle is not None and record.bug == bug
+    return (0 if bundled else 1, _case_size(record))
 
 
 def _overall_status(statuses: Sequence[str], complete: bool) -> str:
