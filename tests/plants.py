@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import vulkan_ref.graph
+import vulkan_ref.pool
 import vulkan_ref.spirv
 import webgpu_backend.graph
 import webgpu_backend.shaders
@@ -227,3 +228,21 @@ def webgpu_fold_with_floor() -> Iterator[None]:
         yield
     finally:
         webgpu_backend.graph.fold_grid = original
+
+
+@contextmanager
+def vulkan_descriptor_sets_keyed_without_offset() -> Iterator[None]:
+    """Key Vulkan's descriptor-set cache by each binding's buffer and range but not its
+    offset: a graph that binds a recycled block at other offsets, with the same sizes, reuses
+    the set an earlier graph wrote, and reads and writes that graph's places. Whether a case
+    fails depends on what ran before it in the process (the runtime's pool and its cache)."""
+    original = vulkan_ref.pool._descriptor_key
+
+    def key(kinds: Any, ranges: Any) -> Any:
+        return (kinds, tuple((vulkan_ref.pool._address(r.handle), r.binding_size) for r in ranges))
+
+    vulkan_ref.pool._descriptor_key = key
+    try:
+        yield
+    finally:
+        vulkan_ref.pool._descriptor_key = original

@@ -33,9 +33,11 @@ from graph_format import Runtime
 from graph_format.kernels import load_manifest
 from harness.check import timing
 from harness.check.backends import BACKENDS, open_runtimes
+from harness.check.cold import RuntimeSpec, cold_check
 from harness.check.divergence import BugKey
+from harness.check.history import History, Loop
 from harness.check.lockstep import CaseResult, LockstepRunner
-from harness.check.repeatability import classify
+from harness.check.repeatability import Repeatability, classify
 from harness.check.verdict import (
     CaseChecker,
     DivergenceFound,
@@ -95,6 +97,7 @@ class RunConfig:
     expectations: Expectations = field(default_factory=Expectations)
     progress_every_s: float = 10.0
     repeats: int = 3  # re-runs per backend to classify a divergent case's repeatability
+    cold_rerun: bool = True  # also re-run each finding in a fresh process (harness.check.cold)
     command: str = ""
     max_workgroups_per_dim: int | None = None  # a lowered limit for every chunk
     jobs: int = 1
@@ -191,6 +194,8 @@ class _Engine:
     runtimes: list[Runtime]
     runner: LockstepRunner
     checker: CaseChecker
+    # Every loop these runtimes ran, for a history-dependent finding's bundle.
+    history: History = field(default_factory=History)
 
 
 @dataclass
@@ -294,7 +299,9 @@ class ChunkRunner:
             # the cost of a frequent bug. Each final finding is classified once (see
             # `_findings`); a failure that does not replay reaches us as Hypothesis's
             # FlakyFailure group.
-            self.engines[limit] = _Engine(runtimes, runner, CaseChecker(runner, repeats=0))
+            self.engines[limit] = _Engine(
+                runtimes, runner, CaseChecker(runner, repeats=0), History().watch(runtimes)
+            )
         return self.adapters
 
     @property
@@ -441,6 +448,7 @@ class ChunkRunner:
             bundle_id = finding_id(record.case_id, bug)
             known = existing_bundle(self.config.out / "bundles" / bundle_id)
             bundle: str | None
+            history: list[Loop] = []
             if known is not None:
                 # Another chunk already shrank to this case with this bug: one finding, one
                 # bundle; the summary lists every chunk that found it.
@@ -449,8 +457,12 @@ class ChunkRunner:
             else:
                 if self.config.repeats:
                     repeat = classify(case, state.engine.runtimes, self.config.repeats)
+                    if self.config.cold_rerun and repeat.deterministic and bug is not None:
+                        repeat, history = self._cold(state, case, bug, repeat)
                     record.repeatability = repeat.to_json()
-                bundle = self._write_bundle(state, bundle_id, case, record, shrunk=shrunk)
+                bundle = self._write_bundle(
+                    state, bundle_id, case, record, shrunk=shrunk, history=history
+                )
             out.append(
                 ChunkFinding(
                     case_id=record.case_id,
@@ -464,6 +476,23 @@ class ChunkRunner:
             )
         return out
 
+    def _cold(
+        self, state: _ChunkState, case: Case, bug: BugKey, repeat: Repeatability
+    ) -> tuple[Repeatability, list[Loop]]:
+        """Re-run a finding in a fresh process (harness.check.cold): its repeatability
+        refined, and the history its bundle keeps (empty unless it needs one)."""
+        history = state.engine.history
+        spec = RuntimeSpec(
+            {b: str(d) for b, d in self.config.shader_dirs.items()},
+            state.chunk.max_workgroups_per_dim,
+            str(self.config.kernels) if self.config.kernels is not None else None,
+            allow_adapters=self.manifest is not None,
+        )
+        verdict = cold_check(case, bug, history.before(case), spec, dropped=history.dropped)
+        if verdict.error is not None:
+            state.sink.log(f"parity: {state.chunk.id}: cold re-run of {bug}: {verdict.error}")
+        return repeat.with_cold(verdict.kind, verdict.to_json()), verdict.loops
+
     def _write_bundle(
         self,
         state: _ChunkState,
@@ -473,6 +502,7 @@ class ChunkRunner:
         *,
         shrunk: bool,
         provisional: bool = False,
+        history: list[Loop] | None = None,
     ) -> str | None:
         """Write one bundle; its path in the run folder, or None if it could not be written
         (the finding stays in the records, and the run's errors say why)."""
@@ -487,6 +517,7 @@ class ChunkRunner:
                 manifest=self.manifest,
                 shrunk=shrunk,
                 provisional=provisional,
+                history=history or (),
             )
         except Exception as err:
             state.sink.error(f"{state.chunk.id}: bundle {bundle_id}: {describe(err)}")
