@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 
 from harness.check.backends import open_runtimes
 from harness.check.cold import RuntimeSpec, case_bugs, cold_check
@@ -29,8 +30,11 @@ from harness.check.history import History, load_loops, run_loops, save_loops
 from harness.check.lockstep import LockstepRunner
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
+from harness.run import chunks
 from harness.run.bundle import load_bundle, replay, write_bundle
-from harness.run.records import RunMeta, case_record
+from harness.run.chunks import ChunkRunner, ChunkTally, RunConfig, Stop
+from harness.run.plan import Chunk
+from harness.run.records import CaseRecord, ChunkRecord, RunMeta, case_record
 from tests.cli_support import parity
 from tests.plants import plant_in_every_process, vulkan_descriptor_sets_keyed_without_offset
 
@@ -161,3 +165,53 @@ def test_its_bundle_replays_as_still_failing_in_a_fresh_process(
     # In this process too (fresh runtimes for the history, never the warm ones).
     outcome = replay(bundle, runtimes=runtimes)
     assert outcome.status == "still_failing" and outcome.history_loops == 1
+
+
+class _Sink:
+    """Collects what a ChunkRunner hands on (harness.run.chunks.ChunkSink)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[ChunkRecord] = []
+        self.errors: list[str] = []
+
+    def case(self, record: CaseRecord) -> None:
+        pass
+
+    def chunk(self, record: ChunkRecord, tally: ChunkTally) -> None:
+        self.chunks.append(record)
+
+    def error(self, text: str) -> None:
+        self.errors.append(text)
+
+    def log(self, line: str) -> None:
+        pass
+
+
+def test_a_chunk_classes_its_findings_and_bundles_the_history(
+    planted: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A family of two cases, chain(3) first (Hypothesis starts from the first choice): each
+    # draw builds a new case object, as a real family does.
+    family = lambda: st.builds(chain, st.sampled_from([3, 1]))  # noqa: E731
+    monkeypatch.setattr(chunks, "FAMILIES", {**chunks.FAMILIES, "chains": family})
+    config = RunConfig(["chains"], "quick", 0, 4, 4, tmp_path / "run", repeats=1)
+    runner = ChunkRunner(config, Stop())
+    runner.open([None])
+    sink = _Sink()
+    runner.run_chunk(Chunk("chains", 0, 0, 4), sink)
+    (record,) = sink.chunks
+    assert not sink.errors
+    classes = {str(f.bug): f.repeatability for f in record.findings}
+    assert classes == {BUG: "history-dependent", "rms_norm|numeric|vulkan|x1000": "deterministic"}
+    for finding in record.findings:
+        assert finding.bundle is not None
+        folder = tmp_path / "run" / finding.bundle
+        doc = load_bundle(folder).doc
+        assert doc.repeatability is not None
+        if str(finding.bug) == BUG:
+            assert doc.history == {"folder": "history", "loops": 1, "cases": 1}
+            assert doc.repeatability["cold"]["reproduced"] is True
+        else:
+            assert doc.history is None and not (folder / "history").exists()
+        proc = parity("replay", folder, env=planted)
+        assert proc.returncode == 1 and "still failing" in proc.stderr, proc.stderr
