@@ -457,7 +457,10 @@ class ChunkRunner:
             else:
                 if self.config.repeats:
                     repeat = classify(case, state.engine.runtimes, self.config.repeats)
-                    if self.config.cold_rerun and repeat.deterministic and bug is not None:
+                    # Not once a signal stopped the run: whoever sent it wants it to end.
+                    signalled = self.stop.reason not in (None, "time_budget")
+                    cold = self.config.cold_rerun and not signalled and repeat.deterministic
+                    if cold and bug is not None:
                         repeat, history = self._cold(state, case, bug, repeat)
                     record.repeatability = repeat.to_json()
                 bundle = self._write_bundle(
