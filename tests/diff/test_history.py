@@ -129,6 +129,7 @@ def test_a_cold_rerun_classes_it_history_dependent_and_shrinks_its_history(
     assert alone.kind == "deterministic" and alone.loops == [] and alone.reproduced
 
 
+@pytest.mark.slow  # fresh processes: a cold re-run and two replays
 def test_its_bundle_replays_as_still_failing_in_a_fresh_process(
     planted: dict[str, str], tmp_path: Path
 ) -> None:
@@ -187,6 +188,7 @@ class _Sink:
         pass
 
 
+@pytest.mark.slow  # fresh processes: two cold re-runs and two replays
 def test_a_chunk_classes_its_findings_and_bundles_the_history(
     planted: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
