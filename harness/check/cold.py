@@ -104,6 +104,9 @@ class ColdVerdict:
             let go (never replayed).
         reproduced: its bug came back in a fresh process after `loops`.
         trials: fresh runtimes the shrinking of the history opened.
+        seconds: the whole cold check, process starts included; `phases`: the first cold
+            process's seconds running the case `alone` (with opening the runtimes), the
+            `whole_history` and then the case, and shrinking the history (`shrink`).
         error: why the cold process failed.
     """
 
@@ -116,6 +119,7 @@ class ColdVerdict:
     reproduced: bool = False
     trials: int = 0
     seconds: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)
     error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -129,6 +133,7 @@ class ColdVerdict:
             "reproduced": self.reproduced,
             "trials": self.trials,
             "seconds": round(self.seconds, 2),
+            "phases": {k: round(v, 2) for k, v in self.phases.items()},
         }
         if self.error is not None:
             out["error"] = self.error
@@ -180,6 +185,7 @@ def cold_check(
         else:
             verdict.alone = list(found["alone"])
             verdict.trials = int(found.get("trials", 0))
+            verdict.phases = {str(k): float(v) for k, v in found.get("phases", {}).items()}
             if str(bug) in verdict.alone:
                 verdict.kind = "deterministic"
                 verdict.reproduced = True
@@ -295,22 +301,27 @@ def _child(folder: Path) -> dict[str, Any]:
 
     if job["mode"] == "verify":
         return {"with_history": after(job["loops"])}
+    started = time.monotonic()
     alone = case_bugs(spec.open(), case)
-    out: dict[str, Any] = {"alone": alone}
+    out: dict[str, Any] = {"alone": alone, "phases": {"alone": time.monotonic() - started}}
     if bug in alone or not loops:
         return out
     everything = list(range(len(loops)))
+    started = time.monotonic()
     full = after(everything)
+    out["phases"]["whole_history"] = time.monotonic() - started
     out["with_history"] = full
     out["trials"] = 1
     if bug not in full:
         return out
-    deadline = time.monotonic() + float(job["budget_s"])
+    started = time.monotonic()
+    deadline = started + float(job["budget_s"])
 
     def fails(indices: list[int]) -> bool:
         return time.monotonic() < deadline and bug in after(indices)
 
     chosen, trials = ddmin(everything, fails, int(job["max_trials"]))
+    out["phases"]["shrink"] = time.monotonic() - started
     out["loops"] = chosen
     out["trials"] = 1 + trials
     return out

@@ -124,6 +124,7 @@ def test_a_cold_rerun_classes_it_history_dependent_and_shrinks_its_history(
     assert verdict.with_history is not None and BUG in verdict.with_history
     assert [loop.case for loop in verdict.loops] == [cases[1]]  # chain(3) alone matters
     assert verdict.reproduced and verdict.recorded == 3
+    assert set(verdict.phases) == {"alone", "whole_history", "shrink"}
     # A finding that fails in a fresh process on its own needs no history.
     alone = cold_check(cases[1], bug.bug_key(), [], RuntimeSpec())
     assert alone.kind == "deterministic" and alone.loops == [] and alone.reproduced
