@@ -37,9 +37,11 @@ from graph_format import Runtime
 from graph_format.kernels import load_manifest
 from harness.check import timing
 from harness.check.backends import BACKENDS, open_runtimes
+from harness.check.cold import RuntimeSpec, cold_check
 from harness.check.divergence import BugKey
+from harness.check.history import History, Loop
 from harness.check.lockstep import CaseResult, LockstepRunner
-from harness.check.repeatability import classify
+from harness.check.repeatability import Repeatability, classify
 from harness.check.verdict import (
     CaseChecker,
     DivergenceFound,
@@ -103,6 +105,7 @@ class RunConfig:
     expectations: Expectations = field(default_factory=Expectations)
     progress_every_s: float = 10.0
     repeats: int = 3  # re-runs per backend to classify a divergent case's repeatability
+    cold_rerun: bool = True  # also re-run each finding in a fresh process (harness.check.cold)
     command: str = ""
     max_workgroups_per_dim: int | None = None  # a lowered limit for every chunk
     jobs: int = 1
@@ -208,6 +211,8 @@ class _Engine:
     runtimes: list[Runtime]
     runner: LockstepRunner
     checker: CaseChecker
+    # Every loop these runtimes ran, for a history-dependent finding's bundle.
+    history: History = field(default_factory=History)
 
 
 @dataclass
@@ -315,7 +320,9 @@ class ChunkRunner:
             # the cost of a frequent bug. Each final finding is classified once (see
             # `_findings`); a failure that does not replay reaches us as Hypothesis's
             # FlakyFailure group.
-            self.engines[limit] = _Engine(runtimes, runner, CaseChecker(runner, repeats=0))
+            self.engines[limit] = _Engine(
+                runtimes, runner, CaseChecker(runner, repeats=0), History().watch(runtimes)
+            )
         return self.adapters
 
     @property
@@ -498,11 +505,17 @@ class ChunkRunner:
             record.repeatability = known.repeatability
             bundle = f"bundles/{bundle_id}"
         else:
+            history: list[Loop] = []
             if self.config.repeats:
                 repeat = classify(case, state.engine.runtimes, self.config.repeats)
+                # Not once a signal stopped the run: whoever sent it wants it to end.
+                signalled = self.stop.reason not in (None, "time_budget")
+                cold = self.config.cold_rerun and not signalled and repeat.deterministic
+                if cold and key is not None:
+                    repeat, history = self._cold(state, case, key, repeat)
                 record.repeatability = repeat.to_json()
             bundle, bundle_error = self._write_bundle(
-                state, bundle_id, case, record, shrunk=shrunk, bug=bug
+                state, bundle_id, case, record, shrunk=shrunk, bug=bug, history=history
             )
             provisional = f"bundles/{_provisional_id(state.chunk, record)}"
             if bundle is None and bug is None and provisional in state.provisional.values():
@@ -520,6 +533,23 @@ class ChunkRunner:
             bundle_error=bundle_error,
         )
 
+    def _cold(
+        self, state: _ChunkState, case: Case, bug: BugKey, repeat: Repeatability
+    ) -> tuple[Repeatability, list[Loop]]:
+        """Re-run a finding in a fresh process (harness.check.cold): its repeatability
+        refined, and the history its bundle keeps (empty unless it needs one)."""
+        history = state.engine.history
+        spec = RuntimeSpec(
+            {b: str(d) for b, d in self.config.shader_dirs.items()},
+            state.chunk.max_workgroups_per_dim,
+            str(self.config.kernels) if self.config.kernels is not None else None,
+            allow_adapters=self.manifest is not None,
+        )
+        verdict = cold_check(case, bug, history.before(case), spec, dropped=history.dropped)
+        if verdict.error is not None:
+            state.sink.log(f"parity: {state.chunk.id}: cold re-run of {bug}: {verdict.error}")
+        return repeat.with_cold(verdict.kind, verdict.to_json()), verdict.loops
+
     def _write_bundle(
         self,
         state: _ChunkState,
@@ -530,6 +560,7 @@ class ChunkRunner:
         shrunk: bool,
         provisional: bool = False,
         bug: BugKey | None = None,
+        history: list[Loop] | None = None,
     ) -> tuple[str | None, str | None]:
         """Write one bundle (of `bug`, default its case's own key); its path in the run
         folder, or None and why it could not be written (the finding stays in the records,
@@ -547,6 +578,7 @@ class ChunkRunner:
                 shrunk=shrunk,
                 provisional=provisional,
                 bug=bug,
+                history=history or (),
             )
         except OutputError as err:
             state.sink.output_error(err)

@@ -212,7 +212,15 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         default=3,
         metavar="N",
         help="re-runs per backend of every divergent case, to classify it as deterministic "
-        "or not (default: 3; 0 turns it off)",
+        "or not (default: 3; 0 turns it off, the cold re-run too)",
+    )
+    run.add_argument(
+        "--no-cold-rerun",
+        dest="cold_rerun",
+        action="store_false",
+        help="do not also re-run each finding in a fresh process (by default one that passes "
+        "there is classed history-dependent, and its bundle keeps the worker's history that "
+        "brings it back, shrunk: docs/oracles.md)",
     )
     run.add_argument(
         "--max-workgroups-per-dim",
@@ -314,6 +322,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "working tree's wgsl/ and glsl/ (to check a fix)",
     )
     rep.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+    rep.add_argument(
+        "--no-history",
+        dest="history",
+        action="store_false",
+        help="for a history-dependent bundle, run its case alone, without first running the "
+        "history it keeps (what ran before the case in the worker that found it)",
+    )
     rep.add_argument(
         "--allow-adapters",
         action="store_true",
@@ -570,6 +585,7 @@ def _run(args: argparse.Namespace) -> int:
         expectations=expectations,
         progress_every_s=args.progress_every,
         repeats=args.repeats,
+        cold_rerun=args.cold_rerun,
         command=command_line(),
         max_workgroups_per_dim=args.max_workgroups_per_dim,
         jobs=args.jobs or available_jobs(),

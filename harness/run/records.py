@@ -1013,6 +1013,10 @@ class BundleDoc:
         kernels: with a kernel manifest (`parity run --kernels`): `kernels/<path>` ->
             sha256 of the manifest and every file it names, copied into the bundle.
         commands: replay commands, run from the run folder.
+        history: for a history-dependent finding (its bug shows only after what ran before
+            it in the worker), where its history lies (`folder`, relative to the bundle:
+            harness.check.history's files), its `loops` and distinct `cases`; None
+            otherwise (and in bundles written before histories were kept).
     """
 
     format: str
@@ -1039,6 +1043,7 @@ class BundleDoc:
     commands_cwd: str = ""
     commands: list[str] = field(default_factory=list)
     beside: BugKey | None = None
+    history: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.bug is None:
