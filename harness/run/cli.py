@@ -35,7 +35,8 @@ from harness.run.bundle import (
     BundleError,
 )
 from harness.run.console import UsageError
-from harness.run.exitcodes import ExitStatus, exit_table
+from harness.run.exitcodes import LABELS, ExitStatus, exit_table
+from harness.run.exitrule import summary_lines
 from harness.run.expectations import (
     DEFAULT_FILE,
     Expectations,
@@ -586,8 +587,14 @@ def _run(args: argparse.Namespace) -> int:
                 f"parity: family {family}: {stats.cases} cases, {stats.steps} steps, "
                 f"{stats.duration_s or 0.0:.1f} s"
             )
+        # Last, the verdict's reasons (an empty required cell, what would fill it) and the
+        # status in words: a CI log's tail says why the run failed.
+        for line in session.verdict.console_lines():
+            console.err(f"parity: {line}")
+        status = session.exit_status
         console.err(
-            f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})"
+            f"parity: report: {config.out / 'index.html'} "
+            f"(exit status {int(status)}: {LABELS[status]})"
         )
     finally:
         session.close()
@@ -605,6 +612,8 @@ def _report(args: argparse.Namespace) -> int:
     console.err(
         f"parity report: {summary.status}: {totals_text(summary.totals)}; {run_dir / 'index.html'}"
     )
+    for line in summary_lines(summary):
+        console.err(f"parity report: {line}")
     return summary.exit_status
 
 
