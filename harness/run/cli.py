@@ -21,6 +21,7 @@ import argparse
 import os
 import sys
 import tempfile
+import textwrap
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +37,7 @@ from harness.run.bundle import (
 )
 from harness.run.console import UsageError
 from harness.run.exitcodes import LABELS, ExitStatus, exit_table
-from harness.run.exitrule import summary_lines
+from harness.run.exitrule import REQUIRED_COVERAGE_HELP, summary_lines
 from harness.run.expectations import (
     DEFAULT_FILE,
     Expectations,
@@ -81,6 +82,10 @@ INPUT_ERRORS = (
 )
 
 
+# Where `parity run --help` wraps its description and the epilog on required coverage.
+HELP_WIDTH = 88
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The command's parser and each subcommand's (for their own usage lines)."""
     parser = argparse.ArgumentParser(
@@ -95,9 +100,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     run = sub.add_parser(
         "run",
         help="generate cases, run them on both backends, write records, bundles and a report",
-        description="Search each case family with Hypothesis, in deterministic chunks, "
-        "checking every step on both backends. Writes cases.jsonl as it goes, then "
-        "summary.json, junit.xml, index.html and a repro bundle per finding.",
+        description=textwrap.fill(
+            "Search each case family with Hypothesis, in deterministic chunks, checking "
+            "every step on both backends. Writes cases.jsonl as it goes, then summary.json, "
+            "junit.xml, index.html and a repro bundle per finding.",
+            HELP_WIDTH,
+        ),
+        epilog=textwrap.fill(REQUIRED_COVERAGE_HELP, HELP_WIDTH)
+        + "\n\nexit status:\n"
+        + exit_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument(
         "--families",

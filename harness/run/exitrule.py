@@ -15,7 +15,8 @@ Required coverage cells are those the run can reach on purpose:
   fill them).
 - An op's cells are the profile's (`Profile.required_coverage`), less the half-precision
   ones where a device lacks f16 (`harness.check.coverage.available_cells`), and less `fold`
-  unless the plan ran a chunk of the op's own family under a lowered workgroup limit.
+  unless the plan ran a chunk of the op's own family under a lowered workgroup limit (such
+  a chunk draws its cases to fold that op's grid: `harness.run.chunks.chunk_cases`).
 - The cells are judged only on a complete run of every shard: a run stopped early, or one
   shard of several, has not had the chance to fill them.
 
@@ -38,6 +39,17 @@ from harness.run.plan import Chunk
 from harness.run.profiles import PROFILES
 from harness.run.records import Summary
 
+# `parity run --help`'s paragraph on the rule (docs/parity-cli.md says the same at length).
+REQUIRED_COVERAGE_HELP = (
+    "required coverage: a complete run of every shard must fill, on both backends, the "
+    "profile's coverage cells of the ops its families are the own family of (`parity list` "
+    "names each op's; dag, attention, decoder and random answer for none, since they reach "
+    "an op's variants only by chance): pr a folded grid of each op whose family ran a chunk "
+    "under the lowered limit, nightly every regime and kernel variant the op's model names "
+    "(f16 ones only where both devices offer f16). A run with no unexpected divergence "
+    "that leaves one empty exits 4 (coverage short), and its last lines, summary.json and "
+    "the report's title name the cells and the examples that would fill them."
+)
 CLEAN_TITLE = "no unexpected divergence"
 DIVERGENT_TITLE = "unexpected divergences found"
 SHORT_TITLE = "required coverage short"
@@ -218,4 +230,12 @@ def fill_lines(missing: Sequence[tuple[str, str, str]], plan: Sequence[Chunk]) -
     return lines
 
 
-__all__ = ["Verdict", "fill_lines", "judge", "reason_lines", "required_cells", "summary_lines"]
+__all__ = [
+    "REQUIRED_COVERAGE_HELP",
+    "Verdict",
+    "fill_lines",
+    "judge",
+    "reason_lines",
+    "required_cells",
+    "summary_lines",
+]

@@ -3,13 +3,17 @@ fill, its exit status, its title and what it says would fill an empty cell."""
 
 from __future__ import annotations
 
-from harness.check.coverage import Coverage
+from hypothesis import given, seed, settings
+
+from harness.check.coverage import Coverage, folds_under
 from harness.families import FAMILIES, covered_ops, family_for_op
+from harness.gen.case import Case
 from harness.ops import MODELS
+from harness.run.chunks import chunk_cases
 from harness.run.exitcodes import ExitStatus
 from harness.run.exitrule import Verdict, judge, reason_lines, required_cells
 from harness.run.plan import Chunk, make_plan
-from harness.run.profiles import PROFILES
+from harness.run.profiles import PROFILES, hypothesis_settings
 
 F16 = {"webgpu": {"shader_f16": True}, "vulkan": {"shader_f16": True}}
 NO_F16 = {"webgpu": {}, "vulkan": {}}
@@ -147,3 +151,37 @@ def test_a_title_names_a_few_cells_and_counts_the_rest() -> None:
     )
     nearly = _coverage("sigmoid", ["size=1", "size=max", "sigmoid", "sigmoid_f16"])
     assert title(nearly) == "required coverage short: sigmoid dtype=float16"
+
+
+def _folded_ops(family: str, run_seed: int, *, drawn_to_fold: bool) -> set[str]:
+    """The ops of `family` whose grid the contract folds in the pr fold chunks of a run
+    seeded `run_seed`, searched as `parity run` searches them (same seeds and settings)."""
+    pr = PROFILES["pr"]
+    plan = make_plan(
+        [family], run_seed, pr.max_examples, pr.chunk_examples,
+        fold_every=pr.fold_every, fold_limit=pr.fold_limit,
+    )  # fmt: skip
+    folded: set[str] = set()
+    limit = pr.fold_limit
+    assert limit is not None
+
+    def run_case(case: Case) -> None:
+        folded.update(op for op in covered_ops(family) if folds_under(case, limit, {op}))
+
+    for chunk in plan:
+        if chunk.max_workgroups_per_dim != limit:
+            continue
+        run_case.__name__ = f"parity_{chunk.family}_{chunk.index}"
+        cases = chunk_cases(family, limit) if drawn_to_fold else FAMILIES[family]()
+        chunk_settings = settings(
+            hypothesis_settings("pr", max_examples=chunk.max_examples), database=None
+        )
+        seed(chunk.seed)(chunk_settings(given(case=cases)(run_case)))()
+    return folded
+
+
+def test_a_fold_chunk_draws_cases_that_fold_its_familys_op() -> None:
+    # Run seed 0: drawn once, the embedding family's fold chunk never folded a grid, and
+    # `parity run --families embedding --profile pr` was short of its fold.
+    assert _folded_ops("embedding", 0, drawn_to_fold=False) == set()
+    assert _folded_ops("embedding", 0, drawn_to_fold=True) == {"embedding_q4gsw"}
