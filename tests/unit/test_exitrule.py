@@ -3,6 +3,7 @@ fill, its exit status, its title and what it says would fill an empty cell."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, seed, settings
 
 from harness.check.coverage import Coverage, folds_under
@@ -185,3 +186,24 @@ def test_a_fold_chunk_draws_cases_that_fold_its_familys_op() -> None:
     # `parity run --families embedding --profile pr` was short of its fold.
     assert _folded_ops("embedding", 0, drawn_to_fold=False) == set()
     assert _folded_ops("embedding", 0, drawn_to_fold=True) == {"embedding_q4gsw"}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_familys_fold_chunk_finds_cases_that_fold(family: str) -> None:
+    # A family whose cases could never fold would leave its fold chunks with no valid case
+    # (Hypothesis: Unsatisfiable) and the fold cell unreachable.
+    limit = PROFILES["pr"].fold_limit
+    assert limit is not None
+    ops = {op for op in covered_ops(family) if MODELS[op].kernels}
+    if not ops:
+        assert family in ("attention", "dag", "decoder", "random"), family
+        return
+    drawn: list[Case] = []
+
+    @settings(max_examples=3, database=None, derandomize=True, deadline=None)
+    @given(case=chunk_cases(family, limit))
+    def draw(case: Case) -> None:
+        drawn.append(case)
+
+    draw()
+    assert drawn and all(folds_under(case, limit, ops) for case in drawn)
