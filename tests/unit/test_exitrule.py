@@ -3,6 +3,8 @@ fill, its exit status, its title and what it says would fill an empty cell."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, seed, settings
 
@@ -15,6 +17,8 @@ from harness.run.exitcodes import ExitStatus
 from harness.run.exitrule import Verdict, judge, reason_lines, required_cells
 from harness.run.plan import Chunk, make_plan
 from harness.run.profiles import PROFILES, hypothesis_settings
+from harness.run.report import render_report
+from tests.unit.test_report import _case, _run_meta, _write_run
 
 F16 = {"webgpu": {"shader_f16": True}, "vulkan": {"shader_f16": True}}
 NO_F16 = {"webgpu": {}, "vulkan": {}}
@@ -207,3 +211,22 @@ def test_every_familys_fold_chunk_finds_cases_that_fold(family: str) -> None:
 
     draw()
     assert drawn and all(folds_under(case, limit, ops) for case in drawn)
+
+
+@pytest.mark.parametrize("status", [0, 3, 130])
+def test_a_report_without_unexpected_divergences_never_says_it_found_some(
+    tmp_path: Path, status: int
+) -> None:
+    # The index was titled "divergences found" whenever the exit status was not 0: an
+    # interrupted or failed run without a single divergence said it had found some.
+    records = [
+        _case("rms_norm/0", "a", []),
+        {"record": "chunk", "chunk": "rms_norm/0", "status": "complete", "duration_s": 1,
+         "findings": []},
+    ]  # fmt: skip
+    run = _write_run(tmp_path / "run", _run_meta(["rms_norm/0"]), records)
+    summary = render_report(run, exit_status=status)
+    html = (run / "index.html").read_text()
+    assert summary.verdict == "no unexpected divergence"
+    assert "<title>Parity run: no unexpected divergence</title>" in html
+    assert "divergences found" not in html
