@@ -474,7 +474,9 @@ def _distinct(items: Iterable[dict[str, dict[str, Any]]]) -> list[dict[str, dict
 
 
 def junit_xml(summary: Summary, records: Sequence[Sequence[Record]]) -> str:
-    """JUnit XML for CI dashboards: a suite per family, a test case per chunk.
+    """JUnit XML for CI dashboards: a suite per family, a test case per chunk, and a suite
+    `parity.coverage` with one test case, failed when a complete run left a required coverage
+    cell empty (harness.run.exitrule), where the run requires any.
 
     A chunk fails when it found an unexpected divergence, errors when the harness failed or
     the chunk never finished (a killed run), and is skipped when the time budget or a signal
@@ -542,5 +544,17 @@ def junit_xml(summary: Summary, records: Sequence[Sequence[Record]]) -> str:
                 )
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
+    if summary.coverage_required and summary.coverage_checked:
+        # The exit rule's coverage verdict, so that a dashboard shows why a clean run failed.
+        suite = ET.SubElement(suites, "testsuite", name="parity.coverage", tests="1")
+        short = bool(summary.coverage_missing)
+        suite.set("failures", "1" if short else "0")
+        case = ET.SubElement(
+            suite, "testcase", classname="parity.coverage", name="required coverage"
+        )
+        if short:
+            ET.SubElement(case, "failure", message=summary.verdict).text = "\n".join(
+                summary.coverage_fill
+            )
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode")

@@ -4,6 +4,7 @@ fill, its exit status, its title and what it says would fill an empty cell."""
 from __future__ import annotations
 
 from pathlib import Path
+from xml.etree import ElementTree as ET
 
 import pytest
 from hypothesis import given, seed, settings
@@ -18,7 +19,8 @@ from harness.run.exitrule import Verdict, judge, reason_lines, required_cells
 from harness.run.plan import Chunk, make_plan
 from harness.run.profiles import PROFILES, hypothesis_settings
 from harness.run.report import render_report
-from tests.unit.test_report import _case, _run_meta, _write_run
+from harness.run.summary import junit_xml
+from tests.unit.test_report import _case, _run_meta, _summarize, _write_run
 
 F16 = {"webgpu": {"shader_f16": True}, "vulkan": {"shader_f16": True}}
 NO_F16 = {"webgpu": {}, "vulkan": {}}
@@ -230,3 +232,34 @@ def test_a_report_without_unexpected_divergences_never_says_it_found_some(
     assert summary.verdict == "no unexpected divergence"
     assert "<title>Parity run: no unexpected divergence</title>" in html
     assert "divergences found" not in html
+
+
+def test_junit_fails_a_coverage_test_case_naming_the_empty_cells() -> None:
+    unfolded = {"mul": {b: {"regimes": ["size=1"], "variants": []} for b in ("webgpu", "vulkan")}}
+    records = [
+        _case("mul/0", "a", [], coverage=unfolded),
+        _case("mul/1", "b", [], coverage=unfolded, max_workgroups_per_dim=4),
+        *(
+            {"record": "chunk", "chunk": c, "status": "complete", "duration_s": 1, "findings": []}
+            for c in ("mul/0", "mul/1")
+        ),
+    ]
+    meta = _run_meta(["mul/0", "mul/1"])
+    meta["plan"][1]["max_workgroups_per_dim"] = 4
+    _, summary, typed = _summarize([meta], [records])
+    suite = ET.fromstring(junit_xml(summary, typed)).find("testsuite[@name='parity.coverage']")
+    assert suite is not None and suite.get("failures") == "1"
+    failure = suite.find("testcase/failure")
+    assert failure is not None
+    assert failure.get("message") == "required coverage short: mul fold"
+    assert failure.text == summary.coverage_fill[0]
+    # A run that filled every required cell passes it; one that requires none has no such test.
+    folded = {"mul": {b: {"regimes": ["fold"], "variants": []} for b in ("webgpu", "vulkan")}}
+    records[1] = _case("mul/1", "b", [], coverage=folded, max_workgroups_per_dim=4)
+    _, summary, typed = _summarize([meta], [records])
+    suite = ET.fromstring(junit_xml(summary, typed)).find("testsuite[@name='parity.coverage']")
+    assert suite is not None and suite.get("failures") == "0" and suite.get("tests") == "1"
+    _, summary, typed = _summarize([_run_meta(["mul/0"])], [records[:1] + records[2:3]])
+    assert (
+        ET.fromstring(junit_xml(summary, typed)).find("testsuite[@name='parity.coverage']") is None
+    )
