@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 import tempfile
+import textwrap
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,7 +37,8 @@ from harness.run.bundle import (
     BundleError,
 )
 from harness.run.console import UsageError
-from harness.run.exitcodes import ExitStatus, exit_table
+from harness.run.exitcodes import LABELS, ExitStatus, exit_table
+from harness.run.exitrule import REQUIRED_COVERAGE_HELP, summary_lines
 from harness.run.expectations import (
     DEFAULT_FILE,
     Expectations,
@@ -84,6 +86,10 @@ INPUT_ERRORS = (
 )
 
 
+# Where `parity run --help` wraps its description and the epilog on required coverage.
+HELP_WIDTH = 88
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The command's parser and each subcommand's (for their own usage lines)."""
     parser = argparse.ArgumentParser(
@@ -98,9 +104,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     run = sub.add_parser(
         "run",
         help="generate cases, run them on both backends, write records, bundles and a report",
-        description="Search each case family with Hypothesis, in deterministic chunks, "
-        "checking every step on both backends. Writes cases.jsonl as it goes, then "
-        "summary.json, junit.xml, index.html and a repro bundle per finding.",
+        description=textwrap.fill(
+            "Search each case family with Hypothesis, in deterministic chunks, checking "
+            "every step on both backends. Writes cases.jsonl as it goes, then summary.json, "
+            "junit.xml, index.html and a repro bundle per finding.",
+            HELP_WIDTH,
+        ),
+        epilog=textwrap.fill(REQUIRED_COVERAGE_HELP, HELP_WIDTH)
+        + "\n\nexit status:\n"
+        + exit_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument(
         "--families",
@@ -619,8 +632,14 @@ def _run(args: argparse.Namespace) -> int:
                 f"parity: family {family}: {stats.cases} cases, {stats.steps} steps, "
                 f"{stats.duration_s or 0.0:.1f} s"
             )
+        # Last, the verdict's reasons (an empty required cell, what would fill it) and the
+        # status in words: a CI log's tail says why the run failed.
+        for line in session.verdict.console_lines():
+            console.err(f"parity: {line}")
+        status = session.exit_status
         console.err(
-            f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})"
+            f"parity: report: {config.out / 'index.html'} "
+            f"(exit status {int(status)}: {LABELS[status]})"
         )
     finally:
         session.close()
@@ -638,6 +657,8 @@ def _report(args: argparse.Namespace) -> int:
     console.err(
         f"parity report: {summary.status}: {totals_text(summary.totals)}; {run_dir / 'index.html'}"
     )
+    for line in summary_lines(summary):
+        console.err(f"parity report: {line}")
     return summary.exit_status
 
 

@@ -1212,6 +1212,7 @@ class Summary:
     complete: bool
     exit_status: int
     totals: Totals
+    verdict: str = ""  # the report's title (harness.run.exitrule)
     format: str = SUMMARY_FORMAT
     note: str = "internal to the parity harness; rebuilt by `parity report` from cases.jsonl"
     merged: bool = False
@@ -1231,6 +1232,7 @@ class Summary:
     coverage_required: dict[str, list[str]] = field(default_factory=dict)
     coverage_checked: bool = False
     coverage_missing: list[list[str]] = field(default_factory=list)
+    coverage_fill: list[str] = field(default_factory=list)
     kernel_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     bugs: list[BugGroup] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
