@@ -111,6 +111,34 @@ class PropagationError(ParityError, RuntimeError):
         self.values = list(values)
 
 
+class OpError(ParityError, RuntimeError):
+    """An op's own code raised an exception no runtime raises on purpose (a `StopIteration`
+    in a resize hook, a `KeyError` in the code that packs a kernel's values, an
+    `AttributeError` while the op builds): a bug in that op's implementation. The runtime's
+    resize engine (and its loader) wraps the exception in this one, so that the finding
+    names the op whose code raised; the original is its `__cause__`. A step that raises
+    it leaves the graph as it was, as any refusal does.
+
+    Attributes:
+        backend: the runtime ("webgpu", "vulkan").
+        op: the op's name in the graph.
+        op_type: its type.
+        stage: where its code ran: "load" (building the op) or "resize" (its resize hook,
+            the choice of its kernel and the values handed to it).
+        error: the original exception as `Type: message`.
+    """
+
+    def __init__(
+        self, backend: str, op: str, op_type: str, stage: str, error: BaseException
+    ) -> None:
+        self.backend = backend
+        self.op = op
+        self.op_type = op_type
+        self.stage = stage
+        self.error = f"{type(error).__name__}: {error}"
+        super().__init__(f"{backend}: op {op!r} ({op_type}) raised at {stage}: {self.error}")
+
+
 class KernelBuildError(ParityError, RuntimeError):
     """A kernel's shader did not compile or validate on a backend (never the contract's
     doing: every shipped kernel must build).

@@ -8,6 +8,7 @@ caches on the way in and out, so that no planted pipeline outlives the test.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import struct
 import tempfile
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import vulkan_ref.graph
+import vulkan_ref.pool
 import vulkan_ref.spirv
 import webgpu_backend.graph
 import webgpu_backend.shaders
@@ -227,6 +229,46 @@ def webgpu_fold_with_floor() -> Iterator[None]:
         yield
     finally:
         webgpu_backend.graph.fold_grid = original
+
+
+@contextmanager
+def vulkan_descriptor_sets_keyed_without_offset() -> Iterator[None]:
+    """Key Vulkan's descriptor-set cache by each binding's buffer and range but not its
+    offset: a graph that binds a recycled block at other offsets, with the same sizes, reuses
+    the set an earlier graph wrote, and reads and writes that graph's places. Whether a case
+    fails depends on what ran before it in the process (the runtime's pool and its cache)."""
+    original = vulkan_ref.pool._descriptor_key
+
+    def key(kinds: Any, ranges: Any) -> Any:
+        return (kinds, tuple((vulkan_ref.pool._address(r.handle), r.binding_size) for r in ranges))
+
+    vulkan_ref.pool._descriptor_key = key
+    try:
+        yield
+    finally:
+        vulkan_ref.pool._descriptor_key = original
+
+
+_SITECUSTOMIZE = """\
+# Written by tests/plants.py: every interpreter started with this folder on PYTHONPATH
+# imports this module first, and so runs with the plant below in place.
+from tests import plants
+
+_PLANT = plants.{name}()  # kept: a dropped context manager would undo the plant
+_PLANT.__enter__()
+"""
+
+
+def plant_in_every_process(folder: Path, name: str) -> dict[str, str]:
+    """The environment that plants `name` (a plant of this module taking no arguments) in
+    every Python process started with it: a `sitecustomize` module in `folder` on
+    PYTHONPATH, which interpreters import at start-up (spawned workers and the fresh
+    processes of cold re-runs and `parity replay` included)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(_SITECUSTOMIZE.format(name=name))
+    repo = Path(__file__).resolve().parents[1]
+    paths = [str(folder), str(repo), os.environ.get("PYTHONPATH", "")]
+    return {"PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
 @contextmanager

@@ -162,6 +162,9 @@ def test_usage_errors_negative_repeats_and_the_exit_table(
     for line in ("0  no unexpected divergence", "2  usage, set-up or input", "3  internal error"):
         assert line in out, out
     assert "130  stopped by SIGINT or SIGTERM" in out
+    assert "4  coverage short: no unexpected divergence, but a complete run" in out
+    status, out, _ = _main(capsys, "run", "--help")
+    assert status == 0 and "exits 4 (coverage short)" in " ".join(out.split()), out
 
 
 def test_ops_run_the_family_that_exercises_each_op() -> None:

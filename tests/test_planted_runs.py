@@ -26,9 +26,11 @@ from tests.plants import webgpu_fold_with_floor, webgpu_grid_one_short, webgpu_t
 pytestmark = pytest.mark.gpu
 
 # Small budgets: 2 chunks per family, so that the pr profile runs the second one under its
-# lowered workgroup limit.
+# lowered workgroup limit. No cold re-run: a fresh process would not have the bugs planted
+# here in this one (tests/diff/test_history.py plants one in every process).
 SMALL = (
-    "--no-database", "--no-expectations", "--repeats", "1", "--time-budget", "120", "--jobs", "1"
+    "--no-database", "--no-expectations", "--repeats", "1", "--time-budget", "120", "--jobs", "1",
+    "--no-cold-rerun",
 )  # fmt: skip
 
 

@@ -24,9 +24,11 @@ Resize model (docs/design.md §4.2, as ExecuTorch's `ComputeGraph`):
   every execute reads the guards back with the rest and reports damaged ones
   (`StepResult.guard_writes`), then re-poisons them at the next submit.
 - Any error while resizing restores every size, SymInt and node state to those before the
-  step; SymInt and params UBOs are written only once the step's resize succeeded, and a
-  SymInt the int32 UBO cannot hold is refused (`InputError`, key "int_range") after every
-  op's own checks.
+  step (an exception that no runtime raises on purpose, from an op's resize function or
+  kernel evaluation, is raised as the `OpError` that names the op, as is one an op's
+  builder raises at load); SymInt and params UBOs are written only once the step's resize
+  succeeded, and a SymInt the int32 UBO cannot hold is refused (`InputError`, key
+  "int_range") after every op's own checks.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from graph_format import (
     GraphBuildError,
     InputError,
     KernelBuildError,
+    OpError,
     OpNode,
     ParityError,
     StepResult,
@@ -575,6 +578,7 @@ class ComputeGraph:
         self._input_checks: list[_InputCheck] = []
         self._descriptor_keys: list[DescriptorKey] = []
         self._closed = False
+        self._op_types = {n.name: n.op for n in graph.ops}  # names an OpError's op
         self._device_lost = False
         if "float16" in graph.float_dtypes() and ctx.f16_unavailable:
             raise FeatureUnavailable("vulkan", "f16", ctx.f16_unavailable)
@@ -585,7 +589,12 @@ class ComputeGraph:
                 elif isinstance(value, SymIntValue):
                     self.symints[value.name] = SymInt(self.arena, value.name)
             for node in graph.ops:
-                OP_IMPLS[node.op](self, node)
+                try:
+                    OP_IMPLS[node.op](self, node)
+                except ParityError:
+                    raise
+                except Exception as err:  # the op's own code failed: name it
+                    raise OpError("vulkan", node.name, node.op, "load", err) from err
             self.arena.place()
             self._allocate_descriptor_sets()
         except BaseException:
@@ -988,9 +997,21 @@ class ComputeGraph:
     # ------------------------------------------------------------------ resize
 
     def propagate_resize(self) -> None:
-        """One pass over all nodes in order (docs/design.md §4.2)."""
+        """One pass over all nodes in order (docs/design.md §4.2).
+
+        Raises:
+            ResizeError, InputError: an op refuses the live sizes.
+            OpError: a node's resize function or kernel evaluation raised an exception of
+                another kind (a bug in its op's code), naming that op.
+        """
         for node in self.nodes:
-            node.trigger_resize(self)
+            try:
+                node.trigger_resize(self)
+            except ParityError:
+                raise
+            except Exception as err:  # the op's own code failed: name it
+                op_type = self._op_types.get(node.op, "?")
+                raise OpError("vulkan", node.op, op_type, "resize", err) from err
 
     def _snapshot(self) -> _Snapshot:
         return _Snapshot(

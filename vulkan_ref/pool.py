@@ -180,7 +180,7 @@ class DescriptorCache:
         misses: dict[DescriptorKey, tuple[DescriptorLayout, CData, Sequence[BoundRange]]]
         misses = {}
         for kinds, layout, ranges in requests:
-            key = (kinds, tuple((_address(r.handle), r.offset, r.binding_size) for r in ranges))
+            key = _descriptor_key(kinds, ranges)
             out.append((key, None))
             entry = self._entries.get(key)
             if entry is not None:
@@ -502,6 +502,12 @@ class MemoryPool:
         Close the runtime's graphs first: a graph of a closed pool cannot execute.
         """
         self._finalizer()
+
+
+def _descriptor_key(kinds: DescriptorLayout, ranges: Sequence[BoundRange]) -> DescriptorKey:
+    """The cache key of a set: its layout and the (buffer, offset, range) of every binding
+    (all three: two sets that differ in any of them bind different memory)."""
+    return (kinds, tuple((_address(r.handle), r.offset, r.binding_size) for r in ranges))
 
 
 def _address(handle: CData) -> int:

@@ -11,7 +11,10 @@ Resize model (docs/design.md §4.1; upstream's, with its known divergences fixed
 - A hook that sees inconsistent inputs may be looking at a co-input that a deeper producer
   has not updated yet (docs/design.md §8.1). Its error is therefore held, not raised: it is
   dropped if the hook later succeeds and raised only if it is still pending once the
-  fixpoint converges. Any error restores the graph to its state before the step.
+  fixpoint converges. Any error restores the graph to its state before the step. A hook
+  that raises an exception of another kind (a bug in the op's code: a `StopIteration`) is
+  raised at once as the `OpError` that names its op, as is one an op's builder raises at
+  load.
 - Kernels are bound through one path, the project's and a manifest's alike
   (`webgpu_backend.binding`): an op records a dispatch position per kernel it runs
   (`add_kernel`: the slot or slots it may take, its tensors by role, the values fixed for
@@ -62,6 +65,7 @@ from graph_format import (
     InputError,
     KernelBuildError,
     KernelValuesError,
+    OpError,
     OpNode,
     ParityError,
     PropagationError,
@@ -344,6 +348,7 @@ class _Hook:
     order: int
     triggers: frozenset[str]
     fn: Callable[[], None]
+    op_type: str = ""
 
 
 @dataclass
@@ -427,7 +432,12 @@ class WebGPUGraph:
                 self.symints[value.name] = 0  # serialized SymInts start at 0, as upstream
         try:
             for node in graph.ops:
-                OP_BUILDERS[node.op](self, node)
+                try:
+                    OP_BUILDERS[node.op](self, node)
+                except ParityError:
+                    raise
+                except Exception as err:  # the op's own code failed: name it
+                    raise OpError("webgpu", node.name, node.op, "load", err) from err
             self._place()
         except BaseException:
             self.close()
@@ -697,7 +707,9 @@ class WebGPUGraph:
         self, node: OpNode, triggers: Iterable[str], fn: Callable[[], None]
     ) -> None:
         """Run `fn` whenever one of `triggers` (tensor or SymInt names) changes."""
-        self._hooks.append(_Hook(node.name, len(self._hooks), frozenset(triggers), fn))
+        self._hooks.append(
+            _Hook(node.name, len(self._hooks), frozenset(triggers), fn, op_type=node.op)
+        )
 
     def add_input_check(
         self, node: OpNode, tensor: WebGPUTensor, fn: Callable[[np.ndarray], None]
@@ -751,6 +763,7 @@ class WebGPUGraph:
         Raises:
             ResizeError, InputError: an op rejects the converged live shapes.
             PropagationError: the hooks kept changing shapes for more than len(hooks)+1 passes.
+            OpError: a hook raised an exception of another kind (it names the hook's op).
         """
         max_passes = len(self._hooks) + 1
         passes = 0
@@ -773,6 +786,10 @@ class WebGPUGraph:
                     hook.fn()
                 except (InputError, ResizeError) as err:
                     self._pending[hook.order] = err
+                except ParityError:
+                    raise
+                except Exception as err:  # the hook's own code failed: name its op
+                    raise OpError("webgpu", hook.op, hook.op_type, "resize", err) from err
                 else:
                     self._pending.pop(hook.order, None)
             passes += 1

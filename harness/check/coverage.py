@@ -16,11 +16,13 @@ unavailable, never as a failed run.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from graph_format import F16_SUFFIX, Graph, OpNode, TensorValue
+from harness.check.contract import ContractModel, ModelStep
+from harness.gen.case import Case
 from harness.model import LiveState, op_dtype
 from harness.ops import model_for
 
@@ -184,6 +186,22 @@ def missing_cells(
                 seen.add("fold")
             missing += [(op_type, backend, w) for w in wanted if w not in seen]
     return missing
+
+
+def folds_under(case: Case, limit: int, ops: Collection[str]) -> bool:
+    """Whether the contract predicts that a step of `case` folds a grid of an op of type in
+    `ops` under `limit` workgroups per grid dimension: a dispatch that runs with a count
+    above the limit (and so within its square: a larger one refuses the step)."""
+    model = ContractModel(case.graph, max_workgroups_per_dim=limit)
+    types = {node.name: node.op for node in case.graph.ops}
+    for inputs in case.steps:
+        step = model.try_step(inputs)
+        if isinstance(step, ModelStep) and any(
+            ran and types.get(op) in ops and max(count) > limit
+            for op, _, _, count, ran in step.dispatches
+        ):
+            return True
+    return False
 
 
 def max_state(graph: Graph) -> LiveState:

@@ -166,6 +166,11 @@ class Divergence:
         message: one line for humans.
         factor: error / budget for numeric divergences.
         details: structured evidence (indices, values, expected vs actual).
+        cause: the key of the divergence this one follows from, which it counts under
+            (`bug_key`): an op that refused a step the contract accepts because a value
+            produced upstream was wrong (a view's wrong live dims, whose 32 rows a
+            rms_norm cannot fit in a lowered grid limit) counts as that producer's
+            `cur_dims` bug, the key the same bug has where nothing refuses.
     """
 
     step: int
@@ -178,15 +183,19 @@ class Divergence:
     details: dict[str, Any] = field(default_factory=dict)
     op_type: str | None = None
     dtype: str | None = None
+    cause: BugKey | None = None
 
     def bug_key(self) -> BugKey:
-        """The bug this divergence shows (see `BugKey`)."""
+        """The bug this divergence shows (see `BugKey`): its `cause`'s, when it has one."""
+        if self.cause is not None:
+            return self.cause
         return BugKey.of(str(self.kind), self.op_type, self.blame, self.factor, self.dtype or "")
 
     def to_json(self) -> dict[str, Any]:
         """Plain-data form for JSONL records."""
         data = asdict(self)
         data["kind"] = str(self.kind)
+        data["cause"] = str(self.cause) if self.cause is not None else None
         return data
 
 

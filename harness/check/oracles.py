@@ -22,6 +22,7 @@ from graph_format import (
     InputError,
     KernelBuildError,
     KernelValuesError,
+    OpError,
     ParityError,
     PropagationError,
     ResizeError,
@@ -30,9 +31,9 @@ from graph_format import (
     TensorValue,
 )
 from harness.check.contract import KERNELS_OWN_WORKGROUP, ModelStep
-from harness.check.divergence import MODEL, Divergence, Kind, blame_from
+from harness.check.divergence import MODEL, BugKey, Divergence, Kind, blame_from, key_dtype
 from harness.check.reference import OpEvaluation, op_args
-from harness.model import ExpectedDispatch, arg_values, local_budget
+from harness.model import ExpectedDispatch, arg_values, local_budget, op_dtype
 from harness.model.numerics import Comparison, compare
 from harness.ops import model_for
 
@@ -53,9 +54,10 @@ def error_op(graph: Graph, err: BaseException) -> str | None:
 
     An op's own check names the op (an `InputError` subject, a build error's op); a refused
     tensor names the op that writes it, or for a graph input the first op that reads it; a
-    resize engine that does not converge names the first op whose hook still ran.
+    resize engine that does not converge names the first op whose hook still ran; an op
+    whose own code raised (`OpError`) is named by the runtime.
     """
-    if isinstance(err, GraphBuildError | KernelBuildError):
+    if isinstance(err, GraphBuildError | KernelBuildError | OpError):
         return err.op
     if isinstance(err, PropagationError):
         named = [*err.ops, *(p for v in err.values if (p := producer(graph, v)))]
@@ -127,13 +129,16 @@ def check_build(
     """Load-time rejection (or acceptance) must match the contract on every backend.
 
     A kernel that does not build is a finding of its own on the backend that built it,
-    with the compiler's whole output; any other exception at load is a crash.
+    with the compiler's whole output; any other exception at load is a crash (of the op
+    whose builder raised it, when the runtime names it: `OpError`).
     """
     out: list[Divergence] = []
     compared: dict[str, BaseException | None] = {}
     for name, err in errors.items():
         if isinstance(err, KernelBuildError):
             out.append(kernel_build_divergence(-1, name, err))
+        elif isinstance(err, OpError):
+            out.append(op_crash(-1, name, err))
         elif err is not None and not isinstance(err, ParityError):
             out.append(
                 Divergence(-1, Kind.CRASH, name, f"{name} crashed at load: {_error_text(err)}")
@@ -157,6 +162,19 @@ def check_build(
         )
     )
     return out
+
+
+def op_crash(step: int, backend: str, err: OpError) -> Divergence:
+    """A crash in an op's own code (`OpError`), blamed on its backend and keyed by the op."""
+    where = "at load" if step < 0 else f"in its {err.stage} code"
+    return Divergence(
+        step,
+        Kind.CRASH,
+        backend,
+        f"{backend}: op {err.op!r} ({err.op_type}) crashed {where}: {err.error}",
+        op=err.op,
+        details={"stage": err.stage, "error": err.error},
+    )
 
 
 def kernel_build_divergence(step: int, backend: str, err: KernelBuildError) -> Divergence:
@@ -249,6 +267,8 @@ def check_errors(
             )
         elif isinstance(err, KernelBuildError):
             out.append(kernel_build_divergence(step, name, err))
+        elif isinstance(err, OpError):
+            out.append(op_crash(step, name, err))
         elif not isinstance(err, ParityError):
             out.append(Divergence(step, Kind.CRASH, name, f"{name} crashed: {_error_text(err)}"))
         elif accepted:
@@ -257,14 +277,21 @@ def check_errors(
             origin = None
             if isinstance(want_here, ModelStep) and err.live and op:
                 origin = upstream_origin(graph, want_here, err.live, op)
+            cause = None
             if origin is not None:
                 details["upstream"] = origin
                 message += (
                     f" (its input {origin['value']!r} was {origin['got']} where the contract "
                     f"has {origin['expected']}: produced by {origin['op']!r})"
                 )
+                # The producer's bug, under the key it has where nothing refuses.
+                source = next(n for n in graph.ops if n.name == origin["op"])
+                dtype = key_dtype(op_dtype(graph, source))
+                cause = BugKey(source.op, str(Kind.CUR_DIMS), name, dtype=dtype)
             out.append(
-                Divergence(step, Kind.ERROR_ASYMMETRY, name, message, op=op, details=details)
+                Divergence(
+                    step, Kind.ERROR_ASYMMETRY, name, message, op=op, details=details, cause=cause
+                )
             )
     refusing = [name for name in backends if isinstance(want_of(name), ParityError)]
     if refusing:
@@ -368,7 +395,7 @@ def check_metadata(
                     blame_from(wrong, len(set(got.values())) == 1),
                     f"cur_dims of {tensor!r}: contract {list(want)}, "
                     + ", ".join(f"{n} {list(d)}" for n, d in got.items()),
-                    op=producer(graph, tensor),
+                    op=writer(graph, tensor),
                     tensor=tensor,
                     details={"expected": list(want), "got": {n: list(d) for n, d in got.items()}},
                 )
@@ -551,7 +578,7 @@ def check_canaries(
                     name,
                     f"{name} wrote {written} word(s) past the allocation of {tensor!r} (into "
                     "the guard that follows it)",
-                    op=producer(graph, tensor) or owner or consumer(graph, tensor),
+                    op=writer(graph, tensor) or owner or consumer(graph, tensor),
                     tensor=tensor,
                     details={"words": written, "past_allocation": True},
                 )
@@ -625,7 +652,7 @@ def _slack_writes(
                 name,
                 f"{name} wrote {hit.size} word(s) past the live size of {tensor!r} "
                 f"(first at element {elements[0]}; live numel {live_numel})",
-                op=producer(graph, tensor),
+                op=writer(graph, tensor),
                 tensor=tensor,
                 details={
                     "words": int(hit.size),
@@ -676,7 +703,7 @@ def _stale_reads(
                 name,
                 f"{name}: {poisoned.size} live element(s) of {tensor!r} hold slack poison "
                 f"(from {sources}); first flat index {int(poisoned[0])}",
-                op=producer(graph, tensor),
+                op=writer(graph, tensor),
                 tensor=tensor,
                 details={
                     "elements": int(poisoned.size),
@@ -790,14 +817,16 @@ def check_outputs(
     ref_errors: Mapping[str, Any],
     utilization: dict[str, float],
 ) -> list[Divergence]:
-    """Graph outputs against the pure float64 reference, with bounds propagated end to end."""
+    """Graph outputs against the pure float64 reference, with bounds propagated end to end;
+    a divergence names the op that wrote the output (`writer`: a state tensor, a KV cache,
+    is written in place by an op that has no output)."""
     out = []
     for tensor in graph.outputs:
         cmp = compare(outputs[tensor], ref_values[tensor], ref_errors[tensor])
         utilization[f"out:{tensor}"] = cmp.utilization
         if not cmp.ok:
             out.append(
-                numeric_divergence(step, backend, producer(graph, tensor), tensor, cmp, "graph")
+                numeric_divergence(step, backend, writer(graph, tensor), tensor, cmp, "graph")
             )
     return out
 
@@ -883,6 +912,25 @@ def producer(graph: Graph, tensor: str) -> str | None:
     """Name of the op that writes `tensor`, if any."""
     node = graph.producer(tensor)
     return node.name if node else None
+
+
+def writer(graph: Graph, tensor: str) -> str | None:
+    """Name of the op whose write `tensor` holds after a step: its producer, or for a state
+    tensor the last op (in graph order) that updates it in place, that is binds it
+    read-write in a kernel of its model (`update_cache`'s cache, `sdpa_with_kv_cache`'s)."""
+    made = producer(graph, tensor)
+    if made is not None:
+        return made
+    last = None
+    for node in graph.ops:
+        slots = {slot for slot, arg in node.args.items() if arg == tensor}
+        if slots and any(
+            b.name in slots and b.access == "read_write"
+            for spec in model_for(node.op).kernels.values()
+            for b in spec.tensors
+        ):
+            last = node.name
+    return last
 
 
 def consumer(graph: Graph, value: str) -> str | None:

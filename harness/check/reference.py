@@ -10,21 +10,27 @@ accumulated there, and reports `SPREAD * sigma` as the end-to-end bound of graph
 `local` is the op's own rounding bound (`harness.model.local_budget`, rigorous: the
 rounding of a value stored in float16 is part of it). The second term carries
 the inputs' error scales through the op: the reference is evaluated again with every input
-moved by its scale under independent random signs `s`; the mean square of the change is the
-first-order error variance when input errors have independent signs, which is how rounding
-errors behave in practice (Higham and Mary, "A new approach to probabilistic rounding error
-analysis", SIAM J. Sci. Comput. 41(5), 2019). Errors that a shared factor makes coherent
-across a row (a normalizer's 1/rms, a softmax sum) are probed too, with one random sign per
-row scaling the whole row, and the larger of the two mean squares counts. Local and carried
-errors add in quadrature, so
-a copy carries its input's scale unchanged. `SPREAD` covers the tail and the estimate's
+moved by its scale times independent standard normal draws `s`; the mean square of the
+change estimates the first-order error variance when input errors have independent signs,
+which is how rounding errors behave in practice (Higham and Mary, "A new approach to
+probabilistic rounding error analysis", SIAM J. Sci. Comput. 41(5), 2019). Normal, not
++-1, draws: for an output that sums a few inputs with comparable weights (a rope's
+x[2i] c - x[2i+1] s), +-1 signs that move the terms alike in every probe cancel them, and
+the estimate was zero for 1 pair in 128 at equal weights (issue 18: f16 ropes up to 40x
+over their end-to-end bound, every op within its own); normal draws give any linear
+combination its variance times chi^2_PROBES / PROBES, below a sixteenth of it with odds of
+about 1e-4. Errors that a shared factor makes coherent across a row (a normalizer's
+1/rms, a softmax sum) are probed too, with one random sign per row scaling the whole row
+(which carries a copy's or any one-term op's scale exactly), and the larger of the two
+mean squares counts. Local and carried errors add in quadrature, so a copy carries its
+input's scale unchanged. `SPREAD` covers the tail and the estimate's
 sampling error. Worst-case first-order propagation (all signs aligned) compounds by
 sqrt(K) per linear layer and is useless after two decoder layers (a bound of 1e10 on logits
 of magnitude 4); this one is not, and each op is also checked on its own inputs with its
 rigorous local bound (harness/check/oracles.py), so no bug hides in the slack.
 
 The probes of an op run in one call of its `probe_reference` over a leading probe axis
-(harness/model/__init__.py), in chunks that keep large tensors in cache; the signs are drawn
+(harness/model/__init__.py), in chunks that keep large tensors in cache; the moves are drawn
 and the squares summed in the order one probe at a time would, and a probe's outputs are
 the same bits either way, so the bounds do not depend on how the probes are grouped
 (tests/unit/test_reference_probes.py keeps the one-call-per-probe loop as the oracle).
@@ -47,7 +53,8 @@ from graph_format import Graph, OpNode, SymIntValue, TensorValue
 from harness.model import Args, local_budget
 from harness.ops import model_for
 
-# Random-sign probes per op, and the multiple of the error scale an end-to-end bound allows.
+# Random probes per op and error structure, and the multiple of the error scale an
+# end-to-end bound allows.
 PROBES = 8
 SPREAD = 4.0
 # Probes of an op evaluated in one call: as many as keep each probed array within this many
@@ -250,8 +257,9 @@ class ReferenceEvaluator:
         """Square change of outputs and state when inputs move by their error scales.
 
         Two error structures are probed, each as a mean square over PROBES random moves, and
-        the larger change counts, element by element: independent signs for every element,
-        and a sign per row applied in the direction of each element's value, x (1 + d_row):
+        the larger change counts, element by element: independent standard normal draws for
+        every element (see the module docstring: +-1 signs cancel two-term sums), and a
+        sign per row applied in the direction of each element's value, x (1 + d_row):
         the error a shared factor (a normalizer's 1/rms, a softmax sum) gives a whole row
         at once. Different inputs always get independent signs.
 
@@ -259,7 +267,7 @@ class ReferenceEvaluator:
         op's `probe_reference` over a leading probe axis: all of them in one call unless the
         tensors are large (`CHUNK_ELEMENTS`). An op without that form, or whose input that
         carries error is not one of its probe slots (`activations` and the state it
-        updates), gets one `reference` call per move. The signs are drawn as one draw per
+        updates), gets one `reference` call per move. The draws are made as one draw per
         move and input would draw them (moves in order, inputs in slot order, element-wise
         moves before row moves), and a probe's outputs are the same bit for bit however
         the moves are grouped, so the bounds do not depend on the grouping.
@@ -327,18 +335,17 @@ class ReferenceEvaluator:
     def _draw(
         self, shapes: Mapping[str, tuple[int, ...]]
     ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Random signs of PROBES element-wise moves of every input (`[PROBES, *shape]`)
-        and of PROBES row moves (`[PROBES, *shape[:-1], 1]`), from one call that draws what
-        one `choice((-1.0, 1.0))` per move and input, in that order, would."""
+        """Standard normal draws of PROBES element-wise moves of every input (`[PROBES,
+        *shape]`) and random signs of PROBES row moves (`[PROBES, *shape[:-1], 1]`), from
+        two calls that draw what one `standard_normal` per element-wise move and input, then
+        one `choice((-1.0, 1.0))` per row move and input, in that order, would."""
         row_shapes = {slot: (*shape[:-1], 1) if shape else () for slot, shape in shapes.items()}
         element_size = sum(math.prod(shape) for shape in shapes.values())
         row_size = sum(math.prod(shape) for shape in row_shapes.values())
-        flat = self._rng.integers(0, 2, size=PROBES * (element_size + row_size)) * 2.0
-        flat -= 1.0  # in place: the same values as `* 2.0 - 1.0`, one array fewer
-        drawn = (
-            flat[: PROBES * element_size].reshape(PROBES, element_size),
-            flat[PROBES * element_size :].reshape(PROBES, row_size),
-        )
+        element = self._rng.standard_normal(PROBES * element_size)
+        rows = self._rng.integers(0, 2, size=PROBES * row_size) * 2.0
+        rows -= 1.0  # in place: the same values as `* 2.0 - 1.0`, one array fewer
+        drawn = (element.reshape(PROBES, element_size), rows.reshape(PROBES, row_size))
         signs: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
         for mode, mode_shapes in enumerate((shapes, row_shapes)):
             offset = 0

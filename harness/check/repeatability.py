@@ -4,6 +4,11 @@ Each backend runs the case `runs` times, each time on a freshly loaded graph, an
 step's outputs, intermediates and errors are hashed bit for bit. A backend whose hashes
 differ between runs is non-deterministic for this case; the case is then classified as
 deterministic, non-deterministic on one backend, or on both, with the hashes as evidence.
+
+These re-runs are warm: they reuse the runtimes (and their pools and caches) of the process
+that found the case. A finding is also re-run cold, in a fresh process
+(`harness.check.cold`); when only the warm runs show its bug, it is `history-dependent`:
+it needs what ran before it in the process (`with_cold`).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -18,18 +24,32 @@ from graph_format import Runtime
 from harness.check.steps import StepLoop, intermediates, states
 from harness.gen.case import Case
 
+# The class of a finding whose bug shows only after what ran before it in the process.
+HISTORY_DEPENDENT = "history-dependent"
+
 
 @dataclass
 class Repeatability:
     """The repeatability class of one case and its evidence."""
 
-    kind: str  # "deterministic" | "nondeterministic:<backend>" | "nondeterministic:both"
+    # "deterministic" | "history-dependent" | "nondeterministic:<backend>" |
+    # "nondeterministic:both"
+    kind: str
     hashes: dict[str, list[str]] = field(default_factory=dict)  # backend -> one hash per run
+    # The cold re-run's evidence (`harness.check.cold.ColdVerdict.to_json()`), when it ran.
+    cold: dict[str, Any] | None = None
 
     @property
     def deterministic(self) -> bool:
-        """Every backend produced identical bits on every run."""
-        return self.kind == "deterministic"
+        """Every backend produced identical bits on every (warm) run: deterministic, or
+        history-dependent."""
+        return not self.kind.startswith("nondeterministic")
+
+    def with_cold(self, kind: str, evidence: dict[str, Any]) -> Repeatability:
+        """This class refined by a cold re-run: `history-dependent` when its `kind` says so
+        (only the warm runs failed), with the cold run's `evidence`."""
+        refined = HISTORY_DEPENDENT if kind == HISTORY_DEPENDENT else self.kind
+        return Repeatability(refined, self.hashes, evidence)
 
     @property
     def backends(self) -> list[str]:
@@ -38,7 +58,10 @@ class Repeatability:
 
     def to_json(self) -> dict[str, object]:
         """Plain data for records."""
-        return {"class": self.kind, "hashes": self.hashes}
+        out: dict[str, object] = {"class": self.kind, "hashes": self.hashes}
+        if self.cold is not None:
+            out["cold"] = self.cold
+        return out
 
 
 def digest_case(case: Case) -> str:

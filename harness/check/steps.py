@@ -20,9 +20,11 @@ live dims before and after, and closing every loaded graph however the loop ends
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Protocol
 
 from graph_format import (
     Graph,
@@ -132,6 +134,27 @@ class StepRun:
         return self.expected_by.get(runtime, self.expected)
 
 
+class Journal(Protocol):
+    """Something that notes every loop a runtime runs (harness.check.history.History)."""
+
+    def entered(self, loop: StepLoop) -> None:
+        """`loop` is about to load its case."""
+
+    def stepped(self, loop: StepLoop, index: int) -> None:
+        """`loop` ran its step `index` on every loaded runtime."""
+
+
+# Per runtime, the journal of what it runs (`keep_journal`); weak, so a journal goes with its
+# runtimes.
+_JOURNALS: weakref.WeakKeyDictionary[Runtime, Journal] = weakref.WeakKeyDictionary()
+
+
+def keep_journal(runtimes: Sequence[Runtime], journal: Journal) -> None:
+    """Have every loop that runs on any of `runtimes` noted in `journal` from now on."""
+    for rt in runtimes:
+        _JOURNALS[rt] = journal
+
+
 class StepLoop:
     """A case loaded on several runtimes; `steps()` executes it step by step.
 
@@ -170,8 +193,11 @@ class StepLoop:
         self.loaded: dict[str, LoadedGraph] = {}
         # Per runtime, the exception its load raised, or None when it loaded.
         self.load_errors: dict[str, BaseException | None] = {}
+        self.journal = next((j for rt in self.runtimes if (j := _JOURNALS.get(rt))), None)
 
     def __enter__(self) -> StepLoop:
+        if self.journal is not None:
+            self.journal.entered(self)
         started = time.perf_counter()
         try:
             for rt in self.runtimes:
@@ -238,4 +264,6 @@ class StepLoop:
                     step.failures[name] = err
             timing.add("execute", time.perf_counter() - started)
             step.after = {name: lg.cur_dims() for name, lg in self.loaded.items()}
+            if self.journal is not None:
+                self.journal.stepped(self, index)
             yield step

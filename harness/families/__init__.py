@@ -3,7 +3,7 @@
 The modules of this package define multi-op families (`dag`, `attention`, `decoder`,
 `random`); each op's module in `harness/ops/` defines its own. Importing this package
 imports both (found by `pkgutil`, never listed), so the registry read here is complete:
-`FAMILIES` (by name, sorted), `family_for_op` and `cases`.
+`FAMILIES` (by name, sorted), `family_for_op`, `covered_ops` and `cases`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,18 @@ def family_for_op(op: str) -> str | None:
     return holders[0][1] if holders else None
 
 
+def covered_ops(family: str) -> frozenset[str]:
+    """The op types whose required coverage cells family `family` answers for: those it is
+    the own family of (`family_for_op`), e.g. `embedding_q4gsw` for `embedding`, `view_copy`
+    and `sym_size` for `view`.
+
+    A family that combines ops the others focus on (dag, attention, decoder, random) answers
+    for none: its cases are built for the combinations, and reach an op's kernel variants,
+    regimes and folds only by chance (harness.run.exitrule).
+    """
+    return frozenset(op for op in FAMILIES[family].exercises if family_for_op(op) == family)
+
+
 def cases(families: Sequence[str] | None = None) -> st.SearchStrategy[Case]:
     """Cases from the named families (all of them by default)."""
     names = list(families or FAMILIES)
@@ -46,4 +58,4 @@ def cases(families: Sequence[str] | None = None) -> st.SearchStrategy[Case]:
     return st.one_of([FAMILIES[n]() for n in names])
 
 
-__all__ = ["FAMILIES", "Family", "cases", "family_for_op"]
+__all__ = ["FAMILIES", "Family", "cases", "covered_ops", "family_for_op"]

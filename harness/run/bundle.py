@@ -57,6 +57,7 @@ from graph_format.kernels import MANIFEST_NAME, KernelManifest, KernelManifestEr
 from harness.check.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
 from harness.check.contract import expected_build_error
 from harness.check.divergence import BugKey
+from harness.check.history import HistoryError, Loop, load_loops, run_loops, save_loops
 from harness.check.lockstep import CaseResult, LockstepRunner
 from harness.check.reference import ReferenceEvaluator, op_args
 from harness.check.steps import StepLoop, grid_limit, intermediates
@@ -116,6 +117,8 @@ def kernel_stems(graph: Graph) -> dict[str, set[str]]:
 
 
 KERNELS_DIR = "kernels"
+# A history-dependent finding's history (harness.check.history): what runs before its case.
+HISTORY_DIR = "history"
 
 
 def copy_kernels(manifest: KernelManifest, dest: Path) -> dict[str, str]:
@@ -446,6 +449,8 @@ def write_bundle(
     provisional: bool = False,
     manifest: KernelManifest | None = None,
     unshrunk: str | None = None,
+    bug: BugKey | None = None,
+    history: Sequence[Loop] = (),
 ) -> Path:
     """Write the bundle of one failing case, atomically.
 
@@ -465,6 +470,10 @@ def write_bundle(
         provisional: the first divergent case of a bug, written as soon as it was seen; the
             chunk's finding replaces it when the chunk ends (a killed run keeps it).
         manifest: the kernel manifest the run ran (`--kernels`): copied with its files.
+        bug: the key the bundle is of, when not its case's own (`record.bug`): a key that
+            showed beside it (harness.run.findings.divergent_keys); replay looks for it.
+        history: for a history-dependent finding, the loops that must run before its case
+            in a fresh process for its bug to show (harness.check.cold): kept in `history/`.
 
     Raises:
         OutputError: the disk would not take it (full, read-only): naming `folder`, which
@@ -486,7 +495,10 @@ def write_bundle(
             provisional,
             manifest,
             unshrunk,
+            bug,
         )
+        if history:
+            _write_history(tmp, history)
         try:
             os.rename(tmp, folder)
         except OSError:
@@ -517,6 +529,7 @@ def _write_bundle_files(
     provisional: bool,
     manifest: KernelManifest | None,
     unshrunk: str | None = None,
+    bug: BugKey | None = None,
 ) -> None:
     case.save(folder / "case")
     hashes = copy_shaders(case.graph, folder / "shaders", shader_dirs)
@@ -548,7 +561,8 @@ def _write_bundle_files(
         shrunk=shrunk,
         unshrunk=unshrunk,
         provisional=provisional,
-        bug=record.bug,
+        bug=bug or record.bug,
+        beside=record.bug if bug is not None and bug != record.bug else None,
         divergences=record.divergences,
         max_utilization=record.max_utilization,
         utilization={
@@ -593,6 +607,20 @@ def rewrite_commands(folder: Path, run: RunMeta, run_dir: Path) -> None:
     (folder / "README.md").write_text(_readme(doc))
 
 
+def _write_history(folder: Path, loops: Sequence[Loop]) -> None:
+    """Keep a history-dependent finding's history in the bundle being written at `folder`:
+    `history/` (harness.check.history.save_loops) and bundle.json's `history` entry."""
+    save_loops(folder / HISTORY_DIR, loops)
+    doc = read_bundle_doc(folder / "bundle.json")
+    doc.history = {
+        "folder": HISTORY_DIR,
+        "loops": len(loops),
+        "cases": len({id(entry.case) for entry in loops}),
+    }
+    write_json(folder / "bundle.json", doc)
+    (folder / "README.md").write_text(_readme(doc))
+
+
 def existing_bundle(folder: Path) -> BundleDoc | None:
     """The bundle.json of a complete bundle at `folder`, or None when there is none."""
     try:
@@ -613,7 +641,16 @@ def _readme(doc: BundleDoc) -> str:
         + (
             " (provisional: the first divergent case seen; the run ended before its chunk did)"
             if doc.provisional
-            else ("" if doc.shrunk else f" (unshrunk: {doc.unshrunk or 'the run was interrupted'})")
+            else (
+                f" (as found, not shrunk: its case showed `{doc.beside}` first, the key "
+                "shrinking follows)"
+                if doc.beside is not None
+                else (
+                    ""
+                    if doc.shrunk
+                    else f" (unshrunk: {doc.unshrunk or 'the run was interrupted'})"
+                )
+            )
         )
         + ". Other chunks that shrank to the same case and bug share this bundle; the run's "
         "report lists them.",
@@ -635,6 +672,15 @@ def _readme(doc: BundleDoc) -> str:
         "code it runs differs.",
         "",
     ]
+    if doc.history:
+        lines += [
+            "This finding is history-dependent: its bug showed only after what ran before it "
+            f"in the worker. `{doc.history.get('folder', HISTORY_DIR)}/` keeps "
+            f"{doc.history.get('loops', '?')} loop(s) of that history (shrunk), which `parity "
+            "replay` runs, in order and on fresh runtimes, before the case (`--no-history`: "
+            "the case alone).",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -803,6 +849,8 @@ class ReplayOutcome:
     shader_mismatch: list[str] = field(default_factory=list)
     # Python files that differ from the bundle's run; None: the bundle records no hashes.
     python_mismatch: list[str] | None = None
+    # Loops of the bundle's history run before its case (0: none, or `history=False`).
+    history_loops: int = 0
 
     @property
     def exit_status(self) -> int:
@@ -816,8 +864,13 @@ def replay(
     shaders: str = "bundle",
     runtimes: Sequence[Runtime] | None = None,
     allow_adapters: bool = False,
+    history: bool = True,
 ) -> ReplayOutcome:
     """Re-run a bundle's case on both backends and look for its bug.
+
+    A history-dependent bundle (`history/`) first runs its history, in order, on fresh
+    runtimes (never `runtimes`, whose pools hold what ran on them before): in a fresh
+    process (`parity replay`), this is the state the worker was in when the case failed.
 
     Args:
         shaders: "bundle" (its own copies) or "worktree" (the repo's wgsl/ and glsl/); the
@@ -826,16 +879,18 @@ def replay(
             ignored for a bundle found under a lowered workgroup limit, which is replayed
             under that limit, and for one that carries a kernel manifest.
         allow_adapters: run the Python adapters of the bundle's manifest.
+        history: run the bundle's history first, if it has one (False: the case alone).
 
     Raises:
         BackendUnavailable: no driver; the message says what to install.
-        BundleError: the bundle's workgroup limit is above this device's, or its manifest
-            names an adapter and `allow_adapters` is off.
+        BundleError: the bundle's workgroup limit is above this device's, its manifest
+            names an adapter and `allow_adapters` is off, or its history is unreadable.
     """
     mismatch: list[str] = []
     limit = bundle.max_workgroups_per_dim
     manifest = bundle.manifest(allow_adapters)
-    if runtimes is None or limit is not None or manifest is not None:
+    loops = bundle_history(bundle) if history else []
+    if runtimes is None or limit is not None or manifest is not None or loops:
         dirs = bundle.shader_dirs() if shaders == "bundle" else None
         try:
             runtimes = open_runtimes(BACKENDS, dirs, limit, manifest, allow_adapters)
@@ -845,6 +900,11 @@ def replay(
             ) from None
     if shaders == "worktree":
         mismatch = shader_differences(bundle)
+    if loops:
+        try:
+            run_loops({rt.name: rt for rt in runtimes}, loops)
+        except HistoryError as err:
+            raise BundleError(f"{bundle.path / HISTORY_DIR}: {err}") from None
     result: CaseResult = LockstepRunner(runtimes).run(bundle.case)
     found_records = [divergence_record(d, bundle.case) for d in result.divergences]
     found = {d.bug for d in found_records}
@@ -855,8 +915,23 @@ def replay(
     else:
         status = "changed"
     return ReplayOutcome(
-        status, bundle.bug, found, found_records, mismatch, python_differences(bundle)
+        status, bundle.bug, found, found_records, mismatch, python_differences(bundle), len(loops)
     )
+
+
+def bundle_history(bundle: Bundle) -> list[Loop]:
+    """The history a history-dependent bundle keeps (empty for any other bundle).
+
+    Raises:
+        BundleError: bundle.json names a history that is missing or unreadable.
+    """
+    if not bundle.doc.history:
+        return []
+    folder = bundle.path / str(bundle.doc.history.get("folder", HISTORY_DIR))
+    try:
+        return load_loops(folder)
+    except HistoryError as err:
+        raise BundleError(f"{err} (bundle.json names it as the finding's history)") from None
 
 
 def shader_differences(bundle: Bundle) -> list[str]:

@@ -22,6 +22,7 @@ import argparse
 import os
 import sys
 import tempfile
+import textwrap
 import traceback
 from collections import Counter
 from collections.abc import Sequence
@@ -37,7 +38,8 @@ from harness.run.bundle import (
     BundleError,
 )
 from harness.run.console import UsageError
-from harness.run.exitcodes import ExitStatus, exit_table
+from harness.run.exitcodes import LABELS, ExitStatus, exit_table
+from harness.run.exitrule import REQUIRED_COVERAGE_HELP, summary_lines
 from harness.run.expectations import (
     DEFAULT_FILE,
     Expectations,
@@ -85,6 +87,10 @@ INPUT_ERRORS = (
 )
 
 
+# Where `parity run --help` wraps its description and the epilog on required coverage.
+HELP_WIDTH = 88
+
+
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The command's parser and each subcommand's (for their own usage lines)."""
     parser = argparse.ArgumentParser(
@@ -99,9 +105,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     run = sub.add_parser(
         "run",
         help="generate cases, run them on both backends, write records, bundles and a report",
-        description="Search each case family with Hypothesis, in deterministic chunks, "
-        "checking every step on both backends. Writes cases.jsonl as it goes, then "
-        "summary.json, junit.xml, index.html and a repro bundle per finding.",
+        description=textwrap.fill(
+            "Search each case family with Hypothesis, in deterministic chunks, checking "
+            "every step on both backends. Writes cases.jsonl as it goes, then summary.json, "
+            "junit.xml, index.html and a repro bundle per finding.",
+            HELP_WIDTH,
+        ),
+        epilog=textwrap.fill(REQUIRED_COVERAGE_HELP, HELP_WIDTH)
+        + "\n\nexit status:\n"
+        + exit_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument(
         "--families",
@@ -223,7 +236,15 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         default=3,
         metavar="N",
         help="re-runs per backend of every divergent case, to classify it as deterministic "
-        "or not (default: 3; 0 turns it off)",
+        "or not (default: 3; 0 turns it off, the cold re-run too)",
+    )
+    run.add_argument(
+        "--no-cold-rerun",
+        dest="cold_rerun",
+        action="store_false",
+        help="do not also re-run each finding in a fresh process (by default one that passes "
+        "there is classed history-dependent, and its bundle keeps the worker's history that "
+        "brings it back, shrunk: docs/oracles.md)",
     )
     run.add_argument(
         "--max-workgroups-per-dim",
@@ -325,6 +346,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "working tree's wgsl/ and glsl/ (to check a fix)",
     )
     rep.add_argument("--json", action="store_true", help="print the outcome as JSON on stdout")
+    rep.add_argument(
+        "--no-history",
+        dest="history",
+        action="store_false",
+        help="for a history-dependent bundle, run its case alone, without first running the "
+        "history it keeps (what ran before the case in the worker that found it)",
+    )
     rep.add_argument(
         "--allow-adapters",
         action="store_true",
@@ -591,6 +619,7 @@ def _run(args: argparse.Namespace) -> int:
         expectations=expectations,
         progress_every_s=args.progress_every,
         repeats=args.repeats,
+        cold_rerun=args.cold_rerun,
         command=command_line(),
         max_workgroups_per_dim=args.max_workgroups_per_dim,
         jobs=args.jobs or available_jobs(),
@@ -628,8 +657,14 @@ def _run(args: argparse.Namespace) -> int:
         unshrunk = Counter(f.unshrunk for f in summary.findings if f.unshrunk)
         for why, count in sorted(unshrunk.items()):
             console.err(f"parity: {count} of {len(summary.findings)} findings unshrunk: {why}")
+        # Last, the verdict's reasons (an empty required cell, what would fill it) and the
+        # status in words: a CI log's tail says why the run failed.
+        for line in session.verdict.console_lines():
+            console.err(f"parity: {line}")
+        status = session.exit_status
         console.err(
-            f"parity: report: {config.out / 'index.html'} (exit status {session.exit_status})"
+            f"parity: report: {config.out / 'index.html'} "
+            f"(exit status {int(status)}: {LABELS[status]})"
         )
     finally:
         session.close()
@@ -647,6 +682,8 @@ def _report(args: argparse.Namespace) -> int:
     console.err(
         f"parity report: {summary.status}: {totals_text(summary.totals)}; {run_dir / 'index.html'}"
     )
+    for line in summary_lines(summary):
+        console.err(f"parity report: {line}")
     return summary.exit_status
 
 

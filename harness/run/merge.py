@@ -19,6 +19,7 @@ from harness.run.bundle import (
     rewrite_commands,
 )
 from harness.run.console import UsageError
+from harness.run.exitrule import summary_lines
 from harness.run.records import (
     CASES_FILE,
     RUN_FILE,
@@ -161,6 +162,8 @@ def _write_merge(out: Path, shards: list[RunData], runs: list[RunMeta]) -> int:
         f"parity merge: {len(shards)} shards, {t.cases} cases, {t.findings} findings "
         f"({t.unexpected_findings} unexpected); {out / 'index.html'}"
     )
+    for line in summary_lines(summary):
+        console.err(f"parity merge: {line}")
     return summary.exit_status
 
 

@@ -46,8 +46,9 @@ class Profile:
     """A named search budget, and the coverage cells a run of it must fill.
 
     `required_coverage` maps an op type to regime tags and kernel variants
-    (harness/check/coverage.py) that every backend must have exercised by the end of the run;
-    `harness.check.coverage.missing_cells` lists those left empty.
+    (harness/check/coverage.py) that every backend must have exercised by the end of a run
+    of the op's own family; harness/run/exitrule.py decides which a run requires, and its
+    exit status.
     """
 
     name: str
@@ -64,8 +65,8 @@ class Profile:
 
 
 # Per op, the regimes its model names as where its resize bugs live and every kernel variant
-# (`OpModel.required_regimes`, `OpModel.kernels`): what a nightly run must fill for each op
-# type it exercised.
+# (`OpModel.required_regimes`, `OpModel.kernels`): what a nightly run of the op's own family
+# must fill (harness/run/exitrule.py).
 # An op with f16 kernels must also have run in half precision (`dtype=float16`; required
 # only where both devices offer f16: harness/check/coverage.py, `available_cells`).
 _NIGHTLY_CELLS = {
@@ -86,13 +87,14 @@ _NIGHTLY_CELLS = {
 # of 12 of the 16 families (7-9 % for sigmoid, silu, silu_mul and linear_q4gsw, whose
 # families draw large or tiny counts). Under 2 more than half of the steps of 8 families
 # would be refused (counts above 4); under 8 fewer than 15 % of the steps of the add, rope,
-# rope_hf, random and linear_q4gsw families would fold. A full `parity run --profile pr`
-# folds every op with a kernel on both backends (harness/run/summary.py checks it).
+# rope_hf, random and linear_q4gsw families would fold. A fold chunk searches only cases
+# that fold a grid of an op its family answers for (harness.run.chunks.chunk_cases), and the
+# exit rule (harness/run/exitrule.py) checks that every such op folded on both backends.
 FOLD_LIMIT = 4
 
 # A fold of every op with a kernel (all but sym_size): all kernels' counts are 1-D and grow
-# with the live sizes, so each can fold. Required only of the op types a run exercised under
-# a lowered limit (harness/run/summary.py).
+# with the live sizes, so each can fold. Required only of the ops whose own family ran a
+# chunk under a lowered limit (harness/run/exitrule.py).
 _FOLD_CELLS: dict[str, tuple[str, ...]] = {
     op: ("fold",) for op, model in sorted(MODELS.items()) if model.kernels
 }

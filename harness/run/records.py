@@ -336,6 +336,8 @@ class DivergenceRecord:
         op_type: the op's type (`-` when it is about no op).
         dtype: `float16` for an op that ran in half precision, else empty.
         regime: the shape regime it showed in (the harness's own, else `regime_of`).
+        cause: the key it counts under when it follows from another op's bug
+            (`harness.check.divergence.Divergence.cause`).
     """
 
     kind: str
@@ -350,10 +352,13 @@ class DivergenceRecord:
     details: dict[str, Any] = field(default_factory=dict)
     regime: str = ""
     dtype: str = ""
+    cause: BugKey | None = None
 
     @property
     def bug(self) -> BugKey:
-        """Its bug key (harness.check.divergence.BugKey)."""
+        """Its bug key (harness.check.divergence.BugKey): its `cause`'s, when it has one."""
+        if self.cause is not None:
+            return self.cause
         return BugKey.of(self.kind, self.op_type, self.blame, self.factor, self.dtype)
 
     def to_json(self) -> dict[str, Any]:
@@ -536,6 +541,9 @@ class ChunkFinding:
         shrunk: Hypothesis finished shrinking it.
         repeatability: its repeatability class.
         unshrunk: why it is not shrunk, when it is not ("shrink budget spent", ...).
+        beside: for a key that showed only beside another in its chunk's cases, the key its
+            case stood for (and was shrunk by): the finding is that case as found
+            (`harness.run.findings.divergent_keys`); None for a case's own key.
     """
 
     case_id: str
@@ -547,6 +555,7 @@ class ChunkFinding:
     repeatability: str | None = None
     bundle_error: str | None = None
     unshrunk: str | None = None
+    beside: BugKey | None = None
 
 
 @dataclass
@@ -607,6 +616,7 @@ def divergence_record(d: Divergence, case: Case, expected: str | None = None) ->
         details=data.get("details", {}),
         regime=str(regime),
         dtype=key_dtype(op_dtypes(case).get(d.op or "")),
+        cause=d.cause,
     )
 
 
@@ -994,6 +1004,8 @@ class BundleDoc:
         id: the finding id (the folder's name).
         bug: the bug key it was found with (computed from `divergences` for a bundle of
             format /1, which recorded `signatures` instead).
+        beside: the key its case stood for when `bug` only showed beside it (the case is
+            as found: shrinking followed that key); None otherwise.
         divergences: the divergences of its case.
         utilization: per step and backend, the error/budget of every compared tensor.
         evidence: the worst element of each diverging tensor (harness.run.bundle).
@@ -1003,6 +1015,10 @@ class BundleDoc:
         kernels: with a kernel manifest (`parity run --kernels`): `kernels/<path>` ->
             sha256 of the manifest and every file it names, copied into the bundle.
         commands: replay commands, run from the run folder.
+        history: for a history-dependent finding (its bug shows only after what ran before
+            it in the worker), where its history lies (`folder`, relative to the bundle:
+            harness.check.history's files), its `loops` and distinct `cases`; None
+            otherwise (and in bundles written before histories were kept).
     """
 
     format: str
@@ -1029,6 +1045,8 @@ class BundleDoc:
     kernels: dict[str, str] = field(default_factory=dict)
     commands_cwd: str = ""
     commands: list[str] = field(default_factory=list)
+    beside: BugKey | None = None
+    history: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.bug is None:
@@ -1132,6 +1150,8 @@ class Finding:
         chunk, chunks: its first chunk, and every chunk that found it.
         provisional: from a chunk that never ended (a killed run).
         known: ids of the expectations its case's divergences matched.
+        beside: the key its case stood for, when its own key only showed beside that one
+            (`ChunkFinding.beside`).
     """
 
     id: str
@@ -1153,6 +1173,7 @@ class Finding:
     known: list[str] = field(default_factory=list)
     steps: int | None = None
     step_shapes: list[dict[str, Any]] | None = None
+    beside: BugKey | None = None
 
 
 @dataclass
@@ -1195,6 +1216,7 @@ class Summary:
     complete: bool
     exit_status: int
     totals: Totals
+    verdict: str = ""  # the report's title (harness.run.exitrule)
     format: str = SUMMARY_FORMAT
     note: str = "internal to the parity harness; rebuilt by `parity report` from cases.jsonl"
     merged: bool = False
@@ -1214,6 +1236,7 @@ class Summary:
     coverage_required: dict[str, list[str]] = field(default_factory=dict)
     coverage_checked: bool = False
     coverage_missing: list[list[str]] = field(default_factory=list)
+    coverage_fill: list[str] = field(default_factory=list)
     kernel_sources: dict[str, dict[str, str]] = field(default_factory=dict)
     bugs: list[BugGroup] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)

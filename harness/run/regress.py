@@ -28,7 +28,9 @@ def replay_command(args: argparse.Namespace) -> int:
     """Replay `args.bundle` and say how its verdict compares; returns the exit status."""
     bundle = load_bundle(args.bundle)
     started = time.monotonic()
-    outcome = replay(bundle, shaders=args.shaders, allow_adapters=args.allow_adapters)
+    outcome = replay(
+        bundle, shaders=args.shaders, allow_adapters=args.allow_adapters, history=args.history
+    )
     if args.json:
         console.out(
             json.dumps(
@@ -42,6 +44,7 @@ def replay_command(args: argparse.Namespace) -> int:
                         "shader_mismatch": outcome.shader_mismatch,
                         "python_mismatch": outcome.python_mismatch,
                         "max_workgroups_per_dim": bundle.max_workgroups_per_dim,
+                        "history_loops": outcome.history_loops,
                     }
                 ),
                 indent=1,
@@ -64,6 +67,17 @@ def replay_command(args: argparse.Namespace) -> int:
         console.err(
             f"parity replay: under a limit of {bundle.max_workgroups_per_dim} workgroups per "
             "grid dimension, as recorded in the bundle"
+        )
+    if outcome.history_loops:
+        console.err(
+            f"parity replay: history-dependent: ran the {outcome.history_loops} loop(s) of "
+            "history the bundle keeps (what ran before the case in the worker) on fresh "
+            "runtimes first; --no-history runs the case alone"
+        )
+    elif bundle.doc.history:
+        console.err(
+            "parity replay: note: the case alone, without the history the bundle keeps "
+            "(--no-history); its bug showed only after that history"
         )
     if outcome.shader_mismatch:
         console.err(

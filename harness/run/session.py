@@ -15,7 +15,8 @@ Lifecycle of a `RunSession`:
    worker alike; the time budget stops dealing chunks and generating cases (a chunk that
    found a failure may finish shrinking, within a grace period). Either way the run is
    finalized: summary, JUnit XML and HTML report. The exit status comes from this
-   process's own tallies of the records it wrote.
+   process's own tallies of the records it wrote, judged by the one exit rule
+   (harness.run.exitrule) that also judges the summary and titles the report.
 
 A SIGKILL skips step 3, but `cases.jsonl` already holds every finding (the workers die with
 this process), and `parity report` renders it.
@@ -47,7 +48,7 @@ from typing import Any
 from graph_format import ADAPTER_VARIABLE
 from harness.check import timing
 from harness.check.backends import BACKENDS, KernelWarmer
-from harness.check.coverage import Coverage, available_cells, missing_cells
+from harness.check.coverage import Coverage
 from harness.families import FAMILIES
 from harness.run.bundle import REPO_SHADER_DIRS, copy_shaders, source_digests
 from harness.run.chunks import (
@@ -61,6 +62,7 @@ from harness.run.chunks import (
     chunk_record,
 )
 from harness.run.exitcodes import ExitStatus
+from harness.run.exitrule import CLEAN_TITLE, Verdict, judge
 from harness.run.findings import CLEAN, KNOWN, UNEXPECTED, finding_id, totals_text
 from harness.run.plan import Chunk, make_plan, plan_digest, shard_of
 from harness.run.profiles import PROFILES
@@ -180,7 +182,7 @@ class RunSession:
         self.meta = RunMeta()
         self.lock: RunFolderLock | None = None
         self.coverage = Coverage()
-        self.ops_run: set[str] = set()
+        self.verdict = Verdict(ExitStatus.CLEAN, CLEAN_TITLE)
         self.exit_status = ExitStatus.CLEAN
         self.errors: list[str] = []
         # The first output the disk would not take: the run stops and exits 2 naming it.
@@ -333,8 +335,10 @@ class RunSession:
             status = "time_budget" if self.stop.reason == "time_budget" else "interrupted"
         elif self.errors:
             status = "error"
+        self.verdict = self._judge(status)
+        # A disk that would not take the run's output is exit 2, whatever the records say.
         self.exit_status = (
-            ExitStatus.BAD_INPUT if self.output_failure is not None else self._exit_status(status)
+            ExitStatus.BAD_INPUT if self.output_failure is not None else self.verdict.exit_status
         )
         self.meta.status = status
         self.meta.exit_status = int(self.exit_status)
@@ -352,26 +356,18 @@ class RunSession:
         self.log(f"parity: {status}: {totals_text(self.totals.counts())}, {self.meta.duration_s} s")
         return status
 
-    def _exit_status(self, status: str) -> ExitStatus:
-        """The process's exit status, from this run's own tallies (never from the files,
-        which only this process writes while it holds the folder's lock)."""
-        if status == "interrupted":
-            return ExitStatus.INTERRUPTED
-        if status == "error":
-            return ExitStatus.INTERNAL_ERROR
-        if self.totals.counts().unexpected_cases:
-            return ExitStatus.DIVERGENT
-        # Required coverage cells are judged, as in the summary, on a complete unsharded run
-        # and for the op types it exercised.
-        profile = PROFILES[self.config.profile]
-        required = available_cells(
-            {op: cells for op, cells in profile.required_coverage.items() if op in self.ops_run},
-            self.adapters,
+    def _judge(self, status: str) -> Verdict:
+        """The run's verdict (harness.run.exitrule), from its own tallies: never from the
+        files, which only this process writes while it holds the folder's lock."""
+        return judge(
+            profile=self.config.profile,
+            plan=self.plan,
+            adapters=self.adapters,
+            coverage=self.coverage,
+            unexpected_cases=self.totals.counts().unexpected_cases,
+            checked=status == "complete" and self.config.shard.count == 1,
+            status=status,
         )
-        checked = status == "complete" and self.config.shard.count == 1
-        if checked and missing_cells(self.coverage, required, BACKENDS):
-            return ExitStatus.DIVERGENT
-        return ExitStatus.CLEAN
 
     def close(self) -> None:
         """End the workers, if any, and release the output folder's lock (idempotent)."""
@@ -454,7 +450,6 @@ class RunSession:
         if not self._write_line(line):
             return
         self.coverage.merge(tally.coverage)
-        self.ops_run.update(tally.ops)
         self.totals.add_case(tally)
         self.tick()
 

@@ -4,10 +4,11 @@
 JSONL records, so a report can be rebuilt from a killed run, re-rendered later, or merged
 from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summary`) holds:
 
-- `status`, `complete`, `exit_status` (the exit status of the command that wrote the
-  summary: for `parity run` its own, from its tallies (0, 1, 3, 130; 2 when the disk would
-  not take its output); for `report` and `merge` the records' verdict: 0 no unexpected
-  divergence and every required coverage cell filled, 1 otherwise);
+- `status`, `complete`, `exit_status` and `verdict`, both from the one exit rule
+  (harness.run.exitrule): the exit status of the command that wrote the summary (for
+  `parity run` its own, from its tallies (0, 1, 3, 4, 130; 2 when the disk would not take
+  its output); for `report` and `merge` the records' verdict: 1 an unexpected divergence, 4
+  a required coverage cell left empty, else 0) and the line that titles the report;
 - `profile`, `seed`, `families`, `budgets`, `shards`, `runs` (per shard: device, status,
   the run's exit status, duration, its `jobs` and `workers` with each one's adapters),
   `adapters` (per backend: adapter, driver, API),
@@ -19,9 +20,11 @@ from shards. summary.json (format `parity-summary/2`, `harness.run.records.Summa
 - `per_family` and `per_op`: cases, steps, divergent cases, divergences by class; for
   each family also its chunks by status and the time its chunks ran (`duration_s`, summed
   over the processes that ran them: a time budget's share);
-- `coverage`: per op type and backend, the shape regimes and kernel variants exercised;
-  `coverage_required` (the profile's cells for the op types run), `coverage_checked` (a
-  complete run of every shard) and `coverage_missing` ((op, backend, cell) left empty);
+- `coverage`: per op type and backend, the shape regimes and kernel variants every run of
+  every case exercised; `coverage_required` (the cells of the ops the run's families answer
+  for: harness.run.exitrule), `coverage_checked` (a complete run of every shard),
+  `coverage_missing` ((op, backend, cell) left empty) and `coverage_fill` (per family
+  with an empty cell, what would fill it);
 - `bugs`: failures grouped by bug key (`harness.check.divergence.BugKey`: op type, class, blamed
   backend, numeric band) and expectation, with the regimes each showed in and its cases,
   divergences and findings;
@@ -47,12 +50,12 @@ from xml.etree import ElementTree as ET
 
 from graph_format import SLOTS
 from harness.check.backends import SHADER_LANGUAGES
-from harness.check.coverage import available_cells, missing_cells
+from harness.check.coverage import Coverage
 from harness.check.divergence import BugKey
 from harness.run.commands import relative_path
+from harness.run.exitrule import judge
 from harness.run.expectations import entry_status
-from harness.run.findings import CLEAN, UNEXPECTED, finding_id, severity
-from harness.run.profiles import PROFILES
+from harness.run.findings import CLEAN, UNEXPECTED, divergent_keys, finding_id, severity
 from harness.run.records import (
     BugGroup,
     CaseRecord,
@@ -121,11 +124,15 @@ def summarize(
     totals = Stats()
     per_family: dict[str, Stats] = {family: Stats() for family in first.families}
     per_op: dict[str, Stats] = {}
-    coverage: dict[str, dict[str, dict[str, set[str]]]] = {}
+    # What every run of every case exercised, as `parity run` merges it from its tallies.
+    coverage = Coverage()
+    for recs in records:
+        for each in recs:
+            if isinstance(each, CaseRecord):
+                coverage.merge(each.coverage)
     by_bug: dict[tuple[BugKey, str | None], BugGroup] = {}
     matches: Counter[str] = Counter()
     ops_run: set[str] = set()
-    ops_folding: set[str] = set()  # run under a lowered workgroup limit
     families_run: set[str] = set()
 
     for c in cases:
@@ -136,16 +143,7 @@ def summarize(
         _count(totals, r)
         for op in r.ops:
             ops_run.add(op)
-            if r.max_workgroups_per_dim:
-                ops_folding.add(op)
             _count(per_op.setdefault(op, Stats()), r, only_op=op)
-        for op, per_backend in r.coverage.items():
-            for backend, cell in per_backend.items():
-                target = coverage.setdefault(op, {}).setdefault(
-                    backend, {"regimes": set(), "variants": set()}
-                )
-                for key, values in cell.items():  # regimes, variants, foreign, unfolding
-                    target.setdefault(key, set()).update(values)
         groups_hit: set[tuple[BugKey, str | None]] = set()
         for d in r.divergences:
             if d.expected:
@@ -194,27 +192,26 @@ def summarize(
         (source, c) in chunk_records for source, run in enumerate(runs) for c in run.chunks
     )
     shards = sorted({(run.shard.index, run.shard.count) for run in runs})
-    # Required coverage cells (the profile's) are judged only on a complete run of every
-    # shard, and only for the op types the run exercised; a "fold" only of those it
-    # exercised under a lowered workgroup limit.
+    # The exit rule (harness.run.exitrule) judges the required coverage cells only on a
+    # complete run of every shard.
     counts = {n for _, n in shards}
     all_shards = not shards or (
         len(counts) == 1 and {i for i, _ in shards} == set(range(1, next(iter(counts)) + 1))
     )
-    profile = PROFILES.get(first.profile)
-    required = {
-        op: kept
-        for op, cells in (profile.required_coverage if profile else {}).items()
-        if op in ops_run and (kept := tuple(c for c in cells if c != "fold" or op in ops_folding))
-    }
-    required = available_cells(required, first.adapters)
-    coverage_checked = complete and all_shards
-    missing = missing_cells(coverage, required, sorted(first.adapters)) if coverage_checked else []
+    verdict = judge(
+        profile=first.profile,
+        plan=first.plan,
+        adapters=first.adapters,
+        coverage=coverage,
+        unexpected_cases=totals.unexpected_cases,
+        checked=complete and all_shards,
+    )
     groups = sorted(by_bug.values(), key=lambda g: (g.expected is not None, -g.cases))
     return Summary(
         status=_overall_status(statuses, complete),
         complete=complete,
-        exit_status=1 if totals.unexpected_cases or missing else 0,
+        exit_status=int(verdict.exit_status),
+        verdict=verdict.title,
         profile=first.profile,
         seed=first.seed,
         families=list(first.families),
@@ -258,12 +255,13 @@ def summarize(
         per_op=per_op,
         coverage={
             op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in sorted(per.items())}
-            for op, per in sorted(coverage.items())
+            for op, per in sorted(coverage.cells.items())
         },
-        coverage_required={op: list(cells) for op, cells in sorted(required.items())},
+        coverage_required={op: list(cells) for op, cells in sorted(verdict.required.items())},
         kernel_sources=kernel_sources(first, run_dir),
-        coverage_checked=coverage_checked,
-        coverage_missing=[list(m) for m in missing],
+        coverage_checked=verdict.checked,
+        coverage_missing=[list(m) for m in verdict.missing],
+        coverage_fill=list(verdict.fill),
         bugs=groups,
         findings=findings,
         expectations=expectations,
@@ -449,14 +447,16 @@ def _findings(
             known=sorted({d.expected for d in divergences if d.expected}),
             steps=record.steps if record is not None else None,
             step_shapes=record.step_shapes if record is not None else None,
+            beside=found.beside,
         )
 
     ordered = sorted(chunk_records.items(), key=lambda kv: (kv[0][0], _chunk_order(kv[0][1])))
     for (source, chunk), rec in ordered:
         for f in rec.findings:
             add(source, chunk, f, provisional=False)
-    # A chunk that never ended (a killed run): its smallest divergent case per bug.
-    best: dict[tuple[int, str, BugKey | None], CaseRecord] = {}
+    # A chunk that never ended (a killed run): its smallest divergent case per bug, every
+    # key of a case's unexpected divergences (harness.run.findings.divergent_keys).
+    best: dict[tuple[int, str, BugKey], CaseRecord] = {}
     for source, recs in enumerate(records):
         for r in recs:
             if not isinstance(r, CaseRecord) or (source, r.chunk) in chunk_records:
@@ -464,24 +464,30 @@ def _findings(
             if not r.unexpected:
                 continue
             # One provisional finding per bug, whatever regime it showed in: the case with a
-            # provisional bundle (replayable), else the smallest seen.
-            key = (source, r.chunk, r.bug)
-            if key not in best or _provisional_rank(r) < _provisional_rank(best[key]):
-                best[key] = r
-    for (source, chunk, _), r in sorted(best.items(), key=lambda kv: kv[0][:2]):
+            # provisional bundle of it (replayable), else the smallest seen. A case's
+            # provisional bundle is of the key it stands for.
+            for bug in divergent_keys(r.divergences):
+                key = (source, r.chunk, bug)
+                rank = _provisional_rank(r, bug)
+                if key not in best or rank < _provisional_rank(best[key], bug):
+                    best[key] = r
+    for (source, chunk, bug), r in sorted(best.items(), key=lambda kv: kv[0][:2]):
+        own = bug == r.bug
         found = ChunkFinding(
             case_id=r.case_id,
             unexpected=r.unexpected,
-            bundle=r.provisional_bundle,
-            bug=r.bug,
+            bundle=r.provisional_bundle if own else None,
+            bug=bug,
             shrunk=False,
+            beside=None if own else r.bug,
         )
         add(source, chunk, found, provisional=True)
     return list(by_key.values())
 
 
-def _provisional_rank(record: CaseRecord) -> tuple[int, tuple[int, int]]:
-    return (0 if record.provisional_bundle else 1, _case_size(record))
+def _provisional_rank(record: CaseRecord, bug: BugKey) -> tuple[int, tuple[int, int]]:
+    bundled = record.provisional_bundle is not None and record.bug == bug
+    return (0 if bundled else 1, _case_size(record))
 
 
 def _overall_status(statuses: Sequence[str], complete: bool) -> str:
@@ -501,7 +507,9 @@ def _distinct(items: Iterable[dict[str, dict[str, Any]]]) -> list[dict[str, dict
 
 
 def junit_xml(summary: Summary, records: Sequence[Sequence[Record]]) -> str:
-    """JUnit XML for CI dashboards: a suite per family, a test case per chunk.
+    """JUnit XML for CI dashboards: a suite per family, a test case per chunk, and a suite
+    `parity.coverage` with one test case, failed when a complete run left a required coverage
+    cell empty (harness.run.exitrule), where the run requires any.
 
     A chunk fails when it found an unexpected divergence, errors when the harness failed or
     the chunk never finished (a killed run), and is skipped when the time budget or a signal
@@ -569,5 +577,17 @@ def junit_xml(summary: Summary, records: Sequence[Sequence[Record]]) -> str:
                 )
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
+    if summary.coverage_required and summary.coverage_checked:
+        # The exit rule's coverage verdict, so that a dashboard shows why a clean run failed.
+        suite = ET.SubElement(suites, "testsuite", name="parity.coverage", tests="1")
+        short = bool(summary.coverage_missing)
+        suite.set("failures", "1" if short else "0")
+        case = ET.SubElement(
+            suite, "testcase", classname="parity.coverage", name="required coverage"
+        )
+        if short:
+            ET.SubElement(case, "failure", message=summary.verdict).text = "\n".join(
+                summary.coverage_fill
+            )
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode")

@@ -59,6 +59,7 @@ from typing import Any, Protocol
 
 from graph_format import ADAPTER_VARIABLE, BackendUnavailable
 from harness.check import timing
+from harness.check.divergence import BugKey
 from harness.run.bundle import existing_bundle
 from harness.run.chunks import (
     OUTPUT_ERROR,
@@ -133,7 +134,7 @@ class _Worker:
     chunk: Chunk | None = None
     dealt: float = 0.0
     # Per bug, the unexpected case records of the current chunk (for a chunk lost with it).
-    seen: dict[str, CaseTally] = field(default_factory=dict)
+    seen: dict[BugKey, CaseTally] = field(default_factory=dict)
     cases: int = 0  # of the current chunk
 
 
@@ -333,9 +334,11 @@ class WorkerPool:
             w.cases += 1
             w.line.cases += 1
             if tally.bug is not None and tally.unexpected:
-                kept = w.seen.get(str(tally.bug))
+                kept = w.seen.get(tally.bug)
                 if kept is None or (tally.provisional_bundle and not kept.provisional_bundle):
-                    w.seen[str(tally.bug)] = tally
+                    w.seen[tally.bug] = tally
+                for other in tally.others:  # keys beside the case's own: the first case
+                    w.seen.setdefault(other, tally)
             self.session.case_line(line, tally)
         elif kind == "chunk":
             _, line, tally, figures, w.line.peak_rss_mb = message
@@ -401,7 +404,7 @@ class WorkerPool:
                 "was not run"
             )
             session.log(f"parity: {reason}")
-            findings = [_lost_finding(self.config.out, t) for t in w.seen.values()]
+            findings = [_lost_finding(self.config.out, tally, bug) for bug, tally in w.seen.items()]
             session.lost(w.chunk, reason, findings, time.monotonic() - w.dealt)
             w.chunk = None
         else:
@@ -412,10 +415,12 @@ class WorkerPool:
             session.log(f"parity: started worker {replacement.line.index} in its place")
 
 
-def _lost_finding(out: Path, tally: CaseTally) -> ChunkFinding:
+def _lost_finding(out: Path, tally: CaseTally, bug: BugKey) -> ChunkFinding:
     """The finding a lost chunk keeps of a bug its cases showed: the case with a provisional
-    bundle, named only when the bundle was written whole."""
-    bundle = tally.provisional_bundle
+    bundle, named only when the bundle was written whole (and is of this bug: a key that
+    showed beside the case's own has none)."""
+    own = bug == tally.bug
+    bundle = tally.provisional_bundle if own else None
     if bundle is not None and existing_bundle(out / bundle) is None:
         bundle = None
     return ChunkFinding(
@@ -424,7 +429,8 @@ def _lost_finding(out: Path, tally: CaseTally) -> ChunkFinding:
         bundle=bundle,
         seq=tally.seq,
         shrunk=False,
-        bug=tally.bug,
+        bug=bug,
+        beside=None if own else tally.bug,
     )
 
 

@@ -170,3 +170,39 @@ def test_an_f16_read_of_slack_poison_is_a_stale_read(runner: LockstepRunner) -> 
     assert stale and {(d.blame, d.op_type, d.dtype) for d in stale} == {
         ("webgpu", "add", "float16")
     }, result.divergences
+
+
+def test_an_f16_rope_of_rounded_inputs_stays_within_its_end_to_end_bound(
+    runner: LockstepRunner,
+) -> None:
+    """Issue 18: `apply_rotary_emb@float16|numeric` 1.2-40x over its end-to-end bound in
+    random f16 graphs (a rope of an op's f16 outputs), on both backends, every op within
+    its own budget. At an angle of pi/4 on near-equal pairs, each output x[2i] c - x[2i+1] s
+    nearly cancels: its error is the rounding of x[2i] and x[2i+1] upstream, which the end-to-
+    end bound must carry (tests/unit/test_reference_probes.py: the probes lost it in 1 pair
+    of 128)."""
+    seq, heads, dim = 64, 4, 16
+    b = GraphBuilder()
+    x = b.input("x", "float16", [1, seq, heads, dim])
+    w = b.constant("w", np.linspace(0.5, 1.5, dim).astype(np.float16))
+    norm = b.op("rms_norm", name="norm", x=x, weight=w, eps=b.float(1e-6))
+    cos = b.input("freqs_cos", "float16", [seq, dim // 2])
+    sin = b.input("freqs_sin", "float16", [seq, dim // 2])
+    outs = b.op(
+        "apply_rotary_emb",
+        name="rope",
+        xq=norm,
+        xk=x,
+        freqs_cos=cos,
+        freqs_sin=sin,
+        out_dims={"xq_out": [1, seq, heads, dim], "xk_out": [1, seq, heads, dim]},
+    )
+    b.output(*outs)
+    rng = np.random.default_rng(0)
+    half = rng.uniform(0.5, 2.0, (1, seq, heads, dim // 2))
+    near = np.stack([half, half * (1 + rng.uniform(-0.01, 0.01, half.shape))], axis=-1)
+    table = np.full((seq, dim // 2), np.sqrt(0.5), np.float16)
+    step = {"x": near.reshape(1, seq, heads, dim).astype(np.float16)}
+    case = Case(b.build(), [{**step, "freqs_cos": table, "freqs_sin": table}], name="rope_f16")
+    result = runner.run(case)
+    assert result.ok, [d.message for d in result.divergences]

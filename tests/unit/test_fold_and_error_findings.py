@@ -90,8 +90,7 @@ def test_contract_refuses_a_count_no_grid_within_the_limit_holds() -> None:
 # ---------------------------------------------------------------------------- coverage
 
 
-def test_pr_requires_a_fold_of_ops_run_under_a_lowered_limit() -> None:
-    meta = _run_meta(["rms_norm/0", "rms_norm/1"])
+def test_pr_requires_a_fold_of_ops_whose_family_ran_a_chunk_under_a_lowered_limit() -> None:
     chunks = [
         {"record": "chunk", "chunk": c, "status": "complete", "duration_s": 1, "findings": []}
         for c in ("rms_norm/0", "rms_norm/1")
@@ -99,20 +98,24 @@ def test_pr_requires_a_fold_of_ops_run_under_a_lowered_limit() -> None:
     unfolded = {
         "rms_norm": {b: {"regimes": ["size=1"], "variants": []} for b in ("webgpu", "vulkan")}
     }
-    plain = [_case("rms_norm/0", "a", [], coverage=unfolded), *chunks]
-    assert _summarize([meta], [plain])[0]["coverage_missing"] == []
-    under_limit = [
+    records = [
         _case("rms_norm/0", "a", [], coverage=unfolded),
         _case("rms_norm/1", "b", [], coverage=unfolded, max_workgroups_per_dim=4),
         *chunks,
     ]
-    summary = _summarize([meta], [under_limit])[0]
+    # No chunk of the plan under a lowered limit: no fold required.
+    plain_meta = _run_meta(["rms_norm/0", "rms_norm/1"])
+    assert _summarize([plain_meta], [records])[0]["coverage_missing"] == []
+    meta = _run_meta(["rms_norm/0", "rms_norm/1"])
+    meta["plan"][1]["max_workgroups_per_dim"] = 4
+    summary = _summarize([meta], [records])[0]
     missing = sorted(tuple(cell) for cell in summary["coverage_missing"])
     assert missing == [("rms_norm", "vulkan", "fold"), ("rms_norm", "webgpu", "fold")]
-    assert summary["exit_status"] == 1
+    assert summary["exit_status"] == 4
+    assert summary["verdict"] == "required coverage short: rms_norm fold"
     folded = {"rms_norm": {b: {"regimes": ["fold"], "variants": []} for b in ("webgpu", "vulkan")}}
-    under_limit[1] = _case("rms_norm/1", "b", [], coverage=folded, max_workgroups_per_dim=4)
-    assert _summarize([meta], [under_limit])[0]["exit_status"] == 0
+    records[1] = _case("rms_norm/1", "b", [], coverage=folded, max_workgroups_per_dim=4)
+    assert _summarize([meta], [records])[0]["exit_status"] == 0
 
 
 # ---------------------------------------------------------------------------- error findings

@@ -388,6 +388,41 @@ def test_summary_counts_groups_and_finds_provisional_failures() -> None:
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors")) == ("2", "1", "1")
 
 
+def test_every_key_of_a_case_is_a_finding_the_others_beside_its_own(tmp_path: Path) -> None:
+    """Issue 18 item 4: a case stands for its first key; a key that only showed beside it is
+    a finding too: the chunk's (bundled as found) and a killed chunk's (provisional, with
+    no bundle: the provisional bundle is of the case's own key)."""
+    own = _divergence(blame="vulkan")
+    other = _divergence(op="silu_1", op_type="silu", tensor="silu_1.out")
+    pair = [own, other]
+    records = [
+        _case("rms_norm/0", "b", pair),
+        {"record": "chunk", "chunk": "rms_norm/0", "status": "complete", "duration_s": 1,
+         "findings": [{"case_id": "b", "bundle": None, "shrunk": True, "unexpected": 2,
+                       "bug": own["bug"]},
+                      {"case_id": "b", "bundle": None, "shrunk": False, "unexpected": 2,
+                       "bug": other["bug"], "beside": own["bug"]}]},
+        # rms_norm/1 never ended (killed): both keys of its case are provisional findings.
+        _case("rms_norm/1", "d", pair, provisional_bundle="bundles/provisional-rms_norm-1-d"),
+    ]  # fmt: skip
+    meta = _run_meta(["rms_norm/0", "rms_norm/1"], status="running")
+    s, _, _ = _summarize([meta], [records])
+    assert [
+        (f["chunk"], f["bug"], f["provisional"], f["bundle"], f["beside"]) for f in s["findings"]
+    ] == [
+        ("rms_norm/0", own["bug"], False, None, None),
+        ("rms_norm/0", other["bug"], False, None, own["bug"]),
+        ("rms_norm/1", own["bug"], True, "bundles/provisional-rms_norm-1-d", None),
+        ("rms_norm/1", other["bug"], True, None, own["bug"]),
+    ]
+    run = _write_run(tmp_path / "run", meta, records)
+    render_report(run)
+    index = (run / "index.html").read_text()
+    assert index.count("as found, beside <code>rms_norm|numeric|vulkan|x10</code>") == 1
+    page = (run / "failures" / f"{finding_id('b', _bug(other))}.html").read_text()
+    assert 'id="beside"' in page and "rms_norm|numeric|vulkan|x10" in page
+
+
 def _chunk(chunk: str, *findings: tuple[str, dict[str, Any]]) -> dict[str, Any]:
     return {"record": "chunk", "chunk": chunk, "status": "complete", "duration_s": 1,
             "findings": [{"case_id": c, "bundle": f"bundles/{finding_id(c, _bug(d))}",
