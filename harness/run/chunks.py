@@ -675,11 +675,15 @@ class ChunkRunner:
             history: list[Loop] = []
             if self.config.repeats:
                 repeat = classify(case, state.engine.runtimes, self.config.repeats)
-                # Not once a signal stopped the run: whoever sent it wants it to end.
+                # Not once a signal stopped the run: whoever sent it wants it to end. Nor
+                # once the shrink budget is spent: a fresh process per finding is what makes
+                # a bug every op shows slow to report (the cold re-runs count against it).
                 signalled = self.stop.reason not in (None, "time_budget")
                 cold = self.config.cold_rerun and not signalled and repeat.deterministic
-                if cold and key is not None:
+                if cold and key is not None and self.shrink_spent < self.shrink_budget_s:
+                    started = time.monotonic()
                     repeat, history = self._cold(state, case, key, repeat)
+                    self.shrink_spent += time.monotonic() - started
                 record.repeatability = repeat.to_json()
             bundle, bundle_error = self._write_bundle(
                 state,

@@ -18,7 +18,8 @@ process spends shrinking over the whole run and `shrink_finding_s` those of one 
 last of a chunk's findings, which no other waits for, may take what the run has left);
 once the first is spent, the remaining findings are bundled as found, marked "unshrunk:
 shrink budget spent" (a bug every op shows, 15-41 keys, would otherwise shrink for tens of
-minutes).
+minutes). Each finding's cold re-run in a fresh process (harness.check.cold) counts against
+the same budget; past it, findings are bundled without one, as with `--no-cold-rerun`.
 """
 
 from __future__ import annotations
