@@ -53,7 +53,11 @@ def test_no_test_reads_a_machine_specific_path() -> None:
 def _pytest_without_driver(tmp_path: Path, skip: bool) -> dict[str, list[str]]:
     """Run SELECTED in a fresh pytest with no Vulkan driver visible: by outcome ("passed",
     "skipped", "failure", "error"), each test's name and message."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PARITY_SKIP"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST_", "PARITY_SKIP", "VK_ADD_DRIVER"))  # no driver added
+    }
     env.update(NO_DRIVER)
     if skip:
         env["PARITY_SKIP_GPU_TESTS"] = "1"
