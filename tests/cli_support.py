@@ -51,21 +51,49 @@ def read_records(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (folder / "cases.jsonl").read_text().splitlines()]
 
 
-def _divergent_case_records(folder: Path) -> list[tuple[str, str]]:
-    """(chunk, case id) of every case record with unexpected divergences so far (the line
-    being written skipped)."""
+def live_records(folder: Path) -> list[dict[str, Any]]:
+    """The records a (live) run has written to its cases.jsonl so far, the line being
+    written skipped."""
     path = folder / "cases.jsonl"
     if not path.exists():
         return []
-    found = []
+    records = []
     for line in path.read_text().splitlines():
         try:
-            record = json.loads(line)
+            records.append(json.loads(line))
         except json.JSONDecodeError:
             continue
-        if record.get("record") == "case" and record.get("unexpected"):
-            found.append((record["chunk"], record["case_id"]))
-    return found
+    return records
+
+
+def _divergent_case_records(folder: Path) -> list[tuple[str, str]]:
+    """(chunk, case id) of every case record with unexpected divergences so far."""
+    return [
+        (r["chunk"], r["case_id"])
+        for r in live_records(folder)
+        if r.get("record") == "case" and r.get("unexpected")
+    ]
+
+
+def claimed_bundles(folder: Path) -> tuple[list[str], list[str]]:
+    """The provisional bundles that the case records of a (live) run's unfinished chunks
+    name so far: (written, not yet written).
+
+    A record names its provisional bundle before the bundle is written (the bundle re-runs
+    the case for its evidence: seconds on a loaded machine), so a run killed as soon as a
+    divergent record appears can lose that bundle; the report then drops the claim. A test
+    that needs the bundle waits until it is written. (A chunk that ended replaced its
+    provisional bundles with its findings' own.)
+    """
+    records = live_records(folder)
+    ended = {r["chunk"] for r in records if r.get("record") == "chunk"}
+    claimed = dict.fromkeys(
+        r["provisional_bundle"]
+        for r in records
+        if r.get("provisional_bundle") and r["chunk"] not in ended
+    )
+    written = [b for b in claimed if (folder / b / "bundle.json").is_file()]
+    return written, [b for b in claimed if b not in written]
 
 
 def divergent_records(folder: Path) -> int:

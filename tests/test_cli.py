@@ -25,6 +25,7 @@ import pytest
 from tests.cli_support import (
     PLANTED_RUN_ARGS,
     REPO,
+    claimed_bundles,
     divergent_cases,
     divergent_records,
     parity,
@@ -238,8 +239,14 @@ def test_killed_run_leaves_a_readable_report(planted_wgsl: Path, tmp_path: Path)
     # Every divergent case recorded before the kill is counted, each once.
     assert summary["totals"]["unexpected_cases"] == divergent_cases(out) >= 1
     provisional = [f for f in summary["findings"] if f["provisional"]]
-    assert provisional
+    # Each bug's first divergent record names its provisional bundle before the bundle is
+    # written, so the kill may have cut the last one short: the report then drops the claim.
+    written, pending = claimed_bundles(out)
+    assert {f["bundle"] for f in provisional if f["bundle"]} == set(written) != set()
+    assert len([f for f in provisional if not f["bundle"]]) <= len(pending) <= 1
     for f in provisional:
+        if not f["bundle"]:
+            continue
         page = (out / "failures" / f"{f['id']}.html").read_text()
         assert "provisional" in page and "rms_norm" in page and "Step 0" in page
         # Bundled as soon as it was seen, while Hypothesis went on shrinking: replayable.

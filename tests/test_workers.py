@@ -23,6 +23,7 @@ import pytest
 from tests.cli_support import (
     PLANTED_RUN_ARGS,
     REPO,
+    claimed_bundles,
     divergent_cases,
     parity,
     popen_parity,
@@ -205,8 +206,15 @@ def test_killing_the_parent_kills_its_workers_and_keeps_the_findings(
         "--no-database", "--wgsl-dir", planted_wgsl, "--jobs", "2", "--out", out,
         stderr_path=tmp_path / "stderr", env=_plant(tmp_path, "hang", "*", 1),
     )  # fmt: skip
+
+    def findings_bundled() -> bool:
+        # A record names its provisional bundle before the worker writes it: killed at once,
+        # the worker would die mid-bundle. Each worker hangs once its bundle is written.
+        written, pending = claimed_bundles(out)
+        return divergent_cases(out) >= 2 and len(written) >= 2 and not pending
+
     try:
-        wait_for(lambda: divergent_cases(out) >= 2, 180, "2 divergent case records")
+        wait_for(findings_bundled, 180, "2 divergent case records and their bundles")
         pids = [w["pid"] for w in json.loads((out / "run.json").read_text())["workers"]]
         assert pids and all(_alive(pid) for pid in pids)
         proc.send_signal(signal.SIGKILL)
@@ -219,7 +227,10 @@ def test_killing_the_parent_kills_its_workers_and_keeps_the_findings(
     assert report.returncode == 1, report.stderr
     summary = read_summary(out)
     assert summary["status"] == "killed" and summary["totals"]["unexpected_cases"] >= 1
-    assert any(f["provisional"] and f["bundle"] for f in summary["findings"])
+    # Every finding recorded before the kill kept its (provisional) bundle.
+    assert summary["findings"]
+    assert all(f["provisional"] and f["bundle"] for f in summary["findings"])
+    assert {f["bundle"] for f in summary["findings"]} <= set(claimed_bundles(out)[0])
 
 
 def test_sigterm_stops_every_worker_after_its_current_case(

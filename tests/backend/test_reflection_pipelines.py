@@ -1,7 +1,7 @@
 """WGSL reflection against wgpu's own validation and the GPU's reading of memory.
 
-- Every shipped, test and (where the mirror exists) upstream kernel builds a compute pipeline
-  whose bind group layouts come from reflection alone: binding kinds, and each buffer's
+- Every shipped, test and vendored upstream (tests/data/executorch) kernel builds a compute
+  pipeline whose bind group layouts come from reflection alone: binding kinds, and each buffer's
   `min_binding_size` set to the reflected size. wgpu refuses a layout whose binding type
   differs from the shader's access, or whose minimum size is below what the shader needs, so
   one more check shrinks each size by 4 bytes and expects the refusal: the reflected sizes
