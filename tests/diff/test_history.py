@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
+import harness.families
 from harness.check.backends import open_runtimes
 from harness.check.cold import RuntimeSpec, case_bugs, cold_check
 from harness.check.divergence import BugKey
@@ -30,6 +31,7 @@ from harness.check.history import History, load_loops, run_loops, save_loops
 from harness.check.lockstep import LockstepRunner
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
+from harness.gen.families import Family
 from harness.run import chunks
 from harness.run.bundle import load_bundle, replay, write_bundle
 from harness.run.chunks import ChunkRunner, ChunkTally, RunConfig, Stop
@@ -195,8 +197,11 @@ def test_a_chunk_classes_its_findings_and_bundles_the_history(
 ) -> None:
     # A family of two cases, chain(3) first (Hypothesis starts from the first choice): each
     # draw builds a new case object, as a real family does.
-    family = lambda: st.builds(chain, st.sampled_from([3, 1]))  # noqa: E731
-    monkeypatch.setattr(chunks, "FAMILIES", {**chunks.FAMILIES, "chains": family})
+    strategy = lambda: st.builds(chain, st.sampled_from([3, 1]))  # noqa: E731
+    families = {**chunks.FAMILIES, "chains": Family("chains", strategy, frozenset({"rms_norm"}))}
+    # Both registry views: the chunk runner's and the exit rule's (`covered_ops`).
+    monkeypatch.setattr(chunks, "FAMILIES", families)
+    monkeypatch.setattr(harness.families, "FAMILIES", families)
     config = RunConfig(["chains"], "quick", 0, 4, 4, tmp_path / "run", repeats=1)
     runner = ChunkRunner(config, Stop())
     runner.open([None])
