@@ -156,7 +156,7 @@ class BinaryModel:
             "op_kind": OP_KINDS[self.op],
             "workgroup_size": WORKGROUP[0],
         }
-        if slot.endswith("_scalar"):
+        if "_scalar" in slot:  # add_scalar, add_scalar_f16, ...
             values["scalar"] = float(live.graph.scalar(node.arg("scalar")))
         if "_broadcast" in slot:  # add_broadcast, add_broadcast_f16, ...
             values["out_sizes"] = _right_aligned(out)
