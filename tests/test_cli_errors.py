@@ -365,6 +365,22 @@ def test_no_vulkan_driver_names_the_package(variable: str, tmp_path: Path) -> No
     assert "webgpu  UNAVAILABLE: webgpu: " in text.stdout
 
 
+def test_no_node_is_a_setup_error_before_any_chunk(tmp_path: Path) -> None:
+    """Without node (WGSL reflection) a run refuses at set-up: one line naming node, exit
+    2 (it was a failure of every chunk and exit 3, seen on a GPU machine without node)."""
+    bin_dir = tmp_path / "bin"  # the tools a run needs, but node
+    bin_dir.mkdir()
+    for tool in ("glslc", "spirv-cross"):
+        found = shutil.which(tool)
+        assert found is not None, tool
+        (bin_dir / tool).symlink_to(found)
+    run = parity("run", *TINY_RUN, "--out", tmp_path / "run", env={"PATH": str(bin_dir)})
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert line.startswith("parity run: webgpu: WGSL reflection needs node"), line
+
+
 def test_no_xdg_runtime_dir_lines(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
     proc = subprocess.run(

@@ -16,6 +16,7 @@ from webgpu_backend.binding import KernelCatalog
 from webgpu_backend.device import WebGPUDevice, get_device
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.pool import BufferPool
+from webgpu_backend.reflection import require_tool
 
 __all__ = ["WebGPUGraph", "WebGPURuntime"]
 
@@ -45,6 +46,8 @@ class WebGPURuntime:
         ValueError: a limit below 1 or above the device's.
         KernelManifestError: the manifest names an adapter for WebGPU and `allow_adapters`
             is off.
+        ReflectionUnavailable: node or the npm package wgsl_reflect is missing (every
+            kernel is bound through its reflection).
     """
 
     name = "webgpu"
@@ -71,6 +74,7 @@ class WebGPURuntime:
                         where=f"webgpu.{slot}.adapter",
                     )
         self.device = device or get_device()
+        require_tool()
         self.shader_dir = Path(shader_dir).resolve() if shader_dir else None
         self.manifest = manifest
         self.allow_adapters = allow_adapters

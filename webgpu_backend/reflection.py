@@ -421,6 +421,23 @@ def _node() -> str:
     return exe
 
 
+def require_tool() -> None:
+    """Raise ReflectionUnavailable, saying what is missing, unless node and the pinned npm
+    package are both installed: every WebGPU kernel is bound through its reflection, so a
+    runtime without them could load no graph (checked when a runtime opens, so that a run
+    refuses at set-up, not in every chunk)."""
+    package = NODE_PREFIX / "node_modules" / "wgsl_reflect" / "package.json"
+    missing = [
+        *(["node (Debian package 'nodejs')"] if shutil.which("node") is None else []),
+        *([f"the npm package wgsl_reflect in {NODE_PREFIX}"] if not package.exists() else []),
+    ]
+    if missing:
+        raise ReflectionUnavailable(
+            f"webgpu: WGSL reflection needs {' and '.join(missing)}; run scripts/setup.sh "
+            "(it installs both)"
+        )
+
+
 @functools.cache
 def _tool_key() -> str:
     """What besides the source decides a reflection: the shim and the installed package."""

@@ -247,6 +247,21 @@ def test_missing_node_is_a_setup_error(monkeypatch: pytest.MonkeyPatch, tmp_path
         reflection._node.cache_clear()
 
 
+def test_a_runtime_needs_node_and_the_package_before_any_graph(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`require_tool` (what WebGPURuntime checks when it opens, so that a run without node
+    refuses at set-up instead of failing every chunk) names whatever is missing."""
+    reflection.require_tool()  # this machine has both
+    monkeypatch.setattr(reflection, "NODE_PREFIX", tmp_path / "node")
+    with pytest.raises(ReflectionUnavailable, match="the npm package wgsl_reflect in ") as caught:
+        reflection.require_tool()
+    assert "node (" not in str(caught.value) and "scripts/setup.sh" in str(caught.value)
+    monkeypatch.setattr(reflection.shutil, "which", lambda name: None)
+    with pytest.raises(ReflectionUnavailable, match=r"node \(Debian package 'nodejs'\) and the"):
+        reflection.require_tool()
+
+
 def test_missing_or_wrong_package_is_a_setup_error(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
