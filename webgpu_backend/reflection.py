@@ -421,11 +421,13 @@ def _node() -> str:
     return exe
 
 
+@functools.cache
 def require_tool() -> None:
     """Raise ReflectionUnavailable, saying what is missing, unless node and the pinned npm
-    package are both installed: every WebGPU kernel is bound through its reflection, so a
-    runtime without them could load no graph (checked when a runtime opens, so that a run
-    refuses at set-up, not in every chunk)."""
+    package are both installed and node runs the shim (once per process: an empty request):
+    every WebGPU kernel is bound through its reflection, so a runtime without them could
+    load no graph (checked when a runtime opens, so that a run refuses at set-up, not as a
+    failure of every op)."""
     package = NODE_PREFIX / "node_modules" / "wgsl_reflect" / "package.json"
     missing = [
         *(["node (Debian package 'nodejs')"] if shutil.which("node") is None else []),
@@ -436,6 +438,7 @@ def require_tool() -> None:
             f"webgpu: WGSL reflection needs {' and '.join(missing)}; run scripts/setup.sh "
             "(it installs both)"
         )
+    _run_shim([])
 
 
 @functools.cache
@@ -468,7 +471,12 @@ def _run_shim(codes: Sequence[str]) -> tuple[str, list[dict[str, Any]]]:
         check=False,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"{SHIM.name} exited {proc.returncode}:\n{proc.stderr.strip()}")
+        # The shim answers every source it can read, a refusal included: exiting with a
+        # failure is node or its install failing (a missing module node itself needs).
+        raise ReflectionUnavailable(
+            f"webgpu: WGSL reflection: node could not run {SHIM.name} (exit status "
+            f"{proc.returncode}): {' '.join(proc.stderr.split())[:500]}; run scripts/setup.sh"
+        )
     answer = json.loads(proc.stdout)
     if "setup_error" in answer:
         raise ReflectionUnavailable(

@@ -251,15 +251,30 @@ def test_a_runtime_needs_node_and_the_package_before_any_graph(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """`require_tool` (what WebGPURuntime checks when it opens, so that a run without node
-    refuses at set-up instead of failing every chunk) names whatever is missing."""
-    reflection.require_tool()  # this machine has both
+    refuses at set-up instead of failing every op) names whatever is missing, and a node that
+    cannot run the shim (a Debian node without a module it needs) too."""
+
+    def check() -> None:
+        reflection.require_tool.cache_clear()
+        try:
+            reflection.require_tool()
+        finally:
+            reflection.require_tool.cache_clear()
+
+    check()  # this machine has both
+    broken = tmp_path / "broken.mjs"
+    broken.write_text('console.error("Cannot load externalized builtin"); process.exit(3);\n')
+    with monkeypatch.context() as patch:
+        patch.setattr(reflection, "SHIM", broken)
+        with pytest.raises(ReflectionUnavailable, match=r"node could not run broken.mjs \(exit"):
+            check()
     monkeypatch.setattr(reflection, "NODE_PREFIX", tmp_path / "node")
     with pytest.raises(ReflectionUnavailable, match="the npm package wgsl_reflect in ") as caught:
-        reflection.require_tool()
+        check()
     assert "node (" not in str(caught.value) and "scripts/setup.sh" in str(caught.value)
     monkeypatch.setattr(reflection.shutil, "which", lambda name: None)
     with pytest.raises(ReflectionUnavailable, match=r"node \(Debian package 'nodejs'\) and the"):
-        reflection.require_tool()
+        check()
 
 
 def test_missing_or_wrong_package_is_a_setup_error(
