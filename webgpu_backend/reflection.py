@@ -421,6 +421,11 @@ def _node() -> str:
     return exe
 
 
+def _package_json() -> Path:
+    """The installed wgsl_reflect's package.json (read when asked: tests move NODE_PREFIX)."""
+    return NODE_PREFIX / "node_modules" / "wgsl_reflect" / "package.json"
+
+
 @functools.cache
 def require_tool() -> None:
     """Raise ReflectionUnavailable, saying what is missing, unless node and the pinned npm
@@ -428,7 +433,7 @@ def require_tool() -> None:
     every WebGPU kernel is bound through its reflection, so a runtime without them could
     load no graph (checked when a runtime opens, so that a run refuses at set-up, not as a
     failure of every op)."""
-    package = NODE_PREFIX / "node_modules" / "wgsl_reflect" / "package.json"
+    package = _package_json()
     missing = [
         *(["node (Debian package 'nodejs')"] if shutil.which("node") is None else []),
         *([f"the npm package wgsl_reflect in {NODE_PREFIX}"] if not package.exists() else []),
@@ -444,7 +449,7 @@ def require_tool() -> None:
 @functools.cache
 def _tool_key() -> str:
     """What besides the source decides a reflection: the shim and the installed package."""
-    package = NODE_PREFIX / "node_modules" / "wgsl_reflect" / "package.json"
+    package = _package_json()
     version = json.loads(package.read_text())["version"] if package.exists() else "missing"
     return hashlib.sha256(SHIM.read_bytes() + version.encode()).hexdigest()[:16]
 

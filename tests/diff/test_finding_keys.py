@@ -26,9 +26,9 @@ from harness.gen.case import Case, StepInputs
 from harness.gen.families import Family
 from harness.run import chunks
 from harness.run.bundle import load_bundle, replay
-from harness.run.chunks import ChunkRunner, ChunkTally, RunConfig, Stop
+from harness.run.chunks import ChunkRunner, RunConfig, Stop
 from harness.run.plan import Chunk
-from harness.run.records import CaseRecord, ChunkRecord
+from tests.chunk_support import RecordingSink
 from tests.plants import (
     glsl_substitution,
     vulkan_node_patch,
@@ -63,28 +63,7 @@ def _norm_then_silu(draw: st.DrawFn) -> Case:
     return Case(b.build(), [{"x": data}], name="norm_then_silu")
 
 
-class _Sink:
-    """Collects what a chunk hands its sink."""
-
-    def __init__(self) -> None:
-        self.cases: list[CaseRecord] = []
-        self.chunks: list[ChunkRecord] = []
-        self.errors: list[str] = []
-
-    def case(self, record: CaseRecord) -> None:
-        self.cases.append(record)
-
-    def chunk(self, record: ChunkRecord, tally: ChunkTally) -> None:
-        self.chunks.append(record)
-
-    def error(self, text: str) -> None:
-        self.errors.append(text)
-
-    def log(self, line: str) -> None:
-        pass
-
-
-def _run_chunk(out: Path, monkeypatch: pytest.MonkeyPatch, examples: int = 8) -> _Sink:
+def _run_chunk(out: Path, monkeypatch: pytest.MonkeyPatch, examples: int = 8) -> RecordingSink:
     family = Family("norm_then_silu", _norm_then_silu, frozenset({"rms_norm", "silu"}))
     monkeypatch.setattr(chunks, "FAMILIES", {**chunks.FAMILIES, family.name: family})
     config = RunConfig(
@@ -97,7 +76,7 @@ def _run_chunk(out: Path, monkeypatch: pytest.MonkeyPatch, examples: int = 8) ->
         repeats=1,
     )
     runner = ChunkRunner(config, Stop())
-    sink = _Sink()
+    sink = RecordingSink()
     runner.run_chunk(Chunk(family.name, 0, 0, examples), sink)
     return sink
 

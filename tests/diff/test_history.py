@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 from hypothesis import strategies as st
 
-import harness.families
 from harness.check.backends import open_runtimes
 from harness.check.cold import RuntimeSpec, case_bugs, cold_check
 from harness.check.divergence import BugKey
@@ -34,9 +33,10 @@ from harness.gen.case import Case
 from harness.gen.families import Family
 from harness.run import chunks
 from harness.run.bundle import load_bundle, replay, write_bundle
-from harness.run.chunks import ChunkRunner, ChunkTally, RunConfig, Stop
+from harness.run.chunks import ChunkRunner, RunConfig, Stop
 from harness.run.plan import Chunk
-from harness.run.records import CaseRecord, ChunkRecord, RunMeta, case_record
+from harness.run.records import RunMeta, case_record
+from tests.chunk_support import RecordingSink
 from tests.cli_support import parity
 from tests.plants import plant_in_every_process, vulkan_descriptor_sets_keyed_without_offset
 
@@ -171,26 +171,6 @@ def test_its_bundle_replays_as_still_failing_in_a_fresh_process(
     assert outcome.status == "still_failing" and outcome.history_loops == 1
 
 
-class _Sink:
-    """Collects what a ChunkRunner hands on (harness.run.chunks.ChunkSink)."""
-
-    def __init__(self) -> None:
-        self.chunks: list[ChunkRecord] = []
-        self.errors: list[str] = []
-
-    def case(self, record: CaseRecord) -> None:
-        pass
-
-    def chunk(self, record: ChunkRecord, tally: ChunkTally) -> None:
-        self.chunks.append(record)
-
-    def error(self, text: str) -> None:
-        self.errors.append(text)
-
-    def log(self, line: str) -> None:
-        pass
-
-
 @pytest.mark.slow  # fresh processes: two cold re-runs and two replays
 def test_a_chunk_classes_its_findings_and_bundles_the_history(
     planted: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -199,13 +179,11 @@ def test_a_chunk_classes_its_findings_and_bundles_the_history(
     # draw builds a new case object, as a real family does.
     strategy = lambda: st.builds(chain, st.sampled_from([3, 1]))  # noqa: E731
     families = {**chunks.FAMILIES, "chains": Family("chains", strategy, frozenset({"rms_norm"}))}
-    # Both registry views: the chunk runner's and the exit rule's (`covered_ops`).
     monkeypatch.setattr(chunks, "FAMILIES", families)
-    monkeypatch.setattr(harness.families, "FAMILIES", families)
     config = RunConfig(["chains"], "quick", 0, 4, 4, tmp_path / "run", repeats=1)
     runner = ChunkRunner(config, Stop())
     runner.open([None])
-    sink = _Sink()
+    sink = RecordingSink()
     runner.run_chunk(Chunk("chains", 0, 0, 4), sink)
     (record,) = sink.chunks
     assert not sink.errors
