@@ -140,7 +140,14 @@ class RemoteImplementation(Implementation):
         info: dict[str, str] = facts["info"]
         self.limits = {str(k): int(v) for k, v in facts["limits"].items()}
         self.features = frozenset(str(f) for f in facts["features"])
-        adapter = info.get("device") or info.get("description", "?")
+        # Chrome names no device: its vendor and architecture say what it is ("google
+        # swiftshader").
+        adapter = (
+            info.get("device")
+            or info.get("description")
+            or " ".join(filter(None, (info.get("vendor"), info.get("architecture"))))
+            or "?"
+        )
         self.f16_unavailable = (
             ""
             if "shader-f16" in self.features

@@ -14,7 +14,7 @@
 import fs from "node:fs";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { openHost } from "./webgpu_host.mjs";
+import { decodeFrame, encodeFrame, openHost } from "./webgpu_host.mjs";
 
 // The one pinned version: scripts/setup.sh installs exactly this one (it reads it from here).
 const WEBGPU_VERSION = "0.6.2";
@@ -23,13 +23,7 @@ const ANSWER_FD = Number(process.argv[3]);
 console.log = console.error;
 
 function send(answer, blob) {
-  const json = Buffer.from(JSON.stringify(answer));
-  const data = blob ?? new Uint8Array(0);
-  const frame = Buffer.alloc(8 + json.length + data.length);
-  frame.writeUInt32LE(json.length, 0);
-  json.copy(frame, 4);
-  frame.writeUInt32LE(data.length, 4 + json.length);
-  frame.set(data, 8 + json.length);
+  const frame = encodeFrame(answer, blob);
   for (let at = 0; at < frame.length; ) at += fs.writeSync(ANSWER_FD, frame, at);
 }
 
@@ -88,22 +82,11 @@ const dawnLoaded = loadDawn(process.argv[2]);
 let pending = Buffer.alloc(0);
 let chain = Promise.resolve();
 
-function nextFrame() {
-  if (pending.length < 4) return null;
-  const jsonEnd = 4 + pending.readUInt32LE(0);
-  if (pending.length < jsonEnd + 4) return null;
-  const blobEnd = jsonEnd + 4 + pending.readUInt32LE(jsonEnd);
-  if (pending.length < blobEnd) return null;
-  const request = JSON.parse(pending.subarray(4, jsonEnd).toString("utf8"));
-  const blob = new Uint8Array(pending.subarray(jsonEnd + 4, blobEnd));
-  pending = pending.subarray(blobEnd);
-  return [request, blob];
-}
-
 process.stdin.on("data", (chunk) => {
   pending = pending.length ? Buffer.concat([pending, chunk]) : chunk;
-  for (let frame = nextFrame(); frame; frame = nextFrame()) {
-    const [request, blob] = frame;
+  for (let frame = decodeFrame(pending); frame; frame = decodeFrame(pending)) {
+    const [request, blob, end] = frame;
+    pending = pending.subarray(end);
     chain = chain.then(async () => {
       if (request.exit) process.exit(0);
       const [answer, data] = host

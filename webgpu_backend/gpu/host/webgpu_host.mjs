@@ -21,6 +21,31 @@ const dashed = (name) => name.replace(/(\d+)D$/, "-$1d").replace(/[A-Z]/g, (c) =
 // in one binding (as webgpu_backend/device.py requests them from wgpu).
 const RAISED_LIMITS = ["maxBufferSize", "maxStorageBufferBindingSize"];
 
+// Frames, both ways (remote.py's encode_frame): u32 LE length, JSON, u32 LE length, blob.
+export function encodeFrame(message, blob) {
+  const json = new TextEncoder().encode(JSON.stringify(message));
+  const data = blob ?? new Uint8Array(0);
+  const frame = new Uint8Array(8 + json.length + data.length);
+  const view = new DataView(frame.buffer);
+  view.setUint32(0, json.length, true);
+  frame.set(json, 4);
+  view.setUint32(4 + json.length, data.length, true);
+  frame.set(data, 8 + json.length);
+  return frame;
+}
+
+/** [message, blob, length] of the frame `bytes` (a Uint8Array) begins with, or null until whole. */
+export function decodeFrame(bytes) {
+  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  if (bytes.length < 4) return null;
+  const jsonEnd = 4 + view.getUint32(0, true);
+  if (bytes.length < jsonEnd + 4) return null;
+  const end = jsonEnd + 4 + view.getUint32(jsonEnd, true);
+  if (bytes.length < end) return null;
+  const message = JSON.parse(new TextDecoder().decode(bytes.subarray(4, jsonEnd)));
+  return [message, bytes.subarray(jsonEnd + 4, end), end];
+}
+
 /**
  * Open the adapter and device of `gpu` (node: `create([...])` of npm `webgpu`; page:
  * `navigator.gpu`). Resolves to a Host, or rejects with an Error saying why none opened.
