@@ -96,4 +96,5 @@ process.stdin.on("data", (chunk) => {
     });
   }
 });
-process.stdin.on("end", () => chain.then(() => process.exit(0)));
+// The client ended (closed, or died however): nobody is left to answer, even mid-batch.
+process.stdin.on("end", () => process.exit(0));
