@@ -203,6 +203,17 @@ def test_validation_error_is_a_device_error_at_the_next_step(impl: Implementatio
     assert struct.unpack("<64f", data) == (1.0,) * 64
 
 
+def test_failed_read_back_is_a_device_error_and_the_host_stays(impl: Implementation) -> None:
+    """A step reading back a buffer that cannot be mapped (a storage buffer): its map fails
+    (the host must not die of the rejection): DeviceError; the next step runs."""
+    storage = impl.create_buffer("not mappable", 256, BufferUsage.STORAGE)
+    with pytest.raises(DeviceError, match="read-back"):
+        impl.run([], [], storage, 256)
+    impl.destroy_buffer(storage)
+    values = struct.pack("<64f", *range(64))
+    assert _one_buffer_step(impl, ADD_ONE, values) == struct.pack("<64f", *range(1, 65))
+
+
 def test_killed_host_is_a_lost_device_not_a_hang(fresh: Implementation) -> None:
     """The host killed while a long step runs (or before it reaches the host: the client
     cannot tell, and must not care): DeviceError saying the device is lost, at once, and on

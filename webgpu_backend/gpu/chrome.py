@@ -13,6 +13,7 @@ is asked of it, and its process is what tells a crashed browser from a slow one.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import http.server
 import os
@@ -104,7 +105,9 @@ class PageTransport(Transport):
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         port = self._server.server_address[1]
-        self._profile = tempfile.TemporaryDirectory(prefix="webgpu-chrome-")
+        self._profile = tempfile.TemporaryDirectory(
+            prefix="webgpu-chrome-", ignore_cleanup_errors=True
+        )
         # Open for the transport's life (closed in `close`).
         self._log: IO[bytes] = tempfile.TemporaryFile(prefix="webgpu-chrome-")  # noqa: SIM115
         flags = [*FLAGS, f"--user-data-dir={self._profile.name}"]
@@ -135,6 +138,9 @@ class PageTransport(Transport):
         line = self._shell.stdout.readline()
         self._browser_pid = int(line) if line.strip().isdigit() else 0
         self._closed = False
+        # A process-wide implementation is never closed: at exit, stop the browser and remove
+        # its profile here (the shell would stop it, but only after this process is gone).
+        atexit.register(self.close)
         try:
             message, _ = decode_frame(self._wait())
             if not message.get("hello"):
@@ -227,14 +233,21 @@ class PageTransport(Transport):
             return
         self._closed = True
         self._requests.put(encode_frame({"exit": True}))
+        group = self._shell.pid  # the shell leads the group of every browser process
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGTERM)
+        # The browser's processes write into the profile until they end: wait for the whole
+        # group (not only the shell) before removing it; SIGKILL what a generous while leaves.
+        deadline = time.monotonic() + 30
         try:
-            os.killpg(self._shell.pid, signal.SIGTERM)
-            self._shell.wait(timeout=30)
+            while time.monotonic() < deadline:
+                if self._shell.poll() is not None:
+                    os.killpg(group, 0)  # ProcessLookupError once the group is empty
+                time.sleep(0.02)
+            os.killpg(group, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        except subprocess.TimeoutExpired:
-            os.killpg(self._shell.pid, signal.SIGKILL)
-            self._shell.wait()
+        self._shell.wait()
         for pipe in (self._shell.stdin, self._shell.stdout):
             if pipe is not None:
                 pipe.close()

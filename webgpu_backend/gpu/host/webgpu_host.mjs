@@ -97,14 +97,16 @@ export class Host {
     if (last?.op === "run") {
       let mapped = null;
       this.call(() => (mapped = this.run(last)), errors);
-      errors.push(...(await this.pop(scope)));
-      if (mapped) {
-        try {
-          data = await mapped;
-        } catch (err) {
-          errors.push(`read-back: ${err.message ?? err}`);
-        }
-      }
+      // The map's failure is caught at once: left for later, it would count as an unhandled
+      // rejection while the scopes are popped (which ends node).
+      const reading = (mapped ?? Promise.resolve(null)).then(
+        (bytes) => [bytes, null],
+        (err) => [null, err],
+      );
+      const [popped, [bytes, failed]] = await Promise.all([this.pop(scope), reading]);
+      errors.push(...popped);
+      if (failed) errors.push(`read-back: ${failed.message ?? failed}`);
+      data = bytes;
     } else {
       errors.push(...(await this.pop(scope)));
       if (last) result = await this.createPipeline(last);
