@@ -330,7 +330,7 @@ class _CaseRun:
             # every op was within budget on its own inputs: the error then accumulated across
             # ops beyond the propagated bound.
             numeric += local + (ends if not local else [])
-        div += oracles.merge_blame(numeric)
+        div += oracles.merge_blame(numeric, [rt.name for rt in self.runner.runtimes])
         self._cover(expected, results)
         return record
 

@@ -994,6 +994,9 @@ class BundleRun:
     versions: dict[str, str] = field(default_factory=dict)
     git: str | None = None
     shader_dirs: dict[str, str] = field(default_factory=dict)
+    # The runtimes it was found on, by name, in the run's order (empty in bundles written
+    # before there were several WebGPU implementations: webgpu and vulkan).
+    backends: list[str] = field(default_factory=list)
 
 
 @dataclass
