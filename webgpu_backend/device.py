@@ -70,6 +70,9 @@ class WebGPUDevice:
             "driver": facts.driver,
             "adapter_type": facts.adapter_type,
             "max_workgroups_per_dim": self.max_workgroups_per_dim,
+            "max_storage_buffer_binding_size": self.gpu.limits.get(
+                "max-storage-buffer-binding-size", 0
+            ),
             "shader_f16": not self.f16_unavailable,
             **facts.extra,
         }

@@ -20,6 +20,9 @@ from graph_format.kernels import KernelManifest
 
 # The backends a run checks in lockstep by default: WebGPU on wgpu-native and Vulkan.
 BACKENDS = ("webgpu", "vulkan")
+# Every backend a run may check, in the order records and reports list them: one WebGPU
+# runtime per implementation, then Vulkan.
+ALL_BACKENDS = (*(webgpu_runtime_name(i) for i in WEBGPU_IMPLEMENTATIONS), "vulkan")
 # The shader language of each API (`runtime_api`), and the repo folder it reads by default.
 SHADER_LANGUAGES = {"webgpu": "wgsl", "vulkan": "glsl"}
 # The WebGPU implementations a run checks by default (`parity run --webgpu`): wgpu-native
@@ -177,6 +180,7 @@ class KernelWarmer:
 
 
 __all__ = [
+    "ALL_BACKENDS",
     "BACKENDS",
     "DEFAULT_WEBGPU",
     "SHADER_LANGUAGES",
