@@ -140,8 +140,9 @@ def runtime_api(name: str) -> str:
     Raises:
         ValueError: not a runtime name.
     """
-    api, _, implementation = name.partition("-")
-    if api not in APIS or (implementation and webgpu_runtime_name(implementation) != name):
+    api, dash, implementation = name.partition("-")
+    extra = WEBGPU_IMPLEMENTATIONS[1:] if api == "webgpu" else ()
+    if api not in APIS or (dash and implementation not in extra):
         raise ValueError(
             f"unknown backend {name!r}; expected vulkan, webgpu or webgpu-<implementation> "
             f"({', '.join(WEBGPU_IMPLEMENTATIONS[1:])})"

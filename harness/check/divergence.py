@@ -230,6 +230,28 @@ def blame_of(bad: Collection[str], backends: Sequence[str]) -> str:
     return ",".join(b for b in backends if b in named) or ",".join(sorted(named)) or BOTH
 
 
+def blame_meaning(blame: str, backends: Sequence[str]) -> str:
+    """What a blame says about where the bug is, in a run of `backends`, when several WebGPU
+    implementations ran (the same WGSL on each); "" otherwise."""
+    webgpu = [b for b in backends if b.startswith("webgpu")]
+    named = blamed_backends(blame, backends)
+    if len(webgpu) < 2 or not named or not set(named) <= set(webgpu):
+        return ""
+    if len(named) == 1:
+        others = ", ".join(b for b in webgpu if b not in named)
+        return (
+            f"only {named[0]} shows it; the other WebGPU implementations ({others}) ran the "
+            "same WGSL and agree with the contract and the reference: a WGSL portability "
+            "difference or a bug of that implementation"
+        )
+    if set(named) == set(webgpu):
+        return (
+            "every WebGPU implementation shows it and Vulkan does not: the WGSL kernel or the "
+            "WebGPU runtime, not one implementation"
+        )
+    return f"{' and '.join(named)} show it; {', '.join(set(webgpu) - set(named))} does not"
+
+
 def blamed_backends(blame: str, backends: Sequence[str]) -> list[str]:
     """The backends a blame names (`both`: all of them; `model`: none)."""
     if blame == BOTH:

@@ -654,7 +654,7 @@ def _run(args: argparse.Namespace) -> int:
         console.err(
             f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
             f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
-            f"out {config.out}, "
+            f"backends {','.join(config.backends)}, out {config.out}, "
             + (
                 "in this process"
                 if config.jobs == 1

@@ -41,6 +41,7 @@ from jinja2 import Environment, PackageLoader
 
 from graph_format.kernels import MANIFEST_NAME
 from harness.check.backends import ALL_BACKENDS
+from harness.check.divergence import blame_meaning
 from harness.run.commands import (
     COMMANDS_CWD,
     FINDING_COMMANDS_NOTE,
@@ -358,6 +359,7 @@ def _failure_page(
         commands_cwd=COMMANDS_CWD,
         commands_note=FINDING_COMMANDS_NOTE if finding.bundle else "",
         adapters=data.runs[finding.source].adapters,
+        blame_note=blame_meaning(finding.bug.blame, list(data.runs[finding.source].adapters)),
         no_bundle=_no_bundle(data.runs[finding.source], finding),
     )
 
