@@ -91,7 +91,7 @@ def test_setup_reads_the_webgpu_pin_where_the_runtime_does(tmp_path: Path) -> No
 
 def test_no_code_file_repeats_the_webgpu_pin() -> None:
     version = dawn_setup.pinned_webgpu_version()
-    # A version as code states it: a string literal or an npm spec (`webgpu@0.6.2`).
+    # A version as code states it: a string literal or an npm spec (`webgpu@X.Y.Z`).
     said = re.compile(rf"""["']{re.escape(version)}["']|webgpu@{re.escape(version)}""")
     tracked = subprocess.run(
         ["git", "ls-files", "*.py", "*.mjs", "*.js", "*.sh", "*.json", "*.toml", "*.yml"],
