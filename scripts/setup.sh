@@ -98,6 +98,7 @@ unpack_lavapipe() {
   local deb=$1 stage lib
   mkdir -p "$(dirname "$mesa_dir")"
   stage=$(mktemp -d "$mesa_dir.new.XXXXXX")
+  chmod 755 "$stage"  # mktemp's 0700 would hide the driver from other users
   dpkg-deb -x "$deb" "$stage/root"
   lib=$(cd "$stage" && find root -name libvulkan_lvp.so -print -quit)
   if [ -z "$lib" ]; then
