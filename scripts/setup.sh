@@ -99,7 +99,12 @@ unpack_lavapipe() {
   mkdir -p "$(dirname "$mesa_dir")"
   stage=$(mktemp -d "$mesa_dir.new.XXXXXX")
   chmod 755 "$stage"  # mktemp's 0700 would hide the driver from other users
-  dpkg-deb -x "$deb" "$stage/root"
+  if ! dpkg-deb -x "$deb" "$stage/root" 2>"$stage/dpkg.log"; then
+    echo "setup: dawn: dpkg-deb could not unpack $deb ($(tail -1 "$stage/dpkg.log")); dawn will have no adapter here" >&2
+    rm -rf "$stage"
+    return 0
+  fi
+  rm -f "$stage/dpkg.log"
   lib=$(cd "$stage" && find root -name libvulkan_lvp.so -print -quit)
   if [ -z "$lib" ]; then
     echo "setup: dawn: $deb holds no libvulkan_lvp.so; dawn will have no adapter here" >&2
