@@ -483,8 +483,9 @@ class CaseRecord:
         provisional_bundle: `bundles/<id>` of the provisional bundle of its bug in its
             chunk, on the first divergent case of each bug.
         source: the shard it came from, in a merged folder.
-        unavailable: why it could not run ("" when it ran): a device lacks the precision
-            its graph needs (`harness.check.lockstep.CaseResult.unavailable`).
+        unavailable: why some backends could not run it ("" when all did): their devices
+            lack the precision its graph needs; the others ran it
+            (`harness.check.lockstep.CaseResult.unavailable`).
     """
 
     chunk: str
