@@ -71,6 +71,18 @@ _IDLE_S = 20.0
 _CHECK_S = 0.5
 _TAIL = 1500
 _IDLE_FRAME = encode_frame({"idle": True})
+# The browser must not outlive this process, however that ends (a SIGKILL runs no atexit):
+# a shell starts it (printing its pid), stops it at the end of the shell's stdin, a pipe whose
+# only writer is this process, and exits when it ends. (A background job's stdin is
+# /dev/null, hence fd 3.)
+_WATCHDOG = """
+exec 3<&0
+"$@" </dev/null 3<&- 1>&2 &
+browser=$!
+echo "$browser"
+{ read -r _ <&3; kill -TERM "$browser" 2>/dev/null; } &
+wait "$browser"
+"""
 
 
 def browser_executable() -> str | None:
@@ -99,11 +111,19 @@ class PageTransport(Transport):
         if os.geteuid() == 0:
             flags.append("--no-sandbox")  # Chromium refuses to run as root with its sandbox
         try:
-            self._browser = subprocess.Popen(
-                [executable, *flags, f"http://127.0.0.1:{port}/{PAGE}"],
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
+            self._shell = subprocess.Popen(
+                [
+                    "sh",
+                    "-c",
+                    _WATCHDOG,
+                    "sh",
+                    executable,
+                    *flags,
+                    f"http://127.0.0.1:{port}/{PAGE}",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
                 start_new_session=True,  # its own process group: `close` ends all its processes
             )
         except OSError as err:
@@ -111,6 +131,9 @@ class PageTransport(Transport):
             self._log.close()
             self._profile.cleanup()
             raise HostGone(f"could not start {executable}: {err}") from None
+        assert self._shell.stdout is not None
+        line = self._shell.stdout.readline()
+        self._browser_pid = int(line) if line.strip().isdigit() else 0
         self._closed = False
         try:
             message, _ = decode_frame(self._wait())
@@ -171,7 +194,7 @@ class PageTransport(Transport):
             try:
                 return self._answers.get(timeout=_CHECK_S)
             except queue.Empty:
-                if self._browser.poll() is not None:
+                if self._shell.poll() is not None:
                     raise HostGone(self._ended()) from None
         self.close()
         raise HostGone(f"the page did not answer within {ROUND_TRIP_TIMEOUT_S:.0f} s; stopped")
@@ -186,14 +209,14 @@ class PageTransport(Transport):
 
     @property
     def pid(self) -> int:
-        """The browser's process id (its process group's too)."""
-        return self._browser.pid
+        """The browser's process id."""
+        return self._browser_pid
 
     def _ended(self) -> str:
         self._log.seek(0, os.SEEK_END)
         self._log.seek(max(0, self._log.tell() - _TAIL))
         tail = " ".join(self._log.read().decode(errors="replace").split())
-        return f"the browser ended with status {self._browser.poll()}; its last output: {tail}"
+        return f"the browser ended with status {self._shell.poll()}; its last output: {tail}"
 
     def _stop_server(self) -> None:
         self._server.shutdown()
@@ -205,13 +228,16 @@ class PageTransport(Transport):
         self._closed = True
         self._requests.put(encode_frame({"exit": True}))
         try:
-            os.killpg(self._browser.pid, signal.SIGTERM)
-            self._browser.wait(timeout=30)
+            os.killpg(self._shell.pid, signal.SIGTERM)
+            self._shell.wait(timeout=30)
         except ProcessLookupError:
             pass
         except subprocess.TimeoutExpired:
-            os.killpg(self._browser.pid, signal.SIGKILL)
-            self._browser.wait()
+            os.killpg(self._shell.pid, signal.SIGKILL)
+            self._shell.wait()
+        for pipe in (self._shell.stdin, self._shell.stdout):
+            if pipe is not None:
+                pipe.close()
         self._stop_server()
         self._log.close()
         self._profile.cleanup()

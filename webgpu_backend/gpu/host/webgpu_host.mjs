@@ -211,7 +211,9 @@ export class Host {
       this.objects.set(cmd.id, pipeline);
     }, errors);
     errors.push(...(await this.pop(scope)));
-    const messages = module ? (await module.getCompilationInfo()).messages : [];
+    // A cached module compiled cleanly; asking a module for its messages again could wait
+    // forever in Chrome 156 (seen: the promise of a second getCompilationInfo never settled).
+    const messages = fresh && module ? (await module.getCompilationInfo()).messages : [];
     const compiled = !messages.some((m) => m.type === "error");
     if (fresh && module && compiled) this.modules.set(cmd.digest, module);
     if (!errors.length && compiled) return {};
