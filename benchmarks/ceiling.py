@@ -39,6 +39,7 @@ from vulkan_ref.instance import VulkanContext
 from vulkan_ref.memory import STORAGE_USAGE, Buffer
 from webgpu_backend import profiling as wg_profiling
 from webgpu_backend.device import WebGPUDevice
+from webgpu_backend.profiling import wgpu_device
 
 SHADER_DIR = Path(__file__).resolve().parent / "shaders"
 WORKGROUP = 256
@@ -64,7 +65,7 @@ class WebGPUKernel:
     def __init__(
         self, dev: WebGPUDevice, shader: str, bind_sets: Sequence[Sequence[Any]], groups: int
     ) -> None:
-        device = dev.device
+        device = wgpu_device(dev)
         module = device.create_shader_module(
             label=shader, code=(SHADER_DIR / f"{shader}.wgsl").read_text()
         )
@@ -99,8 +100,8 @@ class WebGPUKernel:
 
 def _webgpu_params(dev: WebGPUDevice, value: int) -> Any:
     usage = wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST
-    params = dev.device.create_buffer(size=16, usage=usage)
-    dev.device.queue.write_buffer(params, 0, struct.pack("<4I", value, 0, 0, 0))
+    params = wgpu_device(dev).create_buffer(size=16, usage=usage)
+    wgpu_device(dev).queue.write_buffer(params, 0, struct.pack("<4I", value, 0, 0, 0))
     return params
 
 
@@ -114,11 +115,12 @@ class WebGPURead:
         n_vec4 = max(1, nbytes // 16)
         slots = max(slots, copies)
         storage = wgpu.BufferUsage.STORAGE
+        device = wgpu_device(dev)
         self.buffers = [
-            dev.device.create_buffer(size=n_vec4 * 16, usage=storage | wgpu.BufferUsage.COPY_DST)
+            device.create_buffer(size=n_vec4 * 16, usage=storage | wgpu.BufferUsage.COPY_DST)
             for _ in range(copies)
         ]
-        self.sinks = [dev.device.create_buffer(size=16, usage=storage) for _ in range(slots)]
+        self.sinks = [wgpu_device(dev).create_buffer(size=16, usage=storage) for _ in range(slots)]
         self.params = _webgpu_params(dev, n_vec4)
         kernel = WebGPUKernel(
             dev,
@@ -138,7 +140,7 @@ class WebGPUBurn:
     """The clock warm-up kernel; `rounds(n)` gives n untimed rounds of one burn pass each."""
 
     def __init__(self, dev: WebGPUDevice) -> None:
-        self.sink = dev.device.create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE)
+        self.sink = wgpu_device(dev).create_buffer(size=16, usage=wgpu.BufferUsage.STORAGE)
         self.params = _webgpu_params(dev, BURN_ITERS)
         kernel = WebGPUKernel(dev, "burn", [(self.sink, self.params)], BURN_WORKGROUPS)
         self.encode = kernel.encoder(0)

@@ -34,6 +34,8 @@ from graph_format.graph import (
 )
 from graph_format.runtime import (
     ADAPTER_VARIABLE,
+    APIS,
+    WEBGPU_IMPLEMENTATIONS,
     Dims,
     DispatchRecord,
     Grid,
@@ -41,6 +43,9 @@ from graph_format.runtime import (
     Runtime,
     StepResult,
     pick_adapter,
+    runtime_api,
+    webgpu_implementation,
+    webgpu_runtime_name,
 )
 from graph_format.signatures import (
     F16_SUFFIX,
@@ -54,6 +59,7 @@ from graph_format.signatures import (
 
 __all__ = [
     "ADAPTER_VARIABLE",
+    "APIS",
     "DTYPES",
     "F16_SUFFIX",
     "FLOAT_DTYPES",
@@ -61,6 +67,7 @@ __all__ = [
     "FORMAT_VERSION",
     "SIGNATURES",
     "SLOTS",
+    "WEBGPU_IMPLEMENTATIONS",
     "Arg",
     "ArgSlot",
     "BackendUnavailable",
@@ -91,4 +98,7 @@ __all__ = [
     "Value",
     "dtype_slot",
     "pick_adapter",
+    "runtime_api",
+    "webgpu_implementation",
+    "webgpu_runtime_name",
 ]

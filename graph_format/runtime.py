@@ -110,8 +110,56 @@ class LoadedGraph(Protocol):
         ...
 
 
+# The WebGPU implementations a WebGPU runtime can run on (webgpu_backend.gpu), the default
+# first; and how a runtime is named after its API and implementation: `vulkan`, `webgpu`
+# (wgpu-native: the name every record had before there were several), `webgpu-dawn`,
+# `webgpu-chrome`. Records, blame, coverage and bundles carry these names.
+WEBGPU_IMPLEMENTATIONS = ("wgpu", "dawn", "chrome")
+APIS = ("webgpu", "vulkan")
+
+
+def webgpu_runtime_name(implementation: str) -> str:
+    """The runtime name of a WebGPU implementation (`wgpu` -> `webgpu`, `dawn` ->
+    `webgpu-dawn`).
+
+    Raises:
+        ValueError: not one of `WEBGPU_IMPLEMENTATIONS`.
+    """
+    if implementation not in WEBGPU_IMPLEMENTATIONS:
+        raise ValueError(
+            f"unknown WebGPU implementation {implementation!r}; expected one of "
+            f"{', '.join(WEBGPU_IMPLEMENTATIONS)}"
+        )
+    return "webgpu" if implementation == "wgpu" else f"webgpu-{implementation}"
+
+
+def runtime_api(name: str) -> str:
+    """The API of a runtime by name (`webgpu-dawn` -> `webgpu`): the shader language, the
+    kernel manifest's section and the shader folder it reads.
+
+    Raises:
+        ValueError: not a runtime name.
+    """
+    api, dash, implementation = name.partition("-")
+    extra = WEBGPU_IMPLEMENTATIONS[1:] if api == "webgpu" else ()
+    if api not in APIS or (dash and implementation not in extra):
+        raise ValueError(
+            f"unknown backend {name!r}; expected vulkan, webgpu or webgpu-<implementation> "
+            f"({', '.join(WEBGPU_IMPLEMENTATIONS[1:])})"
+        )
+    return api
+
+
+def webgpu_implementation(name: str) -> str:
+    """The WebGPU implementation of a runtime by name (`webgpu` -> `wgpu`); "" for vulkan."""
+    if runtime_api(name) != "webgpu":
+        return ""
+    return name.partition("-")[2] or WEBGPU_IMPLEMENTATIONS[0]
+
+
 class Runtime(Protocol):
-    """A backend: one device, any number of loaded graphs."""
+    """A backend: one device, any number of loaded graphs. `name` is its runtime name
+    (`runtime_api` splits it)."""
 
     name: str
 

@@ -93,6 +93,20 @@ def vulkan() -> Runtime:
 
 
 @pytest.fixture(scope="session")
+def dawn() -> Runtime:
+    """The WebGPU runtime on Dawn (a node host; Mesa 25's lavapipe where the system's is older),
+    opened on first use; like the others it fails without its set-up unless
+    PARITY_SKIP_GPU_TESTS=1."""
+    return _runtime("webgpu-dawn")
+
+
+@pytest.fixture(scope="session")
+def chrome() -> Runtime:
+    """The WebGPU runtime in headless Chromium (its SwiftShader), opened on first use."""
+    return _runtime("webgpu-chrome")
+
+
+@pytest.fixture(scope="session")
 def runtimes(webgpu: Runtime, vulkan: Runtime) -> list[Runtime]:
     """Both runtimes."""
     return [webgpu, vulkan]

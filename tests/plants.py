@@ -30,9 +30,7 @@ from webgpu_backend.graph import Dispatch, WebGPUGraph
 
 
 def _clear_webgpu_caches() -> None:
-    dev = get_device()
-    dev._modules.clear()
-    dev._pipelines.clear()
+    get_device().forget_kernels()
 
 
 @contextmanager

@@ -1,4 +1,6 @@
-"""WebGPU compute runtime (wgpu-py, kernels in wgsl/) with a tensor-shape resize engine.
+"""WebGPU compute runtime (kernels in wgsl/) with a tensor-shape resize engine, on any of
+three WebGPU implementations: wgpu-native through wgpu-py (`wgpu`, the default), Dawn in a
+node host (`dawn`) and headless Chromium (`chrome`) (`webgpu_backend.gpu`).
 
 Implements `graph_format.Runtime`: `WebGPURuntime().load(graph)` builds a `WebGPUGraph`
 whose `execute` resizes to the inputs' live shapes, propagates through per-op hooks and runs
@@ -25,7 +27,10 @@ class WebGPURuntime:
     """The WebGPU backend on the process's default adapter.
 
     Args:
-        device: the device to use (default: the process-wide one).
+        device: the device to use (default: the process-wide one of `implementation`).
+        implementation: `wgpu`, `dawn` or `chrome` (`webgpu_backend.gpu`); ignored when
+            `device` is given. The runtime's `name` says which: `webgpu` (wgpu),
+            `webgpu-dawn`, `webgpu-chrome`.
         shader_dir: a folder of `<kernel>.wgsl` files to build graphs from instead of the
             repo's `wgsl/` (a repro bundle's own shader copies): drop-in copies of the
             project's kernels, bound as the project's are.
@@ -50,8 +55,6 @@ class WebGPURuntime:
             kernel is bound through its reflection).
     """
 
-    name = "webgpu"
-
     def __init__(
         self,
         device: WebGPUDevice | None = None,
@@ -59,6 +62,7 @@ class WebGPURuntime:
         max_workgroups_per_dim: int | None = None,
         manifest: KernelManifest | None = None,
         allow_adapters: bool = False,
+        implementation: str = "wgpu",
     ) -> None:
         if manifest is not None and not allow_adapters:
             # Refused here, before any graph, as VulkanRuntime does: the runtime would run
@@ -73,7 +77,8 @@ class WebGPURuntime:
                         "the parity command's --allow-adapters)",
                         where=f"webgpu.{slot}.adapter",
                     )
-        self.device = device or get_device()
+        self.device = device or get_device(implementation)
+        self.name = self.device.backend
         require_tool()
         self.shader_dir = Path(shader_dir).resolve() if shader_dir else None
         self.manifest = manifest
@@ -82,11 +87,11 @@ class WebGPURuntime:
         limit = self.device.max_workgroups_per_dim
         if max_workgroups_per_dim is not None and not 1 <= max_workgroups_per_dim <= limit:
             raise ValueError(
-                f"webgpu: a limit of {max_workgroups_per_dim} workgroups per dimension was "
+                f"{self.name}: a limit of {max_workgroups_per_dim} workgroups per dimension was "
                 f"asked for; {self.device.info()['adapter']} allows 1 to {limit}"
             )
         self.max_workgroups_per_dim = max_workgroups_per_dim
-        self.pool = BufferPool(self.device.device)
+        self.pool = BufferPool(self.device.gpu)
 
     def info(self) -> dict[str, Any]:
         """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour,
@@ -118,7 +123,9 @@ class WebGPURuntime:
 
         for node in graph.ops:
             if node.op not in OP_BUILDERS:
-                raise GraphBuildError(node.name, f"webgpu has no implementation of {node.op!r}")
+                raise GraphBuildError(
+                    node.name, f"{self.name} has no implementation of {node.op!r}"
+                )
         return WebGPUGraph(
             self.device, graph, self.catalog, self.max_workgroups_per_dim, pool=self.pool
         )

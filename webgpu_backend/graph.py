@@ -39,32 +39,23 @@ Resize model (docs/design.md §4.1; upstream's, with its known divergences fixed
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import math
-import struct
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple
 
 import numpy as np
-import wgpu
-from wgpu.classes import GPUBindGroup, GPUBuffer, GPUValidationError
 
 from graph_format import (
     DTYPES,
     SLOTS,
-    DeviceError,
     DispatchRecord,
     FeatureUnavailable,
     Graph,
     GraphBuildError,
-    Grid,
     InputError,
     KernelBuildError,
-    KernelValuesError,
     OpError,
     OpNode,
     ParityError,
@@ -78,268 +69,28 @@ from graph_format import (
 from graph_format.kernels import (
     Count,
     Expression,
-    ExpressionError,
-    KernelAdapter,
-    KernelEntry,
     KernelInterfaceError,
     KernelRequirementError,
     Value,
     adapter_provides,
 )
-from webgpu_backend.binding import KernelCatalog, KernelPlan, Packer
-from webgpu_backend.device import Pipeline, WebGPUDevice
-from webgpu_backend.pool import (
-    GUARD_WORD,
-    STORAGE,
-    UNIFORM,
-    Arena,
-    Block,
-    BufferPool,
-    Slot,
-    align_up,
+from webgpu_backend.binding import KernelCatalog
+from webgpu_backend.device import WebGPUDevice
+from webgpu_backend.nodes import (
+    Dispatch,
+    KernelRun,
+    ParamsBuffer,
+    Scheduled,
+    ScratchBuffer,
+    SlotKernel,
+    fold_grid,
 )
+from webgpu_backend.pool import Arena, BufferPool, Slot
+from webgpu_backend.recording import Recorder
 from webgpu_backend.reflection import WgslReflectionError
-from webgpu_backend.tensor import Dims, WebGPUTensor, storage_size
+from webgpu_backend.tensor import Dims, WebGPUTensor
 
-
-@dataclass
-class ParamsBuffer:
-    """An op's params uniform. `update` marks it for upload only when the bytes change."""
-
-    slot: Slot
-    data: bytes
-    dirty: bool = True
-
-    def update(self, data: bytes) -> None:
-        """Stage new contents; written to the GPU at the next execute."""
-        if data != self.data:
-            self.data = data
-            self.dirty = True
-
-
-@dataclass
-class ScratchBuffer:
-    """A private buffer of one op (attention scores, split-K partials): not a graph value."""
-
-    name: str
-    slot: Slot
-
-    @property
-    def alloc_nbytes(self) -> int:
-        """Bytes allocated (not counting the guard after them)."""
-        return self.slot.size
-
-
-@dataclass(eq=False)
-class KernelRun:
-    """One dispatch of a slot's kernel: its pipeline, workgroup size, bindings (by binding
-    index) and params uniforms, each packed by its `Packer`."""
-
-    plan: KernelPlan
-    pipeline: Pipeline
-    workgroup_size: Grid
-    bindings: list[tuple[int, Slot]]
-    written: list[Slot]
-    read: list[Slot]
-    params: list[tuple[ParamsBuffer, Packer]]
-    _bind_group: GPUBindGroup | None = None
-    _pool: BufferPool | None = None  # set once the graph has placed its buffers
-
-    @property
-    def bind_group(self) -> GPUBindGroup:
-        """The bind group, made (or found in the pool's cache) at the run's first dispatch:
-        a graph holds kernels for every variant of a slot, and a case dispatches only some
-        of them."""
-        if self._bind_group is None:
-            if self._pool is None:
-                raise RuntimeError(
-                    f"webgpu: {self.plan.entry.slot}: the graph is still being built"
-                )
-            self._bind_group = self._pool.bind_group(self.pipeline.layout, self.bindings)
-        return self._bind_group
-
-
-# (slot, names fixed at load, names handed per step) an op module was seen to offer right
-_VALUES_CHECKED: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
-
-
-@dataclass(eq=False)
-class SlotKernel:
-    """The kernel implementing one slot in one op node, with one run per dispatch of its
-    entry (several for a manifest's split)."""
-
-    op: str
-    slot: str
-    entry: KernelEntry
-    runs: list[KernelRun]
-    static: Mapping[str, Value]
-    # the slot's complete values: those fixed at load, updated with each step's
-    values: dict[str, Value] = field(default_factory=dict)
-    adapter: KernelAdapter | None = None
-    provides: frozenset[str] = frozenset()
-    live_requires: tuple[Expression, ...] = ()
-    checked: bool = False
-    # (params, its struct's pack, the getter of its members' values) of every uniform, when
-    # every member is a scalar value by name and nothing else runs at resize (the project's
-    # kernels): a resize is then look-ups and packs, nothing more
-    fast: list[tuple[ParamsBuffer, Callable[..., bytes], Callable[[Any], Any]]] | None = None
-
-    def enable_fast_path(self) -> None:
-        """Set `fast` when this kernel qualifies."""
-        if self.adapter is not None or self.live_requires or not self.entry.builtin:
-            return
-        pairs = [pair for run in self.runs for pair in run.params]
-        if all(packer.simple is not None for _, packer in pairs):
-            self.fast = [
-                (params, packer.struct.pack, packer.simple)
-                for params, packer in pairs
-                if packer.simple is not None
-            ]
-
-    def fail(self, message: str, *, values: bool = False) -> KernelBuildError:
-        """A finding against this kernel, for its op (`values`: a manifest kernel's
-        expressions failed on a step's values, no compiler involved)."""
-        kind = KernelValuesError if values and not self.entry.builtin else KernelBuildError
-        return kind(
-            "webgpu", self.slot, str(self.entry.source), f"{self.slot}: {message}", op=self.op
-        )
-
-    def check_values(self, step: Mapping[str, Value]) -> None:
-        """The first values an op hands this slot: with those fixed at load, exactly the
-        slot's vocabulary (and the per-dimension limit), none of them fixed at load. (Once
-        per process for each slot and set of names: it checks the op module's code.)"""
-        key = (self.slot, tuple(self.static), tuple(step))
-        if key in _VALUES_CHECKED:
-            self.checked = True
-            return
-        fixed = set(self.static) & set(step)
-        if fixed:
-            raise RuntimeError(
-                f"webgpu: op {self.op!r}: slot {self.slot}: {sorted(fixed)} were fixed at load; "
-                "a step hands only the values that vary"
-            )
-        offered = (set(self.static) | set(step)) - {"max_workgroups_per_dim"}
-        declared = set(SLOTS[self.slot].values)
-        if offered != declared:
-            raise RuntimeError(
-                f"webgpu: op {self.op!r} hands slot {self.slot} the values {sorted(offered)}; "
-                f"its schema declares {sorted(declared)} (missing: "
-                f"{sorted(declared - offered)}, extra: {sorted(offered - declared)})"
-            )
-        if not isinstance(step.get("workgroups"), int):
-            raise RuntimeError(
-                f"webgpu: op {self.op!r}: slot {self.slot}: workgroups "
-                f"{step.get('workgroups')!r} is not a count handed each step"
-            )
-        _VALUES_CHECKED.add(key)
-        self.checked = True
-
-    def derive(self, values: dict[str, Value]) -> dict[str, Value]:
-        """The op's values with the adapter's derived ones added."""
-        assert self.adapter is not None
-        try:
-            derived = dict(self.adapter.values(MappingProxyType(values)))
-        except Exception as err:  # the user's code: any failure is a finding
-            text = "".join(traceback.format_exception(err)).strip()
-            raise self.fail(f"adapter {self.entry.adapter}: values() failed:\n{text}") from None
-        if derived.keys() != self.provides:
-            raise self.fail(
-                f"adapter {self.entry.adapter}: values() returned {sorted(derived)}; its "
-                f"provides declares {sorted(self.provides)}"
-            )
-        return {**values, **derived}
-
-
-class Dispatch:
-    """One dispatch position of an op: the kernel of the slot it runs this step, chosen
-    among the slots built for it (a flat and a broadcasting kernel), and its count.
-
-    `count` is the op's own logical workgroup count (its `workgroups` value; 0 skips the
-    position). A project kernel runs one dispatch of that count; a manifest's kernel runs
-    one dispatch per entry of its `dispatch_list`, each of the count its expression gives
-    (`counts`), and none when the op skips the slot.
-    """
-
-    def __init__(self, op: str, kernels: dict[str, SlotKernel]) -> None:
-        self.op = op
-        self.kernels = kernels
-        self.kernel = next(iter(kernels))  # the slot selected
-        self._selected = kernels[self.kernel]
-        self.count = 0
-        self.counts: tuple[Count, ...] = ()
-
-    @property
-    def workgroup_size(self) -> int:
-        """Invocations along x of the selected kernel's first dispatch."""
-        return self._selected.runs[0].workgroup_size[0]
-
-    @property
-    def values(self) -> dict[str, Value]:
-        """The selected slot's values as its op last handed them for a step it ran (with
-        those fixed at load and `max_workgroups_per_dim`; before an adapter's derived ones)."""
-        return dict(self._selected.values)
-
-    def set(self, step: Mapping[str, Value], slot: str | None = None) -> None:
-        """This step's values of the slot (`slot`, or the one selected): those of its
-        schema's `values` not fixed at load (`add_kernel`'s static), `workgroups` among
-        them. Packs the kernel's params and works out its counts (nothing when
-        `workgroups` is 0: the op skips the slot).
-
-        Raises:
-            InputError: a kernel's `requires` broken by these values ("kernel_requires").
-            KernelBuildError: an expression, an adapter or a params member fails on them.
-        """
-        kernel = self._selected
-        if slot is not None and slot != self.kernel:
-            if slot not in self.kernels:
-                raise KeyError(f"{self.op}: no slot {slot!r}; built: {sorted(self.kernels)}")
-            self.kernel = slot
-            kernel = self._selected = self.kernels[slot]
-        if not kernel.checked:
-            kernel.check_values(step)
-        self.count = count = step["workgroups"]  # type: ignore[assignment]  # int: checked
-        if not count:
-            return  # nothing of a skipped slot is read: its values stay as they last ran
-        values = kernel.values
-        values.update(step)
-        fast = kernel.fast
-        if fast is not None:  # members by name, no adapter, no requires, the op's count
-            try:
-                for params, pack, get in fast:
-                    data = pack(*get(values))
-                    if data != params.data:
-                        params.data = data
-                        params.dirty = True
-                return
-            except (KeyError, struct.error):
-                pass  # the general path below names the member at fault
-        if kernel.adapter is not None:
-            values = kernel.derive(values)
-        try:
-            for condition in kernel.live_requires:
-                if not condition.evaluate(values):
-                    raise InputError(
-                        self.op,
-                        "kernel_requires",
-                        f"webgpu: op {self.op!r}: the kernel of slot {kernel.slot} "
-                        f"({kernel.entry.source}) requires {condition.text}",
-                    )
-            for run in kernel.runs:
-                for params, packer in run.params:
-                    params.update(packer.pack(values))
-            if not kernel.entry.builtin:
-                self.counts = tuple(
-                    d.workgroups(values) for d in kernel.entry.dispatches[: len(kernel.runs)]
-                )
-        except (ExpressionError, KernelInterfaceError) as err:
-            raise kernel.fail(kernel.entry.failure_text(err), values=True) from None
-
-
-class Scheduled(NamedTuple):
-    """One dispatch of a step: its record, and the kernel run to dispatch (None: skipped)."""
-
-    record: DispatchRecord
-    run: KernelRun | None
+__all__ = ["Dispatch", "Scheduled", "ScratchBuffer", "WebGPUGraph", "fold_grid"]
 
 
 @dataclass
@@ -368,24 +119,6 @@ class _Snapshot:
     values: list[dict[str, dict[str, Value]]]
     params: list[tuple[bytes, bool]]
     dirty: set[str]
-
-
-def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
-    """Physical grid for a 1-D workgroup count: (count, 1, 1), or a near-square 2-D fold.
-
-    Kernels recover the flat workgroup index as `wid.x + wid.y * num_workgroups.x` and
-    return when it reaches the logical count, so the fold's waste is harmless.
-
-    Raises:
-        ValueError: the count exceeds a `max_per_dim`² grid.
-    """
-    if count <= max_per_dim:
-        return (count, 1, 1)
-    x = min(math.isqrt(count - 1) + 1, max_per_dim)
-    y = -(-count // x)
-    if y > max_per_dim:
-        raise ValueError(f"{count} workgroups exceed a {max_per_dim}² 2-D grid")
-    return (x, y, 1)
 
 
 class WebGPUGraph:
@@ -423,8 +156,9 @@ class WebGPUGraph:
         self._pending: dict[int, ParityError] = {}  # hook order -> error held until convergence
         self._closed = False
 
+        self.backend = dev.backend  # the runtime's name, which its errors carry
         if "float16" in graph.float_dtypes() and dev.f16_unavailable:
-            raise FeatureUnavailable("webgpu", "f16", dev.f16_unavailable)
+            raise FeatureUnavailable(self.backend, "f16", dev.f16_unavailable)
         for value in graph.values.values():
             if isinstance(value, TensorValue):
                 self.tensors[value.name] = self._create_tensor(value)
@@ -437,17 +171,11 @@ class WebGPUGraph:
                 except ParityError:
                     raise
                 except Exception as err:  # the op's own code failed: name it
-                    raise OpError("webgpu", node.name, node.op, "load", err) from err
-            self._place()
+                    raise OpError(self.backend, node.name, node.op, "load", err) from err
+            self.recorder = self._place()
         except BaseException:
             self.close()
             raise
-        # Every storage slot with the name guard damage is reported under.
-        self._guarded: list[tuple[str, Slot]] = [
-            *((t.name, t.slot) for t in self.tensors.values()),
-            *((s.name, s.slot) for s in self._scratch),
-        ]
-        self._repoison: list[Slot] = []
         # Every hook runs once at the first execute: all values start dirty.
         self._dirty: set[str] = set(self.tensors) | set(self.symints)
 
@@ -465,7 +193,7 @@ class WebGPUGraph:
             is_state=value.state,
         )
 
-    def _place(self) -> None:
+    def _place(self) -> Recorder:
         """Place every buffer (all known once every op is built) and write each storage
         block's initial contents; each run makes its bind group at its first dispatch."""
         runs = [run for d in self.dispatches for k in d.kernels.values() for run in k.runs]
@@ -477,35 +205,16 @@ class WebGPUGraph:
             data = self.graph.initial_data(value)
             if data is not None:
                 initial[tensor.slot] = np.ascontiguousarray(data, DTYPES[value.dtype])
-        queue = self.dev.device.queue
-        for placed in self.arena.blocks:
-            if placed.block.kind != STORAGE:
-                continue
-            # Reused memory starts as a new WebGPU buffer does (zeros), then initial data and
-            # guards: one write per block.
-            image = np.zeros(placed.used, np.uint8)
-            words = image.view(np.uint32)
-            for slot in placed.slots:
-                words[slot.guard_offset // 4 : (slot.guard_offset + slot.guard) // 4] = GUARD_WORD
-                data = initial.get(slot)
-                if data is not None:
-                    raw = data.reshape(-1).view(np.uint8)
-                    image[slot.offset : slot.offset + raw.size] = raw
-            queue.write_buffer(placed.block.buffer, 0, image)
         for run in runs:
             run._pool = self.pool
-        # Host images of the uniform blocks, which params writes are batched through.
-        self._uniform_images = {
-            p.block.serial: np.zeros(p.used, np.uint8)
-            for p in self.arena.blocks
-            if p.block.kind == UNIFORM
-        }
-
-    def _upload(self, tensor: WebGPUTensor, data: np.ndarray) -> None:
-        raw = data.tobytes()
-        if len(raw) % 4:
-            raw += bytes(4 - len(raw) % 4)  # WebGPU copies whole 4-byte words
-        self.dev.device.queue.write_buffer(tensor.slot.buffer, tensor.slot.offset, raw)
+        # Every storage slot with the name guard damage is reported under.
+        guarded = [
+            *((t.name, t.slot) for t in self.tensors.values()),
+            *((s.name, s.slot) for s in self._scratch),
+        ]
+        recorder = Recorder(self.dev.gpu, self.pool, self.arena, guarded, self._params)
+        recorder.write_initial(initial)
+        return recorder
 
     # ------------------------------------------------------------------ builder API
 
@@ -613,7 +322,9 @@ class WebGPUGraph:
             try:
                 built[slot] = self._build_slot(node, slot, stem, tensors, fixed)
             except KernelInterfaceError as err:
-                raise KernelBuildError("webgpu", slot, err.source, str(err), op=node.name) from None
+                raise KernelBuildError(
+                    self.backend, slot, err.source, str(err), op=node.name
+                ) from None
             except KernelBuildError as err:
                 raise err.for_op(node.name) from None
         dispatch = Dispatch(node.name, built)
@@ -630,7 +341,9 @@ class WebGPUGraph:
     ) -> SlotKernel:
         entry = self.catalog.entry(slot, stem)
         source = self.catalog.source(entry, stem)
-        kernel = SlotKernel(node.name, slot, entry, [], MappingProxyType(static), dict(static))
+        kernel = SlotKernel(
+            node.name, slot, entry, [], MappingProxyType(static), self.backend, dict(static)
+        )
         scratch: dict[str, ScratchBuffer] = {}
         adapter_class = self.catalog.adapter(entry)
         if adapter_class is not None:
@@ -666,9 +379,9 @@ class WebGPUGraph:
                     entry, index, source, tuple(sorted(kernel.provides)), tuple(scratch)
                 )
             except WgslReflectionError:
-                # naga is the authority on WGSL: its whole message, when it refuses too.
-                digest = hashlib.sha256(source.encode()).hexdigest()
-                self.dev.shader_module(slot, source, digest, entry.source)
+                # The implementation's compiler is the authority on WGSL: its whole
+                # message, when it refuses too.
+                self.dev.gpu.compile(slot, source, entry.source)
                 raise
             constants = plan.constants(static, node.op)
             size = plan.workgroup_size(constants)
@@ -789,7 +502,7 @@ class WebGPUGraph:
                 except ParityError:
                     raise
                 except Exception as err:  # the hook's own code failed: name its op
-                    raise OpError("webgpu", hook.op, hook.op_type, "resize", err) from err
+                    raise OpError(self.backend, hook.op, hook.op_type, "resize", err) from err
                 else:
                     self._pending.pop(hook.order, None)
             passes += 1
@@ -962,60 +675,20 @@ class WebGPUGraph:
             self._restore(snap)
             raise
 
-        queue = self.dev.device.queue
-        self._flush_params()
-        for slot in self._repoison:
-            queue.write_buffer(slot.buffer, slot.guard_offset, self._guard_pattern[: slot.guard])
-        self._repoison = []
-        for name, (offset, word) in (fill or {}).items():
-            tensor = self.tensors[name]
-            words = (tensor.alloc_nbytes - offset) // 4
-            if words > 0:
-                queue.write_buffer(
-                    tensor.slot.buffer, tensor.slot.offset + offset, np.full(words, word, np.uint32)
-                )
-        for tensor, data in tensor_inputs:
-            self._upload(tensor, data)
-
-        records: list[DispatchRecord] = []
-        encoder = self.dev.device.create_command_encoder()
-        try:
-            cpass = encoder.begin_compute_pass()
-            # A pass keeps its pipeline and bind group from one dispatch to the next (a bind
-            # group stays bound across a change of pipeline), so each is set only when it
-            # differs from the one in place: consecutive dispatches of one kernel (a
-            # decoder's q, k and v projections) skip a call through wgpu each.
-            pipeline: object = None
-            bind_group: object = None
-            for item in scheduled:
-                records.append(item.record)
-                run = item.run
-                if run is not None:
-                    if run.pipeline.pipeline is not pipeline:
-                        pipeline = run.pipeline.pipeline
-                        cpass.set_pipeline(pipeline)
-                    if run.bind_group is not bind_group:
-                        bind_group = run.bind_group
-                        cpass.set_bind_group(0, bind_group)
-                    cpass.dispatch_workgroups(*item.record.physical_grid)
-            cpass.end()
-            reads = self._plan_reads(read, read_raw)
-            readback = self.pool.readback(reads.size)
-            for copy in reads.copies:
-                encoder.copy_buffer_to_buffer(
-                    copy.block.buffer, copy.src, readback, copy.dst, copy.size
-                )
-            queue.submit([encoder.finish()])
-            blob = self._map(readback, reads.size)
-        except GPUValidationError as err:
-            raise DeviceError("webgpu", [str(err)]) from None
+        tensors = self.tensors
+        self.recorder.stage(
+            tensor_inputs, [(tensors[name], *spec) for name, spec in (fill or {}).items()]
+        )
+        wanted = [("output", tensors[n]) for n in self.graph.outputs]
+        wanted += [("tensor", tensors[n]) for n in read] + [("raw", tensors[n]) for n in read_raw]
+        blob, reads = self.recorder.run(scheduled, wanted)
 
         result = StepResult(
             outputs={},
             cur_dims=self.cur_dims(),
             symints=dict(self.symints),
-            dispatches=records,
-            guard_writes=self._check_guards(blob, reads.guards),
+            dispatches=[item.record for item in scheduled],
+            guard_writes=self.recorder.check_guards(blob, reads.guards),
         )
         for kind, tensor in reads.wanted:
             offset = reads.at[tensor.name]
@@ -1028,134 +701,12 @@ class WebGPUGraph:
             (result.outputs if kind == "output" else result.tensors)[tensor.name] = array
         return result
 
-    def _flush_params(self) -> None:
-        """Write every params uniform that changed: one write per uniform block, spanning
-        the changed ones (a host image of the block keeps the bytes in between)."""
-        spans: dict[int, tuple[Slot, int, int]] = {}
-        for params in self._params:
-            if not params.dirty:
-                continue
-            slot = params.slot
-            image = self._uniform_images[slot.block_serial]
-            image[slot.offset : slot.offset + len(params.data)] = np.frombuffer(
-                params.data, np.uint8
-            )
-            params.dirty = False
-            _, lo, hi = spans.get(slot.block_serial, (slot, slot.offset, 0))
-            spans[slot.block_serial] = (
-                slot,
-                min(lo, slot.offset),
-                max(hi, slot.offset + slot.size),
-            )
-        for serial, (slot, lo, hi) in spans.items():
-            self.dev.device.queue.write_buffer(slot.buffer, lo, self._uniform_images[serial][lo:hi])
-
-    @functools.cached_property
-    def _guard_pattern(self) -> bytes:
-        longest = max((slot.guard for _, slot in self._guarded), default=0)
-        return np.full(longest // 4, GUARD_WORD, np.uint32).tobytes()
-
-    def _plan_reads(self, read: Sequence[str], read_raw: Sequence[str]) -> _Reads:
-        """Copies into the read-back buffer of every guard and of the bytes asked for.
-
-        A slot asked for whole (`read_raw`), or whose live bytes leave a short slack, is
-        copied with its guard in one piece; regions close together in a block are merged
-        into one copy (the bytes between come along), so a graph whose tensors are all read
-        costs about one copy per block.
-        """
-        reads = _Reads()
-        need: dict[Slot, int] = {}
-        wanted = [("output", n) for n in self.graph.outputs]
-        wanted += [("tensor", n) for n in read] + [("raw", n) for n in read_raw]
-        for kind, name in wanted:
-            tensor = self.tensors[name]
-            reads.wanted.append((kind, tensor))
-            nbytes = tensor.alloc_nbytes if kind == "raw" else storage_size(tensor.cur_nbytes)
-            need[tensor.slot] = max(need.get(tensor.slot, 0), nbytes)
-        for placed in self.arena.blocks:
-            if placed.block.kind != STORAGE:
-                continue
-            current: _Copy | None = None  # the copy being extended
-            for slot in placed.slots:
-                nbytes = need.get(slot, 0)
-                if nbytes and slot.size - nbytes <= _WHOLE_COPY_SLACK:
-                    pieces = [(slot.offset, slot.binding_size)]
-                else:
-                    pieces = [(slot.offset, nbytes)] if nbytes else []
-                    pieces += [(slot.guard_offset, slot.guard)] if slot.guard else []
-                for src, size in pieces:
-                    gap = src - (current.src + current.size) if current else -1
-                    if current is not None and 0 <= gap <= _MERGE_GAP:
-                        dst = current.dst + current.size + gap
-                        current.size += gap + size
-                    else:
-                        dst = reads.size
-                        current = _Copy(placed.block, src, dst, size)
-                        reads.copies.append(current)
-                    reads.size = max(reads.size, align_up(dst + size, 8))
-                    if src == slot.offset:
-                        reads.at[slot.name] = dst
-                        if slot.guard and size >= slot.binding_size:
-                            reads.guards.append((slot, dst + slot.size))
-                    elif slot.guard:
-                        reads.guards.append((slot, dst))
-        return reads
-
-    def _check_guards(self, blob: bytes, guards: Sequence[tuple[Slot, int]]) -> dict[str, int]:
-        """Damaged words per guard read back; damaged guards are re-poisoned next execute."""
-        pattern = self._guard_pattern
-        damaged: dict[str, int] = {}
-        for slot, offset in guards:
-            got = blob[offset : offset + slot.guard]
-            if got == pattern[: slot.guard]:
-                continue
-            words = np.frombuffer(got, np.uint32)
-            damaged[slot.name] = int(np.count_nonzero(words != GUARD_WORD))
-            self._repoison.append(slot)
-        return damaged
-
-    @staticmethod
-    def _map(readback: GPUBuffer, nbytes: int) -> bytes:
-        readback.map_sync(wgpu.MapMode.READ, 0, nbytes)
-        try:
-            return bytes(readback.read_mapped(0, nbytes))
-        finally:
-            readback.unmap()
-
     def close(self) -> None:
         """Hand this graph's buffers back to the pool (pipelines stay cached on the device)."""
         if self._closed:
             return
         self._closed = True
         self.arena.release()
-
-
-# A slot whose live bytes leave at most this much slack is read back whole with its guard;
-# read-back regions at most this far apart in a block are merged into one copy.
-_WHOLE_COPY_SLACK = 4096
-_MERGE_GAP = 4096
-
-
-@dataclass
-class _Copy:
-    """One copy from a block into the read-back buffer."""
-
-    block: Block
-    src: int
-    dst: int
-    size: int
-
-
-@dataclass
-class _Reads:
-    """The read-back plan of one execute: what was asked for, the copies, where each slot's
-    bytes and each guard land, and the bytes in all."""
-
-    wanted: list[tuple[str, WebGPUTensor]] = field(default_factory=list)
-    copies: list[_Copy] = field(default_factory=list)
-    at: dict[str, int] = field(default_factory=dict)
-    guards: list[tuple[Slot, int]] = field(default_factory=list)
-    size: int = 0
 
 
 def _host_array(name: str, dtype: str, value: object) -> np.ndarray:

@@ -50,8 +50,14 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import wgpu
-from wgpu.classes import GPUBindGroup, GPUBindGroupLayout, GPUBuffer, GPUDevice
+from webgpu_backend.gpu import (
+    BindEntry,
+    BufferUsage,
+    GpuBindGroup,
+    GpuBuffer,
+    GpuLayout,
+    Implementation,
+)
 
 # A quiet NaN whose top 12 bits (0x7FD) differ from the harness's slack poison (0x7FE) and
 # from every canonical NaN; the Vulkan runtime uses another, so copies are told apart.
@@ -60,10 +66,7 @@ GUARD_MIN_BYTES = 256
 
 STORAGE = "storage"
 UNIFORM = "uniform"
-_USAGES = {
-    STORAGE: wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST,
-    UNIFORM: wgpu.BufferUsage.UNIFORM | wgpu.BufferUsage.COPY_DST,
-}
+_USAGES = {STORAGE: BufferUsage.STORAGE, UNIFORM: BufferUsage.UNIFORM}
 
 
 def align_up(value: int, alignment: int) -> int:
@@ -76,7 +79,7 @@ class Block:
     """One large GPUBuffer of the pool. `serial` is unique within the pool, never reused."""
 
     kind: str
-    buffer: GPUBuffer
+    buffer: GpuBuffer
     size: int
     serial: int
 
@@ -96,8 +99,8 @@ class Slot:
     offset: int = 0
 
     @property
-    def buffer(self) -> GPUBuffer:
-        """The GPUBuffer holding this slot."""
+    def buffer(self) -> GpuBuffer:
+        """The buffer holding this slot."""
         if self.block is None:
             raise RuntimeError(f"webgpu: {self.name!r} is not placed yet")
         return self.block.buffer
@@ -127,14 +130,14 @@ class BufferPool:
 
     def __init__(
         self,
-        device: GPUDevice,
+        gpu: Implementation,
         *,
         block_bytes: int = 1 << 20,
         retain_bytes: int = 64 << 20,
         bind_group_capacity: int = 4096,
     ) -> None:
-        self.device = device
-        limits = device.limits
+        self.gpu = gpu
+        limits = gpu.limits
         self.alignment = {
             STORAGE: max(16, int(limits["min-storage-buffer-offset-alignment"])),
             UNIFORM: max(16, int(limits["min-uniform-buffer-offset-alignment"])),
@@ -151,11 +154,11 @@ class BufferPool:
         self._serial = 0
         self._free: dict[str, list[Block]] = {STORAGE: [], UNIFORM: []}
         self._in_use: dict[int, Block] = {}
-        self._readback: GPUBuffer | None = None
-        self._bind_groups: OrderedDict[_BindGroupKey, GPUBindGroup] = OrderedDict()
+        self._readback: GpuBuffer | None = None
+        self._bind_groups: OrderedDict[_BindGroupKey, GpuBindGroup] = OrderedDict()
         self._closed = False
-        # Dropping the Python objects releases the buffers; wgpu frees each once no pending
-        # submit or write uses it. Nothing else to finalize.
+        # A block given up is destroyed at once (a remote implementation's host holds it
+        # otherwise); executes are synchronous, so no pending submit uses a free block.
 
     def acquire(self, kind: str, nbytes: int) -> Block:
         """A block of at least `nbytes`: the smallest free one that fits, else a new one."""
@@ -185,18 +188,17 @@ class BufferPool:
             free.remove(largest)
             self._drop(largest)
 
-    def readback(self, nbytes: int) -> GPUBuffer:
+    def readback(self, nbytes: int) -> GpuBuffer:
         """The runtime's MAP_READ buffer, grown to at least `nbytes` (executes are
         synchronous, so one serves every graph)."""
         if self._readback is None or self._readback.size < nbytes:
+            if self._readback is not None:
+                self.gpu.destroy_buffer(self._readback)
             size = max(64 << 10, _pow2(nbytes))
-            usage = wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST
-            self._readback = self._create("pool.readback", size, usage)
+            self._readback = self._create("pool.readback", size, BufferUsage.READBACK)
         return self._readback
 
-    def bind_group(
-        self, layout: GPUBindGroupLayout, bindings: Sequence[tuple[int, Slot]]
-    ) -> GPUBindGroup:
+    def bind_group(self, layout: GpuLayout, bindings: Sequence[tuple[int, Slot]]) -> GpuBindGroup:
         """A bind group of `layout` binding each (binding index, slot) to the slot's range
         (allocation + guard), cached."""
         key = (
@@ -209,29 +211,23 @@ class BufferPool:
             self._bind_groups.move_to_end(key)
             return cached
         self.bind_group_misses += 1
-        group = self.device.create_bind_group(
-            layout=layout,
-            entries=[
-                {
-                    "binding": i,
-                    "resource": {"buffer": s.buffer, "offset": s.offset, "size": s.binding_size},
-                }
-                for i, s in bindings
-            ],
+        group = self.gpu.create_bind_group(
+            layout, [BindEntry(i, s.buffer, s.offset, s.binding_size) for i, s in bindings]
         )
         self._bind_groups[key] = group
         if len(self._bind_groups) > self.bind_group_capacity:
             self._bind_groups.popitem(last=False)
         return group
 
-    def _create(self, label: str, size: int, usage: int) -> GPUBuffer:
+    def _create(self, label: str, size: int, usage: BufferUsage) -> GpuBuffer:
         self.allocations += 1
-        return self.device.create_buffer(label=label, size=size, usage=usage)
+        return self.gpu.create_buffer(label, size, usage)
 
     def _drop(self, block: Block) -> None:
-        """Forget a free block (and the bind groups over it)."""
+        """Destroy a free block (and forget the bind groups over it)."""
         for key in [k for k in self._bind_groups if any(b[1] == block.serial for b in k[1])]:
             del self._bind_groups[key]
+        self.gpu.destroy_buffer(block.buffer)
         self.drops += 1
 
     def stats(self) -> dict[str, int]:
@@ -256,6 +252,8 @@ class BufferPool:
             for block in self._free[kind]:
                 self._drop(block)
             self._free[kind] = []
+        if self._readback is not None:
+            self.gpu.destroy_buffer(self._readback)
         self._readback = None
         self._bind_groups.clear()
 

@@ -23,9 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import wgpu
-from wgpu.classes import GPUComputePassEncoder
+from wgpu.classes import GPUComputePassEncoder, GPUDevice
 
 from webgpu_backend.device import WebGPUDevice
+from webgpu_backend.gpu.wgpu_native import WgpuImplementation
 from webgpu_backend.graph import Scheduled, WebGPUGraph
 
 # Encodes one dispatch (pipeline, bind group, dispatch_workgroups) into a compute pass.
@@ -46,6 +47,21 @@ class KernelTiming:
     def median_ns(self) -> float:
         """The median time, in nanoseconds."""
         return float(statistics.median(self.times_ns))
+
+
+def wgpu_device(dev: WebGPUDevice) -> GPUDevice:
+    """wgpu-py's device under `dev`: GPU timing needs timestamp queries, which only the
+    in-process wgpu implementation offers here (`get_timing_device`).
+
+    Raises:
+        ValueError: `dev` runs on another implementation.
+    """
+    if not isinstance(dev.gpu, WgpuImplementation):
+        raise ValueError(
+            f"GPU timing runs on the wgpu implementation (get_timing_device()), "
+            f"not on {dev.gpu.name}"
+        )
+    return dev.gpu.device
 
 
 def time_rounds(
@@ -73,7 +89,7 @@ def time_rounds(
     queries = 2 * sum(len(g) for g in groups[timed_from:])
     if queries > MAX_QUERIES:
         raise ValueError(f"{queries} timestamps asked for; one query set holds {MAX_QUERIES}")
-    device = dev.device
+    device = wgpu_device(dev)
     query_set = device.create_query_set(type=wgpu.QueryType.timestamp, count=max(queries, 2))
     resolve = device.create_buffer(
         size=8 * max(queries, 2),
@@ -122,7 +138,7 @@ def dispatch_encoder(scheduled: Scheduled) -> PassEncoder:
     run = scheduled.run
     if run is None:
         raise ValueError(f"{scheduled.record.kernel} of {scheduled.record.op} is skipped")
-    pipeline, bind_group = run.pipeline.pipeline, run.bind_group
+    pipeline, bind_group = run.pipeline.pipeline.handle, run.bind_group.handle
     grid = scheduled.record.physical_grid
 
     def encode(cpass: GPUComputePassEncoder) -> None:

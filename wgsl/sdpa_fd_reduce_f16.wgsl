@@ -28,7 +28,9 @@ struct Params {
 
 override wg_size: u32 = 64u;
 
-const LOWEST: f32 = -3.4028235e38;
+// -FLT_MAX, written exactly: Tint (Dawn, Chrome) rejects -3.4028235e38, which lies above
+// the largest f32 before rounding ("cannot be represented as 'f32'"); Naga rounds it.
+const LOWEST: f32 = -3.40282346638528859811704183484516925e38;
 
 @compute @workgroup_size(wg_size)
 fn main(

@@ -8,12 +8,48 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-from graph_format import BackendUnavailable, Runtime
+from graph_format import (
+    WEBGPU_IMPLEMENTATIONS,
+    BackendUnavailable,
+    Runtime,
+    runtime_api,
+    webgpu_implementation,
+    webgpu_runtime_name,
+)
 from graph_format.kernels import KernelManifest
 
+# The backends a run checks in lockstep by default: WebGPU on wgpu-native and Vulkan.
 BACKENDS = ("webgpu", "vulkan")
-# The shader language each backend compiles, and the repo folder it reads by default.
+# Every backend a run may check, in the order records and reports list them: one WebGPU
+# runtime per implementation, then Vulkan.
+ALL_BACKENDS = (*(webgpu_runtime_name(i) for i in WEBGPU_IMPLEMENTATIONS), "vulkan")
+# The shader language of each API (`runtime_api`), and the repo folder it reads by default.
 SHADER_LANGUAGES = {"webgpu": "wgsl", "vulkan": "glsl"}
+# The WebGPU implementations a run checks by default (`parity run --webgpu`): wgpu-native
+# alone, which runs wherever the Vulkan runtime does; dawn and chrome are asked for.
+DEFAULT_WEBGPU = ("wgpu",)
+
+
+def lockstep_backends(webgpu: Sequence[str] = DEFAULT_WEBGPU) -> tuple[str, ...]:
+    """The backends of a run on these WebGPU implementations (`wgpu`, `dawn`, `chrome`):
+    one WebGPU runtime per implementation, in the order given, then Vulkan.
+
+    Raises:
+        ValueError: an unknown implementation, a repeated one, or none.
+    """
+    if not webgpu:
+        raise ValueError(
+            f"no WebGPU implementation asked for; choose from {', '.join(WEBGPU_IMPLEMENTATIONS)}"
+        )
+    repeated = sorted({i for i in webgpu if list(webgpu).count(i) > 1})
+    if repeated:
+        raise ValueError(f"WebGPU implementation {', '.join(repeated)} named twice")
+    return (*(webgpu_runtime_name(i) for i in webgpu), "vulkan")
+
+
+def shader_language(backend: str) -> str:
+    """The shader language a backend compiles (`wgsl` for every WebGPU runtime)."""
+    return SHADER_LANGUAGES[runtime_api(backend)]
 
 
 def open_runtime(
@@ -23,7 +59,8 @@ def open_runtime(
     manifest: KernelManifest | None = None,
     allow_adapters: bool = False,
 ) -> Runtime:
-    """The runtime called `name` on this machine's default adapter.
+    """The runtime called `name` (`vulkan`, `webgpu`, `webgpu-dawn`, `webgpu-chrome`) on
+    this machine's default adapter.
 
     Args:
         shader_dir: build graphs from the shaders in this folder (laid out like the repo's
@@ -39,7 +76,8 @@ def open_runtime(
         KernelManifestError: the manifest names an adapter and `allow_adapters` is off.
         ValueError: an unknown backend name, or a limit the device cannot lower to.
     """
-    if name == "webgpu":
+    api = runtime_api(name)  # refuses an unknown name
+    if api == "webgpu":
         from webgpu_backend import WebGPURuntime
 
         return WebGPURuntime(
@@ -47,8 +85,9 @@ def open_runtime(
             max_workgroups_per_dim=max_workgroups_per_dim,
             manifest=manifest,
             allow_adapters=allow_adapters,
+            implementation=webgpu_implementation(name),
         )
-    if name == "vulkan":
+    if api == "vulkan":
         from vulkan_ref import VulkanRuntime
 
         return VulkanRuntime(
@@ -70,14 +109,17 @@ def open_runtimes(
     """Open several runtimes; the first unavailable one raises BackendUnavailable.
 
     Args:
-        shader_dirs: backend name -> shader folder overriding the repo's (see `open_runtime`).
+        shader_dirs: API (`webgpu`, `vulkan`) -> shader folder overriding the repo's (see
+            `open_runtime`); every WebGPU runtime reads the `webgpu` one.
         max_workgroups_per_dim: a lowered workgroups-per-dimension limit for all of them.
         manifest: one kernel manifest for all of them (each takes its own sections).
         allow_adapters: let the manifest's Python adapters run.
     """
     dirs = shader_dirs or {}
     return [
-        open_runtime(name, dirs.get(name), max_workgroups_per_dim, manifest, allow_adapters)
+        open_runtime(
+            name, dirs.get(runtime_api(name)), max_workgroups_per_dim, manifest, allow_adapters
+        )
         for name in names
     ]
 
@@ -138,10 +180,14 @@ class KernelWarmer:
 
 
 __all__ = [
+    "ALL_BACKENDS",
     "BACKENDS",
+    "DEFAULT_WEBGPU",
     "SHADER_LANGUAGES",
     "BackendUnavailable",
     "KernelWarmer",
+    "lockstep_backends",
     "open_runtime",
     "open_runtimes",
+    "shader_language",
 ]

@@ -57,17 +57,21 @@ class RuntimeSpec:
         limit: the lowered workgroups-per-dimension limit (None: the device's).
         manifest: the kernel manifest file (`parity run --kernels`), if any.
         allow_adapters: let the manifest's Python adapters run.
+        backends: the runtimes to open, by name (the run's).
     """
 
     shader_dirs: Mapping[str, str] = field(default_factory=dict)
     limit: int | None = None
     manifest: str | None = None
     allow_adapters: bool = False
+    backends: tuple[str, ...] = BACKENDS
 
     def open(self) -> list[Runtime]:
-        """Fresh runtimes of both backends."""
+        """Fresh runtimes of the run's backends."""
         manifest = load_manifest(Path(self.manifest)) if self.manifest else None
-        return open_runtimes(BACKENDS, self.shader_dirs, self.limit, manifest, self.allow_adapters)
+        return open_runtimes(
+            self.backends, self.shader_dirs, self.limit, manifest, self.allow_adapters
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for the cold process."""
@@ -76,6 +80,7 @@ class RuntimeSpec:
             "limit": self.limit,
             "manifest": self.manifest,
             "allow_adapters": self.allow_adapters,
+            "backends": list(self.backends),
         }
 
     @classmethod
@@ -86,6 +91,7 @@ class RuntimeSpec:
             data.get("limit"),
             data.get("manifest"),
             bool(data.get("allow_adapters")),
+            tuple(data.get("backends") or BACKENDS),
         )
 
 

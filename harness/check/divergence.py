@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -84,8 +84,9 @@ class BugKey:
     - `op_type`: the op type (`rms_norm`), not the op's name, which changes as a case
       shrinks; `-` for a divergence about no op.
     - `kind`: the failure class (`harness.check.divergence.Kind`, or `nondeterministic`).
-    - `blame`: the side that is wrong (`webgpu`, `vulkan`, `both`, `model`; for a
-      non-deterministic case the backends that were, comma-separated).
+    - `blame`: the side that is wrong (a backend: `webgpu`, `webgpu-dawn`, `vulkan`...;
+      several, comma-separated; `both`: every backend; `model`; for a non-deterministic
+      case the backends that were, comma-separated); see `blame_of`.
     - `band`: for numeric findings, the band of error / budget (`NUMERIC_BANDS`: x1
       marginal, x10 clear, x1000 gross; empty otherwise), so that shrinking keeps a gross
       error gross instead of trading it for a barely failing case, which may be another bug
@@ -157,8 +158,10 @@ class Divergence:
     Attributes:
         step: step index (-1 for load time).
         kind: failure class.
-        blame: "webgpu", "vulkan", "both" (wrong alike or each wrong) or "model" (the
-            contract model disagrees with two backends that agree with each other).
+        blame: a backend's name ("webgpu", "webgpu-dawn", "vulkan"), several of them
+            comma-separated, "both" (every backend checked is wrong, alike or each in its
+            own way) or "model" (the contract model disagrees with backends that agree
+            with each other); see `blame_of`.
         op: the op concerned (its name in the graph), when known.
         op_type: that op's type (`rms_norm`...), which survives shrinking unlike the name.
         dtype: the precision that op ran in (`harness.model.op_dtype`), when known.
@@ -200,18 +203,62 @@ class Divergence:
 
 
 def blame_from(wrong: dict[str, bool], agree_with_each_other: bool = False) -> str:
-    """Blame from which backends disagree with the contract.
+    """Blame from which backends disagree with the contract (`blame_of`); `model` when every
+    backend disagrees with it alike.
 
     Args:
-        wrong: backend name -> whether it disagrees with the contract model.
+        wrong: backend name -> whether it disagrees with the contract model, for every
+            backend checked, in the run's order.
         agree_with_each_other: whether the disagreeing backends report the same thing.
     """
     bad = [name for name, is_wrong in wrong.items() if is_wrong]
-    if len(bad) == 1:
-        return bad[0]
     if len(bad) > 1 and len(bad) == len(wrong) and agree_with_each_other:
         return MODEL
-    return BOTH
+    return blame_of(bad, list(wrong))
+
+
+def blame_of(bad: Collection[str], backends: Sequence[str]) -> str:
+    """The blame of a finding that `bad` backends show among those checked: the one
+    backend's name; several names comma-separated in the run's order when some but not all
+    are wrong (`webgpu,webgpu-dawn`: every WebGPU implementation, not Vulkan: the WGSL
+    kernel or the runtime, rather than one implementation); `both` when every backend
+    checked is wrong, however many there are, so that such a bug keeps its key when another
+    implementation joins the run."""
+    named = set(bad)
+    if len(named) > 1 and named >= set(backends):
+        return BOTH
+    return ",".join(b for b in backends if b in named) or ",".join(sorted(named)) or BOTH
+
+
+def blame_meaning(blame: str, backends: Sequence[str]) -> str:
+    """What a blame says about where the bug is, in a run of `backends`, when several WebGPU
+    implementations ran (the same WGSL on each); "" otherwise."""
+    webgpu = [b for b in backends if b.startswith("webgpu")]
+    named = blamed_backends(blame, backends)
+    if len(webgpu) < 2 or not named or not set(named) <= set(webgpu):
+        return ""
+    if len(named) == 1:
+        others = ", ".join(b for b in webgpu if b not in named)
+        return (
+            f"only {named[0]} shows it; the other WebGPU implementations ({others}) ran the "
+            "same WGSL and agree with the contract and the reference: a WGSL portability "
+            "difference or a bug of that implementation"
+        )
+    if set(named) == set(webgpu):
+        return (
+            "every WebGPU implementation shows it and Vulkan does not: the WGSL kernel or the "
+            "WebGPU runtime, not one implementation"
+        )
+    return f"{' and '.join(named)} show it; {', '.join(set(webgpu) - set(named))} does not"
+
+
+def blamed_backends(blame: str, backends: Sequence[str]) -> list[str]:
+    """The backends a blame names (`both`: all of them; `model`: none)."""
+    if blame == BOTH:
+        return list(backends)
+    if blame == MODEL:
+        return []
+    return blame.split(",")
 
 
 def primary(divergences: list[Divergence], op_order: dict[str, int] | None = None) -> Divergence:

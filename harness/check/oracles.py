@@ -31,7 +31,16 @@ from graph_format import (
     TensorValue,
 )
 from harness.check.contract import KERNELS_OWN_WORKGROUP, ModelStep
-from harness.check.divergence import MODEL, BugKey, Divergence, Kind, blame_from, key_dtype
+from harness.check.divergence import (
+    MODEL,
+    BugKey,
+    Divergence,
+    Kind,
+    blame_from,
+    blame_of,
+    blamed_backends,
+    key_dtype,
+)
 from harness.check.reference import OpEvaluation, op_args
 from harness.model import ExpectedDispatch, arg_values, local_budget, op_dtype
 from harness.model.numerics import Comparison, compare
@@ -886,8 +895,9 @@ def check_degenerate(
     return out
 
 
-def merge_blame(divergences: list[Divergence]) -> list[Divergence]:
-    """Fold the same numeric finding on several backends into one blamed on "both"."""
+def merge_blame(divergences: list[Divergence], backends: Sequence[str]) -> list[Divergence]:
+    """Fold the same numeric finding on several of `backends` into one, blamed on them all
+    (`blame_of`: "both" when every backend shows it)."""
     merged: dict[tuple[Any, ...], Divergence] = {}
     rest: list[Divergence] = []
     for d in divergences:
@@ -897,7 +907,12 @@ def merge_blame(divergences: list[Divergence]) -> list[Divergence]:
         key = (d.kind, d.op, d.tensor, d.details.get("scope"))
         if key in merged and merged[key].blame != d.blame:
             first = merged[key]
-            first.blame = "both" if first.blame != MODEL else first.blame
+            if first.blame != MODEL:
+                named = [
+                    *blamed_backends(first.blame, backends),
+                    *blamed_backends(d.blame, backends),
+                ]
+                first.blame = blame_of(named, backends)
             first.message += f"; {d.message}"
             # None stands for an infinite factor, which dominates any finite one.
             first.factor = (

@@ -551,6 +551,7 @@ def _write_bundle_files(
         versions=run.versions,
         git=run.git,
         shader_dirs=run.shader_dirs,
+        backends=list(run.adapters),
     )
     doc = BundleDoc(
         format=BUNDLE_FORMAT,
@@ -755,8 +756,13 @@ class Bundle:
         return self.doc.bug
 
     def shader_dirs(self) -> dict[str, Path]:
-        """The bundle's own shader folders, per backend."""
-        return {b: self.path / "shaders" / SHADER_LANGUAGES[b] for b in BACKENDS}
+        """The bundle's own shader folders, per API."""
+        return {api: self.path / "shaders" / lang for api, lang in SHADER_LANGUAGES.items()}
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """The runtimes it was found on (and replays on), in the run's order."""
+        return tuple(self.doc.run.backends) or BACKENDS
 
     def manifest(self, allow_adapters: bool = False) -> KernelManifest | None:
         """The kernel manifest the bundle carries (None: the run had none).
@@ -876,8 +882,10 @@ def replay(
         shaders: "bundle" (its own copies) or "worktree" (the repo's wgsl/ and glsl/); the
             kernels of a manifest the bundle carries are always the bundle's.
         runtimes: runtimes to use instead of opening them (their shaders are then theirs);
-            ignored for a bundle found under a lowered workgroup limit, which is replayed
-            under that limit, and for one that carries a kernel manifest.
+            ignored unless they are the bundle's backends (`Bundle.backends`: the WebGPU
+            implementations it was found on, and Vulkan), for a bundle found under a
+            lowered workgroup limit, which is replayed under that limit, and for one that
+            carries a kernel manifest.
         allow_adapters: run the Python adapters of the bundle's manifest.
         history: run the bundle's history first, if it has one (False: the case alone).
 
@@ -890,10 +898,17 @@ def replay(
     limit = bundle.max_workgroups_per_dim
     manifest = bundle.manifest(allow_adapters)
     loops = bundle_history(bundle) if history else []
-    if runtimes is None or limit is not None or manifest is not None or loops:
+    given = [rt.name for rt in runtimes] if runtimes is not None else []
+    if (
+        runtimes is None
+        or given != list(bundle.backends)
+        or limit is not None
+        or manifest is not None
+        or loops
+    ):
         dirs = bundle.shader_dirs() if shaders == "bundle" else None
         try:
-            runtimes = open_runtimes(BACKENDS, dirs, limit, manifest, allow_adapters)
+            runtimes = open_runtimes(bundle.backends, dirs, limit, manifest, allow_adapters)
         except ValueError as err:  # a limit this device cannot lower to
             raise BundleError(
                 f"{bundle.path / 'bundle.json'}: max_workgroups_per_dim: {err}"

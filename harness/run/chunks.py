@@ -127,6 +127,8 @@ class RunConfig:
     timings: bool = False
     worker_cases: int | None = None
     shrink_budget_s: float | None = None  # None: the profile's (`Profile.shrink_budget_s`)
+    # The runtimes checked in lockstep, by name (`harness.check.backends.lockstep_backends`).
+    backends: tuple[str, ...] = BACKENDS
 
 
 # Why a finding is not shrunk (`ChunkFinding.unshrunk`).
@@ -365,7 +367,7 @@ class ChunkRunner:
                 continue
             try:
                 runtimes = open_runtimes(
-                    BACKENDS,
+                    self.config.backends,
                     self.config.shader_dirs,
                     limit,
                     manifest=self.manifest,
@@ -728,6 +730,7 @@ class ChunkRunner:
             state.chunk.max_workgroups_per_dim,
             str(self.config.kernels) if self.config.kernels is not None else None,
             allow_adapters=self.manifest is not None,
+            backends=self.config.backends,
         )
         verdict = cold_check(case, bug, history.before(case), spec, dropped=history.dropped)
         if verdict.error is not None:

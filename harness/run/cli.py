@@ -30,7 +30,7 @@ from pathlib import Path
 
 from graph_format import BackendUnavailable
 from graph_format.kernels import KernelManifestError
-from harness.check.backends import SHADER_LANGUAGES
+from harness.check.backends import SHADER_LANGUAGES, lockstep_backends
 from harness.families import FAMILIES, family_for_op
 from harness.run import console
 from harness.run.bundle import (
@@ -220,6 +220,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         metavar="DIR",
         help="build Vulkan kernels from this folder laid out like glsl/ (default: the repo's "
         "glsl/)",
+    )
+    run.add_argument(
+        "--webgpu",
+        default=None,
+        metavar="IMPL,...",
+        help="the WebGPU implementations to check, each its own backend in lockstep with "
+        "Vulkan: wgpu (wgpu-native/Naga, in process), dawn (Dawn/Tint in node: what "
+        "ExecuTorch ships natively), chrome (headless Chromium) (default: wgpu, which runs "
+        "wherever the Vulkan runtime does; the nightly workflow runs all three; "
+        "`parity list` shows which this machine offers)",
     )
     run.add_argument(
         "--kernels",
@@ -560,6 +570,16 @@ def _shader_dir(text: str | None, backend: str) -> Path | None:
     return path
 
 
+def _backends(text: str | None) -> tuple[str, ...]:
+    """The backends of `--webgpu IMPL,...` (default: `DEFAULT_WEBGPU`)."""
+    if text is None:
+        return lockstep_backends()
+    try:
+        return lockstep_backends([part.strip() for part in text.split(",") if part.strip()])
+    except ValueError as err:
+        raise UsageError(f"--webgpu {text}: {err}") from None
+
+
 def _adapters(text: str | None) -> tuple[int, ...]:
     if text is None:
         return ()
@@ -626,6 +646,7 @@ def _run(args: argparse.Namespace) -> int:
         adapters=_adapters(args.adapters),
         worker_cases=args.worker_cases,
         shrink_budget_s=args.shrink_budget,
+        backends=_backends(args.webgpu),
     )
     session = RunSession(config, log=console.err)
     try:
@@ -633,7 +654,7 @@ def _run(args: argparse.Namespace) -> int:
         console.err(
             f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
             f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
-            f"out {config.out}, "
+            f"backends {','.join(config.backends)}, out {config.out}, "
             + (
                 "in this process"
                 if config.jobs == 1

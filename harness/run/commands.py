@@ -24,8 +24,9 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from graph_format import runtime_api, webgpu_implementation
 from graph_format.kernels import KernelManifestError, load_manifest
-from harness.check.backends import SHADER_LANGUAGES
+from harness.check.backends import DEFAULT_WEBGPU, SHADER_LANGUAGES
 from harness.run.expectations import DEFAULT_FILE
 from harness.run.records import RunMeta
 
@@ -107,6 +108,9 @@ def run_command(
         words += ["--kernels", _path_arg(Path(run.kernels).parent, run_dir)]
     if run.max_workgroups_per_dim:
         words += ["--max-workgroups-per-dim", str(run.max_workgroups_per_dim)]
+    webgpu = [webgpu_implementation(b) for b in run.adapters if runtime_api(b) == "webgpu"]
+    if webgpu and tuple(webgpu) != DEFAULT_WEBGPU:
+        words += ["--webgpu", ",".join(webgpu)]
     words += ["--out", shlex.quote(out)]
     return " ".join(words)
 

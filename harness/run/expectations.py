@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from graph_format.signatures import SIGNATURES
+from harness.check.backends import ALL_BACKENDS
 from harness.check.divergence import NUMERIC_BANDS, BugKey, Kind
 
 
@@ -56,7 +57,20 @@ class MatchableDivergence(Protocol):
 
 
 DEFAULT_FILE = Path(__file__).resolve().parents[2] / "expectations.toml"
-_BLAMES = ("webgpu", "vulkan", "both", "model")
+# A backend (every WebGPU implementation's runtime, and Vulkan), `both` (every backend of
+# the run) or `model`; several backends are comma-separated (harness.check.divergence).
+_BLAMES = (*ALL_BACKENDS, "both", "model")
+
+
+def _known_blame(blame: object) -> bool:
+    if not isinstance(blame, str):
+        return False
+    parts = blame.split(",")
+    return blame in _BLAMES or (
+        len(parts) > 1 and len(set(parts)) == len(parts) and set(parts) <= set(ALL_BACKENDS)
+    )
+
+
 _BANDS = tuple(name for name, _ in NUMERIC_BANDS)
 _MATCH_FIELDS = ("op", "kind", "blame", "band", "dtype", "family", "regime", "message")
 _DTYPES = ("float32", "float16")
@@ -221,10 +235,10 @@ def load_expectations(path: str | Path) -> Expectations:
                 f"{where} ({entry['id']!r}): dtype must be one of {list(_DTYPES)}, "
                 f"got {entry['dtype']!r}"
             )
-        if "blame" in entry and entry["blame"] not in _BLAMES:
+        if "blame" in entry and not _known_blame(entry["blame"]):
             raise ExpectationsError(
-                f"{where} ({entry['id']!r}): blame must be one of {list(_BLAMES)}, "
-                f"got {entry['blame']!r}"
+                f"{where} ({entry['id']!r}): blame must be one of {list(_BLAMES)} or several "
+                f"backends comma-separated (webgpu,webgpu-dawn), got {entry['blame']!r}"
             )
         for key, known in (("op", SIGNATURES), ("family", _families())):
             if key in entry and entry[key] not in known:

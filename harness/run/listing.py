@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from graph_format import SLOTS, BackendUnavailable
-from harness.check.backends import BACKENDS, open_runtime
+from harness.check.backends import ALL_BACKENDS, open_runtime
 from harness.families import FAMILIES, family_for_op
 from harness.gen.blocks import F16_SHARE, family_dtypes
 from harness.model import model_dtypes
@@ -46,7 +46,7 @@ def list_command(args: argparse.Namespace) -> int:
             for name, spec in model.kernels.items()
         }
     adapters: dict[str, Any] = {}
-    for backend in BACKENDS:
+    for backend in ALL_BACKENDS:  # every WebGPU implementation, then Vulkan
         try:
             adapters[backend] = {"available": True, **open_runtime(backend).info()}
         except BackendUnavailable as err:
@@ -126,7 +126,8 @@ def list_command(args: argparse.Namespace) -> int:
         if info["available"]:
             driver = info.get("driver_info") or info.get("driver")
             console.out(
-                f"  {backend:<7} {info.get('adapter')} | driver {driver} | {info.get('api')}"
+                f"  {backend:<13} {info.get('adapter')} | driver {driver} | {info.get('api')}"
+                + f" | {info.get('max_workgroups_per_dim')} workgroups/dim"
                 + (
                     f" | validation {'on' if info.get('validation') else 'off'}"
                     if backend == "vulkan"
@@ -135,5 +136,5 @@ def list_command(args: argparse.Namespace) -> int:
                 + f" | f16 {'yes' if info.get('shader_f16') else 'no (f16 cases unavailable)'}"
             )
         else:
-            console.out(f"  {backend:<7} UNAVAILABLE: {info['reason']}")
+            console.out(f"  {backend:<13} UNAVAILABLE: {info['reason']}")
     return 0

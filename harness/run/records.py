@@ -483,8 +483,9 @@ class CaseRecord:
         provisional_bundle: `bundles/<id>` of the provisional bundle of its bug in its
             chunk, on the first divergent case of each bug.
         source: the shard it came from, in a merged folder.
-        unavailable: why it could not run ("" when it ran): a device lacks the precision
-            its graph needs (`harness.check.lockstep.CaseResult.unavailable`).
+        unavailable: why some backends could not run it ("" when all did): their devices
+            lack the precision its graph needs; the others ran it
+            (`harness.check.lockstep.CaseResult.unavailable`).
     """
 
     chunk: str
@@ -994,6 +995,9 @@ class BundleRun:
     versions: dict[str, str] = field(default_factory=dict)
     git: str | None = None
     shader_dirs: dict[str, str] = field(default_factory=dict)
+    # The runtimes it was found on, by name, in the run's order (empty in bundles written
+    # before there were several WebGPU implementations: webgpu and vulkan).
+    backends: list[str] = field(default_factory=list)
 
 
 @dataclass

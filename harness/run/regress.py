@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.check.backends import BACKENDS, open_runtime
+from harness.check.backends import open_runtime
 from harness.run import console
 from harness.run.bundle import (
     load_bundle,
@@ -51,8 +51,8 @@ def replay_command(args: argparse.Namespace) -> int:
             )
         )
     recorded = bundle.doc.run.adapters
-    now = {b: open_runtime(b).info() for b in BACKENDS}
-    for b in BACKENDS:
+    now = {b: open_runtime(b).info() for b in bundle.backends}
+    for b in bundle.backends:
         was = recorded.get(b, {})
         if was and (was.get("adapter"), was.get("driver")) != (
             now[b].get("adapter"),

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree as ET
 
-from graph_format import SLOTS
+from graph_format import SLOTS, runtime_api
 from harness.check.backends import SHADER_LANGUAGES
 from harness.check.coverage import Coverage
 from harness.check.divergence import BugKey
@@ -272,10 +272,11 @@ def folder_source(run: RunMeta, backend: str, run_dir: Path | None = None) -> st
     """Where `run` built `backend`'s kernels from when no manifest replaced them: "project"
     (the repo's wgsl/ or glsl/), or `--wgsl-dir DIR`/`--glsl-dir DIR` (DIR relative to
     `run_dir` when given)."""
-    folder = run.shader_overrides.get(backend)
+    api = runtime_api(backend)
+    folder = run.shader_overrides.get(api)
     if folder is None:
         return "project"
-    flag = f"--{SHADER_LANGUAGES.get(backend, backend)}-dir"
+    flag = f"--{SHADER_LANGUAGES[api]}-dir"
     return f"{flag} {relative_path(folder, run_dir) if run_dir is not None else folder}"
 
 

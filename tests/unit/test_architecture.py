@@ -47,6 +47,10 @@ LAYERS = ("model", "gen", "ops", "families", "check", "run")
 # API can reach into any layer without creating a cycle.
 TOP = {"harness", "harness.api", "harness.cli"}
 THE_BACKENDS_MODULE = "harness.check.backends"
+# The WebGPU runtime's device seam (docs/design.md §2.1): only its implementations import
+# wgpu-py (and GPU timing, which needs wgpu's timestamp queries); op modules import none of it.
+SEAM = "webgpu_backend.gpu"
+WGPU_USERS = {"webgpu_backend.profiling"}
 
 
 def module_name(path: Path) -> str:
@@ -114,6 +118,7 @@ def boundary_violations() -> list[str]:
         package = top(name)
         for line, imported in imports_of(name, path):
             target = top(imported)
+            problems += seam_violations(name, f"{where}:{line}", imported)
             if target not in PACKAGES:
                 if name.startswith("harness.model") and target == "hypothesis":
                     problems.append(f"{where}:{line}: the op model imports hypothesis")
@@ -133,6 +138,28 @@ def boundary_violations() -> list[str]:
                     f"(layer {layer_of(imported)}), a layer to its right"
                 )
     return problems
+
+
+def seam_violations(name: str, where: str, imported: str) -> list[str]:
+    """The WebGPU runtime's seam: wgpu-py only behind it, and no op module reaching into it."""
+    if top(name) != "webgpu_backend":
+        return []
+    inside = name == SEAM or name.startswith(SEAM + ".")
+    if top(imported) == "wgpu" and not inside and name not in WGPU_USERS:
+        return [f"{where}: {name} imports {imported}; only {SEAM} talks to an implementation"]
+    if name.startswith("webgpu_backend.ops") and (
+        imported == SEAM or imported.startswith(SEAM + ".")
+    ):
+        return [f"{where}: op module {name} imports {imported}; ops never see an implementation"]
+    return []
+
+
+def test_the_webgpu_seam_is_kept() -> None:
+    # The rule itself, on planted imports (the real tree is checked by the test below).
+    assert seam_violations("webgpu_backend.graph", "x", "wgpu.classes")
+    assert seam_violations("webgpu_backend.ops.sdpa", "x", "webgpu_backend.gpu.dawn")
+    assert not seam_violations("webgpu_backend.gpu.wgpu_native", "x", "wgpu")
+    assert not seam_violations("webgpu_backend.graph", "x", "webgpu_backend.gpu")
 
 
 def test_import_boundaries_hold() -> None:

@@ -31,6 +31,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from graph_format import WEBGPU_IMPLEMENTATIONS, webgpu_runtime_name
+
 # How a kernel sees each of its bindings, by binding index: ("storage_rw" | "storage_ro" |
 # "uniform"), as `webgpu_backend.binding.Layout`.
 Layout = tuple[tuple[int, str], ...]
@@ -38,23 +40,17 @@ Layout = tuple[tuple[int, str], ...]
 # The implementations, the default first. wgpu is the default: it runs in process with no
 # other program than node (which reflection needs anyway), on every Vulkan driver the
 # Vulkan runtime runs on; dawn needs a lavapipe of Mesa 25 or a GPU driver, chrome a browser.
-IMPLEMENTATIONS = ("wgpu", "dawn", "chrome")
+IMPLEMENTATIONS = WEBGPU_IMPLEMENTATIONS
 
 
 def backend_name(implementation: str) -> str:
     """The runtime's (and the harness's backend) name for an implementation: `webgpu` for
-    wgpu-native (the name every record used before there were several), `webgpu-dawn`,
-    `webgpu-chrome`.
+    wgpu-native, `webgpu-dawn`, `webgpu-chrome` (`graph_format.webgpu_runtime_name`).
 
     Raises:
         ValueError: an unknown implementation.
     """
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(
-            f"unknown WebGPU implementation {implementation!r}; choose from "
-            f"{', '.join(IMPLEMENTATIONS)}"
-        )
-    return "webgpu" if implementation == "wgpu" else f"webgpu-{implementation}"
+    return webgpu_runtime_name(implementation)
 
 
 class BufferUsage(StrEnum):
@@ -195,6 +191,15 @@ class Implementation(ABC):
         """
 
     @abstractmethod
+    def compile(self, kernel: str, source: str, path: Path) -> None:
+        """Compile WGSL `source` alone (no pipeline): for the compiler's verdict on a
+        kernel that reflection refused.
+
+        Raises:
+            KernelBuildError: the compiler rejected it, with its whole message.
+        """
+
+    @abstractmethod
     def create_bind_group(self, layout: GpuLayout, entries: Sequence[BindEntry]) -> GpuBindGroup:
         """A bind group of `layout` binding these buffer ranges."""
 
@@ -214,11 +219,13 @@ class Implementation(ABC):
                 the last step) or a lost device, with the implementation's messages.
         """
 
-    def close(self) -> None:  # noqa: B027 - optional: the in-process one has nothing to stop
+    def forget_modules(self) -> None:  # noqa: B027 - a host keyed by digest has none to drop
+        """Drop cached shader modules (tests that swap a kernel's source under one name)."""
+
+    def close(self) -> None:  # noqa: B027 - the in-process one has nothing to stop
         """Release the device (a remote implementation stops its host)."""
 
 
-@functools.cache
 def open_implementation(name: str = "wgpu") -> Implementation:
     """The process-wide device of implementation `name` (opened on first use).
 
@@ -228,6 +235,12 @@ def open_implementation(name: str = "wgpu") -> Implementation:
         ValueError: an unknown implementation.
     """
     backend_name(name)  # refuses an unknown name
+    return _open(name)
+
+
+@functools.cache
+def _open(name: str) -> Implementation:
+    # Cached by the name alone: one device per implementation and process.
     if name == "wgpu":
         from webgpu_backend.gpu.wgpu_native import WgpuImplementation
 

@@ -271,6 +271,22 @@ class RemoteImplementation(Implementation):
             self._sent_digests.add(digest)
         return pipeline
 
+    def compile(self, kernel: str, source: str, path: Path) -> None:
+        """See `Implementation.compile`: the host's compiler alone (Tint's messages)."""
+        digest = hashlib.sha256(source.encode()).hexdigest()
+        command: Message = {
+            "op": "compile",
+            "kernel": kernel,
+            "path": str(path),
+            "digest": digest,
+            "source": source,
+        }
+        with self._lock:
+            answer, _ = self._round_trip(command)
+            self._errors += answer.get("errors", [])
+        if "build" in answer:
+            raise KernelBuildError(self.backend, kernel, str(path), answer["build"])
+
     def run(
         self, launches: Sequence[Launch], copies: Sequence[Copy], readback: GpuBuffer, nbytes: int
     ) -> bytes:

@@ -13,7 +13,8 @@ import math
 
 from graph_format import InputError, OpNode
 from graph_format.kernels import Value
-from webgpu_backend.graph import ScratchBuffer, WebGPUGraph
+from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.nodes import ScratchBuffer
 from webgpu_backend.ops import register
 from webgpu_backend.tensor import Dims, WebGPUTensor
 

@@ -18,7 +18,8 @@ import math
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
-from webgpu_backend.graph import Dispatch, ScratchBuffer, WebGPUGraph
+from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.nodes import Dispatch, ScratchBuffer
 from webgpu_backend.ops import register
 from webgpu_backend.tensor import WebGPUTensor
 

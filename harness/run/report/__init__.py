@@ -40,6 +40,8 @@ import numpy as np
 from jinja2 import Environment, PackageLoader
 
 from graph_format.kernels import MANIFEST_NAME
+from harness.check.backends import ALL_BACKENDS
+from harness.check.divergence import blame_meaning
 from harness.run.commands import (
     COMMANDS_CWD,
     FINDING_COMMANDS_NOTE,
@@ -78,7 +80,7 @@ CASES_PER_PAGE = 200
 # A chunk's id, `<family>/<index>` (harness.run.plan.Chunk.id).
 _CHUNK_ID = re.compile(r"[\w.-]+/\d+")
 # The order the pages show the backends in.
-BACKEND_ORDER = ("webgpu", "vulkan")
+BACKEND_ORDER = ALL_BACKENDS
 
 _ENV = Environment(
     loader=PackageLoader("harness.run.report", "templates"),
@@ -357,6 +359,7 @@ def _failure_page(
         commands_cwd=COMMANDS_CWD,
         commands_note=FINDING_COMMANDS_NOTE if finding.bundle else "",
         adapters=data.runs[finding.source].adapters,
+        blame_note=blame_meaning(finding.bug.blame, list(data.runs[finding.source].adapters)),
         no_bundle=_no_bundle(data.runs[finding.source], finding),
     )
 
@@ -417,7 +420,7 @@ def _no_bundle(run: RunMeta, finding: Finding) -> str:
 def _element_view(element: Mapping[str, Any]) -> dict[str, Any]:
     """A worst element of bundle.json's `evidence` for the page: backends in report order,
     and one row per input, or one per backend where the backends' inputs differ."""
-    order = {b: i for i, b in enumerate(("webgpu", "vulkan"))}
+    order = {b: i for i, b in enumerate(BACKEND_ORDER)}
     backends = sorted(element.get("backends", {}).items(), key=lambda kv: order.get(kv[0], 9))
     inputs: list[dict[str, Any]] = []
     slots = [i["slot"] for _, b in backends for i in b.get("inputs", [])]

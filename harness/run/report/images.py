@@ -125,7 +125,13 @@ def canary_strip(state: np.ndarray, width: int = 64) -> bytes:
 # Most elements a row plot shows: a longer row is cut to a window around its worst element.
 MAX_PLOT_POINTS = 512
 # Each backend's line colour (colour-blind safe); the reference is black, the budget orange.
-BACKEND_COLORS = {"webgpu": "#0072b2", "vulkan": "#009e73"}
+# Okabe-Ito colours, told apart with colour-blindness.
+BACKEND_COLORS = {
+    "webgpu": "#0072b2",
+    "webgpu-dawn": "#e69f00",
+    "webgpu-chrome": "#56b4e9",
+    "vulkan": "#009e73",
+}
 _PLOT_W, _PLOT_H = 384, 150
 _LEFT, _RIGHT, _TOP, _BOTTOM = 62, 8, 8, 18
 

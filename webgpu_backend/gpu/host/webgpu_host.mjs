@@ -85,7 +85,7 @@ export class Host {
   /** Run one batch; resolves to [answer, blob] (blob: Uint8Array or null). */
   async handle(cmds, blob) {
     if (this.lost) return [{ lost: this.lost }, null];
-    const last = cmds.length && ["createPipeline", "run"].includes(cmds.at(-1).op) ? cmds.at(-1) : null;
+    const last = cmds.length && ["createPipeline", "compile", "run"].includes(cmds.at(-1).op) ? cmds.at(-1) : null;
     const queued = last ? cmds.slice(0, -1) : cmds;
     // A step's own errors and those of the objects queued before it are one DeviceError to the
     // client, so one set of scopes covers both; a pipeline's errors are its build error.
@@ -193,8 +193,9 @@ export class Host {
   }
 
   // The shader module (cached by source digest: pipelines of one kernel with other constants or
-  // layouts share it), its compilation messages, then the pipeline. Answers {build: text} with
-  // every message, each `path:line:col`, when the compiler or the pipeline's validation refused.
+  // layouts share it), its compilation messages, then the pipeline (none for `compile`, which
+  // asks only for the compiler's verdict). Answers {build: text} with every message, each
+  // `path:line:col`, when the compiler or the pipeline's validation refused.
   async createPipeline(cmd) {
     const d = this.device;
     let module = this.modules.get(cmd.digest);
@@ -203,6 +204,7 @@ export class Host {
     const errors = [];
     this.call(() => {
       if (fresh) module = d.createShaderModule({ label: cmd.kernel, code: cmd.source });
+      if (cmd.op === "compile") return;
       const pipeline = d.createComputePipeline({
         label: cmd.kernel,
         layout: this.get(cmd.layout).pl,
