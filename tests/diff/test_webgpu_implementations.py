@@ -4,8 +4,8 @@ read back, Tint's refusals as `KernelBuildError` (with line:col), validation err
 host as `DeviceError`, never a hang.
 
 Dawn needs node, the pinned npm package `webgpu` and a Vulkan driver it accepts (Mesa 25's
-lavapipe, or a GPU's); chrome needs Debian's chromium. Without them the tests skip with the
-reason (scripts/setup.sh installs them all).
+lavapipe, or a GPU's); chrome needs Debian's chromium. Without them the tests fail with the
+reason, or skip with PARITY_SKIP_GPU_TESTS=1 (scripts/setup.sh installs them all).
 """
 
 from __future__ import annotations
@@ -23,12 +23,15 @@ import pytest
 import wgpu
 
 from graph_format import BackendUnavailable, DeviceError, KernelBuildError
+from tests.conftest import _no_device
+from webgpu_backend import reflection
 from webgpu_backend.gpu import (
     BindEntry,
     BufferUsage,
     Copy,
     Implementation,
     Launch,
+    dawn_setup,
     open_implementation,
 )
 from webgpu_backend.gpu.chrome import ChromeImplementation
@@ -69,24 +72,26 @@ OPENERS: dict[str, type[DawnImplementation] | type[ChromeImplementation]] = {
 }
 
 
-def _open_or_skip(name: str, fresh: bool = False) -> Implementation:
-    """The process-wide implementation `name` (or a fresh one), or skip with the reason."""
+def _open(name: str, fresh: bool = False) -> Implementation:
+    """The process-wide implementation `name` (or a fresh one); without its set-up the test
+    fails with the reason, or skips with PARITY_SKIP_GPU_TESTS=1 (as every device test)."""
     try:
         return OPENERS[name].open() if fresh else open_implementation(name)
     except BackendUnavailable as err:
-        pytest.skip(f"{name} unavailable: {err}")
+        _no_device(f"webgpu-{name}", err)
+        raise  # not reached: _no_device skips or fails
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def impl(request: pytest.FixtureRequest) -> Implementation:
     """Each remote implementation, shared by the process (as the runtime shares it)."""
-    return _open_or_skip(str(request.param))
+    return _open(str(request.param))
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def fresh(request: pytest.FixtureRequest) -> Iterator[Implementation]:
     """A remote implementation of its own, for a test that ends its host."""
-    opened = _open_or_skip(str(request.param), fresh=True)
+    opened = _open(str(request.param), fresh=True)
     yield opened
     opened.close()
 
@@ -252,9 +257,7 @@ def test_missing_package_is_unavailable_saying_what_to_install(
 ) -> None:
     """Without the npm package (an empty node prefix) dawn does not open: one message naming
     the package and the set-up script."""
-    import webgpu_backend.gpu.dawn as dawn
-
-    monkeypatch.setattr(dawn, "NODE_PREFIX", tmp_path)
+    monkeypatch.setattr(reflection, "NODE_PREFIX", tmp_path)
     with pytest.raises(BackendUnavailable, match=r"npm package webgpu .*scripts/setup\.sh"):
         DawnImplementation.open()
 
@@ -262,9 +265,11 @@ def test_missing_package_is_unavailable_saying_what_to_install(
 def test_no_adapter_is_unavailable_saying_what_driver(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """With a Vulkan driver list of none Dawn finds no adapter: BackendUnavailable saying
-    which drivers Dawn accepts, not a crash and not a hang."""
-    monkeypatch.setenv("VULKAN_PARITY_DAWN_ICD", str(tmp_path / "no_such_icd.json"))
+    """With no Vulkan driver at all (no private lavapipe, and the loader pointed at a manifest
+    that does not exist) Dawn finds no adapter: BackendUnavailable saying which drivers Dawn
+    accepts, not a crash and not a hang."""
+    monkeypatch.setattr(dawn_setup, "MESA_DIR", tmp_path)
+    monkeypatch.setenv("VK_ICD_FILENAMES", str(tmp_path / "no_such_icd.json"))
     with pytest.raises(BackendUnavailable, match="Mesa 25") as caught:
         DawnImplementation.open()
     assert "requestAdapter() found no adapter" in str(caught.value)

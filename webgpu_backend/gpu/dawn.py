@@ -2,13 +2,9 @@
 backend ships it) in a node process running the pinned npm package `webgpu`
 (`host/dawn_host.mjs`), reached through pipes by the remote client (`remote.py`).
 
-Driver: Dawn refuses Debian bookworm's lavapipe (Mesa 22.3: "Vulkan
-shaderUniform*ArrayDynamicIndexing required"). scripts/setup.sh extracts Mesa 25's lavapipe
-privately into `.cache/mesa`; its ICD json is *added* to the host's Vulkan drivers
-(`VK_ADD_DRIVER_FILES`, for that process only) rather than replacing them, so that on a
-machine with a GPU driver Dawn still sees the GPU and opens the adapter the Vulkan runtime
-opens, and on a lavapipe-only machine it opens Mesa 25's lavapipe (Dawn skips Mesa 22.3's).
-`VULKAN_PARITY_DAWN_ICD` names another ICD json, used alone (`VK_ICD_FILENAMES`).
+Set-up: the pinned package and, where the machine's drivers give Dawn no adapter (Debian
+bookworm's lavapipe, Mesa 22.3), Mesa 25's lavapipe unpacked privately; the host process
+alone runs with it (`dawn_setup.dawn_environment`).
 
 Adapter: Dawn's "high-performance" adapter (its ranking: discrete GPUs first), as wgpu's
 default; with `VULKAN_PARITY_ADAPTER` set, that adapter of Dawn's ranked list
@@ -27,6 +23,7 @@ import time
 from typing import IO
 
 from graph_format import ADAPTER_VARIABLE, BackendUnavailable, pick_adapter
+from webgpu_backend.gpu import dawn_setup
 from webgpu_backend.gpu.remote import (
     HOST_DIR,
     ROUND_TRIP_TIMEOUT_S,
@@ -38,15 +35,12 @@ from webgpu_backend.gpu.remote import (
     encode_frame,
     frame_length,
 )
-from webgpu_backend.reflection import NODE_PREFIX
 
 HOST = HOST_DIR / "dawn_host.mjs"
-# Mesa 25's lavapipe, extracted by scripts/setup.sh (read when asked: tests move it).
-MESA_ICD = NODE_PREFIX.parent / "mesa" / "lvp_icd.json"
-ICD_VARIABLE = "VULKAN_PARITY_DAWN_ICD"
 _SETUP = (
-    "run scripts/setup.sh (it installs node, the npm package webgpu pinned in "
-    f"{HOST.name} into {NODE_PREFIX} and Mesa 25's lavapipe into {MESA_ICD.parent})"
+    "run scripts/setup.sh (it installs node, the npm package webgpu at the version pinned in "
+    f"{dawn_setup.VERSIONS.relative_to(dawn_setup.ROOT)} and, where the system's Vulkan drivers "
+    f"give Dawn no adapter, Mesa 25's lavapipe into {dawn_setup.MESA_DIR})"
 )
 # How long the host's last output may be in a message.
 _TAIL = 1500
@@ -136,18 +130,6 @@ class PipeTransport(Transport):
         self._log.close()
 
 
-def host_environment() -> dict[str, str]:
-    """The host's environment: this one, plus the Vulkan driver Dawn accepts (see above)."""
-    env = dict(os.environ)
-    chosen = os.environ.get(ICD_VARIABLE, "").strip()
-    if chosen:
-        env["VK_ICD_FILENAMES"] = chosen
-    elif MESA_ICD.exists():
-        added = [p for p in (env.get("VK_ADD_DRIVER_FILES", ""), str(MESA_ICD)) if p]
-        env["VK_ADD_DRIVER_FILES"] = os.pathsep.join(added)
-    return env
-
-
 def _start(node: str, env: dict[str, str], first: Message) -> tuple[PipeTransport, Message]:
     """A host and its answer to `first`.
 
@@ -155,7 +137,8 @@ def _start(node: str, env: dict[str, str], first: Message) -> tuple[PipeTranspor
         BackendUnavailable: the host could not start, or answered `unavailable`.
     """
     try:
-        transport = PipeTransport([node, str(HOST), str(NODE_PREFIX / "node_modules")], env)
+        modules = dawn_setup.webgpu_package().parent
+        transport = PipeTransport([node, str(HOST), str(modules)], env)
         answer, _ = transport.exchange(first)
     except HostGone as gone:
         raise BackendUnavailable(f"webgpu-dawn: the node host failed: {gone}; {_SETUP}") from None
@@ -180,14 +163,14 @@ class DawnImplementation(RemoteImplementation):
                 the message says what to install.
         """
         node = shutil.which("node")
-        package = NODE_PREFIX / "node_modules" / "webgpu" / "package.json"
+        package = dawn_setup.webgpu_package()
         missing = [
             *(["node (Debian package 'nodejs')"] if node is None else []),
-            *([f"the npm package webgpu in {NODE_PREFIX}"] if not package.exists() else []),
+            *([f"the npm package webgpu in {package.parent}"] if not package.exists() else []),
         ]
         if node is None or missing:
             raise BackendUnavailable(f"webgpu-dawn needs {' and '.join(missing)}; {_SETUP}")
-        env = host_environment()
+        env = dawn_setup.dawn_environment()
         adapter = None
         if os.environ.get(ADAPTER_VARIABLE, "").strip():
             lister, answer = _start(node, env, {"adapters": True})

@@ -16,8 +16,8 @@ import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { decodeFrame, encodeFrame, openHost } from "./webgpu_host.mjs";
 
-// The one pinned version: scripts/setup.sh installs exactly this one (it reads it from here).
-const WEBGPU_VERSION = "0.6.2";
+// The one pinned version, in versions.json beside this file (scripts/setup.sh installs it).
+const WEBGPU_VERSION = JSON.parse(fs.readFileSync(new URL("./versions.json", import.meta.url), "utf8")).webgpu;
 
 const ANSWER_FD = Number(process.argv[3]);
 console.log = console.error;
