@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import wgpu
 
-from graph_format import BackendUnavailable, DeviceError, KernelBuildError
+from graph_format import ADAPTER_VARIABLE, BackendUnavailable, DeviceError, KernelBuildError
 from tests.conftest import _no_device
 from webgpu_backend import reflection
 from webgpu_backend.gpu import (
@@ -273,3 +273,19 @@ def test_no_adapter_is_unavailable_saying_what_driver(
     with pytest.raises(BackendUnavailable, match="Mesa 25") as caught:
         DawnImplementation.open()
     assert "requestAdapter() found no adapter" in str(caught.value)
+
+
+def test_adapter_variable_picks_among_dawns_adapters(monkeypatch: pytest.MonkeyPatch) -> None:
+    """VULKAN_PARITY_ADAPTER picks from Dawn's own ranked list, as the Vulkan runtime and
+    wgpu pick from theirs: index 0 is the default adapter; an index past the list is
+    BackendUnavailable naming the adapters there are."""
+    default = _open("dawn")
+    monkeypatch.setenv(ADAPTER_VARIABLE, "0")
+    first = _open("dawn", fresh=True)
+    try:
+        assert first.facts.adapter == default.facts.adapter
+    finally:
+        first.close()
+    monkeypatch.setenv(ADAPTER_VARIABLE, "99")
+    with pytest.raises(BackendUnavailable, match=r"asks for adapter 99, but there .*: 0: "):
+        DawnImplementation.open()
