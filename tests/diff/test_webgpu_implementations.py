@@ -10,6 +10,7 @@ reason, or skip with PARITY_SKIP_GPU_TESTS=1 (scripts/setup.sh installs them all
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import signal
@@ -289,3 +290,17 @@ def test_adapter_variable_picks_among_dawns_adapters(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(ADAPTER_VARIABLE, "99")
     with pytest.raises(BackendUnavailable, match=r"asks for adapter 99, but there .*: 0: "):
         DawnImplementation.open()
+
+
+def test_host_that_cannot_start_is_unavailable_with_its_output(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A host that ends before it answers (here: node given a script that is not there) is
+    BackendUnavailable quoting node's own last output, and leaves no pipe open behind it
+    (an unclosed one is a ResourceWarning, an error in this suite)."""
+    import webgpu_backend.gpu.dawn as dawn
+
+    monkeypatch.setattr(dawn, "HOST", tmp_path / "missing_host.mjs")
+    with pytest.raises(BackendUnavailable, match=r"ended with status 1; .*missing_host\.mjs"):
+        DawnImplementation.open()
+    gc.collect()

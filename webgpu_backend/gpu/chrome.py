@@ -274,9 +274,13 @@ class ChromeImplementation(RemoteImplementation):
                 "(scripts/setup.sh does)"
             )
         try:
-            transport = PageTransport(executable)
+            transport = PageTransport(executable)  # stops the browser itself when it fails
+        except HostGone as gone:
+            raise BackendUnavailable(f"webgpu-chrome: the browser failed: {gone}") from None
+        try:
             opened, _ = transport.exchange({"open": {}})
         except HostGone as gone:
+            transport.close()
             raise BackendUnavailable(f"webgpu-chrome: the browser failed: {gone}") from None
         if "unavailable" in opened:
             transport.close()

@@ -136,11 +136,15 @@ def _start(node: str, env: dict[str, str], first: Message) -> tuple[PipeTranspor
     Raises:
         BackendUnavailable: the host could not start, or answered `unavailable`.
     """
+    modules = dawn_setup.webgpu_package().parent
     try:
-        modules = dawn_setup.webgpu_package().parent
         transport = PipeTransport([node, str(HOST), str(modules)], env)
+    except HostGone as gone:
+        raise BackendUnavailable(f"webgpu-dawn: {gone}; {_SETUP}") from None
+    try:
         answer, _ = transport.exchange(first)
     except HostGone as gone:
+        transport.close()
         raise BackendUnavailable(f"webgpu-dawn: the node host failed: {gone}; {_SETUP}") from None
     if "unavailable" in answer:
         transport.close()
