@@ -23,6 +23,7 @@ Op modules never see an implementation: they build through `WebGPUGraph`, which 
 
 from __future__ import annotations
 
+import atexit
 import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
@@ -241,17 +242,22 @@ def open_implementation(name: str = "wgpu") -> Implementation:
 @functools.cache
 def _open(name: str) -> Implementation:
     # Cached by the name alone: one device per implementation and process.
+    opened: Implementation
     if name == "wgpu":
         from webgpu_backend.gpu.wgpu_native import WgpuImplementation
 
-        return WgpuImplementation.open()
-    if name == "dawn":
+        opened = WgpuImplementation.open()
+    elif name == "dawn":
         from webgpu_backend.gpu.dawn import DawnImplementation
 
-        return DawnImplementation.open()
-    from webgpu_backend.gpu.chrome import ChromeImplementation
+        opened = DawnImplementation.open()
+    else:
+        from webgpu_backend.gpu.chrome import ChromeImplementation
 
-    return ChromeImplementation.open()
+        opened = ChromeImplementation.open()
+    # A process-wide device is never closed by its users: its host stops at exit.
+    atexit.register(opened.close)
+    return opened
 
 
 __all__ = [
