@@ -80,3 +80,20 @@ def test_a_dawn_only_build_error_is_found_bundled_and_replayed_on_dawn(tmp_path:
     replay = parity("replay", bundle, "--json")
     assert replay.returncode == 1, replay.stderr
     assert json.loads(replay.stdout)["found"] == ["add|build_error|webgpu-dawn"]
+
+
+def test_a_kernel_manifest_runs_on_every_webgpu_implementation(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    proc = parity(
+        "run", "--profile", "pr", "--families", "rms_norm,rope_hf", "--max-examples", "6",
+        "--kernels", REPO / "examples" / "foreign-kernels", "--webgpu", "wgpu,dawn",
+        "--jobs", "1", "--no-database", "--no-cold-rerun", "--out", out,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = read_summary(out)
+    # The manifest's [webgpu.<slot>] kernels ran on both WebGPU implementations, each held
+    # to the contract model's prediction of its own dispatches.
+    rms = summary["coverage"]["rms_norm"]
+    for backend in ("webgpu", "webgpu-dawn"):
+        assert set(rms[backend]["foreign"]) & {"rms_norm", "rms_norm_vec4"}, backend
+    assert "rms_norm.wgsl (manifest" in summary["kernel_sources"]["rms_norm"]["webgpu-dawn"]

@@ -33,6 +33,7 @@ from graph_format import (
     Runtime,
     StepResult,
     TensorValue,
+    runtime_api,
 )
 from graph_format.kernels import BACKENDS, KernelManifest
 from graph_format.runtime import Dims
@@ -89,7 +90,10 @@ def backend_kernels(runtimes: Sequence[Runtime]) -> dict[str, BackendKernels]:
     out: dict[str, BackendKernels] = {}
     for rt in runtimes:
         manifest = runtime_manifest(rt)
-        backend = next((b for b in BACKENDS if b == rt.name), None)
+        # The manifest's section of the runtime's API: `[webgpu.<slot>]` for every WebGPU
+        # implementation's runtime.
+        api = runtime_api(rt.name)
+        backend = next((b for b in BACKENDS if b == api), None)
         if manifest is not None and backend is not None and manifest.slots(backend):
             out[rt.name] = BackendKernels(backend, manifest, runtime_limit(rt))
     return out
