@@ -21,7 +21,7 @@ class Kind(StrEnum):
     CANARY_WRITE = "canary_write"  # a write into the slack past a tensor's live bytes
     STALE_READ = "stale_read"  # poison from the slack showed up in a live value
     NUMERIC = "numeric"  # error above the derived budget
-    NAN_INF = "nan_inf"  # non-finite where the reference is finite
+    NAN_INF = "nan_inf"  # another class than the reference: non-finite vs finite, +-inf, NaN
     VALIDATION = "validation"  # a validation-layer or API validation message
     CRASH = "crash"  # an unexpected exception or a lost device
     DEGENERATE = "degenerate"  # the case itself proves nothing (constant inputs, zero outputs)

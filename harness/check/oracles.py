@@ -736,10 +736,19 @@ def numeric_divergence(
         kind, msg = Kind.NUMERIC, f"{backend}: {tensor!r} has the wrong shape"
     elif cmp.nan_mismatch:
         kind = Kind.NAN_INF
-        msg = (
-            f"{backend}: {tensor!r} has {cmp.nan_mismatch} non-finite value(s) where the "
-            "reference is finite"
-        )
+        finite = cmp.finite_where_special
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (
+                    cmp.nan_mismatch - finite,
+                    "non-finite where the reference is finite or another non-finite value",
+                ),
+                (finite, "finite where the reference is non-finite"),
+            )
+            if n
+        ]
+        msg = f"{backend}: {tensor!r} has value(s) of the wrong class: {'; '.join(parts)}"
     else:
         kind = Kind.NUMERIC
         msg = (

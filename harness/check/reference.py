@@ -319,15 +319,15 @@ class ReferenceEvaluator:
                         value = np.repeat(value[None], stop - start, axis=0)  # a copy each
                     batch[slot] = value
                 outs = probe_reference(node, batch)
-                changes = {slot: outs[slot] - outputs[slot] for slot in tensor_outs}
-                changes.update({slot: batch[slot] - args[slot] for slot in before})
+                changes = {slot: _change(outs[slot], outputs[slot]) for slot in tensor_outs}
+                changes.update({slot: _change(batch[slot], args[slot]) for slot in before})
             else:
                 probe = dict(args)
                 probe.update({slot: state.copy() for slot, state in before.items()})
                 probe.update({slot: value[0] for slot, value in moved.items()})
                 outs = model.reference(node, probe)
-                changes = {slot: (outs[slot] - outputs[slot])[None] for slot in tensor_outs}
-                changes.update({slot: (probe[slot] - args[slot])[None] for slot in before})
+                changes = {slot: _change(outs[slot], outputs[slot])[None] for slot in tensor_outs}
+                changes.update({slot: _change(probe[slot], args[slot])[None] for slot in before})
             for slot, delta in changes.items():
                 _add_squares(sums, slot, delta * delta / PROBES, start)
         return {slot: np.maximum(sums[0][slot], sums[1][slot]) for slot in sums[0]}
@@ -354,6 +354,17 @@ class ReferenceEvaluator:
                 signs[mode][slot] = drawn[mode][:, offset : offset + size].reshape(PROBES, *shape)
                 offset += size
         return signs
+
+
+def _change(probed: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """probed - base, 0 where base is not finite: such an element is compared by class and
+    carries no error scale (its local budget is 0, `harness.model.local_budget`), and
+    inf - inf would make the scale NaN and every probe downstream of it NaN."""
+    if np.isfinite(base).all():
+        change: np.ndarray = probed - base
+        return change
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(base), probed - base, 0.0)
 
 
 def _add_squares(

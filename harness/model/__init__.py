@@ -412,21 +412,61 @@ def _op_dtype(graph: Graph, node: OpNode) -> str:
     return "float32"
 
 
+class BudgetError(Exception):
+    """An op model's budget is not finite where its reference is: a gap in the model's
+    derivation (a case of non-finite inputs it does not cover), never a tolerance to use."""
+
+
 def local_budget(
     graph: Graph, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """The op's own error budget per output slot (and state slot it writes), in the graph's
     precision: `OpModel.budget` (the f32 computation); for an op of an f16 graph
     (`op_dtype`), the model's `half_budget` of those, or by default each tensor output's
-    budget with its rounding to f16 added (`f16_store`)."""
+    budget with its rounding to f16 added (`f16_store`).
+
+    Non-finite values (docs/oracles.md, "Non-finite values"): where the reference of an
+    element is +-inf or NaN the budget is 0, since such an element is compared by class
+    (`harness.model.numerics.compare`), and an error scale carried from it would turn every
+    value downstream into NaN; where the reference is finite the budget must be too.
+
+    Raises:
+        BudgetError: a budget is NaN or infinite where the reference is finite (named: the
+            op, its type, the tensor, how many elements).
+    """
     model = model_for(node.op)
     budgets = dict(model.budget(node, args, outputs))
-    if op_dtype(graph, node) != "float16":
-        return budgets
-    half = getattr(model, "half_budget", None)
-    if half is not None:
-        return dict(half(node, args, outputs, budgets))
-    for slot, name in node.outputs.items():
-        if isinstance(graph.values[name], TensorValue):
-            budgets[slot] = np.asarray(f16_store(budgets[slot], outputs[slot]))
+    if op_dtype(graph, node) == "float16":
+        half = getattr(model, "half_budget", None)
+        if half is not None:
+            budgets = dict(half(node, args, outputs, budgets))
+        else:
+            for slot, name in node.outputs.items():
+                if isinstance(graph.values[name], TensorValue):
+                    budgets[slot] = np.asarray(f16_store(budgets[slot], outputs[slot]))
+    for slot, budget in budgets.items():
+        reference = outputs.get(slot, args.get(slot))
+        if isinstance(reference, np.ndarray):
+            budgets[slot] = _class_compared(node, slot, np.asarray(budget), reference)
     return budgets
+
+
+def _class_compared(node: OpNode, slot: str, budget: np.ndarray, reference: np.ndarray) -> Any:
+    """`budget` with 0 where `reference` is not finite; a `BudgetError` if it is not finite
+    anywhere else. Two checks of the whole array on the common path (all finite)."""
+    special = ~np.isfinite(reference)
+    if special.any() and np.broadcast_shapes(budget.shape, reference.shape) == reference.shape:
+        budget = np.where(special, 0.0, budget)
+    if np.isfinite(budget).all():
+        return budget
+    bad = ~np.isfinite(np.broadcast_to(budget, reference.shape)) & ~special
+    if not bad.any():
+        return np.where(np.isfinite(budget), budget, 0.0)
+    first = tuple(int(i) for i in np.unravel_index(int(bad.argmax()), bad.shape))
+    kinds = "NaN" if np.isnan(budget).any() else "infinite"
+    raise BudgetError(
+        f"op {node.name!r} ({node.op}): the budget of {slot!r} ({node.outputs.get(slot, slot)!r})"
+        f" is {kinds} at {int(bad.sum())} of {bad.size} element(s) where the reference is "
+        f"finite (first at {first}): the model's derivation does not cover these inputs "
+        "(non-finite values in them?)"
+    )

@@ -71,6 +71,18 @@ def gamma(n: int | np.ndarray) -> float | np.ndarray:
     return n * U32 / (1.0 - n * U32)
 
 
+def class_mismatch(actual: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    """Where `actual` and `reference` (float64) differ in class: the one rule for
+    non-finite values (docs/oracles.md, "Non-finite values"). Each element is finite, +inf,
+    -inf or NaN (any payload, either sign); an element where either side is not finite
+    must have the same class on the other, and any other pairing is a mismatch: non-finite
+    where the reference is finite, finite where it is not, +inf for -inf, inf for NaN."""
+    special = ~np.isfinite(actual) | ~np.isfinite(reference)
+    same = (actual == reference) | (np.isnan(actual) & np.isnan(reference))
+    mismatch: np.ndarray = special & ~same
+    return mismatch
+
+
 @dataclass(frozen=True)
 class Comparison:
     """How one actual array compares with its reference under a budget."""
@@ -78,8 +90,10 @@ class Comparison:
     utilization: float  # max |actual - reference| / budget; inf for an unbudgeted mismatch
     max_abs_error: float
     worst_index: tuple[int, ...] | None
-    nan_mismatch: int  # elements non-finite in actual but finite (or different) in reference
+    nan_mismatch: int  # elements whose class differs from the reference's (`class_mismatch`)
     shape_ok: bool
+    # Of those, the elements finite in actual where the reference is not.
+    finite_where_special: int = 0
 
     @property
     def ok(self) -> bool:
@@ -90,8 +104,8 @@ class Comparison:
 def compare(actual: np.ndarray, reference: np.ndarray, budget: np.ndarray) -> Comparison:
     """Compare `actual` with `reference` element by element under `budget`.
 
-    NaN/Inf policy: an element that is not finite in `actual` is a failure unless the
-    reference has the same non-finite value at the same index. Never a wildcard.
+    NaN/Inf policy (`class_mismatch`): where either side is not finite the other must be
+    of the same class (+inf, -inf or NaN); the budget is not used there. Never a wildcard.
     """
     if actual.shape != reference.shape:
         return Comparison(float("inf"), float("inf"), None, 0, False)
@@ -136,12 +150,14 @@ def _compare_masked(actual: np.ndarray, reference: np.ndarray, budget: np.ndarra
     bud = np.broadcast_to(np.asarray(budget, np.float64), ref.shape)
     act_bad = ~np.isfinite(act)
     ref_bad = ~np.isfinite(ref)
-    same_special = act_bad & ref_bad & ((act == ref) | (np.isnan(act) & np.isnan(ref)))
-    nan_mismatch = int(np.count_nonzero((act_bad | ref_bad) & ~same_special))
+    mismatch = class_mismatch(act, ref)
+    nan_mismatch = int(np.count_nonzero(mismatch))
+    finite_where_special = int(np.count_nonzero(mismatch & ~act_bad))
     finite = ~(act_bad | ref_bad)
     if not finite.any():
-        return Comparison(0.0, 0.0, None, nan_mismatch, True)
-    err = np.where(finite, np.abs(act - ref), 0.0)
+        return Comparison(0.0, 0.0, None, nan_mismatch, True, finite_where_special)
+    with np.errstate(invalid="ignore"):  # inf - inf at elements compared by class
+        err = np.where(finite, np.abs(act - ref), 0.0)
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(err == 0, 0.0, err / np.where(bud > 0, bud, 0.0))
     ratio = np.where(np.isnan(ratio), np.inf, ratio)
@@ -152,4 +168,5 @@ def _compare_masked(actual: np.ndarray, reference: np.ndarray, budget: np.ndarra
         worst_index=tuple(int(i) for i in worst),
         nan_mismatch=nan_mismatch,
         shape_ok=True,
+        finite_where_special=finite_where_special,
     )

@@ -73,14 +73,20 @@ def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
     t / (1 + t); the addition and the division (2.5 ULP) add their own. Where 1 + exp(-x)
     exceeds 2^126 (x < -87.3) the division's accuracy is not specified and exp(-x) may even
     overflow to inf, so the result may be anything from 0 to the exact value: the bound is
-    |r| there. Results may flush to zero below the smallest normal (TINY32).
+    |r| there. Results may flush to zero below the smallest normal (TINY32). At x = +-inf
+    (sigmoid's 1 and 0) the exp is exact (0 or inf) and so is the result, up to the rounding
+    and flush terms.
     """
     with np.errstate(over="ignore", invalid="ignore"):  # inf / inf where t overflows
         t = np.exp(-x)
         weight = np.where(np.isfinite(t), t / (1.0 + t), 1.0)
-    rel = weight * ulp_exp(x) * EPS32 + U32 + ULP_DIVIDE * EPS32
+    # At x = +inf, exp(-x) is an exact 0 (weight 0): its error term is 0, not 0 * inf.
+    rel = np.where(weight > 0, weight * ulp_exp(x), 0.0) * EPS32 + U32 + ULP_DIVIDE * EPS32
     unspecified = -x > np.log(DIVISOR_LIMIT)
-    bound: np.ndarray = SAFETY * (rel * np.abs(result) + TINY32)
+    # At x = -inf (rel infinite) the result is an exact 0 (n / inf; unspecified division
+    # below): no relative error of it, 0 rather than inf * 0.
+    relative = np.where(result == 0, 0.0, rel * np.abs(result))
+    bound: np.ndarray = SAFETY * (relative + TINY32)
     return bound + np.where(unspecified, np.abs(result), 0.0)
 
 

@@ -59,6 +59,16 @@ def mask_fits(mask: Dims, scores: Dims) -> bool:
     return len(mask) == 4 and all(m in (1, s) for m, s in zip(mask, scores, strict=True))
 
 
+def causal_mask(seq: int, kv_len: int) -> np.ndarray:
+    """The additive causal mask `[S, L]` of S queries that are the last S of L positions,
+    as ExecuTorch and Hugging Face build it: 0 where query s may see key l (l <= s + L - S),
+    -inf above that diagonal. Key 0 stays visible to every row (S > L would otherwise leave
+    rows with no key, whose softmax is 0 / 0)."""
+    rows = np.arange(seq)[:, None] + kv_len - seq
+    hidden = np.arange(kv_len)[None, :] > np.maximum(rows, 0)
+    return np.where(hidden, -np.inf, 0.0).astype(np.float32)
+
+
 class FusedSdpaModel:
     """Contract, reference and budget of fused_sdpa."""
 
@@ -212,6 +222,10 @@ class FusedSdpaModel:
         p = np.exp(x)
         p /= p.sum(axis=-1, keepdims=True)
         eps = delta + U32 * np.abs(x) + ulp_exp(x) * EPS32
+        # A -inf score (a -inf mask entry, as in causal masks) is an exact 0 weight: exp(-inf)
+        # = 0 (IEEE 754, both APIs' exp on the devices tested), and its 0 * v_c adds nothing
+        # for finite v_c. Its error term is 0, not 0 * inf, and it stays out of the max.
+        eps = np.where(p > 0, eps, 0.0)
         eps_mean = (p * eps).sum(axis=-1, keepdims=True)
         sigma = gamma(kv_len) + ULP_DIVIDE * EPS32
         local = np.einsum("...sl,...ld->...sd", p * (eps + eps_mean + sigma + gamma(kv_len)), v)

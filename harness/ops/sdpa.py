@@ -293,8 +293,7 @@ class SdpaModel:
         scores = np.where(masked, -np.inf, scores)
         weights = np.exp(scores - scores.max(axis=-1, keepdims=True))
         weights /= weights.sum(axis=-1, keepdims=True)
-        out = np.einsum("...hsc,...chd->...shd", weights, values)
-        return {"out": out[..., None, :, :, :]}
+        return {"out": _visible_sum(weights, values, pos)[..., None, :, :, :]}
 
     probe_reference = reference
 
@@ -339,14 +338,34 @@ class SdpaModel:
         splits = div_up(ctx, SPLIT)
         sigma = gamma(n + splits + 2) + ULP_DIVIDE * EPS32
         eps = delta + 2 * U32 * np.abs(x) + (6 + 2 * np.abs(x)) * EPS32
+        # A key of weight 0 (masked, or a -inf score: exp gives an exact 0) adds no error:
+        # 0, not 0 * eps, where a non-finite cache row makes eps non-finite.
+        eps = np.where(p > 0, eps, 0.0)
         eps_mean = (p * eps).sum(axis=-1, keepdims=True)
-        local = np.einsum("hsc,chd->shd", p * (eps + eps_mean + 2 * sigma), values)
+        local = _visible_sum(p * (eps + eps_mean + 2 * sigma), values, pos)
         flushed = TINY32 * (
-            2 * np.einsum("hsc,chd->shd", valid.astype(np.float64), values)
+            2 * _visible_sum(np.broadcast_to(valid, p.shape).astype(np.float64), values, pos)
             + np.transpose(n, (1, 0, 2)) * (np.abs(outputs["out"][0]) + 1)
         )
         out = SAFETY * (local + flushed)
         return {"out": out[None], "k_cache": np.zeros(kc.shape), "v_cache": np.zeros(vc.shape)}
+
+
+def _visible_sum(weights: np.ndarray, values: np.ndarray, pos: int) -> np.ndarray:
+    """sum over c of weights[..., h, s, c] values[..., c, h, d] -> [..., s, h, d], over the
+    keys query s sees (c <= pos + s) alone: the kernels never read a causally masked
+    cache row, so a non-finite value there must not make the sum NaN (0 * inf). One einsum
+    when every value is finite; a row at a time (S is small) otherwise."""
+    if np.isfinite(values).all():
+        summed: np.ndarray = np.einsum("...hsc,...chd->...shd", weights, values)
+        return summed
+    rows = [
+        np.einsum(
+            "...hc,...chd->...hd", weights[..., s, : pos + s + 1], values[..., : pos + s + 1, :, :]
+        )
+        for s in range(weights.shape[-2])
+    ]
+    return np.stack(rows, axis=-3)
 
 
 MODEL = register("sdpa_with_kv_cache", SdpaModel())

@@ -18,6 +18,8 @@ import zlib
 
 import numpy as np
 
+from harness.model.numerics import class_mismatch
+
 MAX_ROWS = 128
 MAX_COLS = 256
 
@@ -71,17 +73,16 @@ def pool_max(a: np.ndarray, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS) 
 
 def utilization(actual: np.ndarray, reference: np.ndarray, budget: np.ndarray) -> np.ndarray:
     """|actual - reference| / budget per element; inf where the budget is 0 and error is not,
-    and inf where actual is non-finite but the reference is finite."""
+    and where the two differ in class (`class_mismatch`: the oracle's rule), 0 where both
+    are the same non-finite class."""
     act = np.asarray(actual, np.float64)
     ref = np.asarray(reference, np.float64)
     bud = np.asarray(budget, np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         err = np.abs(act - ref)
         util = np.where(bud > 0, err / np.where(bud > 0, bud, 1.0), np.where(err > 0, np.inf, 0))
-    bad = ~np.isfinite(act) & np.isfinite(ref)
-    util = np.where(bad, np.inf, util)
-    same_nonfinite = ~np.isfinite(act) & ~np.isfinite(ref)
-    return np.where(same_nonfinite, 0.0, util)
+    special = ~np.isfinite(act) | ~np.isfinite(ref)
+    return np.where(class_mismatch(act, ref), np.inf, np.where(special, 0.0, util))
 
 
 def heatmap(util: np.ndarray) -> bytes:
@@ -252,10 +253,10 @@ def error_plot(
     util = utilization(act, ref, bud)
     with np.errstate(invalid="ignore"):
         err = np.abs(act - ref)
-    # As the oracle judges them: non-finite where the reference is finite is infinitely
-    # wrong; non-finite where the reference is too is no error.
-    err = np.where(~np.isfinite(act) & np.isfinite(ref), np.inf, err)
-    err = np.where(~np.isfinite(act) & ~np.isfinite(ref), 0.0, err)
+    # As the oracle judges them (`class_mismatch`): another class is infinitely wrong, the
+    # same non-finite class no error.
+    special = ~np.isfinite(act) | ~np.isfinite(ref)
+    err = np.where(class_mismatch(act, ref), np.inf, np.where(special, 0.0, err))
     positive = np.concatenate([err, np.abs(bud)])
     positive = positive[np.isfinite(positive) & (positive > 0)]
     floor = float(positive.min()) / 10 if positive.size else 1e-12
