@@ -20,7 +20,7 @@ case runs.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -333,7 +333,7 @@ class _CaseRun:
             # ops beyond the propagated bound.
             numeric += local + (ends if not local else [])
         div += oracles.merge_blame(numeric, [rt.name for rt in self.runner.runtimes])
-        self._cover(expected, results)
+        self._cover(expected, results, inputs)
         return record
 
     def _backend_values(
@@ -391,8 +391,12 @@ class _CaseRun:
             record.backends[name] = seen
         return record
 
-    def _cover(self, expected: ModelStep, results: dict[str, StepResult]) -> None:
-        live = LiveState(self.graph, dict(expected.cur_dims), dict(expected.symints))
+    def _cover(
+        self, expected: ModelStep, results: dict[str, StepResult], inputs: Mapping[str, Any]
+    ) -> None:
+        # The step's input data too: an op's regimes may depend on it (a -inf mask).
+        host = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
+        live = LiveState(self.graph, dict(expected.cur_dims), dict(expected.symints), host)
         for node in self.graph.ops:
             size, regimes = op_regimes(
                 node, live, self.max_live, self.previous_sizes.get(node.name)

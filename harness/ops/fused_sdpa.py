@@ -73,7 +73,7 @@ class FusedSdpaModel:
     """Contract, reference and budget of fused_sdpa."""
 
     activations = ("q", "k", "v", "attn_mask")
-    required_regimes = ("size=1", "size=max", "step=grow", "step=shrink")
+    required_regimes = ("size=1", "size=max", "step=grow", "step=shrink", "mask=-inf")
     kernels = kernels(
         KernelSpec(
             "fused_sdpa_scores",
@@ -177,6 +177,18 @@ class FusedSdpaModel:
         """Coverage: S, the query rows (L moves on its own)."""
         return live.of(node, "q")[2]
 
+    def regimes(self, node: OpNode, live: LiveState) -> set[str]:
+        """Coverage: "mask=-inf" where a mask given as a graph input or constant masks a
+        score with -inf (exact 0 weights: docs/oracles.md, "Non-finite values")."""
+        name = node.optional_arg("attn_mask")
+        if not isinstance(name, str):
+            return set()
+        mask = live.host.get(name)
+        constant = live.graph.tensor(name).constant
+        if mask is None and constant is not None:
+            mask = live.graph.constants[constant]
+        return {"mask=-inf"} if mask is not None and np.isneginf(mask).any() else set()
+
     @staticmethod
     def _scale(args: Args) -> float:
         scale = args.get("scale")
@@ -246,19 +258,46 @@ MODEL = register("fused_sdpa", FusedSdpaModel())
 MASK_PATTERNS = ((1, 0, 0, 1), (1, 1, 1, 1), (0, 0, 1, 1), (0, 0, 0, 1), (1, 0, 1, 0))
 
 
+# How a case fills its mask: "uniform" values in [-2, 2]; "padding" 0 or -1e4 (a padding
+# mask that stays finite); "-inf" 0 or -inf as ExecuTorch and Hugging Face build causal and
+# padding masks (`causal_mask`), the non-finite path of the budgets (docs/oracles.md).
+MASK_FILLS = ("uniform", "padding", "-inf")
+
+
+def mask_values(
+    rng: np.random.Generator, fill: str, dims: list[int], seq: int, kv_len: int
+) -> np.ndarray:
+    """One step's mask of `dims` (a broadcast of the scores [B, H, S, L]) filled as `fill`
+    says (`MASK_FILLS`). A -inf fill masks keys causally where the mask follows S and L,
+    and ~30% of the keys (padding) where it follows L, never key 0: every row keeps a key
+    (a row of -inf alone has no softmax: 0 / 0, NaN in PyTorch too). A mask that does not
+    follow L would mask whole rows, so it gets finite values there instead."""
+    if fill == "uniform" or (fill == "-inf" and dims[3] == 1):
+        return rng.uniform(-2.0, 2.0, dims).astype(np.float32)
+    if fill == "padding":
+        return np.where(rng.random(dims) < 0.3, -1e4, 0.0).astype(np.float32)
+    hidden = rng.random(dims) < 0.3
+    hidden[..., 0] = False
+    values = np.where(hidden, -np.inf, 0.0).astype(np.float32)
+    if dims[2] > 1:
+        values = values + causal_mask(seq, kv_len)
+    return values
+
+
 @family("fused_sdpa", exercises={"fused_sdpa"})
 @st.composite
 def fused_sdpa_cases(draw: st.DrawFn) -> Case:
     """fused_sdpa with S and L moving independently step by step, with or without an
-    additive mask of a broadcast pattern (`MASK_PATTERNS`): values in [-2, 2], or 0 / -1e4
-    like a padding mask; q scaled up now and then for a sharper softmax."""
+    additive mask of a broadcast pattern (`MASK_PATTERNS`) and values (`MASK_FILLS`,
+    `mask_values`): in [-2, 2], 0 / -1e4 like a padding mask, or 0 / -inf as causal and
+    padding masks are shipped; q scaled up now and then for a sharper softmax."""
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     batch, heads = draw(st.integers(1, 2)), draw(st.integers(1, 3))
     dim = draw(st.sampled_from([1, 4, 8, 16, 33]))
     max_q, max_kv = draw(st.integers(1, 12)), draw(st.one_of(st.integers(1, 24), st.just(70)))
     pattern = draw(st.sampled_from([None, *MASK_PATTERNS]))
-    padding = draw(st.booleans())
+    fill = draw(st.sampled_from(MASK_FILLS))
     sharp = draw(st.sampled_from([1.0, 1.0, 4.0]))
     scale = draw(st.sampled_from([None, 0.3]))
     b = GraphBuilder()
@@ -294,12 +333,7 @@ def fused_sdpa_cases(draw: st.DrawFn) -> Case:
             "v": float_array(rng, [batch, heads, kv_len, dim]),
         }
         if pattern is not None:
-            dims = mask_dims(seq, kv_len)
-            if padding:
-                values = np.where(rng.random(dims) < 0.3, -1e4, 0.0).astype(np.float32)
-            else:
-                values = rng.uniform(-2.0, 2.0, dims).astype(np.float32)
-            step["attn_mask"] = values
+            step["attn_mask"] = mask_values(rng, fill, mask_dims(seq, kv_len), seq, kv_len)
         steps.append(step)
     return Case(b.build(), steps, name="fused_sdpa", meta={"seed": seed, "family": "fused_sdpa"})
 

@@ -48,10 +48,13 @@ def _masked_attention(mask_dims: list[int]) -> Case:
 
 
 def test_neg_inf_masks_run_clean(runner: LockstepRunner) -> None:
-    """A causal mask [1, 1, S, L] and a padding mask [1, 1, 1, L], -inf where masked."""
+    """A causal mask [1, 1, S, L] and a padding mask [1, 1, 1, L], -inf where masked; the
+    coverage cell "mask=-inf" says so on both backends."""
     for dims in ([1, 1, 6, 10], [1, 1, 1, 10]):
         result = runner.run(_masked_attention(dims))
         assert result.ok, [d.message for d in result.divergences]
+        for backend, cell in result.coverage.to_json()["fused_sdpa"].items():
+            assert "mask=-inf" in cell["regimes"], backend
 
 
 def test_masked_key_let_through_is_caught(runner: LockstepRunner) -> None:

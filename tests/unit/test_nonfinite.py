@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, find, given, settings
 
 from harness import GraphBuilder, op_budget, op_budgets, single_op_graph
 from harness.check.oracles import numeric_divergence
@@ -20,7 +21,7 @@ from harness.gen.case import Case
 from harness.model import BudgetError
 from harness.model.numerics import compare
 from harness.ops import model_for
-from harness.ops.fused_sdpa import causal_mask
+from harness.ops.fused_sdpa import causal_mask, fused_sdpa_cases
 from tests.golden_cases import GoldenCase, golden_cases, sdpa_case, single_op_case
 
 F32 = np.float32
@@ -226,3 +227,30 @@ def test_end_to_end_bounds_carry_a_neg_inf_mask_made_upstream() -> None:
     out = "attention.out"
     assert np.isfinite(values[out]).all() and np.isfinite(bounds[out]).all()
     assert (bounds[out] > 0).all()
+
+
+def _neg_inf_masks(case: Case) -> list[np.ndarray]:
+    return [
+        mask
+        for step in case.steps
+        if isinstance(mask := step.get("attn_mask"), np.ndarray) and np.isneginf(mask).any()
+    ]
+
+
+def test_fused_sdpa_family_draws_neg_inf_masks() -> None:
+    """The family reaches -inf masks (causal where the mask follows S and L), so pr runs
+    take the non-finite path."""
+    case = find(fused_sdpa_cases(), lambda c: any(m.shape[2] > 1 for m in _neg_inf_masks(c)))
+    assert _neg_inf_masks(case)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(case=fused_sdpa_cases())
+def test_fused_sdpa_family_masks_keep_a_key_and_a_finite_budget(case: Case) -> None:
+    """No -inf mask of the family leaves a row without a key (its softmax would be 0 / 0),
+    and each step's budget is finite: the rows' outputs are finite and budgeted."""
+    for mask in _neg_inf_masks(case):
+        assert mask.shape[3] > 1 and np.isfinite(mask).any(axis=-1).all()
+    for got in op_budgets(case):
+        assert np.isfinite(got.reference["out"]).all()
+        assert np.isfinite(got.budget["out"]).all()
