@@ -345,7 +345,8 @@ def fused_sdpa_cases(draw: st.DrawFn) -> Case:
 def gen_fused_sdpa(g: GraphGen) -> bool:
     """Attention of q over k and v, head views `[1, H, S, D]` and `[1, H, L, D]` (`view_as`)
     of pool tensors `[S, H*D]` and `[L, H*D]` (S and L symbols, the same or different), no
-    mask, or an additive constant mask `[1, 1, 1, L]` when L is static."""
+    mask, or an additive constant mask `[1, 1, 1, L]` when L is static (`mask_values`: -inf
+    padding keys among its fills)."""
     candidates = [t for t in g.pool if len(t.dims) == 2 and isinstance(t.dims[1], int)]
     if not candidates:
         return False
@@ -365,7 +366,8 @@ def gen_fused_sdpa(g: GraphGen) -> bool:
     b = g.builder
     mask = None
     if isinstance(kv_rows, int) and g.draw(st.booleans()):
-        values = g.rng.uniform(-2.0, 2.0, (1, 1, 1, kv_rows)).astype(np.float32)
+        fill = g.draw(st.sampled_from(MASK_FILLS))
+        values = mask_values(g.rng, fill, [1, 1, 1, kv_rows], 1, kv_rows)
         mask = b.constant(b.fresh("attn_mask"), values)
     out = b.op("fused_sdpa", q=q.name, k=k.name, v=v.name, attn_mask=mask)
     g.produced(out, q.dims, [q, k, v])
