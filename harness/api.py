@@ -23,6 +23,7 @@ from harness.check.reference import ReferenceEvaluator, op_args
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.model import local_budget
+from harness.model.numerics import compare
 from harness.ops import model_for
 
 # Host integer data arrives as int64 (numpy's default, PyTorch's token ids); the graph format
@@ -197,9 +198,10 @@ class OpBudget:
     budget: dict[str, np.ndarray]
 
     def within(self, slot: str, actual: np.ndarray) -> bool:
-        """Whether `actual` is within the budget of output `slot` everywhere."""
-        error = np.abs(np.asarray(actual, np.float64) - self.reference[slot])
-        return bool(np.all(error <= self.budget[slot]))
+        """Whether `actual` is within the budget of output `slot` everywhere, as the
+        harness's own check judges it (`harness.model.numerics.compare`: where the reference
+        is +-inf or NaN, `actual` must be of the same class)."""
+        return compare(np.asarray(actual), self.reference[slot], self.budget[slot]).ok
 
 
 def op_budget(
@@ -224,6 +226,13 @@ def op_budget(
 
     Each call replays steps 0..`step`: for the budgets of every step, `op_budgets` replays
     them once.
+
+    Non-finite values in the inputs are fine: the budget is 0 where the reference is +-inf
+    or NaN (such an element is compared by class) and finite everywhere else.
+
+    Raises:
+        harness.model.BudgetError: the op's budget is not finite where its reference is (a
+            gap in the op model's derivation; the message names the op and the tensor).
     """
     if not 0 <= step < len(case.steps):
         raise ValueError(f"step {step}: the case has {len(case.steps)} step(s)")

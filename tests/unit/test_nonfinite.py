@@ -254,3 +254,13 @@ def test_fused_sdpa_family_masks_keep_a_key_and_a_finite_budget(case: Case) -> N
     for got in op_budgets(case):
         assert np.isfinite(got.reference["out"]).all()
         assert np.isfinite(got.budget["out"]).all()
+
+
+def test_op_budget_within_judges_non_finite_values_by_class() -> None:
+    """`OpBudget.within` follows the harness's rule: inf where the reference is inf is
+    within, -inf or a finite value there is not."""
+    a = np.array([[np.inf, 1.0, np.nan]], F32)
+    got = op_budget(single_op_graph("add", {"a": a, "b": np.ones((1, 3), F32)}))
+    assert got.within("out", np.array([[np.inf, 2.0, np.nan]], F32))
+    assert not got.within("out", np.array([[-np.inf, 2.0, np.nan]], F32))
+    assert not got.within("out", np.array([[3e38, 2.0, np.nan]], F32))
