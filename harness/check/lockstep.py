@@ -164,6 +164,12 @@ class LockstepRunner:
         self.adapters = {rt.name: rt.info() for rt in self.runtimes}
         # Per runtime with a manifest: its replaced slots (the contract's per-backend view).
         self.kernels = backend_kernels(self.runtimes)
+        # Per runtime with a manifest: each replaced slot -> whether its entry declares
+        # `exact` (the exact tier compares a foreign kernel only then).
+        self.foreign_exact = {
+            name: {s: bool((e := k.entry(s)) and e.exact) for s in k.slots}
+            for name, k in self.kernels.items()
+        }
         # Workgroups per grid dimension each runtime honours (its device's, or lowered).
         self.limits = {
             name: int(info.get("max_workgroups_per_dim", 65535))
@@ -356,7 +362,7 @@ class _CaseRun:
                 {n: r.dispatches for n, r in results.items()},
                 self.states,
             )
-            replaced = {n: k.slots for n, k in self.runner.kernels.items()}
+            replaced = self.runner.foreign_exact
             for c in bits:
                 key = f"{c.op_type}|{'+'.join(c.kernels)}|{c.pair[0]}~{c.pair[1]}"
                 allowed = oracles.exact_tolerance(

@@ -8,7 +8,7 @@ predict, classify each difference and say which side is to blame.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -1137,16 +1137,24 @@ def exact_tolerance(
     kernels: Sequence[str],
     pair: tuple[str, str],
     adapters: Mapping[str, Mapping[str, Any]],
-    replaced: Mapping[str, Collection[str]],
+    replaced: Mapping[str, Mapping[str, bool]],
 ) -> int | None:
     """How many ULPs apart two backends' outputs of an op may be, given bit-identical inputs,
     by the declarations of the kernels it ran (`KernelSpec.exact`, `KernelSpec.webgpu_ulps`):
     0 on one device where every kernel is declared exact; between two WebGPU implementations
     on different devices (the same WGSL), the largest of the kernels' `webgpu_ulps`; None
-    (not compared) where a kernel declares nothing for the pair or a manifest replaces it
-    on either backend (a foreign kernel promises nothing)."""
+    (not compared) where a kernel declares nothing for the pair.
+
+    Args:
+        replaced: per backend running a manifest, each slot it replaces -> whether its
+            entry declares `exact` (a foreign kernel promises nothing unless it does; it
+            declares no `webgpu_ulps`).
+    """
     a, b = pair
-    if any(k in replaced.get(a, ()) or k in replaced.get(b, ()) for k in kernels):
+    foreign = {k for side in (a, b) for k in replaced.get(side, {})}
+    if any(
+        not flag for side in (a, b) for k, flag in replaced.get(side, {}).items() if k in kernels
+    ):
         return None
     specs = model_for(op_type).kernels
     declared = [specs[k] for k in kernels if k in specs]
@@ -1154,6 +1162,8 @@ def exact_tolerance(
         return None
     if same_device(adapters.get(a, {}), adapters.get(b, {})):
         return 0
+    if any(k in foreign for k in kernels):
+        return None
     ulps = [spec.webgpu_ulps for spec in declared]
     if not (a.startswith("webgpu") and b.startswith("webgpu")) or None in ulps:
         return None
@@ -1168,7 +1178,7 @@ def check_exact(
     utilization: Mapping[str, Mapping[str, float]],
     backends: Sequence[str],
     adapters: Mapping[str, Mapping[str, Any]],
-    replaced: Mapping[str, Collection[str]],
+    replaced: Mapping[str, Mapping[str, bool]],
 ) -> list[Divergence]:
     """The exact tier: an op whose kernels are declared to round alike on a pair of backends
     (`exact_tolerance`), given bit-identical inputs there, must give outputs that far apart

@@ -20,7 +20,11 @@ ADAPTERS = {
 
 
 def tolerance(
-    op: str, kernels: tuple[str, ...], a: str, b: str, replaced: dict[str, set[str]] | None = None
+    op: str,
+    kernels: tuple[str, ...],
+    a: str,
+    b: str,
+    replaced: dict[str, dict[str, bool]] | None = None,
 ) -> int | None:
     """The tolerance of `op` running `kernels` on backends a and b (`ADAPTERS`)."""
     return exact_tolerance(op, kernels, (a, b), ADAPTERS, replaced or {})
@@ -42,9 +46,17 @@ def test_implementations_on_other_devices_get_the_measured_ulps() -> None:
     assert tolerance("rms_norm", ("rms_norm_vec4",), "webgpu-chrome", "vulkan") is None
 
 
-def test_a_foreign_kernel_promises_nothing() -> None:
-    assert tolerance("mul", ("mul_flat",), "webgpu", "vulkan", {"webgpu": {"mul_flat"}}) is None
-    assert tolerance("mul", ("mul_broadcast",), "webgpu", "vulkan", {"webgpu": {"mul_flat"}}) == 0
+def test_a_foreign_kernel_promises_nothing_unless_its_manifest_says_so() -> None:
+    silent, exact = {"webgpu": {"mul_flat": False}}, {"webgpu": {"mul_flat": True}}
+    assert tolerance("mul", ("mul_flat",), "webgpu", "vulkan", silent) is None
+    assert tolerance("mul", ("mul_broadcast",), "webgpu", "vulkan", silent) == 0
+    assert tolerance("mul", ("mul_flat",), "webgpu", "vulkan", exact) == 0
+    # Both backends replace the slot: both entries must say so.
+    both = {"webgpu": {"mul_flat": True}, "vulkan": {"mul_flat": False}}
+    assert tolerance("mul", ("mul_flat",), "webgpu", "vulkan", both) is None
+    assert tolerance("mul", ("mul_flat",), "vulkan", "webgpu", both) is None
+    # Across devices a foreign kernel declares no ULP count.
+    assert tolerance("mul", ("mul_flat",), "webgpu", "webgpu-chrome", exact) is None
 
 
 def test_every_project_kernel_is_declared_exact() -> None:
