@@ -663,6 +663,11 @@ class KernelEntry:
             be folded.
         requires: conditions over the values; a case breaking one is an expected refusal of
             this backend.
+        exact: the kernel rounds alike with the kernel the other backend runs for its slot
+            (the project's, or that backend's manifest entry, which must say so too): on one
+            device, bit-identical outputs on bit-identical inputs, held to by the exact tier
+            (docs/oracles.md "Exact equality"). A foreign kernel promises nothing unless
+            its manifest says so.
         adapter: a Python class for structural differences, or None.
         dispatches: one per dispatch, in order (one unless the manifest splits the slot).
         builtin: the project's own kernel.
@@ -680,6 +685,7 @@ class KernelEntry:
     padding_pattern: str | None = None
     fold: bool = False
     requires: tuple[Expression, ...] = ()
+    exact: bool = False
     adapter: AdapterRef | None = None
     builtin: bool = False
 
@@ -973,6 +979,8 @@ def _entry_doc(entry: KernelEntry, folder: Path) -> dict[str, Any]:
         doc["padding"] = list(entry.padding)
     if entry.fold:
         doc["fold"] = True
+    if entry.exact:
+        doc["exact"] = True
     if entry.requires:
         doc["requires"] = [r.text for r in entry.requires]
     if entry.adapter is not None:
@@ -1014,7 +1022,16 @@ def builtin_entry(backend: Backend, slot: str, source: Path) -> KernelEntry:
 # --- parsing ---------------------------------------------------------------------------------
 
 _SOURCE_KEYS: dict[Backend, tuple[str, ...]] = {"webgpu": ("file",), "vulkan": ("glsl", "spirv")}
-_COMMON_KEYS = ("entry", "params", "padding", "bindings", "dispatch", "fold", "requires")
+_COMMON_KEYS = (
+    "entry",
+    "params",
+    "padding",
+    "bindings",
+    "dispatch",
+    "fold",
+    "requires",
+    "exact",
+)
 _SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
     "webgpu": ("file", *_COMMON_KEYS, "overrides", "adapter", "dispatch_list"),
     "vulkan": ("glsl", "spirv", *_COMMON_KEYS, "spec", "push", "adapter", "dispatch_list"),
@@ -1125,6 +1142,9 @@ class _Parser:
         fold = section.get("fold", False)
         if not isinstance(fold, bool):
             raise self.fail(f"{where}.fold", f"expected true or false, got {_shown(fold)}")
+        exact = section.get("exact", False)
+        if not isinstance(exact, bool):
+            raise self.fail(f"{where}.exact", f"expected true or false, got {_shown(exact)}")
         requires = section.get("requires", [])
         if not isinstance(requires, list):
             raise self.fail(
@@ -1180,6 +1200,7 @@ class _Parser:
             fold=fold,
             requires=conditions,
             adapter=adapter,
+            exact=exact,
         )
 
     def dispatch(

@@ -452,3 +452,27 @@ def test_time_budget_stops_generation_and_skips_the_rest(
     # Far fewer than the plan's 800 cases on any machine (an H200 runs about 50 a second).
     assert summary["totals"]["cases"] < 800
     assert "time budget 1 s" in err
+
+
+def test_a_rounding_difference_far_under_budget_is_found_by_the_exact_tier(
+    tmp_path: Path,
+) -> None:
+    # rms_norm_vec4's lanes sum each texel's squares in reverse order: as accurate, rounded
+    # otherwise, so every output stays far within budget; only the exact tier can see it.
+    wgsl = tmp_path / "wgsl"
+    shutil.copytree(REPO / "wgsl", wgsl)
+    kernel = wgsl / "rms_norm_vec4.wgsl"
+    kernel.write_text(
+        kernel.read_text().replace(
+            "acc += dot(v, v);", "acc += v.w * v.w + v.z * v.z + v.y * v.y + v.x * v.x;"
+        )
+    )
+    args = ("run", "--profile", "pr", "--families", "rms_norm", "--max-examples", "10")
+    args += ("--no-database", "--no-expectations", "--jobs", "1", "--shrink-budget", "5")
+    proc = parity(*args, "--wgsl-dir", wgsl, "--out", tmp_path / "run")
+    assert proc.returncode == 1, proc.stderr
+    summary = read_summary(tmp_path / "run")
+    kinds = {kind for st in summary["per_op"].values() for kind in st["divergences"]}
+    assert kinds == {"bit_mismatch"}, summary["per_op"]
+    assert summary["per_op"]["rms_norm"]["exact"]["webgpu~vulkan"][1] == 0
+    assert summary["totals"]["max_utilization"] < 0.5

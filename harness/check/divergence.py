@@ -22,6 +22,7 @@ class Kind(StrEnum):
     STALE_READ = "stale_read"  # poison from the slack showed up in a live value
     NUMERIC = "numeric"  # error above the derived budget
     NAN_INF = "nan_inf"  # another class than the reference: non-finite vs finite, +-inf, NaN
+    BIT_MISMATCH = "bit_mismatch"  # a pair declared to round alike does not (exact tier)
     VALIDATION = "validation"  # a validation-layer or API validation message
     CRASH = "crash"  # an unexpected exception or a lost device
     DEGENERATE = "degenerate"  # the case itself proves nothing (constant inputs, zero outputs)
@@ -54,6 +55,7 @@ PRIORITY = {
             Kind.STALE_READ,
             Kind.NAN_INF,
             Kind.NUMERIC,
+            Kind.BIT_MISMATCH,
         ]
     )
 }

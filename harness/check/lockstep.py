@@ -87,6 +87,10 @@ class CaseResult:
     # precision). Those backends sat the case out; the others ran it (`steps` is empty when
     # none could). Not a divergence.
     unavailable: str = ""
+    # `op_type|kernels|a~b` -> the largest ULP distance between backends a and b over the
+    # case's steps where that op's inputs were bit-identical on both (`oracles.compare_bits`),
+    # and the tolerance the kernels declare for that pair (None: nothing declared, not checked).
+    bits: dict[str, tuple[int, int | None]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -160,6 +164,12 @@ class LockstepRunner:
         self.adapters = {rt.name: rt.info() for rt in self.runtimes}
         # Per runtime with a manifest: its replaced slots (the contract's per-backend view).
         self.kernels = backend_kernels(self.runtimes)
+        # Per runtime with a manifest: each replaced slot -> whether its entry declares
+        # `exact` (the exact tier compares a foreign kernel only then).
+        self.foreign_exact = {
+            name: {s: bool((e := k.entry(s)) and e.exact) for s in k.slots}
+            for name, k in self.kernels.items()
+        }
         # Workgroups per grid dimension each runtime honours (its device's, or lowered).
         self.limits = {
             name: int(info.get("max_workgroups_per_dim", 65535))
@@ -190,6 +200,10 @@ class _CaseRun:
         self.max_live = max_state(graph)
         # Backends that refused the graph at load as their manifest's `requires` says.
         self.refused_at_load: dict[str, str] = {}
+        # Per op type, kernels and pair of backends compared on bit-identical inputs: the
+        # largest ULP distance between their outputs (`oracles.compare_bits`) and the
+        # declared tolerance (`oracles.exact_tolerance`; None: nothing declared).
+        self.bits: dict[str, tuple[int, int | None]] = {}
 
     def run(self) -> CaseResult:
         start = time.perf_counter()
@@ -253,6 +267,7 @@ class _CaseRun:
             self.runner.adapters,
             self.coverage,
             unavailable,
+            self.bits,
         )
 
     def _judge(
@@ -306,12 +321,15 @@ class _CaseRun:
         timing.add("reference", time.perf_counter() - referenced)
         div += oracles.check_degenerate(index, graph, inputs, ref_values, ref_errors)
         numeric: list[Divergence] = []
+        seen: dict[str, dict[str, np.ndarray]] = {}
+        refs: dict[str, dict[str, np.ndarray]] = {}
         for name, res in results.items():
             util = record.backends[name].utilization
             observed = {**res.outputs, **res.tensors}
             local: list[Divergence] = []
             if self.runner.per_op:
                 values = self._backend_values(inputs, observed, pre_state[name], reference)
+                seen[name] = values
                 local = oracles.check_ops(
                     index,
                     graph,
@@ -322,6 +340,7 @@ class _CaseRun:
                     self.states,
                     util,
                     shared=reference.evaluations,
+                    references=refs.setdefault(name, {}),
                 )
             for s in self.states:
                 pre_state[name][s] = observed[s].astype(np.float64)
@@ -333,6 +352,36 @@ class _CaseRun:
             # ops beyond the propagated bound.
             numeric += local + (ends if not local else [])
         div += oracles.merge_blame(numeric, [rt.name for rt in self.runner.runtimes])
+        if self.runner.per_op and len(results) > 1:
+            bits = oracles.compare_bits(
+                graph,
+                list(results),
+                {n: {**r.outputs, **r.tensors} for n, r in results.items()},
+                seen,
+                {n: r.symints for n, r in results.items()},
+                {n: r.dispatches for n, r in results.items()},
+                self.states,
+            )
+            replaced = self.runner.foreign_exact
+            for c in bits:
+                key = f"{c.op_type}|{'+'.join(c.kernels)}|{c.pair[0]}~{c.pair[1]}"
+                allowed = oracles.exact_tolerance(
+                    c.op_type, c.kernels, c.pair, self.runner.adapters, replaced
+                )
+                self.bits[key] = (max(self.bits.get(key, (0, None))[0], c.ulps), allowed)
+            # An op over its budget is the numeric tier's finding; the exact tier speaks
+            # where every backend is within it.
+            over = {d.op for d in numeric}
+            div += oracles.check_exact(
+                index,
+                [c for c in bits if c.op not in over],
+                {n: {**r.outputs, **r.tensors} for n, r in results.items()},
+                refs,
+                {n: record.backends[n].utilization for n in results},
+                [rt.name for rt in self.runner.runtimes],
+                self.runner.adapters,
+                replaced,
+            )
         self._cover(expected, results, inputs)
         return record
 

@@ -102,12 +102,27 @@ class KernelSpec:
     """One kernel variant: the shader files that implement it and their tensor bindings.
 
     Checked against `wgsl/<wgsl>.wgsl` and `glsl/<glsl>.comp` by tests/unit/test_shader_sync.py.
+
+    `exact`: the WGSL and the GLSL of this variant round alike: given bit-identical inputs on
+    the same device, WebGPU's and Vulkan's outputs are bit-identical, so any bit difference
+    between them is a bug of one side however far under budget it is (the exact tier,
+    `harness.check.oracles.check_exact`). Declared only where measured true
+    (docs/oracles.md "Exact equality"; `benchmarks.exact_pairs`).
+
+    `webgpu_ulps`: how many ULPs apart two WebGPU implementations running this WGSL on
+    different devices (Chrome's SwiftShader against lavapipe) may be, measured there
+    (0 where the kernel has no transcendental); None where nothing is declared: f16
+    kernels (SwiftShader has no f16, so never measured) and kernels using `exp`, which WGSL
+    lets each device compute within 3 + 2|x| ULP, so that no fixed count holds. On one
+    device the implementations are held to 0 wherever `exact` holds.
     """
 
     name: str
     wgsl: str
     glsl: str
     tensors: tuple[Binding, ...]
+    exact: bool = False
+    webgpu_ulps: int | None = None
 
 
 def rw(name: str, element: str = "f32") -> Binding:

@@ -101,8 +101,15 @@ class UnaryActivationModel:
         self.op = op
         half = "unary_activation_f16"
         self.kernels = kernels(
-            KernelSpec(op, "unary_activation", "unary_activation", (rw("out"), ro("x"))),
-            KernelSpec(f"{op}_f16", half, half, (rw("out", "f16"), ro("x", "f16"))),
+            KernelSpec(
+                op,
+                "unary_activation",
+                "unary_activation",
+                (rw("out"), ro("x")),
+                exact=True,
+                # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
+            ),
+            KernelSpec(f"{op}_f16", half, half, (rw("out", "f16"), ro("x", "f16")), exact=True),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
@@ -147,12 +154,20 @@ class SiluMulModel:
     required_regimes = ("size=1", "size=max")
     dtypes = FLOAT_DTYPES
     kernels = kernels(
-        KernelSpec("silu_mul", "silu_mul", "silu_mul", (rw("out"), ro("gate"), ro("up"))),
+        KernelSpec(
+            "silu_mul",
+            "silu_mul",
+            "silu_mul",
+            (rw("out"), ro("gate"), ro("up")),
+            exact=True,
+            # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
+        ),
         KernelSpec(
             "silu_mul_f16",
             "silu_mul_f16",
             "silu_mul_f16",
             (rw("out", "f16"), ro("gate", "f16"), ro("up", "f16")),
+            exact=True,
         ),
     )
 

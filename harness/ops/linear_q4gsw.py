@@ -139,6 +139,8 @@ class LinearQ4gswModel:
             "q4gsw_gemm",
             "q4gsw_gemm",
             (rw("out"), ro("x"), ro("weight", "u32"), ro("scales"), ro("bias")),
+            exact=True,
+            webgpu_ulps=0,
         ),
         KernelSpec(
             GEMV,
@@ -151,6 +153,8 @@ class LinearQ4gswModel:
                 ro("scales", "vec2<f32>"),
                 ro("bias"),
             ),
+            exact=True,
+            webgpu_ulps=0,
         ),
         KernelSpec(
             GEMM_F16,
@@ -163,6 +167,7 @@ class LinearQ4gswModel:
                 ro("scales"),
                 ro("bias", "f16"),
             ),
+            exact=True,
         ),
         KernelSpec(
             GEMM_F16ACC,
@@ -175,6 +180,7 @@ class LinearQ4gswModel:
                 ro("scales"),
                 ro("bias", "f16"),
             ),
+            exact=True,
         ),
         KernelSpec(
             GEMV_F16,
@@ -187,6 +193,7 @@ class LinearQ4gswModel:
                 ro("scales", "vec2<f32>"),
                 ro("bias", "f16"),
             ),
+            exact=True,
         ),
     )
 

@@ -96,6 +96,8 @@ class _RotaryBase:
                 self.kernel,
                 self.kernel,
                 (rw("xq_out"), rw("xk_out"), ro("xq"), ro("xk"), ro(c), ro(s)),
+                exact=True,
+                webgpu_ulps=0,
             ),
             KernelSpec(
                 half,
@@ -112,6 +114,7 @@ class _RotaryBase:
                         (ro, s),
                     )
                 ),
+                exact=True,
             ),
         )
 

@@ -104,21 +104,48 @@ class SdpaModel:
             "sdpa_update_cache",
             "sdpa_update_cache",
             (rw("k_cache"), rw("v_cache"), ro("k"), ro("v")),
+            exact=True,
+            webgpu_ulps=0,
         ),
-        KernelSpec("sdpa_qk", "sdpa_qk", "sdpa_qk", (rw("scores"), ro("q"), ro("k_cache"))),
-        KernelSpec("sdpa_softmax", "sdpa_softmax", "sdpa_softmax", (rw("scores"),)),
-        KernelSpec("sdpa_av", "sdpa_av", "sdpa_av", (rw("out"), ro("scores"), ro("v_cache"))),
+        KernelSpec(
+            "sdpa_qk",
+            "sdpa_qk",
+            "sdpa_qk",
+            (rw("scores"), ro("q"), ro("k_cache")),
+            exact=True,
+            webgpu_ulps=0,
+        ),
+        KernelSpec(
+            "sdpa_softmax",
+            "sdpa_softmax",
+            "sdpa_softmax",
+            (rw("scores"),),
+            exact=True,
+            # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
+        ),
+        KernelSpec(
+            "sdpa_av",
+            "sdpa_av",
+            "sdpa_av",
+            (rw("out"), ro("scores"), ro("v_cache")),
+            exact=True,
+            webgpu_ulps=0,
+        ),
         KernelSpec(
             "sdpa_fd_split",
             "sdpa_fd_split",
             "sdpa_fd_split",
             (rw("part_o"), rw("part_ml"), ro("q"), ro("k_cache"), ro("v_cache")),
+            exact=True,
+            # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
         ),
         KernelSpec(
             "sdpa_fd_reduce",
             "sdpa_fd_reduce",
             "sdpa_fd_reduce",
             (rw("out"), ro("part_o"), ro("part_ml")),
+            exact=True,
+            webgpu_ulps=0,
         ),
         # Half precision: q, k, v, the caches and out in f16; scores and partials stay f32.
         KernelSpec(
@@ -126,18 +153,21 @@ class SdpaModel:
             "sdpa_update_cache_f16",
             "sdpa_update_cache_f16",
             (rw("k_cache", "f16"), rw("v_cache", "f16"), ro("k", "f16"), ro("v", "f16")),
+            exact=True,
         ),
         KernelSpec(
             "sdpa_qk_f16",
             "sdpa_qk_f16",
             "sdpa_qk_f16",
             (rw("scores"), ro("q", "f16"), ro("k_cache", "f16")),
+            exact=True,
         ),
         KernelSpec(
             "sdpa_av_f16",
             "sdpa_av_f16",
             "sdpa_av_f16",
             (rw("out", "f16"), ro("scores"), ro("v_cache", "f16")),
+            exact=True,
         ),
         KernelSpec(
             "sdpa_fd_split_f16",
@@ -150,12 +180,14 @@ class SdpaModel:
                 ro("k_cache", "f16"),
                 ro("v_cache", "f16"),
             ),
+            exact=True,
         ),
         KernelSpec(
             "sdpa_fd_reduce_f16",
             "sdpa_fd_reduce_f16",
             "sdpa_fd_reduce_f16",
             (rw("out", "f16"), ro("part_o"), ro("part_ml")),
+            exact=True,
         ),
     )
 

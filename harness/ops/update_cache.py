@@ -51,7 +51,14 @@ class UpdateCacheModel:
     activations = ("value",)
     required_regimes = ("size=1", "size=max", "step=grow", "pos=0", "context=cache_end")
     kernels = kernels(
-        KernelSpec("update_cache", "update_cache", "update_cache", (rw("cache"), ro("value")))
+        KernelSpec(
+            "update_cache",
+            "update_cache",
+            "update_cache",
+            (rw("cache"), ro("value")),
+            exact=True,
+            webgpu_ulps=0,
+        )
     )
 
     def check(self, node: OpNode, graph: Graph) -> None:

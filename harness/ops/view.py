@@ -78,9 +78,20 @@ class ViewCopyModel:
     required_regimes = ("size=1", "size=max", "step=shrink")
     dtypes = FLOAT_DTYPES
     kernels = kernels(
-        KernelSpec("view_copy", "view_copy", "view_copy", (rw("out", "u32"), ro("x", "u32"))),
         KernelSpec(
-            "view_copy_f16", "view_copy_f16", "view_copy_f16", (rw("out", "f16"), ro("x", "f16"))
+            "view_copy",
+            "view_copy",
+            "view_copy",
+            (rw("out", "u32"), ro("x", "u32")),
+            exact=True,
+            webgpu_ulps=0,
+        ),
+        KernelSpec(
+            "view_copy_f16",
+            "view_copy_f16",
+            "view_copy_f16",
+            (rw("out", "f16"), ro("x", "f16")),
+            exact=True,
         ),
     )
 

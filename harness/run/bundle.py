@@ -207,7 +207,7 @@ def capture_evidence(
     for d in divergences:
         if not d.tensor or d.step < 0:
             continue
-        if d.kind in ("numeric", "nan_inf", "stale_read"):
+        if d.kind in ("numeric", "nan_inf", "bit_mismatch", "stale_read"):
             wanted.setdefault(d.step, set()).add(d.tensor)
         if d.kind in ("canary_write", "stale_read"):
             canary.setdefault(d.step, set()).add(d.tensor)

@@ -486,6 +486,10 @@ class CaseRecord:
         unavailable: why some backends could not run it ("" when all did): their devices
             lack the precision its graph needs; the others ran it
             (`harness.check.lockstep.CaseResult.unavailable`).
+        bits: per `op_type|kernels|a~b`, [the largest ULP distance between backends a and
+            b where that op's inputs were bit-identical on both, the tolerance its kernels
+            declare for the pair or None] (`harness.check.lockstep.CaseResult.bits`): what
+            the exact tier compared.
     """
 
     chunk: str
@@ -510,6 +514,7 @@ class CaseRecord:
     provisional_bundle: str | None = None
     source: int = 0
     unavailable: str = ""
+    bits: dict[str, list[int | None]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -662,6 +667,7 @@ def case_record(
         # killed run must be able to show it before any bundle exists.
         timeline=[TimelineStep.of(s, case) for s in result.steps] if divergences else [],
         unavailable=result.unavailable,
+        bits={key: list(value) for key, value in result.bits.items()},
     )
 
 
@@ -1116,6 +1122,9 @@ class Stats:
     max_utilization: float = 0.0
     divergences: dict[str, int] = field(default_factory=dict)  # by class
     unavailable_cases: int = 0  # a device lacked their precision (f16)
+    # Ops: per pair of backends `a~b`, [the largest ULP distance seen on bit-identical
+    # inputs, the largest tolerance declared] where the exact tier compared them.
+    exact: dict[str, list[int]] = field(default_factory=dict)
     chunks: dict[str, int] | None = None  # families: chunks by status
     # Families: the time their chunks ran (summed over the processes that ran them), so a
     # time-budgeted run shows each family's share.

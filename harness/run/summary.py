@@ -336,6 +336,11 @@ def _count(stats: Stats, r: CaseRecord, only_op: str | None = None) -> None:
         stats.max_utilization = util
     for d in divergences:
         stats.divergences[d.kind] = stats.divergences.get(d.kind, 0) + 1
+    for key, (ulps, allowed) in r.bits.items():
+        op, _, pair = key.split("|")
+        if op == only_op and allowed is not None and ulps is not None:
+            seen = stats.exact.setdefault(pair, [0, 0])
+            stats.exact[pair] = [max(seen[0], ulps), max(seen[1], allowed)]
     level = severity(divergences)
     if level != CLEAN:
         stats.divergent_cases += 1

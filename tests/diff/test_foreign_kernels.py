@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from graph_format import Runtime
 from graph_format.kernels import load_manifest
 from harness import GraphBuilder, single_op_graph
-from harness.check.divergence import Divergence, Kind
+from harness.check.divergence import BugKey, Divergence, Kind
 from harness.check.lockstep import CaseResult, LockstepRunner
 from harness.families import FAMILIES
 from harness.gen.case import Case
@@ -407,3 +407,26 @@ def test_the_tutorial_steps_give_the_errors_and_findings_it_shows(
         d.kind is Kind.NUMERIC and d.blame == "webgpu" and finding in d.message for d in wrong_units
     ), [str(d) for d in wrong_units]
     assert checked == []
+
+
+@pytest.mark.parametrize("declared", [False, True], ids=["undeclared", "exact"])
+def test_a_foreign_kernel_is_held_to_bit_identity_only_where_its_manifest_says_so(
+    planted_folder: Path, declared: bool
+) -> None:
+    # WebGPU's rstd 2^-20 too large: ~8 ULPs, a fifth of the budget at width 96.
+    manifest = planted_folder / "kernels.toml"
+    if declared:
+        text = manifest.read_text()
+        for section in ("[webgpu.rms_norm_vec4]\n", "[vulkan.rms_norm_vec4]\n"):
+            text = text.replace(section, f"{section}exact = true\n")
+        manifest.write_text(text)
+    plant(
+        planted_folder,
+        "wgsl/rms_norm.wgsl",
+        "+ settings.epsilon);",
+        "+ settings.epsilon) * (1.0 + 1.0 / 1048576.0);",
+    )
+    result = foreign_runner(planted_folder).run(FIXED["rms_norm_vec4"])
+    assert result.max_utilization < 0.5
+    keys = {d.bug_key() for d in result.divergences}
+    assert keys == ({BugKey("rms_norm", "bit_mismatch", "webgpu")} if declared else set())

@@ -836,3 +836,25 @@ def test_a_long_row_is_plotted_around_its_worst_element() -> None:
     labels = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
     assert "1244" in labels and "1755" in labels
     assert len(_all(svg, "circle", "over")) == 512
+
+
+def test_the_ops_table_says_which_comparisons_were_exact(tmp_path: Path) -> None:
+    bits = {
+        "rms_norm|rms_norm|webgpu~vulkan": [0, 0],
+        "rms_norm|rms_norm|webgpu~webgpu-chrome": [3, 2],
+        "rms_norm|rms_norm|webgpu-chrome~vulkan": [7, None],  # nothing declared: not shown
+    }
+    run = _write_run(
+        tmp_path / "run", _run_meta(["rms_norm/0"]), [_case("rms_norm/0", "a", [], bits=bits)]
+    )
+    summary = render_report(run)
+    assert summary.per_op["rms_norm"].exact == {
+        "webgpu~vulkan": [0, 0],
+        "webgpu~webgpu-chrome": [3, 2],
+    }
+    row = re.search(r'<td class="exact">(.*?)</td>', (run / "index.html").read_text())
+    assert row is not None
+    assert row.group(1) == (
+        'webgpu~vulkan: bit-identical<br>webgpu~webgpu-chrome: within 2 ULP <span class="bad">'
+        "(3 ULP seen)</span><br>"
+    )
