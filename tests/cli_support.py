@@ -23,21 +23,45 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 WEIGHT_USE = "* weight[i]"
 WEIGHT_DROPPED = "* (weight[i] * 0.0 + 1.0)"  # keeps the binding used, drops its effect
+# The q4 GEMV's main loop (4 words in flight per lane, K > 1536) scaling its 4th word by the
+# 3rd word's group scale (issue 20): the 3rd word's scale is kept and reused.
+THIRD_WORD = "acc = fma(pair_dot(a2, b2, i2), scales[sr.x], acc);"
+THIRD_SCALE_KEPT = "let s2 = scales[sr.x];\n            acc = fma(pair_dot(a2, b2, i2), s2, acc);"
+FOURTH_WORD = "acc = fma(pair_dot(a3, b3, i3), scales[sr.x], acc);"
+FOURTH_REUSES_THIRD = "acc = fma(pair_dot(a3, b3, i3), s2, acc);"
 
 
-def plant_rms_norm_without_weight(dest: Path) -> Path:
-    """A copy of wgsl/ whose rms_norm kernels ignore the weight; returns the folder."""
+def plant_wgsl(dest: Path, names: Sequence[str], swaps: Sequence[tuple[str, str]]) -> Path:
+    """A copy of wgsl/ at `dest` (made once) whose kernels `names` have each (old, new) of
+    `swaps` applied; every old must occur exactly once. Returns the folder."""
     if dest.exists():
         return dest
     tmp = dest.with_name(dest.name + f".{os.getpid()}.tmp")
     shutil.copytree(REPO / "wgsl", tmp)
-    for name in ("rms_norm.wgsl", "rms_norm_vec4.wgsl"):
+    for name in names:
         path = tmp / name
         text = path.read_text()
-        assert text.count(WEIGHT_USE) == 1, f"{path}: the planted substitution no longer applies"
-        path.write_text(text.replace(WEIGHT_USE, WEIGHT_DROPPED))
+        for old, new in swaps:
+            assert text.count(old) == 1, f"{path}: the planted substitution no longer applies"
+            text = text.replace(old, new)
+        path.write_text(text)
     tmp.rename(dest)
     return dest
+
+
+def plant_rms_norm_without_weight(dest: Path) -> Path:
+    """A copy of wgsl/ whose rms_norm kernels ignore the weight; returns the folder."""
+    return plant_wgsl(dest, ("rms_norm.wgsl", "rms_norm_vec4.wgsl"), [(WEIGHT_USE, WEIGHT_DROPPED)])
+
+
+def plant_gemv_fourth_word_reusing_third_scale(dest: Path) -> Path:
+    """A copy of wgsl/ whose q4 GEMVs (f32 and f16) scale the 4th word in flight of their
+    main loop by the 3rd word's scale; returns the folder."""
+    return plant_wgsl(
+        dest,
+        ("q4gsw_gemv.wgsl", "q4gsw_gemv_f16.wgsl"),
+        [(THIRD_WORD, THIRD_SCALE_KEPT), (FOURTH_WORD, FOURTH_REUSES_THIRD)],
+    )
 
 
 def read_summary(folder: Path) -> dict[str, Any]:

@@ -59,6 +59,9 @@ class Profile:
     chunk_examples: int = 50  # examples per chunk of `parity run`'s work plan
     steer: bool = False  # `parity run` feeds target() with the case's error/budget utilization
     required_coverage: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Cells required only of a family that ran the profile's whole example budget
+    # (`max_examples`): paths a share of its cases reaches, which a shorter run may miss.
+    full_budget_cells: frozenset[str] = frozenset()
     fold_every: int | None = None  # every k-th chunk of a family runs under `fold_limit`
     fold_limit: int | None = None  # workgroups per grid dimension in those chunks
     shrink_budget_s: float = 120.0  # seconds of shrinking per process, over the whole run
@@ -100,6 +103,18 @@ _FOLD_CELLS: dict[str, tuple[str, ...]] = {
     op: ("fold",) for op, model in sorted(MODELS.items()) if model.kernels
 }
 
+# Per op, the long paths of its kernels (`pr_regimes` of its model: a GEMV's main loop...)
+# that a share of its family's cases reaches within pr's time (harness/ops/linear_q4gsw.py).
+# pr requires them of a family that ran its whole budget (30 examples), beside the fold.
+_PR_REGIMES: dict[str, tuple[str, ...]] = {
+    op: tuple(getattr(model, "pr_regimes", ())) for op, model in sorted(MODELS.items())
+}
+_PR_CELLS: dict[str, tuple[str, ...]] = {
+    op: (*_FOLD_CELLS.get(op, ()), *_PR_REGIMES[op])
+    for op in MODELS
+    if _FOLD_CELLS.get(op) or _PR_REGIMES[op]
+}
+
 PROFILES = {
     "quick": Profile(
         "quick",
@@ -116,7 +131,8 @@ PROFILES = {
         derandomize=True,
         keep_database=False,
         chunk_examples=15,
-        required_coverage=_FOLD_CELLS,
+        required_coverage=_PR_CELLS,
+        full_budget_cells=frozenset(c for cells in _PR_REGIMES.values() for c in cells),
         fold_every=2,
         fold_limit=FOLD_LIMIT,
         # A reviewer reads the first shrunk finding within a minute, the run ends in minutes.

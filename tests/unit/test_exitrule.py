@@ -54,6 +54,21 @@ def test_fold_is_required_only_of_a_family_that_ran_a_chunk_under_a_lowered_limi
     assert required_cells("pr", plan, F16) == {"mul": ("fold",)}
 
 
+def test_long_paths_are_required_only_of_a_family_that_ran_the_whole_pr_budget() -> None:
+    # Issue 20: a share of linear_q4gsw's cases runs the GEMV's main loop (K > 1536); pr's 30
+    # examples reach it, a run of 15 may not (and runs no fold chunk either).
+    assert required_cells("pr", _pr_plan(["linear_q4gsw"]), F16) == {
+        "linear_q4gsw": ("fold", "gemv_main_loop")
+    }
+    assert required_cells("pr", _pr_plan(["linear_q4gsw"], 15), F16) == {}
+    plan = make_plan(["linear_q4gsw"], 0, 10, 10, max_workgroups_per_dim=4)
+    assert required_cells("pr", plan, F16) == {"linear_q4gsw": ("fold",)}
+    assert (
+        "gemv_main_loop"
+        in required_cells("nightly", _nightly_plan(["linear_q4gsw"]), F16)["linear_q4gsw"]
+    )
+
+
 def test_cells_only_another_family_reaches_by_chance_are_not_required() -> None:
     # The nightly command of issue 18: random reaches fused_sdpa and mul only by chance.
     plan = _nightly_plan(["linear_q4gsw", "decoder", "random"])
