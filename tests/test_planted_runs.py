@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,12 @@ import pytest
 from harness.run.bundle import load_bundle, replay
 from harness.run.chunks import BESIDE, BUDGET_SPENT
 from harness.run.cli import main
-from tests.cli_support import REPO, plant_gemv_fourth_word_reusing_third_scale, read_records
+from tests.cli_support import (
+    REPO,
+    plant_decode_dropping_split_33,
+    plant_gemv_fourth_word_reusing_third_scale,
+    read_records,
+)
 from tests.plants import webgpu_fold_with_floor, webgpu_grid_one_short, webgpu_toggling_hook
 
 pytestmark = pytest.mark.gpu
@@ -260,19 +265,30 @@ def test_a_kernel_that_does_not_build_is_a_replayable_finding(
     assert any("compiler-output" in p.read_text() for p in page)
 
 
-def test_pr_run_finds_a_bug_in_the_q4_gemvs_main_loop(tmp_path: Path) -> None:
-    """Issue 20: the q4 GEMV's main loop (4 words in flight per lane) runs only when K > 1536,
-    which the linear_q4gsw family once never drew; a pr run of the family now reaches it and
-    finds a 4th word scaled by the 3rd word's scale, in WGSL only (blamed on webgpu)."""
-    planted = plant_gemv_fourth_word_reusing_third_scale(tmp_path / "wgsl")
+@pytest.mark.parametrize(
+    ("family", "op", "plant"),
+    [
+        ("linear_q4gsw", "linear_q4gsw", plant_gemv_fourth_word_reusing_third_scale),
+        ("sdpa", "sdpa_with_kv_cache", plant_decode_dropping_split_33),
+    ],
+)
+def test_pr_run_finds_a_bug_on_a_long_path(
+    tmp_path: Path, family: str, op: str, plant: Callable[[Path], Path]
+) -> None:
+    """Issue 20: paths that only long sizes take, which the families once never drew, in
+    WGSL only (blamed on webgpu): the q4 GEMV's main loop (4 words in flight per lane, only
+    when K > 1536) scaling its 4th word by the 3rd word's scale; the decode route's reduction
+    dropping its 33rd split (only at contexts past 2048). A pr run of the family finds each
+    (it exited 0 before the families drew such sizes)."""
+    planted = plant(tmp_path / "wgsl")
     out = tmp_path / "run"
     status = _run(
         out,
-        *("--families", "linear_q4gsw", "--profile", "pr", "--shrink-budget", "0"),
+        *("--families", family, "--profile", "pr", "--shrink-budget", "0"),
         *("--wgsl-dir", str(planted)),
     )
     assert status == 1
     # Bug keys: op[@dtype]|class|blamed backend|magnitude.
     keys = [f["bug"].split("|") for f in _findings(out)]
     assert keys and all(key[1:3] == ["numeric", "webgpu"] for key in keys), keys
-    assert ["linear_q4gsw", "numeric", "webgpu"] in [key[:3] for key in keys], keys
+    assert [op, "numeric", "webgpu"] in [key[:3] for key in keys], keys
