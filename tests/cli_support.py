@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +38,25 @@ SPLIT_33_DROPPED = (
     " * part_o[(base + i) * dim + d];"
 )
 
+# The rms_norm kernels' sum of squares stopping after a row's first 2048 elements (512 vec4
+# texels in rms_norm_vec4).
+SQUARES_LOOP = "for (var i = lane; i < params.row_width; i += wg_size) {\n        let v = "
+SQUARES_CAPPED = (
+    "for (var i = lane; i < min(params.row_width, 2048u); i += wg_size) {\n        let v = "
+)
+TEXELS_LOOP = "for (var i = lane; i < texels; i += wg_size) {\n        let v = "
+TEXELS_CAPPED = "for (var i = lane; i < min(texels, 512u); i += wg_size) {\n        let v = "
 
-def plant_wgsl(dest: Path, names: Sequence[str], swaps: Sequence[tuple[str, str]]) -> Path:
-    """A copy of wgsl/ at `dest` (made once) whose kernels `names` have each (old, new) of
-    `swaps` applied; every old must occur exactly once. Returns the folder."""
+
+def plant_wgsl(dest: Path, plants: Mapping[str, Sequence[tuple[str, str]]]) -> Path:
+    """A copy of wgsl/ at `dest` (made once) in which each (old, new) of `plants[name]` is
+    applied to kernel file `name`; every old must occur there exactly once. Returns the
+    folder."""
     if dest.exists():
         return dest
     tmp = dest.with_name(dest.name + f".{os.getpid()}.tmp")
     shutil.copytree(REPO / "wgsl", tmp)
-    for name in names:
+    for name, swaps in plants.items():
         path = tmp / name
         text = path.read_text()
         for old, new in swaps:
@@ -59,24 +69,35 @@ def plant_wgsl(dest: Path, names: Sequence[str], swaps: Sequence[tuple[str, str]
 
 def plant_rms_norm_without_weight(dest: Path) -> Path:
     """A copy of wgsl/ whose rms_norm kernels ignore the weight; returns the folder."""
-    return plant_wgsl(dest, ("rms_norm.wgsl", "rms_norm_vec4.wgsl"), [(WEIGHT_USE, WEIGHT_DROPPED)])
+    swap = [(WEIGHT_USE, WEIGHT_DROPPED)]
+    return plant_wgsl(dest, {"rms_norm.wgsl": swap, "rms_norm_vec4.wgsl": swap})
 
 
 def plant_gemv_fourth_word_reusing_third_scale(dest: Path) -> Path:
     """A copy of wgsl/ whose q4 GEMVs (f32 and f16) scale the 4th word in flight of their
     main loop by the 3rd word's scale; returns the folder."""
-    return plant_wgsl(
-        dest,
-        ("q4gsw_gemv.wgsl", "q4gsw_gemv_f16.wgsl"),
-        [(THIRD_WORD, THIRD_SCALE_KEPT), (FOURTH_WORD, FOURTH_REUSES_THIRD)],
-    )
+    swaps = [(THIRD_WORD, THIRD_SCALE_KEPT), (FOURTH_WORD, FOURTH_REUSES_THIRD)]
+    return plant_wgsl(dest, {"q4gsw_gemv.wgsl": swaps, "q4gsw_gemv_f16.wgsl": swaps})
 
 
 def plant_decode_dropping_split_33(dest: Path) -> Path:
     """A copy of wgsl/ whose sdpa decode reductions (f32 and f16) leave out the 33rd split
     (cache rows 2048-2111) of the output's sum; returns the folder."""
+    swap = [(SPLIT_TERM, SPLIT_33_DROPPED)]
+    return plant_wgsl(dest, {"sdpa_fd_reduce.wgsl": swap, "sdpa_fd_reduce_f16.wgsl": swap})
+
+
+def plant_rms_norm_capping_its_sum(dest: Path) -> Path:
+    """A copy of wgsl/ whose rms_norm kernels (scalar, vec4, f16) sum the squares of a row's
+    first 2048 elements only; returns the folder."""
+    scalar = [(SQUARES_LOOP, SQUARES_CAPPED)]
     return plant_wgsl(
-        dest, ("sdpa_fd_reduce.wgsl", "sdpa_fd_reduce_f16.wgsl"), [(SPLIT_TERM, SPLIT_33_DROPPED)]
+        dest,
+        {
+            "rms_norm.wgsl": scalar,
+            "rms_norm_f16.wgsl": scalar,
+            "rms_norm_vec4.wgsl": [(TEXELS_LOOP, TEXELS_CAPPED)],
+        },
     )
 
 

@@ -67,9 +67,11 @@ def test_long_paths_are_required_only_of_a_family_that_ran_the_whole_pr_budget()
         "gemv_main_loop"
         in required_cells("nightly", _nightly_plan(["linear_q4gsw"]), F16)["linear_q4gsw"]
     )
-    # And sdpa's decode at a long context (the split-K route over 32 splits or more).
-    assert required_cells("pr", _pr_plan(["sdpa"]), F16) == {
-        "sdpa_with_kv_cache": ("fold", "context>=2048")
+    # And sdpa's decode at a long context (the split-K route over 32 splits or more), and
+    # rms_norm's long rows.
+    assert required_cells("pr", _pr_plan(["sdpa", "rms_norm"]), F16) == {
+        "sdpa_with_kv_cache": ("fold", "context>=2048"),
+        "rms_norm": ("fold", "width>=4096"),
     }
 
 
