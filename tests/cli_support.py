@@ -47,6 +47,11 @@ SQUARES_CAPPED = (
 TEXELS_LOOP = "for (var i = lane; i < texels; i += wg_size) {\n        let v = "
 TEXELS_CAPPED = "for (var i = lane; i < min(texels, 512u); i += wg_size) {\n        let v = "
 
+# The flat binary kernel's mul reading b modulo 1024 (as if b sat in a tile of 4 workgroups
+# of 256 invocations): wrong from the 1025th element on.
+FLAT_MUL = "out[i] = a[i] * b[i];"
+FLAT_MUL_WRAPPED = "out[i] = a[i] * b[i % 1024u];"
+
 
 def plant_wgsl(dest: Path, plants: Mapping[str, Sequence[tuple[str, str]]]) -> Path:
     """A copy of wgsl/ at `dest` (made once) in which each (old, new) of `plants[name]` is
@@ -99,6 +104,11 @@ def plant_rms_norm_capping_its_sum(dest: Path) -> Path:
             "rms_norm_vec4.wgsl": [(TEXELS_LOOP, TEXELS_CAPPED)],
         },
     )
+
+
+def plant_flat_mul_wrapping_at_1024(dest: Path) -> Path:
+    """A copy of wgsl/ whose flat mul (f32) reads b[i % 1024]; returns the folder."""
+    return plant_wgsl(dest, {"binary_flat.wgsl": [(FLAT_MUL, FLAT_MUL_WRAPPED)]})
 
 
 def read_summary(folder: Path) -> dict[str, Any]:

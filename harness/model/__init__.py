@@ -383,6 +383,12 @@ def model_dtypes(op: str) -> tuple[str, ...]:
 _OP_DTYPES: dict[int, tuple[weakref.ref[Graph], dict[str, tuple[OpNode, str]]]] = {}
 
 
+def workgroups_regime(kernel: str, count: int) -> str:
+    """The coverage tag (harness/check/coverage.py) of kernel variant `kernel` dispatched over
+    at least `count` workgroups of its own size: a cell an op model may require."""
+    return f"{kernel}:workgroups>={count}"
+
+
 def op_dtype(graph: Graph, node: OpNode) -> str:
     """The precision `node` runs in: `float16` when any float tensor it reads or writes is
     float16 (its kernels are then the `_f16` slots), else `float32`."""

@@ -47,7 +47,9 @@ def test_every_op_is_answered_for_by_exactly_one_family() -> None:
 def test_fold_is_required_only_of_a_family_that_ran_a_chunk_under_a_lowered_limit() -> None:
     # One chunk of 15 examples: none under the limit (the run the process used to fail).
     assert required_cells("pr", _pr_plan(["mul"], 15), F16) == {}
-    assert required_cells("pr", _pr_plan(["mul"]), F16) == {"mul": ("fold",)}
+    assert required_cells("pr", _pr_plan(["mul"]), F16) == {
+        "mul": ("fold", "mul_flat:workgroups>=4")
+    }
     # An explicit limit on every chunk: under a profile that requires no fold, none.
     plan = make_plan(["mul"], 0, 10, 10, max_workgroups_per_dim=4)
     assert required_cells("quick", plan, F16) == {}
@@ -67,11 +69,12 @@ def test_long_paths_are_required_only_of_a_family_that_ran_the_whole_pr_budget()
         "gemv_main_loop"
         in required_cells("nightly", _nightly_plan(["linear_q4gsw"]), F16)["linear_q4gsw"]
     )
-    # And sdpa's decode at a long context (the split-K route over 32 splits or more), and
-    # rms_norm's long rows.
-    assert required_cells("pr", _pr_plan(["sdpa", "rms_norm"]), F16) == {
+    # And sdpa's decode at a long context (the split-K route over 32 splits or more),
+    # rms_norm's long rows, the flat elementwise kernels past 4 workgroups of their size.
+    assert required_cells("pr", _pr_plan(["sdpa", "rms_norm", "mul"]), F16) == {
         "sdpa_with_kv_cache": ("fold", "context>=2048"),
         "rms_norm": ("fold", "width>=4096"),
+        "mul": ("fold", "mul_flat:workgroups>=4"),
     }
 
 
@@ -122,7 +125,8 @@ def _judge(
 
 
 def test_the_exit_status_and_title_follow_one_rule() -> None:
-    folded, unfolded = _coverage("mul", ["fold"]), _coverage("mul", ["size=1"])
+    wide = "mul_flat:workgroups>=4"  # pr's other cell of mul, filled in both
+    folded, unfolded = _coverage("mul", ["fold", wide]), _coverage("mul", ["size=1", wide])
     clean = _judge(folded)
     assert (clean.exit_status, clean.title, clean.missing) == (
         ExitStatus.CLEAN,
