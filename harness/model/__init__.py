@@ -15,7 +15,9 @@ both backends. Each op's module in `harness/ops/` defines it and registers it he
 - `budget`: per output element, the rounding error a correct float32 implementation may
   make from exact inputs (propagation through the graph is the reference evaluator's);
 - `activations` and `required_regimes`: which tensor slots carry a model's data, and the
-  coverage regimes a nightly run must reach (class attributes);
+  coverage regimes a nightly run must reach (class attributes); optionally `pr_regimes`,
+  those of them (the long paths: a GEMV's main loop, a long decode) that a pr run of the
+  op's family must reach too (harness/run/profiles.py);
 - `dtypes` (optional class attribute, default `("float32",)`): the float element types the
   op's kernels take; an op offers `"float16"` when it has its f16 kernel slots
   (`<slot>_f16`, graph_format's `dtype_slot`), and only then do case families draw f16

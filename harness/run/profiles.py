@@ -9,7 +9,10 @@ harness/run/plan.py), each its own seeded search, so that a sharded run finds wh
 one does. In `pr`, every `fold_every`-th chunk of each family runs under a lowered
 workgroups-per-dimension limit (`fold_limit`), so the backends' 2-D grid folds, which a
 device's own limit (65535 and up) never reaches, are tested on every PR; the test suite's
-generated tests do the same (tests/diff/test_parity.py).
+generated tests do the same (tests/diff/test_parity.py). `pr` also requires the long paths
+the op models name (`pr_regimes`: the q4 GEMV's main loop, a decode at a long context, long
+rows, the flat elementwise kernels over several workgroups), which a quarter of their
+families' cases reach, of a family that ran its whole budget (issue 20).
 
 `parity run` shrinks each distinct bug on its own, in the order the bugs were found (bugs not
 shrunk before in the process first), after its chunk's search, and reports each on the
