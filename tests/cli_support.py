@@ -52,6 +52,10 @@ TEXELS_CAPPED = "for (var i = lane; i < min(texels, 512u); i += wg_size) {\n    
 FLAT_MUL = "out[i] = a[i] * b[i];"
 FLAT_MUL_WRAPPED = "out[i] = a[i] * b[i % 1024u];"
 
+# fused_sdpa's softmax summing the exps of a row's first 2048 scores only.
+EXP_SUM = "for (var c = lane; c < n; c += wg_size) {\n        sum += exp("
+EXP_SUM_CAPPED = "for (var c = lane; c < min(n, 2048u); c += wg_size) {\n        sum += exp("
+
 
 def plant_wgsl(dest: Path, plants: Mapping[str, Sequence[tuple[str, str]]]) -> Path:
     """A copy of wgsl/ at `dest` (made once) in which each (old, new) of `plants[name]` is
@@ -109,6 +113,12 @@ def plant_rms_norm_capping_its_sum(dest: Path) -> Path:
 def plant_flat_mul_wrapping_at_1024(dest: Path) -> Path:
     """A copy of wgsl/ whose flat mul (f32) reads b[i % 1024]; returns the folder."""
     return plant_wgsl(dest, {"binary_flat.wgsl": [(FLAT_MUL, FLAT_MUL_WRAPPED)]})
+
+
+def plant_softmax_capping_its_sum(dest: Path) -> Path:
+    """A copy of wgsl/ whose fused_sdpa softmax normalizes by the exps of a row's first 2048
+    scores; returns the folder."""
+    return plant_wgsl(dest, {"fused_sdpa_softmax.wgsl": [(EXP_SUM, EXP_SUM_CAPPED)]})
 
 
 def read_summary(folder: Path) -> dict[str, Any]:

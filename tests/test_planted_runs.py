@@ -27,6 +27,7 @@ from tests.cli_support import (
     plant_flat_mul_wrapping_at_1024,
     plant_gemv_fourth_word_reusing_third_scale,
     plant_rms_norm_capping_its_sum,
+    plant_softmax_capping_its_sum,
     read_records,
 )
 from tests.plants import webgpu_fold_with_floor, webgpu_grid_one_short, webgpu_toggling_hook
@@ -274,6 +275,7 @@ def test_a_kernel_that_does_not_build_is_a_replayable_finding(
         ("sdpa", "sdpa_with_kv_cache", plant_decode_dropping_split_33),
         ("rms_norm", "rms_norm", plant_rms_norm_capping_its_sum),
         ("mul", "mul", plant_flat_mul_wrapping_at_1024),
+        ("fused_sdpa", "fused_sdpa", plant_softmax_capping_its_sum),
     ],
 )
 def test_pr_run_finds_a_bug_on_a_long_path(
@@ -284,7 +286,8 @@ def test_pr_run_finds_a_bug_on_a_long_path(
     when K > 1536) scaling its 4th word by the 3rd word's scale; the decode route's reduction
     dropping its 33rd split (only at contexts past 2048); the rms_norm kernels' sums of squares
     stopping after 2048 elements (only in longer rows); the flat mul reading b modulo 1024 (wrong
-    past 4 workgroups of 256 invocations). A pr run of the family finds each
+    past 4 workgroups of 256 invocations); fused_sdpa's softmax normalizing by a row's first
+    2048 exps. A pr run of the family finds each
     (it exited 0 before the families drew such sizes)."""
     planted = plant(tmp_path / "wgsl")
     out = tmp_path / "run"

@@ -70,11 +70,13 @@ def test_long_paths_are_required_only_of_a_family_that_ran_the_whole_pr_budget()
         in required_cells("nightly", _nightly_plan(["linear_q4gsw"]), F16)["linear_q4gsw"]
     )
     # And sdpa's decode at a long context (the split-K route over 32 splits or more),
-    # rms_norm's long rows, the flat elementwise kernels past 4 workgroups of their size.
-    assert required_cells("pr", _pr_plan(["sdpa", "rms_norm", "mul"]), F16) == {
+    # rms_norm's long rows, the flat elementwise kernels past 4 workgroups of their size,
+    # fused_sdpa's long softmax rows.
+    assert required_cells("pr", _pr_plan(["sdpa", "rms_norm", "mul", "fused_sdpa"]), F16) == {
         "sdpa_with_kv_cache": ("fold", "context>=2048"),
         "rms_norm": ("fold", "width>=4096"),
         "mul": ("fold", "mul_flat:workgroups>=4"),
+        "fused_sdpa": ("fold", "kv_len>=2048"),
     }
 
 
