@@ -30,11 +30,11 @@ THIRD_SCALE_KEPT = "let s2 = scales[sr.x];\n            acc = fma(pair_dot(a2, b
 FOURTH_WORD = "acc = fma(pair_dot(a3, b3, i3), scales[sr.x], acc);"
 FOURTH_REUSES_THIRD = "acc = fma(pair_dot(a3, b3, i3), s2, acc);"
 
-# The decode route's reduction over the splits dropping the 33rd split's term from the output
-# (contexts past 2048 rows only).
+# The decode route's reduction over the splits dropping the 32nd split's term from the output
+# (contexts past 1984 rows only).
 SPLIT_TERM = "acc += exp(part_ml[2u * (base + i)] - top) * part_o[(base + i) * dim + d];"
-SPLIT_33_DROPPED = (
-    "acc += select(exp(part_ml[2u * (base + i)] - top), 0.0, i == 32u)"
+SPLIT_32_DROPPED = (
+    "acc += select(exp(part_ml[2u * (base + i)] - top), 0.0, i == 31u)"
     " * part_o[(base + i) * dim + d];"
 )
 
@@ -89,10 +89,10 @@ def plant_gemv_fourth_word_reusing_third_scale(dest: Path) -> Path:
     return plant_wgsl(dest, {"q4gsw_gemv.wgsl": swaps, "q4gsw_gemv_f16.wgsl": swaps})
 
 
-def plant_decode_dropping_split_33(dest: Path) -> Path:
-    """A copy of wgsl/ whose sdpa decode reductions (f32 and f16) leave out the 33rd split
-    (cache rows 2048-2111) of the output's sum; returns the folder."""
-    swap = [(SPLIT_TERM, SPLIT_33_DROPPED)]
+def plant_decode_dropping_split_32(dest: Path) -> Path:
+    """A copy of wgsl/ whose sdpa decode reductions (f32 and f16) leave out the 32nd split
+    (cache rows 1984-2047) of the output's sum; returns the folder."""
+    swap = [(SPLIT_TERM, SPLIT_32_DROPPED)]
     return plant_wgsl(dest, {"sdpa_fd_reduce.wgsl": swap, "sdpa_fd_reduce_f16.wgsl": swap})
 
 

@@ -23,7 +23,7 @@ from harness.run.chunks import BESIDE, BUDGET_SPENT
 from harness.run.cli import main
 from tests.cli_support import (
     REPO,
-    plant_decode_dropping_split_33,
+    plant_decode_dropping_split_32,
     plant_flat_mul_wrapping_at_1024,
     plant_gemv_fourth_word_reusing_third_scale,
     plant_rms_norm_capping_its_sum,
@@ -272,7 +272,7 @@ def test_a_kernel_that_does_not_build_is_a_replayable_finding(
     ("family", "op", "plant"),
     [
         ("linear_q4gsw", "linear_q4gsw", plant_gemv_fourth_word_reusing_third_scale),
-        ("sdpa", "sdpa_with_kv_cache", plant_decode_dropping_split_33),
+        ("sdpa", "sdpa_with_kv_cache", plant_decode_dropping_split_32),
         ("rms_norm", "rms_norm", plant_rms_norm_capping_its_sum),
         ("mul", "mul", plant_flat_mul_wrapping_at_1024),
         ("fused_sdpa", "fused_sdpa", plant_softmax_capping_its_sum),
@@ -284,7 +284,7 @@ def test_pr_run_finds_a_bug_on_a_long_path(
     """Issue 20: paths that only long sizes take, which the families once never drew, in
     WGSL only (blamed on webgpu): the q4 GEMV's main loop (4 words in flight per lane, only
     when K > 1536) scaling its 4th word by the 3rd word's scale; the decode route's reduction
-    dropping its 33rd split (only at contexts past 2048); the rms_norm kernels' sums of squares
+    dropping its 32nd split (only at contexts past 1984); the rms_norm kernels' sums of squares
     stopping after 2048 elements (only in longer rows); the flat mul reading b modulo 1024 (wrong
     past 4 workgroups of 256 invocations); fused_sdpa's softmax normalizing by a row's first
     2048 exps. A pr run of the family finds each

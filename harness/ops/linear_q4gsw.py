@@ -450,10 +450,7 @@ def q4gsw_shapes(draw: st.DrawFn) -> tuple[int, int, int, int]:
     K with a padded tail (K % 8 != 0) and group sizes that are not multiples of 8 make the
     GEMV ineligible; group_size = K gives one group; N not a multiple of 4 pads the scales;
     now and then the scales carry one group more than K needs (the format allows it).
-    A share of the draws (`long_q4gsw_shapes`) takes a long K through the GEMV's main loop.
     """
-    if draw(st.integers(0, 3)) == 3:  # a quarter; the simplest draw (0) stays short
-        return draw(long_q4gsw_shapes())
     k = draw(st.one_of(st.sampled_from([8, 16, 32, 64, 128, 256, 520]), st.integers(1, 100)))
     group_size = draw(
         st.one_of(
@@ -485,6 +482,19 @@ def long_q4gsw_shapes(draw: st.DrawFn) -> tuple[int, int, int, int]:
     return n, k, group_size, groups
 
 
+def _step_leads(draw: st.DrawFn, modes: list[str], lead_max: list[int]) -> list[list[int]]:
+    """Each step's leading dims for its mode (`_ONES`, `_MAX`, `_ANY`)."""
+    leads: list[list[int]] = []
+    for mode in modes:
+        if mode == _ONES:
+            leads.append([1] * len(lead_max))
+        elif mode == _MAX:
+            leads.append(list(lead_max))
+        else:
+            leads.append([draw(live_sizes(size)) for size in lead_max])
+    return leads
+
+
 @family("linear_q4gsw", exercises={"linear_q4gsw"})
 @st.composite
 def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
@@ -493,8 +503,8 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     x has 1 to 3 leading dims (M = their product, all of them); per step the leading dims
     are all 1, all at their max, or drawn independently, so sequences cross 1 <-> M > 1 in
     both directions, stay at 1, jump to the max and repeat. A quarter of the cases take a
-    long K (1544 to 8192, `long_q4gsw_shapes`) with a small M and an M = 1 step first: the
-    GEMV's main loop, the path of every real decode.
+    long K (1544 to 8192, `long_q4gsw_shapes`) with a small M and (nearly always) an M = 1
+    step first: the GEMV's main loop, the path of every real decode.
     """
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
@@ -502,29 +512,26 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     rank = draw(st.integers(1, 3))
     # Outer dims stay small, so that max M = their product stays <= 528 (lavapipe is slow);
     # the innermost crosses the GEMM's 4-row tiles (and 64-invocation workgroups of tiles).
-    # A long K (past the GEMV's main-loop boundary) is a decode: M stays <= 8 and a step at
-    # M = 1 comes first, so that every such case runs the GEMV's main loop.
-    long_k = k >= 8 * GEMV_MAIN_LOOP_MIN_WORDS
-    lead_max = [draw(st.integers(1, 2 if long_k else 4)) for _ in range(rank - 1)]
-    inner = st.integers(1, 2) if long_k else st.integers(1, 6) | st.sampled_from([8, 9, 17, 33])
-    lead_max.append(draw(inner))
+    lead_max = [draw(st.integers(1, 4)) for _ in range(rank - 1)]
+    lead_max.append(draw(st.one_of(st.integers(1, 6), st.sampled_from([8, 9, 17, 33]))))
     has_bias = draw(st.booleans())
     modes = draw(st.lists(st.sampled_from([_ONES, _MAX, _ANY]), min_size=1, max_size=6))
-    if long_k and modes[0] != _ONES:
-        modes.insert(0, _ONES)
-    leads: list[list[int]] = []
-    for mode in modes:
-        if mode == _ONES:
-            leads.append([1] * rank)
-        elif mode == _MAX:
-            leads.append(list(lead_max))
-        else:
-            leads.append([draw(live_sizes(size)) for size in lead_max])
+    leads = _step_leads(draw, modes, lead_max)
     # Last: the shape draws stay where they were. In f16 the outputs stay far below 65504:
     # |out| ~ sqrt(K) (unit-variance x and dequantized weights) with K <= 8192.
     dtype = draw(family_dtype("linear_q4gsw"))
     # Half the f16 cases run the f16-accumulating GEMM (accumulate_bits = 16).
     bits = draw(st.sampled_from([16, 32])) if dtype == "float16" else 32
+    # After them, a quarter of the cases (the simplest draw, 0, stays short) take a long K,
+    # past the GEMV's main-loop boundary, as a decode: M <= 8, and nearly always an M = 1
+    # step first (the shrinker may drop it: its draw's simplest value does), so that the
+    # GEMV's main loop runs.
+    if draw(st.integers(0, 3)) == 3:
+        n, k, group_size, groups = draw(long_q4gsw_shapes())
+        lead_max = [draw(st.integers(1, 2)) for _ in range(rank)]
+        if modes[0] != _ONES and draw(st.integers(0, 7)) != 0:
+            modes = [_ONES, *modes]
+        leads = _step_leads(draw, modes, lead_max)
     b = GraphBuilder()
     x = b.input("x", dtype, [*lead_max, k])
     packed, scales = q4.quantize(rng.standard_normal((n, k)), group_size, groups=groups)
