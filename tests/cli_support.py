@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,21 +23,102 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 WEIGHT_USE = "* weight[i]"
 WEIGHT_DROPPED = "* (weight[i] * 0.0 + 1.0)"  # keeps the binding used, drops its effect
+# The q4 GEMV's main loop (4 words in flight per lane, K > 1536) scaling its 4th word by the
+# 3rd word's group scale (issue 20): the 3rd word's scale is kept and reused.
+THIRD_WORD = "acc = fma(pair_dot(a2, b2, i2), scales[sr.x], acc);"
+THIRD_SCALE_KEPT = "let s2 = scales[sr.x];\n            acc = fma(pair_dot(a2, b2, i2), s2, acc);"
+FOURTH_WORD = "acc = fma(pair_dot(a3, b3, i3), scales[sr.x], acc);"
+FOURTH_REUSES_THIRD = "acc = fma(pair_dot(a3, b3, i3), s2, acc);"
+
+# The decode route's reduction over the splits dropping the 32nd split's term from the output
+# (contexts past 1984 rows only).
+SPLIT_TERM = "acc += exp(part_ml[2u * (base + i)] - top) * part_o[(base + i) * dim + d];"
+SPLIT_32_DROPPED = (
+    "acc += select(exp(part_ml[2u * (base + i)] - top), 0.0, i == 31u)"
+    " * part_o[(base + i) * dim + d];"
+)
+
+# The rms_norm kernels' sum of squares stopping after a row's first 2048 elements (512 vec4
+# texels in rms_norm_vec4).
+SQUARES_LOOP = "for (var i = lane; i < params.row_width; i += wg_size) {\n        let v = "
+SQUARES_CAPPED = (
+    "for (var i = lane; i < min(params.row_width, 2048u); i += wg_size) {\n        let v = "
+)
+TEXELS_LOOP = "for (var i = lane; i < texels; i += wg_size) {\n        let v = "
+TEXELS_CAPPED = "for (var i = lane; i < min(texels, 512u); i += wg_size) {\n        let v = "
+
+# The flat binary kernel's mul reading b modulo 1024 (as if b sat in a tile of 4 workgroups
+# of 256 invocations): wrong from the 1025th element on.
+FLAT_MUL = "out[i] = a[i] * b[i];"
+FLAT_MUL_WRAPPED = "out[i] = a[i] * b[i % 1024u];"
+
+# fused_sdpa's softmax summing the exps of a row's first 2048 scores only.
+EXP_SUM = "for (var c = lane; c < n; c += wg_size) {\n        sum += exp("
+EXP_SUM_CAPPED = "for (var c = lane; c < min(n, 2048u); c += wg_size) {\n        sum += exp("
 
 
-def plant_rms_norm_without_weight(dest: Path) -> Path:
-    """A copy of wgsl/ whose rms_norm kernels ignore the weight; returns the folder."""
+def plant_wgsl(dest: Path, plants: Mapping[str, Sequence[tuple[str, str]]]) -> Path:
+    """A copy of wgsl/ at `dest` (made once) in which each (old, new) of `plants[name]` is
+    applied to kernel file `name`; every old must occur there exactly once. Returns the
+    folder."""
     if dest.exists():
         return dest
     tmp = dest.with_name(dest.name + f".{os.getpid()}.tmp")
     shutil.copytree(REPO / "wgsl", tmp)
-    for name in ("rms_norm.wgsl", "rms_norm_vec4.wgsl"):
+    for name, swaps in plants.items():
         path = tmp / name
         text = path.read_text()
-        assert text.count(WEIGHT_USE) == 1, f"{path}: the planted substitution no longer applies"
-        path.write_text(text.replace(WEIGHT_USE, WEIGHT_DROPPED))
+        for old, new in swaps:
+            assert text.count(old) == 1, f"{path}: the planted substitution no longer applies"
+            text = text.replace(old, new)
+        path.write_text(text)
     tmp.rename(dest)
     return dest
+
+
+def plant_rms_norm_without_weight(dest: Path) -> Path:
+    """A copy of wgsl/ whose rms_norm kernels ignore the weight; returns the folder."""
+    swap = [(WEIGHT_USE, WEIGHT_DROPPED)]
+    return plant_wgsl(dest, {"rms_norm.wgsl": swap, "rms_norm_vec4.wgsl": swap})
+
+
+def plant_gemv_fourth_word_reusing_third_scale(dest: Path) -> Path:
+    """A copy of wgsl/ whose q4 GEMVs (f32 and f16) scale the 4th word in flight of their
+    main loop by the 3rd word's scale; returns the folder."""
+    swaps = [(THIRD_WORD, THIRD_SCALE_KEPT), (FOURTH_WORD, FOURTH_REUSES_THIRD)]
+    return plant_wgsl(dest, {"q4gsw_gemv.wgsl": swaps, "q4gsw_gemv_f16.wgsl": swaps})
+
+
+def plant_decode_dropping_split_32(dest: Path) -> Path:
+    """A copy of wgsl/ whose sdpa decode reductions (f32 and f16) leave out the 32nd split
+    (cache rows 1984-2047) of the output's sum; returns the folder."""
+    swap = [(SPLIT_TERM, SPLIT_32_DROPPED)]
+    return plant_wgsl(dest, {"sdpa_fd_reduce.wgsl": swap, "sdpa_fd_reduce_f16.wgsl": swap})
+
+
+def plant_rms_norm_capping_its_sum(dest: Path) -> Path:
+    """A copy of wgsl/ whose rms_norm kernels (scalar, vec4, f16) sum the squares of a row's
+    first 2048 elements only; returns the folder."""
+    scalar = [(SQUARES_LOOP, SQUARES_CAPPED)]
+    return plant_wgsl(
+        dest,
+        {
+            "rms_norm.wgsl": scalar,
+            "rms_norm_f16.wgsl": scalar,
+            "rms_norm_vec4.wgsl": [(TEXELS_LOOP, TEXELS_CAPPED)],
+        },
+    )
+
+
+def plant_flat_mul_wrapping_at_1024(dest: Path) -> Path:
+    """A copy of wgsl/ whose flat mul (f32) reads b[i % 1024]; returns the folder."""
+    return plant_wgsl(dest, {"binary_flat.wgsl": [(FLAT_MUL, FLAT_MUL_WRAPPED)]})
+
+
+def plant_softmax_capping_its_sum(dest: Path) -> Path:
+    """A copy of wgsl/ whose fused_sdpa softmax normalizes by the exps of a row's first 2048
+    scores; returns the folder."""
+    return plant_wgsl(dest, {"fused_sdpa_softmax.wgsl": [(EXP_SUM, EXP_SUM_CAPPED)]})
 
 
 def read_summary(folder: Path) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,15 @@ import pytest
 from harness.run.bundle import load_bundle, replay
 from harness.run.chunks import BESIDE, BUDGET_SPENT
 from harness.run.cli import main
-from tests.cli_support import REPO, read_records
+from tests.cli_support import (
+    REPO,
+    plant_decode_dropping_split_32,
+    plant_flat_mul_wrapping_at_1024,
+    plant_gemv_fourth_word_reusing_third_scale,
+    plant_rms_norm_capping_its_sum,
+    plant_softmax_capping_its_sum,
+    read_records,
+)
 from tests.plants import webgpu_fold_with_floor, webgpu_grid_one_short, webgpu_toggling_hook
 
 pytestmark = pytest.mark.gpu
@@ -258,3 +266,38 @@ def test_a_kernel_that_does_not_build_is_a_replayable_finding(
     # The failure page shows the whole compiler output.
     page = (out / "failures").glob("*.html")
     assert any("compiler-output" in p.read_text() for p in page)
+
+
+@pytest.mark.parametrize(
+    ("family", "op", "plant"),
+    [
+        ("linear_q4gsw", "linear_q4gsw", plant_gemv_fourth_word_reusing_third_scale),
+        ("sdpa", "sdpa_with_kv_cache", plant_decode_dropping_split_32),
+        ("rms_norm", "rms_norm", plant_rms_norm_capping_its_sum),
+        ("mul", "mul", plant_flat_mul_wrapping_at_1024),
+        ("fused_sdpa", "fused_sdpa", plant_softmax_capping_its_sum),
+    ],
+)
+def test_pr_run_finds_a_bug_on_a_long_path(
+    tmp_path: Path, family: str, op: str, plant: Callable[[Path], Path]
+) -> None:
+    """Issue 20: paths that only long sizes take, which the families once never drew, in
+    WGSL only (blamed on webgpu): the q4 GEMV's main loop (4 words in flight per lane, only
+    when K > 1536) scaling its 4th word by the 3rd word's scale; the decode route's reduction
+    dropping its 32nd split (only at contexts past 1984); the rms_norm kernels' sums of squares
+    stopping after 2048 elements (only in longer rows); the flat mul reading b modulo 1024 (wrong
+    past 4 workgroups of 256 invocations); fused_sdpa's softmax normalizing by a row's first
+    2048 exps. A pr run of the family finds each
+    (it exited 0 before the families drew such sizes)."""
+    planted = plant(tmp_path / "wgsl")
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", family, "--profile", "pr", "--shrink-budget", "0"),
+        *("--wgsl-dir", str(planted)),
+    )
+    assert status == 1
+    # Bug keys: op[@dtype]|class|blamed backend|magnitude.
+    keys = [f["bug"].split("|") for f in _findings(out)]
+    assert keys and all(key[1:3] == ["numeric", "webgpu"] for key in keys), keys
+    assert [op, "numeric", "webgpu"] in [key[:3] for key in keys], keys

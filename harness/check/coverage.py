@@ -4,7 +4,9 @@ A regime is a property of an op's "regime size" (the live size its resize bugs h
 rows for rms_norm, M for a linear, S for attention; by default the product of its first
 tensor argument's leading dims) in one step: 1, the max, just below / on / just above a
 multiple of a workgroup or tile size, the transition from the step before (grow,
-shrink, same), and the precision the op ran in (`dtype=float32`, `dtype=float16`). An op
+shrink, same), and the precision the op ran in (`dtype=float32`, `dtype=float16`); per kernel
+variant that ran, whether its dispatch spanned 2 or 4 workgroups of the kernel's own size
+(`add_flat:workgroups>=4`, from the backend's own dispatch: a foreign kernel's size). An op
 model can name extra regimes (such as a context near the cache end)
 with `regimes(node, live)` and choose its size with `regime_size(node, live)`.
 A profile can require cells; `missing_cells` lists those a run left empty. Half-precision
@@ -23,11 +25,14 @@ from typing import Any
 from graph_format import F16_SUFFIX, Graph, OpNode, TensorValue
 from harness.check.contract import ContractModel, ModelStep
 from harness.gen.case import Case
-from harness.model import LiveState, op_dtype
+from harness.model import LiveState, op_dtype, workgroups_regime
 from harness.ops import model_for
 
 # Workgroup and tile sizes of the kernels (4: vec4 / GEMM tiles, 8: q4 words, 64: workgroups).
 MULTIPLES = (4, 8, 64)
+# Workgroup counts a kernel variant's dispatch reached (`<variant>:workgroups>=N`): bugs past
+# the first workgroup of a kernel's own size (its index arithmetic, a stride, a guard).
+WORKGROUP_STEPS = (2, 4)
 
 
 def size_regimes(value: int, max_value: int) -> set[str]:
@@ -85,6 +90,12 @@ def op_regimes(
     return size, tags
 
 
+def workgroups_regimes(kernel: str, workgroups: int) -> set[str]:
+    """The workgroup-count tags of one dispatch of `kernel` over `workgroups` workgroups (its
+    logical count, all dims, as the backend dispatched it: a foreign kernel's own size)."""
+    return {workgroups_regime(kernel, n) for n in WORKGROUP_STEPS if workgroups >= n}
+
+
 def dtype_regime(dtype: str) -> str:
     """The coverage tag of an op that ran in precision `dtype`."""
     return f"dtype={dtype}"
@@ -92,8 +103,8 @@ def dtype_regime(dtype: str) -> str:
 
 def is_half_precision_cell(cell: str) -> bool:
     """Whether a coverage cell can only be filled by an f16 case: the `dtype=float16` tag
-    or a kernel variant of an `_f16` slot."""
-    return cell == dtype_regime("float16") or cell.endswith(F16_SUFFIX)
+    or a kernel variant of an `_f16` slot (or a tag of one, `<variant>:workgroups>=N`)."""
+    return cell == dtype_regime("float16") or cell.split(":")[0].endswith(F16_SUFFIX)
 
 
 def available_cells(

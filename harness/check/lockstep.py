@@ -19,6 +19,7 @@ case runs.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from graph_format import (
 from graph_format.kernels import KernelEntry, KernelRequirementError
 from harness.check import oracles, timing
 from harness.check.contract import ModelStep, expected_build_error
-from harness.check.coverage import Coverage, max_state, op_regimes
+from harness.check.coverage import Coverage, max_state, op_regimes, workgroups_regimes
 from harness.check.divergence import Divergence, primary
 from harness.check.reference import ReferenceEvaluator
 from harness.check.steps import StepLoop, StepRun, backend_kernels, intermediates, states
@@ -456,10 +457,15 @@ class _CaseRun:
                 # "fold": a count above the per-dimension limit ran as a folded grid.
                 folded = {"fold"} if any(d.physical_grid != d.logical_count for d in ran) else set()
                 kernels = {d.kernel for d in ran}
+                spans = set().union(
+                    *(workgroups_regimes(d.kernel, math.prod(d.logical_count)) for d in ran)
+                )
                 manifest = self.runner.kernels.get(name)
                 foreign = kernels & manifest.slots if manifest else set()
                 unfolding = {s for s in foreign if manifest and not _folds(manifest.entry(s))}
-                self.coverage.add(node.op, name, regimes | folded, kernels, foreign, unfolding)
+                self.coverage.add(
+                    node.op, name, regimes | folded | spans, kernels, foreign, unfolding
+                )
 
 
 def _folds(entry: KernelEntry | None) -> bool:

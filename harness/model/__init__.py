@@ -15,7 +15,9 @@ both backends. Each op's module in `harness/ops/` defines it and registers it he
 - `budget`: per output element, the rounding error a correct float32 implementation may
   make from exact inputs (propagation through the graph is the reference evaluator's);
 - `activations` and `required_regimes`: which tensor slots carry a model's data, and the
-  coverage regimes a nightly run must reach (class attributes);
+  coverage regimes a nightly run must reach (class attributes); optionally `pr_regimes`,
+  those of them (the long paths: a GEMV's main loop, a long decode) that a pr run of the
+  op's family must reach too (harness/run/profiles.py);
 - `dtypes` (optional class attribute, default `("float32",)`): the float element types the
   op's kernels take; an op offers `"float16"` when it has its f16 kernel slots
   (`<slot>_f16`, graph_format's `dtype_slot`), and only then do case families draw f16
@@ -396,6 +398,12 @@ def model_dtypes(op: str) -> tuple[str, ...]:
 # ops at once. The entry goes with its graph; a node that is not the graph's own (by
 # identity) is worked out on every call.
 _OP_DTYPES: dict[int, tuple[weakref.ref[Graph], dict[str, tuple[OpNode, str]]]] = {}
+
+
+def workgroups_regime(kernel: str, count: int) -> str:
+    """The coverage tag (harness/check/coverage.py) of kernel variant `kernel` dispatched over
+    at least `count` workgroups of its own size: a cell an op model may require."""
+    return f"{kernel}:workgroups>={count}"
 
 
 def op_dtype(graph: Graph, node: OpNode) -> str:

@@ -58,6 +58,7 @@ from harness.model import (
     rw,
     tensors,
     uniform_float_dtype,
+    workgroups_regime,
 )
 from harness.model.numerics import SAFETY, TINY32, U32, gamma
 
@@ -96,11 +97,14 @@ class BinaryModel:
     """Contract, reference and budget of an elementwise binary op."""
 
     activations = ("a", "b")
-    required_regimes = ("size=1", "size=max", "step=shrink")
     dtypes = FLOAT_DTYPES
 
     def __init__(self, op: str) -> None:
         self.op = op
+        # The flat kernel over 4 workgroups of its own size or more (the family's wide cases
+        # reach 4 of 256 invocations, a foreign kernel's size, and more): a pr run must too.
+        self.pr_regimes = (workgroups_regime(f"{op}_flat", 4),)
+        self.required_regimes = ("size=1", "size=max", "step=shrink", *self.pr_regimes)
         bindings = (rw("out"), ro("a"), ro("b"))
         half = (rw("out", "f16"), ro("a", "f16"), ro("b", "f16"))
         self.kernels = kernels(
@@ -248,6 +252,8 @@ SCALARS = (3.0, -0.5, 0.1, 1e-3, -1234.56, 2.0**20)
 # In float16 a scalar above 2^10 becomes 2^10 (exact in f16): the products of normal data with
 # 2^20 would overflow f16's 65504.
 F16_SCALAR_MAX = 2.0**10
+# Row widths of the binary family's wide cases: 4 workgroups of 256 invocations and more.
+WIDE_WIDTHS = (1024, 1025, 2049, 4096)
 # In random graphs the result feeds other ops: moderate scalars keep their values (and so
 # their budgets) in the range the other generators draw for.
 GRAPH_SCALARS = (3.0, -0.5, 0.1, 2.0)
@@ -259,18 +265,29 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
 
     Per output dim each input either follows the live size, is always 1 (broadcasts), or
     switches between 1 and the live size from step to step (so the kernel variant flips
-    between flat and broadcast at run time). An input may also have fewer dims.
+    between flat and broadcast at run time). An input may also have fewer dims. A quarter
+    of the cases are wide (`WIDE_WIDTHS`): two inputs of one shape, 1024 to 65536 elements,
+    past 4 workgroups of 256 invocations (a foreign kernel's size; 16 of the project's 64).
     """
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     op = op or draw(st.sampled_from(["add", "mul"]))
-    leading = draw(leading_dims(max_rank=3))
-    width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
+    wide = draw(st.integers(0, 3)) == 3  # a quarter; the simplest draw (0) stays narrow
+    leading = draw(leading_dims(max_rank=2, max_size=4) if wide else leading_dims(max_rank=3))
+    width = draw(
+        st.sampled_from(WIDE_WIDTHS)
+        if wide
+        else st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64]))
+    )
     out_dims = [*leading, DynamicDim(width, False)]
-    # The first input has every dim; the second may have fewer (it aligns on the right).
-    ranks = [len(out_dims), draw(st.integers(1, len(out_dims)))]
+    # The first input has every dim; the second may have fewer (it aligns on the right). A
+    # wide case has two inputs of one shape: the flat kernel over many workgroups.
+    ranks = [len(out_dims), len(out_dims) if wide else draw(st.integers(1, len(out_dims)))]
     modes = [
-        [draw(st.sampled_from([_FOLLOW, _FOLLOW, _ONE, _EITHER])) for _ in range(rank)]
+        [
+            _FOLLOW if wide else draw(st.sampled_from([_FOLLOW, _FOLLOW, _ONE, _EITHER]))
+            for _ in range(rank)
+        ]
         for rank in ranks
     ]
     # Some input must reach each dim's max, or the output would not have the max dims.

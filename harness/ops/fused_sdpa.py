@@ -52,6 +52,8 @@ from harness.ops.sdpa import default_scale
 from harness.ops.view import view_as
 
 WORKGROUP = (64, 1, 1)
+LONG_KV = 2048  # `kv_len>=2048`: softmax rows of 32 passes of the 64 lanes or more
+LONG_KV_LENS = (2048, 2049, 4096)  # the fused_sdpa family's long cases' max L
 
 
 def mask_fits(mask: Dims, scores: Dims) -> bool:
@@ -73,7 +75,16 @@ class FusedSdpaModel:
     """Contract, reference and budget of fused_sdpa."""
 
     activations = ("q", "k", "v", "attn_mask")
-    required_regimes = ("size=1", "size=max", "step=grow", "step=shrink", "mask=-inf")
+    # A long key/value length (`regimes`): what a pr run must reach as well.
+    pr_regimes = (f"kv_len>={LONG_KV}",)
+    required_regimes = (
+        "size=1",
+        "size=max",
+        "step=grow",
+        "step=shrink",
+        "mask=-inf",
+        *pr_regimes,
+    )
     kernels = kernels(
         KernelSpec(
             "fused_sdpa_scores",
@@ -193,15 +204,17 @@ class FusedSdpaModel:
 
     def regimes(self, node: OpNode, live: LiveState) -> set[str]:
         """Coverage: "mask=-inf" where a mask given as a graph input or constant masks a
-        score with -inf (exact 0 weights: docs/oracles.md, "Non-finite values")."""
+        score with -inf (exact 0 weights: docs/oracles.md, "Non-finite values"); a long
+        key/value length L (the softmax's rows)."""
+        out = {f"kv_len>={LONG_KV}"} if live.of(node, "k")[2] >= LONG_KV else set()
         name = node.optional_arg("attn_mask")
         if not isinstance(name, str):
-            return set()
+            return out
         mask = live.host.get(name)
         constant = live.graph.tensor(name).constant
         if mask is None and constant is not None:
             mask = live.graph.constants[constant]
-        return {"mask=-inf"} if mask is not None and np.isneginf(mask).any() else set()
+        return out | ({"mask=-inf"} if mask is not None and np.isneginf(mask).any() else set())
 
     @staticmethod
     def _scale(args: Args) -> float:
@@ -304,12 +317,19 @@ def fused_sdpa_cases(draw: st.DrawFn) -> Case:
     """fused_sdpa with S and L moving independently step by step, with or without an
     additive mask of a broadcast pattern (`MASK_PATTERNS`) and values (`MASK_FILLS`,
     `mask_values`): in [-2, 2], 0 / -1e4 like a padding mask, or 0 / -inf as causal and
-    padding masks are shipped; q scaled up now and then for a sharper softmax."""
+    padding masks are shipped; q scaled up now and then for a sharper softmax. A quarter of
+    the cases have a long L (2048 to 4096), reached in their first step."""
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
-    batch, heads = draw(st.integers(1, 2)), draw(st.integers(1, 3))
+    # A quarter of the cases: a long L (`LONG_KV_LENS`, at its max in the first step) over
+    # few heads and query rows.
+    long = draw(st.integers(0, 3)) == 3  # the simplest draw (0) stays short
+    batch, heads = draw(st.integers(1, 1 if long else 2)), draw(st.integers(1, 2 if long else 3))
     dim = draw(st.sampled_from([1, 4, 8, 16, 33]))
-    max_q, max_kv = draw(st.integers(1, 12)), draw(st.one_of(st.integers(1, 24), st.just(70)))
+    max_q = draw(st.integers(1, 4 if long else 12))
+    max_kv = draw(
+        st.sampled_from(LONG_KV_LENS) if long else st.one_of(st.integers(1, 24), st.just(70))
+    )
     pattern = draw(st.sampled_from([None, *MASK_PATTERNS]))
     fill = draw(st.sampled_from(MASK_FILLS))
     sharp = draw(st.sampled_from([1.0, 1.0, 4.0]))
@@ -340,7 +360,8 @@ def fused_sdpa_cases(draw: st.DrawFn) -> Case:
     )
     steps: list[StepInputs] = []
     for _ in range(draw(st.integers(1, 5))):
-        seq, kv_len = draw(live_sizes(max_q)), draw(live_sizes(max_kv))
+        seq = draw(live_sizes(max_q))
+        kv_len = max_kv if long and not steps else draw(live_sizes(max_kv))
         step: StepInputs = {
             "q": float_array(rng, [batch, heads, seq, dim], sharp),
             "k": float_array(rng, [batch, heads, kv_len, dim]),

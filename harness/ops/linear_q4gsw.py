@@ -119,6 +119,13 @@ TILE = 4  # a GEMM invocation's outputs: TILE rows × TILE columns
 GEMM_WORKGROUP = (64, 1, 1)
 GEMV_WORKGROUP = (64, 1, 1)  # lanes per workgroup; a power of two (tree reduction)
 GEMV_MAX_WORKGROUPS = 8192  # grid cap; more column pairs are grid-strided
+GEMV_STEP_WORDS = 4  # weight words per lane and row in flight in the GEMV's main loop
+# The GEMV's main loop (every step's words in range, no bounds checks) runs when the words
+# of a row exceed (GEMV_STEP_WORDS - 1) lanes' worth: K > 3 * 64 * 8 = 1536. Below it only
+# the word-by-word tail runs. `regimes` names the step that takes it.
+GEMV_MAIN_LOOP_MIN_WORDS = (GEMV_STEP_WORDS - 1) * GEMV_WORKGROUP[0] + 1
+GEMV_MAIN_LOOP = "gemv_main_loop"
+LONG_K = 2048  # `K>=2048`: a long reduction, the K of a real decoder's projections
 
 
 def gemv_eligible(k: int, group_size: int) -> bool:
@@ -126,12 +133,20 @@ def gemv_eligible(k: int, group_size: int) -> bool:
     return k % 8 == 0 and group_size % 8 == 0
 
 
+def gemv_main_loop(m: int, k: int, group_size: int) -> bool:
+    """Whether a step of live M runs the GEMV's main loop (4 words in flight per lane): the
+    GEMV route (M = 1, the GEMV built) with more than 3 x 64 words per row."""
+    return m == 1 and gemv_eligible(k, group_size) and k // 8 >= GEMV_MAIN_LOOP_MIN_WORDS
+
+
 class LinearQ4gswModel:
     """Contract, reference and budget of linear_q4gsw."""
 
-    # M = 1 (the GEMV) and M at its max, crossed both ways.
+    # M = 1 (the GEMV) and M at its max, crossed both ways; the GEMV's main loop (K > 1536,
+    # `regimes`), which a pr run must reach as well (`pr_regimes`).
     activations = ("x",)
-    required_regimes = ("size=1", "size=max", "step=grow", "step=shrink")
+    pr_regimes = (GEMV_MAIN_LOOP,)
+    required_regimes = ("size=1", "size=max", "step=grow", "step=shrink", *pr_regimes)
     dtypes = FLOAT_DTYPES
     kernels = kernels(
         KernelSpec(
@@ -258,6 +273,14 @@ class LinearQ4gswModel:
         n = live.max_of(node, "weight")[0]
         m = numel(live.of(node, "x")) // k
         return m, n, k, live.int_arg(node, "group_size")
+
+    def regimes(self, node: OpNode, live: LiveState) -> set[str]:
+        """Coverage: a step that runs the GEMV's main loop, and a long reduction."""
+        m, _, k, group_size = self._sizes(node, live)
+        tags = {GEMV_MAIN_LOOP} if gemv_main_loop(m, k, group_size) else set()
+        if k >= LONG_K:
+            tags.add(f"K>={LONG_K}")
+        return tags
 
     def resize(self, node: OpNode, live: LiveState) -> None:
         dims = live.of(node, "x")
@@ -421,6 +444,12 @@ MODEL = register("linear_q4gsw", LinearQ4gswModel())
 _ONES, _MAX, _ANY = "ones", "max", "any"
 
 
+# K past the GEMV's main-loop boundary: its first K (one full step, lane 0's), 2048 to 8192
+# (a decoder's projections; 1, 2 and 4 full steps per lane) and any K in between (a partial
+# step after the full ones).
+LONG_KS = (8 * GEMV_MAIN_LOOP_MIN_WORDS, 2048, 3000, 4096, 8192)
+
+
 @st.composite
 def q4gsw_shapes(draw: st.DrawFn) -> tuple[int, int, int, int]:
     """(N, K, group_size, groups) of a valid q4gsw weight, biased to the edges.
@@ -442,6 +471,37 @@ def q4gsw_shapes(draw: st.DrawFn) -> tuple[int, int, int, int]:
     return n, k, group_size, groups
 
 
+@st.composite
+def long_q4gsw_shapes(draw: st.DrawFn) -> tuple[int, int, int, int]:
+    """(N, K, group_size, groups) with K > 1536 and the GEMV built: its main loop runs at
+    M = 1. Group sizes of 3 to 32 words: each of a step's 4 words (64 words apart) has a
+    scale group of its own; 3 and 12 words are not aligned with the 64 lanes (the scale index
+    then tracks its place in the group). N stays small: the cost is N x K per row."""
+    k = draw(
+        st.one_of(
+            st.sampled_from(LONG_KS),
+            st.integers(GEMV_MAIN_LOOP_MIN_WORDS, 1024).map(lambda words: 8 * words),
+        )
+    )
+    group_size = draw(st.sampled_from([32, 64, 128, 256, 24, 96]))
+    n = draw(st.one_of(st.integers(1, 12), st.sampled_from([17, 32, 64])))
+    groups = q4.num_groups(k, group_size) + draw(st.sampled_from([0, 0, 0, 1]))
+    return n, k, group_size, groups
+
+
+def _step_leads(draw: st.DrawFn, modes: list[str], lead_max: list[int]) -> list[list[int]]:
+    """Each step's leading dims for its mode (`_ONES`, `_MAX`, `_ANY`)."""
+    leads: list[list[int]] = []
+    for mode in modes:
+        if mode == _ONES:
+            leads.append([1] * len(lead_max))
+        elif mode == _MAX:
+            leads.append(list(lead_max))
+        else:
+            leads.append([draw(live_sizes(size)) for size in lead_max])
+    return leads
+
+
 @family("linear_q4gsw", exercises={"linear_q4gsw"})
 @st.composite
 def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
@@ -449,7 +509,9 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
 
     x has 1 to 3 leading dims (M = their product, all of them); per step the leading dims
     are all 1, all at their max, or drawn independently, so sequences cross 1 <-> M > 1 in
-    both directions, stay at 1, jump to the max and repeat.
+    both directions, stay at 1, jump to the max and repeat. A quarter of the cases take a
+    long K (1544 to 8192, `long_q4gsw_shapes`) with a small M and (nearly always) an M = 1
+    step first: the GEMV's main loop, the path of every real decode.
     """
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
@@ -461,19 +523,22 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     lead_max.append(draw(st.one_of(st.integers(1, 6), st.sampled_from([8, 9, 17, 33]))))
     has_bias = draw(st.booleans())
     modes = draw(st.lists(st.sampled_from([_ONES, _MAX, _ANY]), min_size=1, max_size=6))
-    leads: list[list[int]] = []
-    for mode in modes:
-        if mode == _ONES:
-            leads.append([1] * rank)
-        elif mode == _MAX:
-            leads.append(list(lead_max))
-        else:
-            leads.append([draw(live_sizes(size)) for size in lead_max])
+    leads = _step_leads(draw, modes, lead_max)
     # Last: the shape draws stay where they were. In f16 the outputs stay far below 65504:
-    # |out| ~ sqrt(K) (unit-variance x and dequantized weights) with K <= 520.
+    # |out| ~ sqrt(K) (unit-variance x and dequantized weights) with K <= 8192.
     dtype = draw(family_dtype("linear_q4gsw"))
     # Half the f16 cases run the f16-accumulating GEMM (accumulate_bits = 16).
     bits = draw(st.sampled_from([16, 32])) if dtype == "float16" else 32
+    # After them, a quarter of the cases (the simplest draw, 0, stays short) take a long K,
+    # past the GEMV's main-loop boundary, as a decode: M <= 8, and nearly always an M = 1
+    # step first (the shrinker may drop it: its draw's simplest value does), so that the
+    # GEMV's main loop runs.
+    if draw(st.integers(0, 3)) == 3:
+        n, k, group_size, groups = draw(long_q4gsw_shapes())
+        lead_max = [draw(st.integers(1, 2)) for _ in range(rank)]
+        if modes[0] != _ONES and draw(st.integers(0, 7)) != 0:
+            modes = [_ONES, *modes]
+        leads = _step_leads(draw, modes, lead_max)
     b = GraphBuilder()
     x = b.input("x", dtype, [*lead_max, k])
     packed, scales = q4.quantize(rng.standard_normal((n, k)), group_size, groups=groups)

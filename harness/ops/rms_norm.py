@@ -45,13 +45,25 @@ from harness.model import (
 from harness.model.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
 
 WORKGROUP = (64, 1, 1)
+LONG_WIDTH = 4096  # `width>=4096`: a row of 16 passes of the 64 lanes (vec4) or more
+# The widths of the family's long cases: a real decoder's hidden sizes, vec4 and not.
+LONG_WIDTHS = (2048, 4096, 4098, 8191, 8192)
 
 
 class RmsNormModel:
     """Contract, reference and budget of rms_norm."""
 
     activations = ("x",)
-    required_regimes = ("size=1", "size=max", "size=mid", "step=grow", "step=shrink")
+    # A long row (`regimes`): what a pr run must reach as well.
+    pr_regimes = (f"width>={LONG_WIDTH}",)
+    required_regimes = (
+        "size=1",
+        "size=max",
+        "size=mid",
+        "step=grow",
+        "step=shrink",
+        *pr_regimes,
+    )
     dtypes = FLOAT_DTYPES
     kernels = kernels(
         KernelSpec(
@@ -103,6 +115,10 @@ class RmsNormModel:
             "workgroup_size": WORKGROUP[0],
         }
 
+    def regimes(self, node: OpNode, live: LiveState) -> set[str]:
+        """Coverage: a long row (a decoder's hidden size)."""
+        return {f"width>={LONG_WIDTH}"} if live.of(node, "x")[-1] >= LONG_WIDTH else set()
+
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         dims = live.of(node, "x")
         if live.graph.tensor(node.arg("x")).dtype == "float16":
@@ -139,7 +155,8 @@ MODEL = register("rms_norm", RmsNormModel())
 @family("rms_norm", exercises={"rms_norm"})
 @st.composite
 def rms_norm_cases(draw: st.DrawFn) -> Case:
-    """A single rms_norm over an input with dynamic leading dims."""
+    """A single rms_norm over an input with dynamic leading dims; a quarter of the cases
+    over long rows (`LONG_WIDTHS`, up to 8192) and few of them."""
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
     leading = draw(leading_dims())
@@ -147,6 +164,11 @@ def rms_norm_cases(draw: st.DrawFn) -> Case:
     eps = draw(st.sampled_from([1e-6, 1e-5]))
     lives = draw(step_dims(leading))
     dtype = draw(family_dtype("rms_norm"))  # last: the shape draws stay where they were
+    # After them, the long shapes: a quarter of the cases (the simplest draw, 0, stays short).
+    if draw(st.integers(0, 3)) == 3:
+        leading = draw(leading_dims(max_rank=2, max_size=4))
+        width = draw(st.sampled_from(LONG_WIDTHS))
+        lives = draw(step_dims(leading))
     # Half the f16 cases have rows of large values, whose sum of squares passes the f16
     # maximum 65504 after about 64 elements: rms_norm_f16 accumulates in f32 and must
     # survive it (an f16 accumulator overflows to inf). The output stays O(|weight|).

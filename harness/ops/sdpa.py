@@ -74,6 +74,11 @@ from harness.ops.view import view_as
 
 WORKGROUP = (64, 1, 1)
 SPLIT = 64  # cache rows per split of the decode route (= the workgroup size)
+LONG_CONTEXT = 2048  # `context>=2048`: a decode step over 32 splits or more
+# The long caches of the sdpa family's long cases and the decode contexts it draws in them:
+# 32 and 64 splits exactly, one row short of them and one row into the next split.
+LONG_CACHES = (2049, 4096, 4100)
+LONG_CONTEXTS = (2047, 2048, 2049, 4095, 4096, 4097)
 
 
 def default_scale(head_dim: int) -> float:
@@ -88,6 +93,8 @@ class SdpaModel:
     # decode route's splits (`regimes`).
     activations = ("q", "k", "v")
     dtypes = FLOAT_DTYPES
+    # A decode step (the split-K route) at a long context: what a pr run must reach as well.
+    pr_regimes = (f"context>={LONG_CONTEXT}",)
     required_regimes = (
         "size=1",
         "size=max",
@@ -97,6 +104,7 @@ class SdpaModel:
         "context=cache_end",
         "seq>cache/2",
         *(f"context%{SPLIT}={r}" for r in ("-1", "0", "+1")),
+        *pr_regimes,
     )
     kernels = kernels(
         KernelSpec(
@@ -283,7 +291,8 @@ class SdpaModel:
         return live.of(node, "q")[1]
 
     def regimes(self, node: OpNode, live: LiveState) -> set[str]:
-        """Coverage: where the context sits in the cache and against the 64-row splits."""
+        """Coverage: where the context sits in the cache and against the 64-row splits, and
+        a decode step at a long context."""
         seq = live.of(node, "q")[1]
         cache_rows = live.max_of(node, "k_cache")[1]
         context = live.int_arg(node, "input_pos") + seq
@@ -298,6 +307,8 @@ class SdpaModel:
             tags.add("context=cache_end")
         if 2 * seq > cache_rows:
             tags.add("seq>cache/2")
+        if seq == 1 and context >= LONG_CONTEXT:
+            tags.add(f"context>={LONG_CONTEXT}")
         return tags
 
     @staticmethod
@@ -412,14 +423,21 @@ def sdpa_cases(draw: st.DrawFn) -> Case:
     """sdpa_with_kv_cache over a KV-cache session (prefill, decode, chunks, reset, overflow).
 
     Grouped-query heads (Hq = group * Hkv), head dims of any size, caches from a few rows to
-    past two 64-row splits; q scaled up now and then for a sharper softmax.
+    past two 64-row splits; q scaled up now and then for a sharper softmax. A quarter of the
+    cases have a long cache (`LONG_CACHES`) and decode at a long context first.
     """
     seed = draw(seeds())
     rng = np.random.default_rng(seed)
-    kv_heads, group = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    dim = draw(st.sampled_from([1, 3, 4, 8, 16, 33, 64, 72]))
-    cache_rows = draw(st.one_of(st.integers(1, 40), st.sampled_from([63, 64, 65, 129, 140])))
-    max_seq = draw(st.integers(1, min(cache_rows, 24)))
+    # A quarter of the cases: a long cache (up to 4096 rows), decoded at contexts around the
+    # multiples of 2048 (32 and 64 splits of the decode route, +-1 row): few heads, small D.
+    long = draw(st.integers(0, 3)) == 3  # the simplest draw (0) stays short
+    kv_heads, group = draw(st.integers(1, 2 if long else 3)), draw(st.integers(1, 2 if long else 3))
+    dim = draw(st.sampled_from([1, 4, 8, 16] if long else [1, 3, 4, 8, 16, 33, 64, 72]))
+    if long:
+        cache_rows = draw(st.sampled_from(LONG_CACHES))
+    else:
+        cache_rows = draw(st.one_of(st.integers(1, 40), st.sampled_from([63, 64, 65, 129, 140])))
+    max_seq = draw(st.integers(1, min(cache_rows, 8 if long else 24)))
     sharp = draw(st.sampled_from([1.0, 1.0, 4.0]))
     b = GraphBuilder()
     q = b.input("q", "float32", [1, max_seq, kv_heads * group, dim])
@@ -441,6 +459,12 @@ def sdpa_cases(draw: st.DrawFn) -> Case:
             scale=None if scale is None else b.float(scale, "scale"),
         )
     )
+    schedule = draw(kv_steps(cache_rows, max_seq))
+    # A decode step at a long context first, whatever the session does next (nearly always:
+    # the shrinker may drop it, as its draw's simplest value does).
+    if long and draw(st.integers(0, 7)) != 0:
+        context = draw(st.sampled_from([c for c in LONG_CONTEXTS if c <= cache_rows]))
+        schedule.insert(0, (1, context - 1))
     steps: list[StepInputs] = [
         {
             "q": float_array(rng, [1, seq, kv_heads * group, dim], sharp),
@@ -448,7 +472,7 @@ def sdpa_cases(draw: st.DrawFn) -> Case:
             "v": float_array(rng, [1, seq, kv_heads, dim]),
             "input_pos": position,
         }
-        for seq, position in draw(kv_steps(cache_rows, max_seq))
+        for seq, position in schedule
     ]
     case = Case(b.build(), steps, name="sdpa", meta={"seed": seed, "family": "sdpa"})
     # Last: the shape draws stay where they were; f16 data are the f32 data rounded.

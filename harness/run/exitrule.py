@@ -17,6 +17,9 @@ Required coverage cells are those the run can reach on purpose:
   ones where a device lacks f16 (`harness.check.coverage.available_cells`), and less `fold`
   unless the plan ran a chunk of the op's own family under a lowered workgroup limit (such
   a chunk draws its cases to fold that op's grid: `harness.run.chunks.chunk_cases`).
+- A profile's `full_budget_cells` (pr: the long paths of `pr_regimes`, such as the q4 GEMV's
+  main loop) are required only of a family that ran the profile's whole per-family example
+  budget: a share of its cases reaches them, which a run of a few examples may not.
 - The cells are judged only on a complete run of every shard: a run stopped early, or one
   shard of several, has not had the chance to fill them.
 
@@ -45,10 +48,12 @@ REQUIRED_COVERAGE_HELP = (
     "profile's coverage cells of the ops its families are the own family of (`parity list` "
     "names each op's; dag, attention, decoder and random answer for none, since they reach "
     "an op's variants only by chance): pr a folded grid of each op whose family ran a chunk "
-    "under the lowered limit, nightly every regime and kernel variant the op's model names "
-    "(f16 ones only where both devices offer f16). A run with no unexpected divergence "
-    "that leaves one empty exits 4 (coverage short), and its last lines, summary.json and "
-    "the report's title name the cells and the examples that would fill them."
+    "under the lowered limit and, of a family that ran its whole budget, the long paths its "
+    "model names (the q4 GEMV's main loop), nightly every regime and kernel variant the "
+    "op's model names (f16 ones only where both devices offer f16). A run with no "
+    "unexpected divergence that leaves one empty exits 4 (coverage short), and its last "
+    "lines, summary.json and the report's title name the cells and the examples that would "
+    "fill them."
 )
 CLEAN_TITLE = "no unexpected divergence"
 DIVERGENT_TITLE = "unexpected divergences found"
@@ -124,14 +129,23 @@ def required_cells(
         adapters: per backend, the runtime's `info()` (its `shader_f16` decides the f16
             cells).
     """
-    wanted = PROFILES[profile].required_coverage if profile in PROFILES else {}
+    chosen = PROFILES.get(profile) if profile is not None else None
+    wanted = chosen.required_coverage if chosen is not None else {}
     folding = {c.family for c in plan if c.max_workgroups_per_dim}
+    examples: dict[str, int] = {}
+    for chunk in plan:
+        examples[chunk.family] = examples.get(chunk.family, 0) + chunk.max_examples
     required: dict[str, tuple[str, ...]] = {}
-    for family in dict.fromkeys(c.family for c in plan):
+    for family, ran in examples.items():
         if family not in FAMILIES:  # a record of a family since renamed: nothing to require
             continue
+        # Cells the family's examples may not reach: a fold without a fold chunk, a long path
+        # short of the profile's whole budget.
+        skip = set() if family in folding else {"fold"}
+        if chosen is not None and ran < chosen.max_examples:
+            skip |= chosen.full_budget_cells
         for op in sorted(covered_ops(family)):
-            cells = tuple(c for c in wanted.get(op, ()) if c != "fold" or family in folding)
+            cells = tuple(c for c in wanted.get(op, ()) if c not in skip)
             if cells:
                 required[op] = cells
     return available_cells(required, adapters)

@@ -9,7 +9,10 @@ harness/run/plan.py), each its own seeded search, so that a sharded run finds wh
 one does. In `pr`, every `fold_every`-th chunk of each family runs under a lowered
 workgroups-per-dimension limit (`fold_limit`), so the backends' 2-D grid folds, which a
 device's own limit (65535 and up) never reaches, are tested on every PR; the test suite's
-generated tests do the same (tests/diff/test_parity.py).
+generated tests do the same (tests/diff/test_parity.py). `pr` also requires the long paths
+the op models name (`pr_regimes`: the q4 GEMV's main loop, a decode at a long context, long
+rows, the flat elementwise kernels over several workgroups), which a quarter of their
+families' cases reach, of a family that ran its whole budget (issue 20).
 
 `parity run` shrinks each distinct bug on its own, in the order the bugs were found (bugs not
 shrunk before in the process first), after its chunk's search, and reports each on the
@@ -59,6 +62,9 @@ class Profile:
     chunk_examples: int = 50  # examples per chunk of `parity run`'s work plan
     steer: bool = False  # `parity run` feeds target() with the case's error/budget utilization
     required_coverage: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Cells required only of a family that ran the profile's whole example budget
+    # (`max_examples`): paths a share of its cases reaches, which a shorter run may miss.
+    full_budget_cells: frozenset[str] = frozenset()
     fold_every: int | None = None  # every k-th chunk of a family runs under `fold_limit`
     fold_limit: int | None = None  # workgroups per grid dimension in those chunks
     shrink_budget_s: float = 120.0  # seconds of shrinking per process, over the whole run
@@ -100,6 +106,18 @@ _FOLD_CELLS: dict[str, tuple[str, ...]] = {
     op: ("fold",) for op, model in sorted(MODELS.items()) if model.kernels
 }
 
+# Per op, the long paths of its kernels (`pr_regimes` of its model: a GEMV's main loop...)
+# that a share of its family's cases reaches within pr's time (harness/ops/linear_q4gsw.py).
+# pr requires them of a family that ran its whole budget (30 examples), beside the fold.
+_PR_REGIMES: dict[str, tuple[str, ...]] = {
+    op: tuple(getattr(model, "pr_regimes", ())) for op, model in sorted(MODELS.items())
+}
+_PR_CELLS: dict[str, tuple[str, ...]] = {
+    op: (*_FOLD_CELLS.get(op, ()), *_PR_REGIMES[op])
+    for op in MODELS
+    if _FOLD_CELLS.get(op) or _PR_REGIMES[op]
+}
+
 PROFILES = {
     "quick": Profile(
         "quick",
@@ -116,7 +134,8 @@ PROFILES = {
         derandomize=True,
         keep_database=False,
         chunk_examples=15,
-        required_coverage=_FOLD_CELLS,
+        required_coverage=_PR_CELLS,
+        full_budget_cells=frozenset(c for cells in _PR_REGIMES.values() for c in cells),
         fold_every=2,
         fold_limit=FOLD_LIMIT,
         # A reviewer reads the first shrunk finding within a minute, the run ends in minutes.

@@ -2,8 +2,22 @@
 
 from __future__ import annotations
 
-from harness.check.coverage import MULTIPLES, Coverage, missing_cells, size_regimes, transition
-from harness.model import model_dtypes
+import numpy as np
+
+from harness.check.coverage import (
+    MULTIPLES,
+    WORKGROUP_STEPS,
+    Coverage,
+    is_half_precision_cell,
+    max_state,
+    missing_cells,
+    op_regimes,
+    size_regimes,
+    transition,
+    workgroups_regimes,
+)
+from harness.gen.builder import GraphBuilder
+from harness.model import LiveState, model_dtypes, q4, workgroups_regime
 from harness.ops import MODELS
 from harness.run.profiles import PROFILES
 
@@ -60,7 +74,9 @@ def test_nightly_requires_every_ops_declared_regimes_and_kernels() -> None:
         half = ("dtype=float16",) if "float16" in model_dtypes(op) and model.kernels else ()
         assert required[op] == (*model.required_regimes, *model.kernels, *half), op
         # A regime only the op's own `regimes` can name needs that method (no typo'd tag).
-        own = set(model.required_regimes) - GENERIC_TAGS
+        # `<variant>:workgroups>=N` comes from the dispatches, for any op's own variants.
+        spans = {workgroups_regime(k, n) for k in model.kernels for n in WORKGROUP_STEPS}
+        own = set(model.required_regimes) - GENERIC_TAGS - spans
         assert not own or hasattr(model, "regimes"), f"{op}: no model tags {sorted(own)}"
         assert "size=1" in model.required_regimes, f"{op}: live size 1 is every op's edge"
 
@@ -83,3 +99,49 @@ def test_fold_is_not_required_of_foreign_kernels_that_declare_no_fold() -> None:
     again = Coverage()
     again.merge(Coverage(coverage.to_json()).to_json())
     assert again.to_json()["rms_norm"]["webgpu"]["unfolding"] == ["rms_norm"]
+
+
+def _linear_regimes(k: int, group_size: int, m: int) -> set[str]:
+    """The coverage tags of a linear_q4gsw of width K at live M (N = 4)."""
+    b = GraphBuilder()
+    x = b.input("x", "float32", [2, k])
+    packed, scales = q4.quantize(np.ones((4, k)), group_size)
+    b.output(
+        b.op(
+            "linear_q4gsw",
+            out_dims=[2, 4],
+            x=x,
+            weight=b.constant("weight", packed),
+            scales=b.constant("scales", scales),
+            group_size=b.int(group_size, "group_size"),
+        )
+    )
+    graph = b.build()
+    (node,) = graph.ops
+    live = LiveState(graph, {t.name: t.dims for t in graph.tensors()}, {})
+    live.dims["x"] = (m, k)
+    return op_regimes(node, live, max_state(graph), None)[1]
+
+
+def test_the_gemv_main_loop_cell_is_the_step_that_runs_it() -> None:
+    """`gemv_main_loop`: the GEMV route (M = 1, K and the group size whole words) with more
+    than 3 x 64 words per row (K > 1536), as wgsl/q4gsw_gemv.wgsl's `full_end` decides."""
+    assert "gemv_main_loop" not in _linear_regimes(1536, 32, 1)
+    assert "gemv_main_loop" in _linear_regimes(1544, 32, 1)
+    assert "gemv_main_loop" in _linear_regimes(8192, 24, 1)
+    assert "gemv_main_loop" not in _linear_regimes(8192, 32, 2)  # the GEMM
+    assert "gemv_main_loop" not in _linear_regimes(2044, 4, 1)  # no GEMV built
+    assert "K>=2048" in _linear_regimes(2048, 32, 2)
+    assert "K>=2048" not in _linear_regimes(2040, 32, 1)
+    assert "gemv_main_loop" in PROFILES["pr"].required_coverage["linear_q4gsw"]
+
+
+def test_workgroup_spans_are_tags_of_the_kernel_variant_that_ran() -> None:
+    """`<variant>:workgroups>=N` from a dispatch's own workgroup count (a foreign kernel's
+    size, not the project's); f16 variants' tags are half-precision cells."""
+    assert workgroups_regimes("mul_flat", 1) == set()
+    assert workgroups_regimes("mul_flat", 3) == {"mul_flat:workgroups>=2"}
+    assert workgroups_regimes("mul_flat", 4) == {"mul_flat:workgroups>=2", "mul_flat:workgroups>=4"}
+    assert is_half_precision_cell("mul_flat_f16:workgroups>=4")
+    assert not is_half_precision_cell("mul_flat:workgroups>=4")
+    assert "mul_flat:workgroups>=4" in PROFILES["pr"].required_coverage["mul"]

@@ -47,11 +47,37 @@ def test_every_op_is_answered_for_by_exactly_one_family() -> None:
 def test_fold_is_required_only_of_a_family_that_ran_a_chunk_under_a_lowered_limit() -> None:
     # One chunk of 15 examples: none under the limit (the run the process used to fail).
     assert required_cells("pr", _pr_plan(["mul"], 15), F16) == {}
-    assert required_cells("pr", _pr_plan(["mul"]), F16) == {"mul": ("fold",)}
+    assert required_cells("pr", _pr_plan(["mul"]), F16) == {
+        "mul": ("fold", "mul_flat:workgroups>=4")
+    }
     # An explicit limit on every chunk: under a profile that requires no fold, none.
     plan = make_plan(["mul"], 0, 10, 10, max_workgroups_per_dim=4)
     assert required_cells("quick", plan, F16) == {}
     assert required_cells("pr", plan, F16) == {"mul": ("fold",)}
+
+
+def test_long_paths_are_required_only_of_a_family_that_ran_the_whole_pr_budget() -> None:
+    # Issue 20: a share of linear_q4gsw's cases runs the GEMV's main loop (K > 1536); pr's 30
+    # examples reach it, a run of 15 may not (and runs no fold chunk either).
+    assert required_cells("pr", _pr_plan(["linear_q4gsw"]), F16) == {
+        "linear_q4gsw": ("fold", "gemv_main_loop")
+    }
+    assert required_cells("pr", _pr_plan(["linear_q4gsw"], 15), F16) == {}
+    plan = make_plan(["linear_q4gsw"], 0, 10, 10, max_workgroups_per_dim=4)
+    assert required_cells("pr", plan, F16) == {"linear_q4gsw": ("fold",)}
+    assert (
+        "gemv_main_loop"
+        in required_cells("nightly", _nightly_plan(["linear_q4gsw"]), F16)["linear_q4gsw"]
+    )
+    # And sdpa's decode at a long context (the split-K route over 32 splits or more),
+    # rms_norm's long rows, the flat elementwise kernels past 4 workgroups of their size,
+    # fused_sdpa's long softmax rows.
+    assert required_cells("pr", _pr_plan(["sdpa", "rms_norm", "mul", "fused_sdpa"]), F16) == {
+        "sdpa_with_kv_cache": ("fold", "context>=2048"),
+        "rms_norm": ("fold", "width>=4096"),
+        "mul": ("fold", "mul_flat:workgroups>=4"),
+        "fused_sdpa": ("fold", "kv_len>=2048"),
+    }
 
 
 def test_cells_only_another_family_reaches_by_chance_are_not_required() -> None:
@@ -101,7 +127,8 @@ def _judge(
 
 
 def test_the_exit_status_and_title_follow_one_rule() -> None:
-    folded, unfolded = _coverage("mul", ["fold"]), _coverage("mul", ["size=1"])
+    wide = "mul_flat:workgroups>=4"  # pr's other cell of mul, filled in both
+    folded, unfolded = _coverage("mul", ["fold", wide]), _coverage("mul", ["size=1", wide])
     clean = _judge(folded)
     assert (clean.exit_status, clean.title, clean.missing) == (
         ExitStatus.CLEAN,
