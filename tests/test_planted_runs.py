@@ -287,8 +287,8 @@ def test_pr_run_finds_a_bug_on_a_long_path(
     dropping its 32nd split (only at contexts past 1984); the rms_norm kernels' sums of squares
     stopping after 2048 elements (only in longer rows); the flat mul reading b modulo 1024 (wrong
     past 4 workgroups of 256 invocations); fused_sdpa's softmax normalizing by a row's first
-    2048 exps. A pr run of the family finds each
-    (it exited 0 before the families drew such sizes)."""
+    1024 exps (only at L past 1024; the family's long cases have L of 2048 to 4096). A pr
+    run of the family finds each (it exited 0 before the families drew such sizes)."""
     planted = plant(tmp_path / "wgsl")
     out = tmp_path / "run"
     status = _run(
