@@ -17,6 +17,7 @@ unavailable, never as a failed run.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from graph_format import F16_SUFFIX, Graph, OpNode, TensorValue
 from harness.check.contract import ContractModel, ModelStep
 from harness.gen.case import Case
 from harness.model import LiveState, op_dtype, workgroups_regime
-from harness.ops import model_for
+from harness.ops import MODELS, model_for
 
 # Workgroup and tile sizes of the kernels (4: vec4 / GEMM tiles, 8: q4 words, 64: workgroups).
 MULTIPLES = (4, 8, 64)
@@ -103,8 +104,25 @@ def dtype_regime(dtype: str) -> str:
 
 def is_half_precision_cell(cell: str) -> bool:
     """Whether a coverage cell can only be filled by an f16 case: the `dtype=float16` tag
-    or a kernel variant of an `_f16` slot (or a tag of one, `<variant>:workgroups>=N`)."""
-    return cell == dtype_regime("float16") or cell.split(":")[0].endswith(F16_SUFFIX)
+    or a kernel variant of an `_f16` slot, or of a slot whose tensors are f16 without the
+    suffix (`q4gsw_gemm_f16acc`), or a tag of one (`<variant>:workgroups>=N`)."""
+    variant = cell.split(":")[0]
+    return (
+        cell == dtype_regime("float16")
+        or variant.endswith(F16_SUFFIX)
+        or variant in _half_precision_variants()
+    )
+
+
+@functools.cache
+def _half_precision_variants() -> frozenset[str]:
+    """Every kernel variant that binds an f16 tensor (its kernels run only in f16 graphs)."""
+    return frozenset(
+        spec.name
+        for model in MODELS.values()
+        for spec in model.kernels.values()
+        if any("f16" in binding.element for binding in spec.tensors)
+    )
 
 
 def available_cells(

@@ -535,6 +535,10 @@ def linear_q4gsw_cases(draw: st.DrawFn) -> Case:
     # GEMV's main loop runs.
     if draw(st.integers(0, 3)) == 3:
         n, k, group_size, groups = draw(long_q4gsw_shapes())
+        # Accumulating in f16 over K > 1536, the rigorous bound (K f16 roundings) lies above
+        # every output: such a case is degenerate (seen on an H200's nightly run), so long
+        # reductions accumulate in f32 until a statistical tier can judge them (issue 20).
+        bits = 32
         lead_max = [draw(st.integers(1, 2)) for _ in range(rank)]
         if modes[0] != _ONES and draw(st.integers(0, 7)) != 0:
             modes = [_ONES, *modes]
