@@ -17,7 +17,7 @@ are refused (`InputError` reason "broadcast").
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from hypothesis import strategies as st
@@ -259,49 +259,17 @@ WIDE_WIDTHS = (1024, 1025, 2049, 4096)
 GRAPH_SCALARS = (3.0, -0.5, 0.1, 2.0)
 
 
-@st.composite
-def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
-    """add or mul of two inputs that broadcast against each other in varied patterns.
-
-    Per output dim each input either follows the live size, is always 1 (broadcasts), or
-    switches between 1 and the live size from step to step (so the kernel variant flips
-    between flat and broadcast at run time). An input may also have fewer dims. A quarter
-    of the cases are wide (`WIDE_WIDTHS`): two inputs of one shape, 1024 to 65536 elements,
-    past 4 workgroups of 256 invocations (a foreign kernel's size; 16 of the project's 64).
-    """
-    seed = draw(seeds())
-    rng = np.random.default_rng(seed)
-    op = op or draw(st.sampled_from(["add", "mul"]))
-    wide = draw(st.integers(0, 3)) == 3  # a quarter; the simplest draw (0) stays narrow
-    leading = draw(leading_dims(max_rank=2, max_size=4) if wide else leading_dims(max_rank=3))
-    width = draw(
-        st.sampled_from(WIDE_WIDTHS)
-        if wide
-        else st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64]))
-    )
-    out_dims = [*leading, DynamicDim(width, False)]
-    # The first input has every dim; the second may have fewer (it aligns on the right). A
-    # wide case has two inputs of one shape: the flat kernel over many workgroups.
-    ranks = [len(out_dims), len(out_dims) if wide else draw(st.integers(1, len(out_dims)))]
-    modes = [
-        [
-            _FOLLOW if wide else draw(st.sampled_from([_FOLLOW, _FOLLOW, _ONE, _EITHER]))
-            for _ in range(rank)
-        ]
-        for rank in ranks
-    ]
-    # Some input must reach each dim's max, or the output would not have the max dims.
-    offset = len(out_dims) - ranks[1]
-    for i in range(len(out_dims)):
-        second = modes[1][i - offset] if i >= offset else _ONE
-        if modes[0][i] == _ONE and second == _ONE:
-            modes[0][i] = _FOLLOW
-    shapes: list[list[list[int]]] = []  # per step, each input's live dims
+def _binary_step_shapes(
+    draw: st.DrawFn, leading: Sequence[DynamicDim], width: int, modes: list[list[str]]
+) -> list[list[list[int]]]:
+    """Per step, each input's live dims: the leading dims step by step, each input's dims
+    following them, 1, or either (`modes`)."""
+    shapes: list[list[list[int]]] = []
     for lead in draw(step_dims(leading)):
         live_out = [*lead, width]
         step_shapes = []
         for dims_modes in modes:
-            offset = len(out_dims) - len(dims_modes)
+            offset = len(live_out) - len(dims_modes)
             live = []
             for j, m in enumerate(dims_modes):
                 size = live_out[offset + j]
@@ -310,6 +278,48 @@ def binary_cases(draw: st.DrawFn, op: str | None = None) -> Case:
                 live.append(size)
             step_shapes.append(live)
         shapes.append(step_shapes)
+    return shapes
+
+
+@st.composite
+def binary_cases(draw: st.DrawFn, op: str | None = None, wide: bool = True) -> Case:
+    """add or mul of two inputs that broadcast against each other in varied patterns.
+
+    Per output dim each input either follows the live size, is always 1 (broadcasts), or
+    switches between 1 and the live size from step to step (so the kernel variant flips
+    between flat and broadcast at run time). An input may also have fewer dims. A quarter
+    of the cases are wide (`WIDE_WIDTHS`): two inputs of one shape, 1024 to 65536 elements,
+    past 4 workgroups of 256 invocations (a foreign kernel's size; 16 of the project's 64);
+    none with `wide` off.
+    """
+    seed = draw(seeds())
+    rng = np.random.default_rng(seed)
+    op = op or draw(st.sampled_from(["add", "mul"]))
+    leading = draw(leading_dims(max_rank=3))
+    width = draw(st.one_of(st.integers(1, 8), st.sampled_from([16, 33, 64])))
+    out_dims = [*leading, DynamicDim(width, False)]
+    # The first input has every dim; the second may have fewer (it aligns on the right).
+    ranks = [len(out_dims), draw(st.integers(1, len(out_dims)))]
+    modes = [
+        [draw(st.sampled_from([_FOLLOW, _FOLLOW, _ONE, _EITHER])) for _ in range(rank)]
+        for rank in ranks
+    ]
+    # Some input must reach each dim's max, or the output would not have the max dims.
+    offset = len(out_dims) - ranks[1]
+    for i in range(len(out_dims)):
+        second = modes[1][i - offset] if i >= offset else _ONE
+        if modes[0][i] == _ONE and second == _ONE:
+            modes[0][i] = _FOLLOW
+    shapes = _binary_step_shapes(draw, leading, width, modes)
+    # After them, a quarter of the cases are wide: two inputs of one shape (the flat kernel
+    # over many workgroups). Drawn last, so that its simplest value (0, narrow) leaves the
+    # case above as it was drawn, and shrinking can drop it.
+    if wide and draw(st.integers(0, 3)) == 3:
+        leading = draw(leading_dims(max_rank=2, max_size=4))
+        width = draw(st.sampled_from(WIDE_WIDTHS))
+        out_dims = [*leading, DynamicDim(width, False)]
+        modes = [[_FOLLOW] * len(out_dims), [_FOLLOW] * len(out_dims)]
+        shapes = _binary_step_shapes(draw, leading, width, modes)
     dtype = draw(case_dtypes([op]))  # last: the shape draws stay where they were
     b = GraphBuilder()
     names = []

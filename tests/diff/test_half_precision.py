@@ -151,7 +151,9 @@ def test_generation_finds_the_f16_accumulation_and_keeps_it_f16(runner: Lockstep
         "vulkan",
         "float16",
     ), outcome.error
-    assert outcome.bug.kind in ("numeric", "nan_inf")
+    # Over budget, or (the exact tier, issue 20) a bit difference from WebGPU's kernel, which
+    # it shows even in rows too short for the budget to see.
+    assert outcome.bug.kind in ("numeric", "nan_inf", "bit_mismatch")
 
 
 def test_an_f16_read_of_slack_poison_is_a_stale_read(runner: LockstepRunner) -> None:
