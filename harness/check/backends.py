@@ -87,16 +87,14 @@ def open_runtime(
             allow_adapters=allow_adapters,
             implementation=webgpu_implementation(name),
         )
-    if api == "vulkan":
-        from vulkan_ref import VulkanRuntime
+    from vulkan_ref import VulkanRuntime  # the only other API runtime_api knows
 
-        return VulkanRuntime(
-            shader_dir=shader_dir,
-            max_workgroups_per_dim=max_workgroups_per_dim,
-            manifest=manifest,
-            allow_adapters=allow_adapters,
-        )
-    raise ValueError(f"unknown backend {name!r}; choose from {BACKENDS}")
+    return VulkanRuntime(
+        shader_dir=shader_dir,
+        max_workgroups_per_dim=max_workgroups_per_dim,
+        manifest=manifest,
+        allow_adapters=allow_adapters,
+    )
 
 
 def open_runtimes(

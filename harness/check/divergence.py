@@ -8,6 +8,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from graph_format import runtime_api
+
 
 class Kind(StrEnum):
     """Failure classes, from docs/design.md §6 and issue "Harness depth" item 3."""
@@ -235,7 +237,7 @@ def blame_of(bad: Collection[str], backends: Sequence[str]) -> str:
 def blame_meaning(blame: str, backends: Sequence[str]) -> str:
     """What a blame says about where the bug is, in a run of `backends`, when several WebGPU
     implementations ran (the same WGSL on each); "" otherwise."""
-    webgpu = [b for b in backends if b.startswith("webgpu")]
+    webgpu = [b for b in backends if runtime_api(b) == "webgpu"]
     named = blamed_backends(blame, backends)
     if len(webgpu) < 2 or not named or not set(named) <= set(webgpu):
         return ""

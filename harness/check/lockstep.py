@@ -354,10 +354,11 @@ class _CaseRun:
             numeric += local + (ends if not local else [])
         div += oracles.merge_blame(numeric, [rt.name for rt in self.runner.runtimes])
         if self.runner.per_op and len(results) > 1:
+            produced = {n: {**r.outputs, **r.tensors} for n, r in results.items()}
             bits = oracles.compare_bits(
                 graph,
                 list(results),
-                {n: {**r.outputs, **r.tensors} for n, r in results.items()},
+                produced,
                 seen,
                 {n: r.symints for n, r in results.items()},
                 {n: r.dispatches for n, r in results.items()},
@@ -376,7 +377,7 @@ class _CaseRun:
             div += oracles.check_exact(
                 index,
                 [c for c in bits if c.op not in over],
-                {n: {**r.outputs, **r.tensors} for n, r in results.items()},
+                produced,
                 refs,
                 {n: record.backends[n].utilization for n in results},
                 [rt.name for rt in self.runner.runtimes],

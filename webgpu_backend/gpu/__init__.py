@@ -32,26 +32,20 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from graph_format import WEBGPU_IMPLEMENTATIONS, webgpu_runtime_name
+from graph_format import webgpu_runtime_name
 
 # How a kernel sees each of its bindings, by binding index: ("storage_rw" | "storage_ro" |
 # "uniform"), as `webgpu_backend.binding.Layout`.
 Layout = tuple[tuple[int, str], ...]
 
-# The implementations, the default first. wgpu is the default: it runs in process with no
-# other program than node (which reflection needs anyway), on every Vulkan driver the
-# Vulkan runtime runs on; dawn needs a lavapipe of Mesa 25 or a GPU driver, chrome a browser.
-IMPLEMENTATIONS = WEBGPU_IMPLEMENTATIONS
+# The implementations are `graph_format.WEBGPU_IMPLEMENTATIONS`, the default (wgpu) first:
+# it runs in process with no other program than node (which reflection needs anyway), on
+# every Vulkan driver the Vulkan runtime runs on; dawn needs a lavapipe of Mesa 25 or a GPU
+# driver, chrome a browser. Each runtime's name is `graph_format.webgpu_runtime_name`'s.
 
-
-def backend_name(implementation: str) -> str:
-    """The runtime's (and the harness's backend) name for an implementation: `webgpu` for
-    wgpu-native, `webgpu-dawn`, `webgpu-chrome` (`graph_format.webgpu_runtime_name`).
-
-    Raises:
-        ValueError: an unknown implementation.
-    """
-    return webgpu_runtime_name(implementation)
+# The Vulkan loader's driver-selection variables: set, they can hide every Vulkan driver
+# (wgpu says so when it finds none), and the dawn host's environment replaces them.
+DRIVER_VARIABLES = ("VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES")
 
 
 class BufferUsage(StrEnum):
@@ -144,7 +138,7 @@ class Implementation(ABC):
 
     Attributes:
         name: `wgpu`, `dawn` or `chrome`.
-        backend: the runtime's name for reports and blame (`backend_name`).
+        backend: the runtime's name for reports and blame (`webgpu_runtime_name`).
         facts: the adapter, for reports.
         limits: the device's limits by WebGPU name (`max-compute-workgroups-per-dimension`,
             `min-storage-buffer-offset-alignment`, ...), as requested (`max-buffer-size` and
@@ -235,7 +229,7 @@ def open_implementation(name: str = "wgpu") -> Implementation:
             install (node and the npm package for dawn, a browser for chrome, a driver).
         ValueError: an unknown implementation.
     """
-    backend_name(name)  # refuses an unknown name
+    webgpu_runtime_name(name)  # refuses an unknown name
     return _open(name)
 
 
@@ -261,7 +255,7 @@ def _open(name: str) -> Implementation:
 
 
 __all__ = [
-    "IMPLEMENTATIONS",
+    "DRIVER_VARIABLES",
     "AdapterFacts",
     "BindEntry",
     "BufferUsage",
@@ -273,6 +267,5 @@ __all__ = [
     "Implementation",
     "Launch",
     "Layout",
-    "backend_name",
     "open_implementation",
 ]

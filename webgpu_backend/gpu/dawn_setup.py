@@ -21,16 +21,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from webgpu_backend import reflection
+from webgpu_backend.gpu import DRIVER_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 # The one file that pins the npm packages of the remote implementations.
 VERSIONS = Path(__file__).with_name("host") / "versions.json"
 # Where scripts/setup.sh unpacks a lavapipe for dawn when the system's drivers give it none.
 MESA_DIR = ROOT / ".cache" / "mesa"
-# The Vulkan loader's variables that choose the driver manifests; the private manifest
-# replaces them all in the dawn host's environment (VK_DRIVER_FILES wins over
-# VK_ICD_FILENAMES in loaders from 1.3.207 on, so an inherited one must not stay).
-_DRIVER_VARIABLES = ("VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES")
 
 
 def pinned_webgpu_version() -> str:
@@ -86,7 +83,9 @@ def dawn_environment(
     env = dict(os.environ if base is None else base)
     icd = private_icd(mesa_dir)
     if icd is not None:
-        for name in _DRIVER_VARIABLES:
+        # The private manifest replaces every driver variable: VK_DRIVER_FILES wins over
+        # VK_ICD_FILENAMES in loaders from 1.3.207 on, so an inherited one must not stay.
+        for name in DRIVER_VARIABLES:
             env.pop(name, None)
         env["VK_ICD_FILENAMES"] = str(icd)
     return env

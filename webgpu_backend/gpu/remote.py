@@ -39,7 +39,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from graph_format import DeviceError, KernelBuildError
+from graph_format import DeviceError, KernelBuildError, webgpu_runtime_name
 from webgpu_backend.gpu import (
     AdapterFacts,
     BindEntry,
@@ -52,7 +52,6 @@ from webgpu_backend.gpu import (
     Implementation,
     Launch,
     Layout,
-    backend_name,
 )
 
 HOST_DIR = Path(__file__).resolve().parent / "host"
@@ -134,7 +133,7 @@ class RemoteImplementation(Implementation):
 
     def __init__(self, name: str, transport: Transport, opened: Message, api: str) -> None:
         self.name = name
-        self.backend = backend_name(name)
+        self.backend = webgpu_runtime_name(name)
         self._transport = transport
         facts = opened["facts"]
         info: dict[str, str] = facts["info"]

@@ -21,8 +21,10 @@ from graph_format import (
     DeviceError,
     KernelBuildError,
     pick_adapter,
+    webgpu_runtime_name,
 )
 from webgpu_backend.gpu import (
+    DRIVER_VARIABLES,
     AdapterFacts,
     BindEntry,
     BufferUsage,
@@ -34,7 +36,6 @@ from webgpu_backend.gpu import (
     Implementation,
     Launch,
     Layout,
-    backend_name,
 )
 
 _BUFFER_TYPES = {
@@ -53,9 +54,6 @@ _USAGES = {
 # Limits raised to the adapter's maximum so that benchmark-sized weights fit in one binding.
 RAISED_LIMITS = ("max-storage-buffer-binding-size", "max-buffer-size")
 
-# The Vulkan loader's driver-selection variables: set, they can hide every Vulkan driver.
-_DRIVER_VARIABLES = ("VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES")
-
 # Adapter kinds, most preferred first (the ranking of graph_format's `pick_adapter`).
 _PREFERENCE = ("DiscreteGPU", "IntegratedGPU", "VirtualGPU", "CPU")
 
@@ -67,7 +65,7 @@ class WgpuImplementation(Implementation):
     name = "wgpu"
 
     def __init__(self, adapter: GPUAdapter, device: GPUDevice, f16_unavailable: str) -> None:
-        self.backend = backend_name(self.name)
+        self.backend = webgpu_runtime_name(self.name)
         self.adapter = adapter
         self.device = device
         self.queue = device.queue
@@ -113,7 +111,7 @@ class WgpuImplementation(Implementation):
             # WebGPU is checked against the Vulkan runtime on the same adapter: wgpu's
             # fallback to another API (OpenGL when no Vulkan driver loads) would compare
             # other drivers.
-            hidden = [f"{n}={os.environ[n]}" for n in _DRIVER_VARIABLES if os.environ.get(n)]
+            hidden = [f"{n}={os.environ[n]}" for n in DRIVER_VARIABLES if os.environ.get(n)]
             raise BackendUnavailable(
                 f"webgpu: wgpu offers {adapter.info.get('device', '?')!r} only through "
                 f"{through}, not Vulkan{' (with ' + ', '.join(hidden) + ')' if hidden else ''}: "
