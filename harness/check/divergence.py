@@ -25,6 +25,8 @@ class Kind(StrEnum):
     NUMERIC = "numeric"  # error above the derived budget
     NAN_INF = "nan_inf"  # another class than the reference: non-finite vs finite, +-inf, NaN
     BIT_MISMATCH = "bit_mismatch"  # a pair declared to round alike does not (exact tier)
+    # within the rigorous budget, over the statistical tier's bound (docs/oracles.md)
+    NUMERIC_SUSPECT = "numeric_suspect"
     VALIDATION = "validation"  # a validation-layer or API validation message
     CRASH = "crash"  # an unexpected exception or a lost device
     DEGENERATE = "degenerate"  # the case itself proves nothing (constant inputs, zero outputs)
@@ -58,6 +60,7 @@ PRIORITY = {
             Kind.NAN_INF,
             Kind.NUMERIC,
             Kind.BIT_MISMATCH,
+            Kind.NUMERIC_SUSPECT,
         ]
     )
 }

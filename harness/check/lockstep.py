@@ -38,7 +38,7 @@ from graph_format.kernels import KernelEntry, KernelRequirementError
 from harness.check import oracles, timing
 from harness.check.contract import ModelStep, expected_build_error
 from harness.check.coverage import Coverage, max_state, op_regimes, workgroups_regimes
-from harness.check.divergence import Divergence, primary
+from harness.check.divergence import Divergence, Kind, primary
 from harness.check.reference import ReferenceEvaluator
 from harness.check.steps import StepLoop, StepRun, backend_kernels, intermediates, states
 from harness.gen.case import Case, StepInputs
@@ -100,9 +100,28 @@ class CaseResult:
 
     @property
     def max_utilization(self) -> float:
-        """Largest error/budget ratio seen in any finite comparison."""
+        """Largest error/budget ratio seen in any finite comparison (rigorous budgets)."""
         values = [
-            u for s in self.steps for b in s.backends.values() for u in b.utilization.values()
+            u
+            for s in self.steps
+            for b in s.backends.values()
+            for key, u in b.utilization.items()
+            if not key.startswith(oracles.STATISTICAL_PREFIX)
+        ]
+        return max((u for u in values if np.isfinite(u)), default=0.0)
+
+    @property
+    def max_statistical_utilization(self) -> float:
+        """Largest error/bound ratio under the statistical tier, over the comparisons where
+        it is tighter than the rigorous budget (long reductions; 0 when there were none):
+        how near the tier came to a `numeric_suspect`."""
+        prefix = oracles.STATISTICAL_PREFIX
+        values = [
+            u
+            for s in self.steps
+            for b in s.backends.values()
+            for key, u in b.utilization.items()
+            if key.startswith(prefix)
         ]
         return max((u for u in values if np.isfinite(u)), default=0.0)
 
@@ -349,9 +368,10 @@ class _CaseRun:
                 index, graph, name, res.outputs, ref_values, ref_errors, util
             )
             # With per-op checks, an end-to-end failure is a finding of its own only when
-            # every op was within budget on its own inputs: the error then accumulated across
-            # ops beyond the propagated bound.
-            numeric += local + (ends if not local else [])
+            # every op was within its (rigorous) budget on its own inputs: the error then
+            # accumulated across ops beyond the propagated bound.
+            within = all(d.kind == Kind.NUMERIC_SUSPECT for d in local)
+            numeric += local + (ends if within else [])
         div += oracles.merge_blame(numeric, [rt.name for rt in self.runner.runtimes])
         if self.runner.per_op and len(results) > 1:
             produced = {n: {**r.outputs, **r.tensors} for n, r in results.items()}
@@ -373,7 +393,7 @@ class _CaseRun:
                 self.bits[key] = (max(self.bits.get(key, (0, None))[0], c.ulps), allowed)
             # An op over its budget is the numeric tier's finding; the exact tier speaks
             # where every backend is within it.
-            over = {d.op for d in numeric}
+            over = {d.op for d in numeric if d.kind != Kind.NUMERIC_SUSPECT}
             div += oracles.check_exact(
                 index,
                 [c for c in bits if c.op not in over],

@@ -43,7 +43,7 @@ from harness.check.divergence import (
     key_dtype,
 )
 from harness.check.reference import OpEvaluation, op_args
-from harness.model import ExpectedDispatch, arg_values, local_budget, op_dtype
+from harness.model import ExpectedDispatch, arg_values, local_budgets, op_dtype
 from harness.model.numerics import Comparison, compare
 from harness.ops import model_for
 
@@ -772,6 +772,40 @@ def numeric_divergence(
     )
 
 
+def suspect_divergence(
+    step: int, backend: str, op: str, tensor: str, hard: Comparison, statistical: Comparison
+) -> Divergence:
+    """A `numeric_suspect` finding: within the rigorous budget (`hard`), over the
+    statistical tier's bound (`statistical`); both utilizations go with it."""
+    return Divergence(
+        step,
+        Kind.NUMERIC_SUSPECT,
+        backend,
+        f"{backend}: {tensor!r} is {statistical.utilization:.3g}x over its statistical bound "
+        f"and at {hard.utilization:.3g} of its rigorous budget (max abs error "
+        f"{statistical.max_abs_error:.3g} at {statistical.worst_index})",
+        op=op,
+        tensor=tensor,
+        factor=statistical.utilization,
+        details={
+            "scope": "op",
+            "worst_index": statistical.worst_index,
+            "max_abs_error": statistical.max_abs_error,
+            "hard_utilization": hard.utilization,
+            "statistical_utilization": statistical.utilization,
+        },
+    )
+
+
+def statistical_key(key: str) -> str:
+    """The utilization key of an `op:tensor` comparison under the statistical tier, beside
+    its rigorous one (recorded only where the two tiers differ)."""
+    return f"{STATISTICAL_PREFIX}{key}"
+
+
+STATISTICAL_PREFIX = "stat:"
+
+
 def check_ops(
     step: int,
     graph: Graph,
@@ -806,30 +840,44 @@ def check_ops(
         args = op_args(graph, node, values, symints)
         known = shared.get(node.name) if shared is not None else None
         if known is not None and known.matches(args):
-            outs, budgets = known.outputs, known.budgets
+            outs, tiers = known.outputs, known.budgets
             args.update(known.state_after)  # the state as the reference updated it
         else:
             outs = model.reference(node, args)
-            budgets = local_budget(graph, node, args, outs)
+            tiers = local_budgets(graph, node, args, outs)
         checks = [
-            (node.outputs[slot], outs[slot], budgets[slot])
+            (node.outputs[slot], outs[slot], slot)
             for slot in node.outputs
             if isinstance(graph.values[node.outputs[slot]], TensorValue)
         ]
         # State the op updates in place (KV caches): after the step vs the reference's update.
         checks += [
-            (arg, args[slot], budgets.get(slot, np.zeros(1)))
+            (arg, args[slot], slot)
             for slot, arg in node.args.items()
             if isinstance(arg, str) and arg in states
         ]
-        for tensor, ref, budget in checks:
-            cmp = compare(observed[tensor], ref, budget)
-            utilization[f"{node.name}:{tensor}"] = cmp.utilization
+        for tensor, ref, slot in checks:
+            hard = tiers.hard.get(slot, _NO_ERROR)
+            cmp = compare(observed[tensor], ref, hard)
+            key = f"{node.name}:{tensor}"
+            utilization[key] = cmp.utilization
             if references is not None:
-                references[f"{node.name}:{tensor}"] = ref
+                references[key] = ref
             if not cmp.ok:
                 out.append(numeric_divergence(step, backend, node.name, tensor, cmp, "op"))
+                continue
+            statistical = tiers.statistical.get(slot, _NO_ERROR)
+            if statistical is hard:
+                continue
+            tight = compare(observed[tensor], ref, statistical)
+            utilization[statistical_key(key)] = tight.utilization
+            if not tight.ok:
+                out.append(suspect_divergence(step, backend, node.name, tensor, cmp, tight))
     return out
+
+
+# The budget of a state tensor an op's model gives none for: it must come back exact.
+_NO_ERROR = np.zeros(1)
 
 
 def check_outputs(
@@ -916,7 +964,7 @@ def merge_blame(divergences: list[Divergence], backends: Sequence[str]) -> list[
     merged: dict[tuple[Any, ...], Divergence] = {}
     rest: list[Divergence] = []
     for d in divergences:
-        if d.kind not in (Kind.NUMERIC, Kind.NAN_INF):
+        if d.kind not in (Kind.NUMERIC, Kind.NAN_INF, Kind.NUMERIC_SUSPECT):
             rest.append(d)
             continue
         key = (d.kind, d.op, d.tensor, d.details.get("scope"))

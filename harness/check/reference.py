@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from graph_format import Graph, OpNode, SymIntValue, TensorValue
-from harness.model import Args, local_budget
+from harness.model import Args, BudgetTiers, local_budgets
 from harness.ops import model_for
 
 # Random probes per op and error structure, and the multiple of the error scale an
@@ -98,13 +98,13 @@ class OpEvaluation:
         args: its arguments, state tensors as they were before the op.
         outputs: its reference outputs by slot.
         state_after: the state tensors it updated in place, by slot, after the update.
-        budgets: its local error budgets by slot (`OpModel.budget`).
+        budgets: its local error budgets by slot, both tiers (`harness.model.local_budgets`).
     """
 
     args: Args
     outputs: Mapping[str, Any]
     state_after: Mapping[str, np.ndarray]
-    budgets: Mapping[str, np.ndarray]
+    budgets: BudgetTiers
 
     def matches(self, args: Args) -> bool:
         """Whether `args` are these arguments bit for bit (so the op's reference and budget
@@ -208,9 +208,10 @@ class ReferenceEvaluator:
         }
         before = {slot: np.array(args[slot]) for slot in state_slots}  # the reference updates state
         outputs = model.reference(node, args)
-        local = local_budget(graph, node, args, outputs)
+        tiers = local_budgets(graph, node, args, outputs)
+        local = tiers.hard
         self.evaluations[node.name] = OpEvaluation(
-            {**args, **before}, outputs, {slot: args[slot] for slot in state_slots}, local
+            {**args, **before}, outputs, {slot: args[slot] for slot in state_slots}, tiers
         )
         carried = {
             slot: sigma[arg]

@@ -22,6 +22,7 @@ from hypothesis import currently_in_test_context, target
 from graph_format import Runtime
 from harness.check.divergence import BugKey, Divergence
 from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.check.oracles import STATISTICAL_PREFIX
 from harness.check.repeatability import Repeatability, classify, digest_case
 from harness.gen.case import Case
 
@@ -108,8 +109,8 @@ class CaseChecker:
         """
         result, repeat = self.run(case)
         if currently_in_test_context():
-            for op_type, utilization in utilization_by_op_type(case, result).items():
-                target(min(utilization, 1e6), label=f"{op_type} error/budget")
+            for label, utilization in utilization_by_op_type(case, result).items():
+                target(min(utilization, 1e6), label=label)
         if repeat is not None and not repeat.deterministic:
             raise exception_for(BugKey.nondeterministic(repeat.backends))(result, repeat)
         main = result.primary()
@@ -119,16 +120,22 @@ class CaseChecker:
 
 
 def utilization_by_op_type(case: Case, result: CaseResult) -> dict[str, float]:
-    """Largest finite error / budget ratio per op type over all steps and backends."""
+    """Largest finite error / budget ratio per op type over all steps and backends, by
+    `target()` label: `<op type> error/budget` for the rigorous budgets, `<op type>
+    error/statistical bound` for the statistical tier's (where it differs), so that a
+    steered run hunts both edges."""
     op_types = {node.name: node.op for node in case.graph.ops}
     best: dict[str, float] = {}
     for step in result.steps:
         for backend in step.backends.values():
             for key, value in backend.utilization.items():
-                op = key.split(":", 1)[0]
-                op_type = op_types.get(op, "graph")
+                tier = "error/budget"
+                if key.startswith(STATISTICAL_PREFIX):
+                    key, tier = key[len(STATISTICAL_PREFIX) :], "error/statistical bound"
+                op_type = op_types.get(key.split(":", 1)[0], "graph")
                 if value == value and value != float("inf"):
-                    best[op_type] = max(best.get(op_type, 0.0), value)
+                    label = f"{op_type} {tier}"
+                    best[label] = max(best.get(label, 0.0), value)
     return best
 
 

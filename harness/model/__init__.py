@@ -75,7 +75,14 @@ from graph_format import (
 )
 from graph_format.kernels import WORKGROUPS_VALUE, Value
 from graph_format.signatures import SLOTS
-from harness.model.numerics import f16_store
+from harness.model.numerics import (
+    RIGOROUS,
+    SHORTEST_TIGHTER_SUM,
+    STATISTICAL,
+    error_model,
+    f16_store,
+    longest_sum,
+)
 
 Grid = tuple[int, int, int]
 # (op, kernel, workgroup size, logical workgroup count, ran)
@@ -458,6 +465,53 @@ def local_budget(
             op, its type, the tensor, how many elements).
     """
     model = model_for(node.op)
+    with error_model(RIGOROUS):
+        return _budget(graph, node, model, args, outputs)
+
+
+@dataclass(frozen=True)
+class BudgetTiers:
+    """An op's two tiers of budgets by slot (docs/oracles.md, "The statistical tier").
+
+    Attributes:
+        hard: the rigorous budgets (`local_budget`): over them is a `numeric` finding.
+        statistical: the same derivations with the probabilistic bound of long sums: over
+            them, within the hard ones, is a `numeric_suspect`. The very `hard` mapping
+            where no sum of the op is long enough for the two to differ.
+    """
+
+    hard: Mapping[str, np.ndarray]
+    statistical: Mapping[str, np.ndarray]
+
+    @property
+    def tiered(self) -> bool:
+        """Whether the statistical budgets are tighter than the hard ones anywhere."""
+        return self.statistical is not self.hard
+
+
+def local_budgets(
+    graph: Graph, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
+) -> BudgetTiers:
+    """`local_budget` in both tiers. The statistical one is derived only for an op whose
+    derivation bounds a sum of at least `SHORTEST_TIGHTER_SUM` terms; for any other it is
+    the hard one, unchanged (the probabilistic bound of a shorter sum is not tighter).
+
+    Raises:
+        BudgetError: as `local_budget`.
+    """
+    with longest_sum() as seen:
+        hard = local_budget(graph, node, args, outputs)
+    if seen[0] < SHORTEST_TIGHTER_SUM:
+        return BudgetTiers(hard, hard)
+    with error_model(STATISTICAL):
+        statistical = _budget(graph, node, model_for(node.op), args, outputs)
+    return BudgetTiers(hard, statistical)
+
+
+def _budget(
+    graph: Graph, node: OpNode, model: OpModel, args: Args, outputs: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """`local_budget` under the error model in force (`harness.model.numerics.error_model`)."""
     budgets = dict(model.budget(node, args, outputs))
     if op_dtype(graph, node) == "float16":
         half = getattr(model, "half_budget", None)

@@ -62,7 +62,7 @@ from harness.check.lockstep import CaseResult, LockstepRunner
 from harness.check.reference import ReferenceEvaluator, op_args
 from harness.check.steps import StepLoop, grid_limit, intermediates
 from harness.gen.case import Case
-from harness.model import Args
+from harness.model import Args, local_budgets
 from harness.ops import MODELS, model_for
 from harness.run.commands import (
     COMMANDS_CWD,
@@ -204,11 +204,15 @@ def capture_evidence(
     graph = case.graph
     wanted: dict[int, set[str]] = {}
     canary: dict[int, set[str]] = {}
+    # Tensors found between the tiers: their evidence shows the statistical bound they broke.
+    suspect: dict[int, set[str]] = {}
     for d in divergences:
         if not d.tensor or d.step < 0:
             continue
-        if d.kind in ("numeric", "nan_inf", "bit_mismatch", "stale_read"):
+        if d.kind in ("numeric", "nan_inf", "bit_mismatch", "stale_read", "numeric_suspect"):
             wanted.setdefault(d.step, set()).add(d.tensor)
+        if d.kind == "numeric_suspect":
+            suspect.setdefault(d.step, set()).add(d.tensor)
         if d.kind in ("canary_write", "stale_read"):
             canary.setdefault(d.step, set()).add(d.tensor)
     evidence = Evidence()
@@ -224,7 +228,15 @@ def capture_evidence(
             values, errors, _ = reference.step(step.inputs)
             for tensor in sorted(wanted.get(index, ())):
                 _numeric_evidence(
-                    evidence, graph, index, tensor, step.inputs, results, values, errors
+                    evidence,
+                    graph,
+                    index,
+                    tensor,
+                    step.inputs,
+                    results,
+                    values,
+                    errors,
+                    statistical=tensor in suspect.get(index, ()),
                 )
             for tensor in sorted(canary.get(index, ())):
                 for name, res in results.items():
@@ -248,7 +260,13 @@ def _numeric_evidence(
     results: Mapping[str, StepResult],
     values: Mapping[str, np.ndarray],
     errors: Mapping[str, Any],
+    *,
+    statistical: bool = False,
 ) -> None:
+    """The evidence of one tensor's numeric finding: each backend's output with the
+    reference and budget it was judged by (the op's own, or end to end), and the worst
+    element; `statistical`: the op's statistical tier bound instead of its rigorous budget
+    (a `numeric_suspect`)."""
     node = graph.producer(tensor)
     judged: dict[str, _Judged] = {}
     for name, res in results.items():
@@ -281,7 +299,8 @@ def _numeric_evidence(
             try:
                 model = model_for(node.op)
                 outs = model.reference(node, args)
-                budgets = model.budget(node, args, outs)
+                tiers = local_budgets(graph, node, args, outs)
+                budgets = tiers.statistical if statistical else tiers.hard
                 slot = next(s for s, out in node.outputs.items() if out == tensor)
                 ref, budget, scope = outs[slot], budgets[slot], "op"
             except Exception:

@@ -522,8 +522,8 @@ class ChunkRunner:
         timing.add("records", time.perf_counter() - records_started)
         if self.steer:
             # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
-            for op_type, value in utilization_by_op_type(case, result).items():
-                target(min(value, 1e6), label=f"{op_type} error/budget")
+            for label, value in utilization_by_op_type(case, result).items():
+                target(min(value, 1e6), label=label)
         if key is not None and (unexpected or nondeterministic):
             state.unexpected_found = True
             best = state.best.get(key)

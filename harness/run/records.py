@@ -490,6 +490,9 @@ class CaseRecord:
             b where that op's inputs were bit-identical on both, the tolerance its kernels
             declare for the pair or None] (`harness.check.lockstep.CaseResult.bits`): what
             the exact tier compared.
+        max_utilization: the largest error / rigorous budget of any comparison;
+            `max_statistical_utilization` the largest error / statistical bound where that
+            tier is tighter (long reductions; docs/oracles.md, "The statistical tier").
     """
 
     chunk: str
@@ -504,6 +507,7 @@ class CaseRecord:
     name: str = "case"
     meta: dict[str, Any] = field(default_factory=dict)
     max_utilization: float = 0.0
+    max_statistical_utilization: float = 0.0
     duration_s: float = 0.0
     coverage: dict[str, Any] = field(default_factory=dict)
     first_divergent: dict[str, Any] | None = None
@@ -659,6 +663,7 @@ def case_record(
         steps=len(case.steps),
         unexpected=sum(1 for d in divergences if d.expected is None),
         max_utilization=result.max_utilization,
+        max_statistical_utilization=result.max_statistical_utilization,
         duration_s=round(result.duration_s, 4),
         divergences=divergences,
         coverage=result.coverage.to_json(),
@@ -1106,6 +1111,7 @@ class Totals:
     unexpected_findings: int = 0
     bugs: int = 0  # groups in `Summary.bugs`
     max_utilization: float = 0.0
+    max_statistical_utilization: float = 0.0  # under the statistical tier (docs/oracles.md)
     # Cases a device could not run (f16 on a device without half precision): not failures.
     unavailable_cases: int = 0
 
@@ -1120,6 +1126,7 @@ class Stats:
     unexpected_cases: int = 0
     known_cases: int = 0
     max_utilization: float = 0.0
+    max_statistical_utilization: float = 0.0
     divergences: dict[str, int] = field(default_factory=dict)  # by class
     unavailable_cases: int = 0  # a device lacked their precision (f16)
     # Ops: per pair of backends `a~b`, [the largest ULP distance seen on bit-identical

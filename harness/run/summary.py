@@ -249,6 +249,7 @@ def summarize(
             unexpected_findings=sum(1 for f in findings if f.unexpected),
             bugs=len(by_bug),
             max_utilization=totals.max_utilization,
+            max_statistical_utilization=totals.max_statistical_utilization,
             unavailable_cases=totals.unavailable_cases,
         ),
         per_family=per_family,
@@ -334,6 +335,9 @@ def _count(stats: Stats, r: CaseRecord, only_op: str | None = None) -> None:
     util = r.max_utilization
     if util == util and util > stats.max_utilization:  # NaN-safe
         stats.max_utilization = util
+    tight = r.max_statistical_utilization
+    if tight == tight and tight > stats.max_statistical_utilization:
+        stats.max_statistical_utilization = tight
     for d in divergences:
         stats.divergences[d.kind] = stats.divergences.get(d.kind, 0) + 1
     for key, (ulps, allowed) in r.bits.items():
