@@ -150,10 +150,120 @@ def _check_int(expression: str, value: int | float) -> int | float:
     return value
 
 
+class _DomainError(ValueError):
+    """An operation or function given values outside its domain; the evaluator names the
+    expression (the message says what was given and what is expected)."""
+
+
 def _div_up(a: int | float, b: int | float) -> int:
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     return math.ceil(a / b)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _exceeds(shown: str) -> _DomainError:
+    return _DomainError(f"a value exceeds 2**64 ({shown})")
+
+
+def _power(a: int | float, b: int | float) -> int | float:
+    """`a ** b`, refused before it is computed when it would pass 2**64 (`9 ** 9 ** 9`
+    would take minutes), and for a negative number to a fractional power (a complex)."""
+    shown = f"({a!r})" if a < 0 else repr(a)
+    shown += f" ** {b!r}" if b >= 0 else f" ** ({b!r})"
+    if _is_int(a) and _is_int(b) and b >= 0:
+        # |a| >= 2**(bits - 1): past 2**64 for sure when (bits - 1) * b > 64
+        if abs(a) > 1 and (abs(int(a)).bit_length() - 1) * b > 64:
+            raise _exceeds(shown)
+        result: int = int(a) ** int(b)
+        if abs(result) > _INT_LIMIT:
+            raise _exceeds(shown)
+        return result
+    if a == 0 and b < 0:
+        raise _DomainError("division by zero in **")
+    if a < 0 and not float(b).is_integer():
+        raise _DomainError(f"{shown}: a negative number to a fractional power")
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        raise _DomainError(f"'**' overflows ({shown})") from None
+
+
+def _shift(symbol: str) -> Callable[[Any, Any], int]:
+    """`<<` or `>>` on integers (as in Python: `>>` floors), with a non-negative count;
+    a left shift past 2**64 is refused before it is computed."""
+
+    def apply(a: Any, b: Any) -> int:
+        if not (_is_int(a) and _is_int(b)):
+            raise _DomainError(f"{symbol!r} takes integers, got {a!r} and {b!r}")
+        if b < 0:
+            raise _DomainError(f"negative shift count {b} in {symbol}")
+        if symbol == ">>":
+            return int(a >> b)
+        if (a and abs(a).bit_length() + b > 65) or abs(a << b) > _INT_LIMIT:
+            raise _exceeds(f"{a} << {b}")
+        return int(a << b)
+
+    return apply
+
+
+def _positive_int(name: str, x: Any) -> int:
+    if not _is_int(x) or x < 1:
+        raise _DomainError(f"{name}({x!r}): expected a positive integer")
+    return int(x)
+
+
+def _log2(x: Any) -> int:
+    """The exponent of a power of two, exactly; any other number is an error (a kernel
+    shifting by log2(n) is wrong for any other n)."""
+    n = _positive_int("log2", x)
+    if n & (n - 1):
+        raise _DomainError(
+            f"log2({n}): {n} is not a power of two (log2 is exact: use ceil_log2({n}) for "
+            "the exponent of the next power of two)"
+        )
+    return n.bit_length() - 1
+
+
+def _ceil_log2(x: Any) -> int:
+    """The smallest k with 2**k >= x, for a positive integer x."""
+    return (_positive_int("ceil_log2", x) - 1).bit_length()
+
+
+# The divisors the fast-division constants cover: their shift L = ceil_log2(d) stays below
+# 32, so a kernel's 32-bit `>> L` is defined.
+FASTDIV_MAX_DIVISOR = 1 << 31
+
+
+def _fastdiv_divisor(name: str, d: Any) -> int:
+    if not _is_int(d) or not 1 <= d <= FASTDIV_MAX_DIVISOR:
+        raise _DomainError(f"{name}({d!r}): expected an integer divisor 1 <= d <= 2**31")
+    return int(d)
+
+
+def _fastdiv_shift(d: Any) -> int:
+    """L of the fast division by d: ceil(log2(d)) (ggml's `init_fastdiv_values` L)."""
+    return (_fastdiv_divisor("fastdiv_shift", d) - 1).bit_length()
+
+
+def _fastdiv_mul(d: Any) -> int:
+    """The u32 multiplier mp of the fast division by d, with L = fastdiv_shift(d):
+    n // d == (mulhi(n, mp) + n) >> L for every u32 n (mulhi: the high 32 bits of the
+    64-bit product), as ggml's `init_fastdiv_values` computes it.
+
+    Why: 2**(L-1) < d <= 2**L; m = 2**32 + mp = floor(2**(32+L) / d) + 1 exceeds
+    2**(32+L) / d by e in (0, 1], so n*m / 2**(32+L) = n/d + n*e / 2**(32+L), whose second
+    term is below 2**-L <= 1/d for n < 2**32: too small to carry n/d (at most 1 - 1/d
+    above floor(n/d)) past the next integer. And floor(n*m / 2**(32+L)) is
+    (mulhi(n, mp) + n) >> L, the low 32 bits of n*mp being below one unit of 2**32.
+    mp < 2**32 because 2**L - d < d.
+    """
+    divisor = _fastdiv_divisor("fastdiv_mul", d)
+    shift = (divisor - 1).bit_length()
+    return ((1 << 32) * ((1 << shift) - divisor)) // divisor + 1
 
 
 # name -> (function, number of arguments: exact, or minimum when negative)
@@ -163,6 +273,10 @@ _FUNCTIONS: dict[str, tuple[Callable[..., int | float], int]] = {
     "min": (min, -2),
     "max": (max, -2),
     "div_up": (_div_up, 2),
+    "log2": (_log2, 1),
+    "ceil_log2": (_ceil_log2, 1),
+    "fastdiv_mul": (_fastdiv_mul, 1),
+    "fastdiv_shift": (_fastdiv_shift, 1),
 }
 FUNCTIONS: tuple[str, ...] = tuple(_FUNCTIONS)
 
@@ -173,6 +287,9 @@ _BINARY: dict[type[ast.operator], tuple[str, Callable[[Any, Any], Any]]] = {
     ast.Div: ("/", lambda a, b: a / b),
     ast.FloorDiv: ("//", lambda a, b: a // b),
     ast.Mod: ("%", lambda a, b: a % b),
+    ast.Pow: ("**", _power),
+    ast.LShift: ("<<", _shift("<<")),
+    ast.RShift: (">>", _shift(">>")),
 }
 _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.Eq: lambda a, b: a == b,
@@ -183,8 +300,8 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.GtE: lambda a, b: a >= b,
 }
 _LANGUAGE = (
-    "integers and floats, value names, + - * / // % and unary -, parentheses, and calls of "
-    + ", ".join(FUNCTIONS)
+    "integers and floats, value names, a vector value's element (out_sizes[3]), "
+    "+ - * / // % ** << >> and unary -, parentheses, and calls of " + ", ".join(FUNCTIONS)
 )
 _CONDITIONS = "; a condition adds == != < <= > >=, and, or, not"
 
@@ -195,7 +312,6 @@ def _describe(node: ast.AST) -> str:
         ast.Attribute: "attribute access",
         ast.Subscript: "a subscript",
         ast.Lambda: "a lambda",
-        ast.Pow: "'**'",
         ast.Compare: "a comparison",
         ast.BoolOp: "and/or",
         ast.IfExp: "a conditional",
@@ -255,9 +371,23 @@ class _Checker(ast.NodeVisitor):
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if type(node.op) not in _BINARY:
-            self.refuse(node.op if isinstance(node.op, ast.Pow) else node)
+            self.refuse(node)
         self.visit(node.left)
         self.visit(node.right)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if not isinstance(node.value, ast.Name):
+            raise ExpressionError(
+                self.text,
+                f"a subscript of {ast.unparse(node.value)!r} is not allowed: only a value's "
+                "name takes one (out_sizes[3])",
+            )
+        if isinstance(node.slice, ast.Slice):
+            raise ExpressionError(
+                self.text, "a slice is not allowed; expected one index (out_sizes[3])"
+            )
+        self.visit(node.value)
+        self.visit(node.slice)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
         if not isinstance(node.op, ast.USub | ast.UAdd) and not (
@@ -303,11 +433,15 @@ class _Checker(ast.NodeVisitor):
 class Expression:
     """An arithmetic expression over a slot's values, compiled once and evaluated many times.
 
-    The language: int and float literals, value names, `+ - * / // %`, unary `-`,
-    parentheses, and `ceil(x)`, `floor(x)`, `min(a, b, ...)`, `max(a, b, ...)`,
-    `div_up(a, b)` (= ceil(a / b), exact on ints). `/` is true division (a float); `//` and
-    `%` floor as in Python. A condition (`requires`) adds comparisons and `and`/`or`/`not`.
-    Nothing else parses: no attributes, subscripts, other calls, lambdas or `**`.
+    The language: int and float literals, value names, an element of a vector value
+    (`out_sizes[3]`, `out_sizes[-1]`: an integer index, negative from the end),
+    `+ - * / // % ** << >>`, unary `-`, parentheses, and `ceil(x)`, `floor(x)`,
+    `min(a, b, ...)`, `max(a, b, ...)`, `div_up(a, b)` (= ceil(a / b), exact on ints),
+    `log2(x)` (exact: x a power of two), `ceil_log2(x)`, and the fast-division constants
+    `fastdiv_mul(d)`, `fastdiv_shift(d)`. `/` is true division (a float); `//`, `%` and
+    `>>` floor as in Python; shifts take integers and a non-negative count. A condition
+    (`requires`) adds comparisons and `and`/`or`/`not`. Nothing else parses: no attributes,
+    slices, other calls or lambdas.
 
     Attributes:
         text: the expression as written (what equality compares).
@@ -412,15 +546,22 @@ class Expression:
             value = self._lookup(node.id, values)
             if isinstance(value, tuple):
                 raise ExpressionError(
-                    self.text, f"{node.id!r} is a vector {value}; only a bare name passes it"
+                    self.text,
+                    f"{node.id!r} is a vector {value}: pass it whole by its bare name, or an "
+                    f"element as {node.id}[0]",
                 )
             return value
+        if isinstance(node, ast.Subscript):
+            return self._element(node, values)
         if isinstance(node, ast.BinOp):
             symbol, apply = _BINARY[type(node.op)]
             left, right = self._eval(node.left, values), self._eval(node.right, values)
             if symbol in ("/", "//", "%") and right == 0:
                 raise ExpressionError(self.text, f"division by zero in {symbol}")
-            return _check_int(self.text, apply(left, right))
+            try:
+                return _check_int(self.text, apply(left, right))
+            except _DomainError as err:
+                raise ExpressionError(self.text, str(err)) from None
         if isinstance(node, ast.UnaryOp):
             operand = self._eval(node.operand, values)
             if isinstance(node.op, ast.Not):
@@ -432,7 +573,10 @@ class Expression:
             args = [self._eval(a, values) for a in node.args]
             if node.func.id == "div_up" and args[1] == 0:
                 raise ExpressionError(self.text, "division by zero in div_up")
-            return _check_int(self.text, function(*args))
+            try:
+                return _check_int(self.text, function(*args))
+            except _DomainError as err:
+                raise ExpressionError(self.text, str(err)) from None
         if isinstance(node, ast.Compare):
             left = self._eval(node.left, values)
             for op, comparator in zip(node.ops, node.comparators, strict=True):
@@ -445,6 +589,31 @@ class Expression:
             results = (bool(self._eval(v, values)) for v in node.values)
             return all(results) if isinstance(node.op, ast.And) else any(results)
         raise AssertionError(f"unchecked node {ast.dump(node)}")  # _Checker refused it
+
+    def _element(self, node: ast.Subscript, values: Mapping[str, Value]) -> int | float:
+        """`name[index]`: one element of a vector value (the checker allowed a name only)."""
+        assert isinstance(node.value, ast.Name)
+        name = node.value.id
+        vector = self._lookup(name, values)
+        index = self._eval(node.slice, values)
+        if not isinstance(vector, tuple):
+            raise ExpressionError(
+                self.text,
+                f"{name!r} is a scalar ({vector!r}), not a vector: only a vector value takes a "
+                "subscript",
+            )
+        if not _is_int(index):
+            raise ExpressionError(
+                self.text, f"the index of {name!r} is {index!r}, expected an integer"
+            )
+        size = len(vector)
+        if not -size <= index < size:
+            raise ExpressionError(
+                self.text,
+                f"index {index} is out of range for {name!r}, a vector of {size} values "
+                f"(0 to {size - 1}, or {-size} to -1 from the end)",
+            )
+        return vector[int(index)]
 
     def evaluate_int(self, values: Mapping[str, Value]) -> int:
         """The value as an int (a count, an override): a float result is an error.
