@@ -929,19 +929,23 @@ class KernelEntry:
             layout: member -> where it lies ("u32 at offset 12"), for the error message.
 
         Raises:
-            KernelInterfaceError: an explicit member the block does not declare, or a member
-                that is neither mapped, padding, nor a value the op (or adapter) offers.
+            KernelInterfaceError: explicit members the block does not declare, or members
+                that are neither mapped, padding, nor a value the op (or adapter) offers: all
+                of them in one message (a foreign block may hold 20-odd members).
         """
         explicit = getattr(self.dispatches[dispatch], block)
-        for member in explicit:
-            if member not in declared:
-                raise KernelInterfaceError(
-                    self.slot,
-                    self.source,
-                    f"{block}.{member}: the {block} block of {self.source} declares no member "
-                    f"{member!r} (declared: {', '.join(declared) or 'none'})",
-                )
+        problems = []
+        undeclared = [member for member in explicit if member not in declared]
+        if undeclared:
+            keys = ", ".join(f"{block}.{member}" for member in undeclared)
+            names = ", ".join(repr(member) for member in undeclared)
+            problems.append(
+                f"{keys}: the {block} block of {self.source} declares no "
+                f"member{'s' if len(undeclared) > 1 else ''} {names} (declared: "
+                f"{', '.join(declared) or 'none'})"
+            )
         resolved: dict[str, Expression | None] = {}
+        missing = []
         for member in declared:
             if member in explicit:
                 resolved[member] = explicit[member]
@@ -950,17 +954,27 @@ class KernelEntry:
             elif member in self.interface.values or member in extra_values:
                 resolved[member] = Expression.compile(member)
             else:
-                where = f" ({layout[member]})" if layout and member in layout else ""
-                offered = f"{self.interface.op} offers [{', '.join(self.interface.values)}]"
-                if extra_values:
-                    offered += f", its adapter adds [{', '.join(extra_values)}]"
-                raise KernelInterfaceError(
-                    self.slot,
-                    self.source,
-                    f"{block} member {member!r}{where} of {self.source} has no value; "
-                    f'{offered}; map it with {block}.{member} = "<expression>" or list it in '
-                    "padding",
+                missing.append(member)
+        if missing:
+            shown = ", ".join(
+                repr(m) + (f" ({layout[m]})" if layout and m in layout else "") for m in missing
+            )
+            offered = f"{self.interface.op} offers [{', '.join(self.interface.values)}]"
+            if extra_values:
+                offered += f", its adapter adds [{', '.join(extra_values)}]"
+            if len(missing) == 1:
+                problems.append(
+                    f"{block} member {shown} of {self.source} has no value; {offered}; map it "
+                    f'with {block}.{missing[0]} = "<expression>" or list it in padding'
                 )
+            else:
+                problems.append(
+                    f"{block} members {shown} of {self.source} have no value ({len(missing)} "
+                    f"of {len(declared)} members); {offered}; map each with "
+                    f'{block}.<member> = "<expression>" or list it in padding'
+                )
+        if problems:
+            raise KernelInterfaceError(self.slot, self.source, "; and ".join(problems))
         return resolved
 
     def resolve_bindings(

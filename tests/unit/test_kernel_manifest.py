@@ -510,6 +510,46 @@ def test_params_members_fill_by_rename_padding_and_name(folder: Path) -> None:
         gemv.resolve_members(["m"])
 
 
+def test_every_member_without_a_value_is_named_in_one_error(folder: Path) -> None:
+    """Issue 21 item 6: a foreign kernel of 20-29 members took a round per member."""
+    gemv = _entry(folder, "webgpu", "q4gsw_gemv")
+    layout = {
+        name: f"u32 at offset {4 * i}"
+        for i, name in enumerate(["m", "K_bytes", "ne0", "ne1", "nb1"])
+    }
+    with pytest.raises(KernelInterfaceError) as info:
+        gemv.resolve_members(list(layout), layout=layout)
+    message = str(info.value)
+    assert "\n" not in message
+    assert (
+        "params members 'ne0' (u32 at offset 8), 'ne1' (u32 at offset 12), 'nb1' (u32 at "
+        "offset 16) of " in message
+    ), message
+    assert "gemv.wgsl have no value (3 of 5 members); linear_q4gsw offers [m, n, k," in message
+    assert 'map each with params.<member> = "<expression>" or list it in padding' in message
+    # Members the manifest maps but the block lacks: all of them, and those without a
+    # value, in the same line.
+    push = _entry(folder, "vulkan", "rms_norm")
+    declared = {"n_cols": "uint at offset 0", "eps_value": "float at offset 4"}
+    with pytest.raises(KernelInterfaceError) as info:
+        push.resolve_members(list(declared), block="push", layout=declared)
+    message = str(info.value)
+    assert "push.epsilon: the push block of " in message, message
+    assert "declares no member 'epsilon' (declared: n_cols, eps_value)" in message
+    assert (
+        "push members 'n_cols' (uint at offset 0), 'eps_value' (float at offset 4) of " in message
+    )
+    text = _edit(
+        'params.K_bytes = "k_words * 4"', 'params.K_bytes = "k_words * 4"\nparams.half = "n // 2"'
+    )
+    two = parse_manifest(text, folder / MANIFEST_NAME).entry("webgpu", "q4gsw_gemv")
+    assert two is not None
+    with pytest.raises(KernelInterfaceError) as info:
+        two.resolve_members(["m"])
+    assert "params.K_bytes, params.half: the params block of " in str(info.value)
+    assert "declares no members 'K_bytes', 'half' (declared: m)" in str(info.value)
+
+
 def test_bindings_fill_by_index_name_and_default(folder: Path) -> None:
     gemv = _entry(folder, "webgpu", "q4gsw_gemv")
     declared = [(0, "t_out"), (1, "t_in"), (2, "t_weight"), (3, "scales"), (4, "bias"), (5, "u")]
