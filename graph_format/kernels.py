@@ -1216,9 +1216,22 @@ _COMMON_KEYS = (
     "exact",
 )
 _SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
-    "webgpu": ("file", *_COMMON_KEYS, "overrides", "adapter", "dispatch_list"),
-    "vulkan": ("glsl", "spirv", *_COMMON_KEYS, "spec", "push", "adapter", "dispatch_list"),
+    "webgpu": ("file", *_COMMON_KEYS, "overrides", "adapter", "dispatch_list", "extends"),
+    "vulkan": (
+        "glsl",
+        "spirv",
+        *_COMMON_KEYS,
+        "spec",
+        "push",
+        "adapter",
+        "dispatch_list",
+        "extends",
+    ),
 }
+EXTENDS_KEY = "extends"
+# The tables of a section that an extending section merges member by member (its other
+# keys replace the inherited ones whole).
+_MEMBER_TABLES = ("params", "push", "spec", "overrides", "bindings")
 _DISPATCH_KEYS: dict[Backend, tuple[str, ...]] = {
     "webgpu": ("bindings", "params", "dispatch"),
     "vulkan": ("bindings", "params", "push", "dispatch"),
@@ -1237,10 +1250,11 @@ _WRONG_BACKEND = {
 class _Parser:
     """Checks one manifest's data; every error names the file and the field."""
 
-    def __init__(self, path: Path, check_files: bool) -> None:
+    def __init__(self, path: Path, check_files: bool, text: str = "") -> None:
         self.path = path
         self.folder = path.parent
         self.check_files = check_files
+        self.text = text
 
     def fail(self, where: str | None, what: str) -> KernelManifestError:
         return KernelManifestError(self.path, what, where=where)
@@ -1273,17 +1287,110 @@ class _Parser:
         self.keys("", doc, ("format", *BACKENDS))
         entries: dict[tuple[Backend, str], KernelEntry] = {}
         for backend in BACKENDS:
-            for slot, section in self.table(backend, doc.get(backend, {})).items():
+            sections = self.table(backend, doc.get(backend, {}))
+            for slot in sections:
                 if slot not in SLOTS:
                     raise self.fail(
                         f"{backend}.{slot}",
                         f"unknown slot {slot!r}{_suggest(slot, SLOTS)}; expected a slot of "
                         "`parity list` (graph_format/ops/*.toml)",
                     )
-                entries[(backend, slot)] = self.entry(backend, SLOTS[slot], section)
+            resolved: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+            for slot in sections:
+                section, inherited = self.extended(backend, sections, slot, resolved, ())
+                try:
+                    entries[(backend, slot)] = self.entry(backend, SLOTS[slot], section)
+                except KernelManifestError as err:
+                    raise _inherited(err, f"{backend}.{slot}.", inherited) from None
         if not entries:
             raise self.fail(None, "names no slot; expected [webgpu.<slot>] or [vulkan.<slot>]")
         return KernelManifest(self.path, entries)
+
+    def extended(
+        self,
+        backend: Backend,
+        sections: Mapping[str, Any],
+        slot: str,
+        resolved: dict[str, tuple[dict[str, Any], dict[str, str]]],
+        chain: tuple[str, ...],
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """Section `slot` with what it `extends` merged in, and where each inherited key
+        (`file`, `params.n_rows`) comes from (the slot of the section that wrote it).
+
+        The section named by `extends` (of the same backend, itself resolved first) gives
+        every key; the section's own keys replace them, except that the member tables
+        (`params`, `push`, `spec`, `overrides`, `bindings`) merge member by member and a
+        source key (`file`, `glsl`, `spirv`) replaces every inherited source key.
+        """
+        if slot in resolved:
+            return resolved[slot]
+        section = self.table(f"{backend}.{slot}", sections[slot])
+        if EXTENDS_KEY not in section:
+            resolved[slot] = (section, {})
+            return resolved[slot]
+        where = f"{backend}.{slot}.{EXTENDS_KEY}"
+        line = _key_line(self.text, backend, slot, EXTENDS_KEY)
+        target = section[EXTENDS_KEY]
+        others = [s for s in sections if s != slot]
+        expected = (
+            f"expected the slot of another [{backend}.<slot>] section: "
+            f"{', '.join(others) or 'none in this manifest'}"
+        )
+        if not isinstance(target, str):
+            raise KernelManifestError(
+                self.path, f"{expected}, got {_shown(target)}", where=where, line=line
+            )
+        backend_of, dot, named = target.rpartition(".")
+        if dot and backend_of != backend:
+            raise KernelManifestError(
+                self.path,
+                f"a section extends one of its own backend: [{backend}.<slot>], got "
+                f"{target!r} (a {backend} kernel's keys do not fit another backend)",
+                where=where,
+                line=line,
+            )
+        if named not in sections:
+            raise KernelManifestError(
+                self.path,
+                f"no section [{backend}.{named}] in this manifest{_suggest(named, others)}; "
+                + expected,
+                where=where,
+                line=line,
+            )
+        path = (*chain, slot)
+        if named in path:
+            start = path[path.index(named) :]
+            raise KernelManifestError(
+                self.path,
+                f"extends a section that extends it: {backend}.{' -> '.join((*start, named))}",
+                where=f"{backend}.{named}.{EXTENDS_KEY}",
+                line=_key_line(self.text, backend, named, EXTENDS_KEY),
+            )
+        base, base_from = self.extended(backend, sections, named, resolved, path)
+        merged = {
+            k: dict(v) if k in _MEMBER_TABLES and isinstance(v, dict) else v
+            for k, v in base.items()
+        }
+        inherited = {key: base_from.get(key, named) for key in _section_keys(base)}
+        own = {k: v for k, v in section.items() if k != EXTENDS_KEY}
+        if any(k in own for k in _SOURCE_KEYS[backend]):
+            for key in _SOURCE_KEYS[backend]:
+                merged.pop(key, None)
+                inherited.pop(key, None)
+        for key, value in own.items():
+            if (
+                key in _MEMBER_TABLES
+                and isinstance(value, dict)
+                and isinstance(merged.get(key), dict)
+            ):
+                merged[key] = {**merged[key], **value}
+                for member in value:
+                    inherited.pop(f"{key}.{member}", None)
+            else:
+                merged[key] = value
+                inherited = {k: v for k, v in inherited.items() if k.split(".")[0] != key}
+        resolved[slot] = (merged, inherited)
+        return resolved[slot]
 
     def entry(self, backend: Backend, slot: SlotInterface, section: Any) -> KernelEntry:
         where = f"{backend}.{slot.name}"
@@ -1489,6 +1596,55 @@ class _Parser:
         return AdapterRef(self.file(where, module, suffix=".py"), name)
 
 
+def _section_keys(section: Mapping[str, Any]) -> list[str]:
+    """A section's keys, a member table's by member (`file`, `params.n_rows`)."""
+    return [
+        f"{key}.{member}" if member is not None else key
+        for key, value in section.items()
+        for member in (value if key in _MEMBER_TABLES and isinstance(value, dict) else [None])
+    ]
+
+
+def _inherited(
+    err: KernelManifestError, prefix: str, inherited: Mapping[str, str]
+) -> KernelManifestError:
+    """`err` saying which section wrote the key it is about, when an extending section
+    inherited it (`... (inherited from [webgpu.add_broadcast])`)."""
+    if not inherited or err.where is None or not err.where.startswith(prefix):
+        return err
+    key = err.where.removeprefix(prefix)
+    top = re.split(r"[.\[]", key, maxsplit=1)[0]
+    source = inherited.get(key) or inherited.get(top)
+    if source is None:
+        return err
+    backend = prefix.split(".")[0]
+    return KernelManifestError(
+        err.path,
+        f"{err.what} (inherited from [{backend}.{source}])",
+        where=err.where,
+        line=err.line,
+    )
+
+
+def _key_line(text: str, backend: str, slot: str, key: str) -> int | None:
+    """The line of `key` in the `[backend.slot]` table of a manifest's text (or of a
+    dotted `backend.slot.key` / inline-table form naming both), for an error; None when
+    not found."""
+    lines = text.splitlines()
+    header = re.compile(
+        rf'^\s*\[\s*"?{re.escape(backend)}"?\s*\.\s*"?{re.escape(slot)}"?\s*\]\s*(#.*)?$'
+    )
+    assignment = re.compile(rf'^\s*"?{re.escape(key)}"?\s*=')
+    inside = False
+    for number, line in enumerate(lines, 1):
+        if line.lstrip().startswith("["):
+            inside = header.match(line) is not None
+        elif inside and assignment.match(line):
+            return number
+    loose = re.compile(rf"\b{re.escape(slot)}\b.*\b{re.escape(key)}\s*=")
+    return next((n for n, line in enumerate(lines, 1) if loose.search(line)), None)
+
+
 def _name_or_index(key: str) -> str | int:
     """A binding or spec-constant key: a decimal number is an index (TOML keys are text)."""
     return int(key) if key.isdecimal() else key
@@ -1527,7 +1683,7 @@ def parse_manifest(text: str, path: Path, *, check_files: bool = True) -> Kernel
         raise KernelManifestError(
             path, f"not valid TOML: {err}", line=int(found.group(1)) if found else None
         ) from None
-    return _Parser(path, check_files).manifest(doc)
+    return _Parser(path, check_files, text).manifest(doc)
 
 
 def load_manifest(location: Path) -> KernelManifest:

@@ -461,6 +461,161 @@ def test_a_manifest_without_slots_says_so(tmp_path: Path) -> None:
         parse_manifest('format = "parity-kernels/1"\n', tmp_path / MANIFEST_NAME)
 
 
+# --- extends ----------------------------------------------------------------------------------
+
+EXTENDS = """\
+format = "parity-kernels/1"
+
+[webgpu.rms_norm]
+file = "rms.wgsl"
+overrides = { wg_size = "workgroup_size" }
+bindings = { t_in = "x", gamma = "weight" }
+params.n_rows = "num_rows"
+params.width = "row_width"
+padding = ["_pad"]
+requires = ["row_width % 4 == 0"]
+dispatch = "num_rows"
+
+[webgpu.rms_norm_vec4]
+extends = "rms_norm"
+file = "rms_vec4.wgsl"
+params.width = "row_width // 4"
+
+[webgpu.rms_norm_f16]
+extends = "rms_norm_vec4"
+file = "rms_vec4_f16.wgsl"
+requires = []
+
+[vulkan.rms_norm]
+spirv = "rms.spv"
+push.epsilon = "eps"
+spec.0 = "workgroup_size"
+
+[vulkan.rms_norm_f16]
+extends = "rms_norm"
+glsl = "rms_f16.comp"
+"""
+
+FLAT = """\
+format = "parity-kernels/1"
+
+[webgpu.rms_norm]
+file = "rms.wgsl"
+overrides = { wg_size = "workgroup_size" }
+bindings = { t_in = "x", gamma = "weight" }
+params.n_rows = "num_rows"
+params.width = "row_width"
+padding = ["_pad"]
+requires = ["row_width % 4 == 0"]
+dispatch = "num_rows"
+
+[webgpu.rms_norm_vec4]
+file = "rms_vec4.wgsl"
+overrides = { wg_size = "workgroup_size" }
+bindings = { t_in = "x", gamma = "weight" }
+params.n_rows = "num_rows"
+params.width = "row_width // 4"
+padding = ["_pad"]
+requires = ["row_width % 4 == 0"]
+dispatch = "num_rows"
+
+[webgpu.rms_norm_f16]
+file = "rms_vec4_f16.wgsl"
+overrides = { wg_size = "workgroup_size" }
+bindings = { t_in = "x", gamma = "weight" }
+params.n_rows = "num_rows"
+params.width = "row_width // 4"
+padding = ["_pad"]
+dispatch = "num_rows"
+
+[vulkan.rms_norm]
+spirv = "rms.spv"
+push.epsilon = "eps"
+spec.0 = "workgroup_size"
+
+[vulkan.rms_norm_f16]
+glsl = "rms_f16.comp"
+push.epsilon = "eps"
+spec.0 = "workgroup_size"
+"""
+
+
+def test_a_section_extends_another_key_by_key(tmp_path: Path) -> None:
+    """Issue 21 item 6: `extends` inherits every key of the section it names (itself
+    resolved first); the section's own keys override, tables of members (params, push,
+    spec, overrides, bindings) member by member, a source key replaces the inherited one."""
+    extended = parse_manifest(EXTENDS, tmp_path / MANIFEST_NAME, check_files=False)
+    flat = parse_manifest(FLAT, tmp_path / MANIFEST_NAME, check_files=False)
+    assert extended.entries == flat.entries
+    vec4 = extended.entry("webgpu", "rms_norm_vec4")
+    assert vec4 is not None and vec4.source == tmp_path / "rms_vec4.wgsl"
+    f16 = extended.entry("vulkan", "rms_norm_f16")
+    assert f16 is not None and (f16.kind, f16.source.name) == ("glsl", "rms_f16.comp")
+    # What a bundle records is the resolved manifest: it reads back without extends.
+    again = parse_manifest(
+        tomli_w.dumps(extended.to_doc()), tmp_path / MANIFEST_NAME, check_files=False
+    )
+    assert again == extended
+
+
+def _extends_error(text: str, tmp_path: Path) -> KernelManifestError:
+    with pytest.raises(KernelManifestError) as info:
+        parse_manifest(text, tmp_path / MANIFEST_NAME, check_files=False)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+def test_a_bad_extends_names_file_line_and_section(tmp_path: Path) -> None:
+    path = tmp_path / MANIFEST_NAME
+    lines = EXTENDS.splitlines()
+    vec4_line = lines.index('extends = "rms_norm"') + 1
+    err = _extends_error(EXTENDS.replace('extends = "rms_norm"', 'extends = "rms_nrom"'), tmp_path)
+    assert str(err) == (
+        f"{path}:{vec4_line}: webgpu.rms_norm_vec4.extends: no section [webgpu.rms_nrom] in "
+        "this manifest (did you mean 'rms_norm'?); expected the slot of another [webgpu.<slot>] "
+        "section: rms_norm, rms_norm_f16"
+    )
+    assert (err.line, err.where) == (vec4_line, "webgpu.rms_norm_vec4.extends")
+
+    cyclic = EXTENDS.replace('file = "rms.wgsl"', 'file = "rms.wgsl"\nextends = "rms_norm_f16"')
+    err = _extends_error(cyclic, tmp_path)
+    assert str(err) == (
+        f"{path}:5: webgpu.rms_norm.extends: extends a section that extends it: "
+        "webgpu.rms_norm -> rms_norm_f16 -> rms_norm_vec4 -> rms_norm"
+    )
+    itself = EXTENDS.replace('extends = "rms_norm"', 'extends = "rms_norm_vec4"')
+    err = _extends_error(itself, tmp_path)
+    assert f"{path}:{vec4_line}: webgpu.rms_norm_vec4.extends: extends a section that " in str(err)
+    assert "webgpu.rms_norm_vec4 -> rms_norm_vec4" in str(err)
+
+    other = EXTENDS.replace('extends = "rms_norm"', 'extends = "vulkan.rms_norm"')
+    err = _extends_error(other, tmp_path)
+    assert str(err).startswith(f"{path}:{vec4_line}: webgpu.rms_norm_vec4.extends: ")
+    assert (
+        "a section extends one of its own backend: [webgpu.<slot>], got 'vulkan.rms_norm'"
+        in str(err)
+    )
+    assert "webgpu.rms_norm_vec4" in str(
+        _extends_error(EXTENDS.replace('extends = "rms_norm"', "extends = 3"), tmp_path)
+    )
+
+    # A key inherited that does not fit the extending slot says where it comes from.
+    inherited = """\
+format = "parity-kernels/1"
+
+[webgpu.add_broadcast]
+file = "add.wgsl"
+params.ne0 = "out_sizes[3]"
+
+[webgpu.add_flat]
+extends = "add_broadcast"
+file = "add_flat.wgsl"
+"""
+    err = _extends_error(inherited, tmp_path)
+    assert str(err).startswith(f"{path}: webgpu.add_flat.params.ne0: 'out_sizes[3]' reads "), err
+    assert str(err).endswith(" (inherited from [webgpu.add_broadcast])"), err
+
+
 # --- resolving a kernel's declarations --------------------------------------------------------
 
 
