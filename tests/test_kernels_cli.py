@@ -167,6 +167,81 @@ def test_check_kernels_judges_each_slot_on_its_own_kernel(
     assert "1 kernel(s) of" in err
 
 
+# The attention op binds the kernels of all its slots when a graph loads (both routes,
+# chosen per step): a broken softmax failed the load of every sdpa slot's example graph, and
+# check-kernels printed the softmax's error on each of them (issue 21; main at ffb265a).
+SDPA_SLOTS = ("sdpa_qk", "sdpa_softmax", "sdpa_fd_split")
+BROKEN_SOFTMAX = {
+    "webgpu": ("wgsl", "wgsl", "file", "let row = wid.x + wid.y * nwg.x;", "let row = 0u"),
+    "vulkan": ("glsl", "comp", "glsl", "const uint row = flat_workgroup_id();", "uint row = 0u"),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(BROKEN_SOFTMAX))
+def test_check_kernels_blames_the_sdpa_slot_that_is_broken(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder_name, suffix, key, old, new = BROKEN_SOFTMAX[backend]
+    folder = tmp_path / "k"
+    folder.mkdir()
+    manifest = ['format = "parity-kernels/1"']
+    for slot in SDPA_SLOTS:
+        source = (REPO / folder_name / f"{slot}.{suffix}").read_text()
+        if slot == "sdpa_softmax":
+            assert source.count(old) == 1, "the planted substitution no longer applies"
+            source = source.replace(old, new)
+        (folder / f"{slot}.{suffix}").write_text(source)
+        manifest += [f"[{backend}.{slot}]", f'{key} = "{slot}.{suffix}"', "fold = true"]
+        manifest += (
+            ["padding = ['_pad0', '_pad1', '_pad2', '_pad3']"] if backend == "webgpu" else []
+        )
+        manifest += ['overrides = { wg_size = "workgroup_size" }'] if backend == "webgpu" else []
+        manifest += ['spec.0 = "workgroup_size"'] if backend == "vulkan" else []
+    (folder / "kernels.toml").write_text("\n".join(manifest) + "\n")
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    verdicts = {
+        line.split(": ")[2]: line.split(": ", 3)[3]
+        for line in err.splitlines()
+        if line.startswith("parity check-kernels: ") and line.count(": ") >= 3
+    }
+    assert set(verdicts) == {f"{backend}.{slot}" for slot in SDPA_SLOTS}, err
+    assert verdicts[f"{backend}.sdpa_softmax"] != "ok", err
+    assert verdicts[f"{backend}.sdpa_qk"] == verdicts[f"{backend}.sdpa_fd_split"] == "ok", err
+    assert "1 kernel(s) of" in err
+
+
+def _extending(folder: Path, target: str) -> int:
+    """Keep the foreign folder's WebGPU RMS norms only, the vec4 one as `extends = target`;
+    the line of its `extends`."""
+    manifest = folder / "kernels.toml"
+    text = manifest.read_text()
+    head = text.partition("[webgpu.rms_norm_vec4]")[0]
+    manifest.write_text(f'{head}[webgpu.rms_norm_vec4]\nextends = "{target}"\n')
+    return head.count("\n") + 2
+
+
+def test_check_kernels_checks_a_section_that_extends_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21 item 6: `extends` takes every key of the section it names; an unknown one is
+    one line naming the file, the line and the sections there are."""
+    folder = _foreign(tmp_path / "k")
+    _extending(folder, "rms_norm")
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 0, err
+    assert "webgpu.rms_norm: ok" in err and "webgpu.rms_norm_vec4: ok" in err
+    line = _extending(folder, "rms_nrom")
+    monkeypatch.chdir(tmp_path)
+    status, _, err = _main(capsys, "check-kernels", "k")
+    assert status == 2, err
+    assert err.strip() == (
+        f"parity check-kernels: k/kernels.toml:{line}: webgpu.rms_norm_vec4.extends: no "
+        "section [webgpu.rms_nrom] in this manifest (did you mean 'rms_norm'?); expected the "
+        "slot of another [webgpu.<slot>] section: rms_norm"
+    )
+
+
 # Expressions that fail on a step's values, or give a member a value it cannot hold: the
 # checked kernel's line names the expression or member with the values (issue 18: they were
 # passed, then failed every case of a run as a kernel that "does not build").
