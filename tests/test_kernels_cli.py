@@ -263,6 +263,53 @@ def test_check_kernels_names_a_relative_folder_s_files_as_given(
     assert str(tmp_path) not in err
 
 
+def test_check_kernels_builds_glsl_with_the_manifest_s_defines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21, item 5: a kernel written for a template (its constants left to the build)
+    compiles from its source with `defines`; without them glslc refuses it."""
+    folder = _foreign(tmp_path / "k")
+    comp = folder / "rms_norm_foreign.comp"
+    text = comp.read_text()
+    assert text.count("const uint LANES = 64;") == 1
+    comp.write_text(text.replace("const uint LANES = 64;", "const uint LANES = LANE_COUNT;"))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2 and "LANE_COUNT" in err, err
+    manifest = folder / "kernels.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            'glsl = "rms_norm_foreign.comp"\n',
+            'glsl = "rms_norm_foreign.comp"\ndefines = { LANE_COUNT = "64u" }\n',
+        )
+    )
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 0, err
+    assert "vulkan.rms_norm: ok" in err and "vulkan.rms_norm_vec4: ok" in err
+
+
+def test_check_kernels_names_the_spirv_version_a_module_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21, item 5: SPIR-V newer than the runtime's Vulkan version accepts (built for
+    Vulkan 1.2: SPIR-V 1.5) is refused in one line naming the file, both versions and the
+    glslc --target-env to use; it was the validation layer's "Invalid SPIR-V binary version
+    1.5 for target environment SPIR-V 1.3"."""
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    module = folder / "spirv" / "rms_norm.spv"
+    code = bytearray(module.read_bytes())
+    assert code[:4] == b"\x03\x02\x23\x07"  # the magic number, little-endian
+    code[4:8] = (0x00010500).to_bytes(4, "little")  # the header's version word: SPIR-V 1.5
+    module.write_bytes(bytes(code))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    lines = [line for line in err.splitlines() if "vulkan.rms_norm:" in line]
+    assert len(lines) == 1, err
+    assert f"{module} is SPIR-V 1.5; this runtime accepts SPIR-V 1.0 to 1.3 (Vulkan 1.1" in lines[0]
+    assert lines[0].endswith("build it with glslc --target-env=vulkan1.1"), lines[0]
+    assert "Invalid SPIR-V" not in err
+
+
 def test_check_kernels_of_a_missing_folder_is_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
