@@ -428,6 +428,32 @@ def test_a_bundle_carries_the_manifest_its_shaders_and_its_adapter(
     assert any("--allow-adapters" in c for c in doc["commands"])
 
 
+def test_the_failure_page_names_the_manifest_kernels_that_ran(planted_foreign_run: Path) -> None:
+    """Issue 21, item 7: the page listed the project's shaders the case's ops may use, which
+    did not run, and not the manifest's kernel that ran and was blamed; it names, per
+    backend, the kernel each slot ran: the manifest's file with its sha256."""
+    summary = json.loads((planted_foreign_run / "summary.json").read_text())
+    finding = summary["findings"][0]
+    bundle = planted_foreign_run / finding["bundle"]
+    hashes = json.loads((bundle / "bundle.json").read_text())["kernels"]
+    page = (planted_foreign_run / "failures" / f"{finding['id']}.html").read_text()
+    table = re.search(r'<table id="kernels-ran">(.*?)</table>', page, re.S)
+    assert table, page
+    rows = re.findall(r'<tr data-slot="(\w+)">(.*?)</tr>', table.group(1), re.S)
+    slots = {slot for slot, _ in rows}
+    assert slots and slots <= {"rms_norm", "rms_norm_vec4"}, slots
+    for _, row in rows:
+        webgpu, vulkan = re.findall(r"<td>(.*?)</td>", row, re.S)[1:]
+        assert "kernels/rms.wgsl</a>" in webgpu and hashes["kernels/rms.wgsl"][:16] in webgpu
+        assert "manifest kernels/kernels.toml" in webgpu
+        assert "kernels/rms_norm_two_pass.comp</a>" in vulkan
+        assert hashes["kernels/rms_norm_two_pass.comp"][:16] in vulkan
+        assert "adapters.py:TwoPassAdapter" in vulkan
+    assert "Shaders in the bundle" not in page
+    for project in ("wgsl/rms_norm.wgsl", "glsl/rms_norm.comp", "wgsl/rms_norm_vec4.wgsl"):
+        assert project not in page  # replaced by the manifest: never ran
+
+
 def test_replay_runs_the_bundles_adapter_only_when_allowed(
     planted_foreign_run: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
