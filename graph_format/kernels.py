@@ -838,6 +838,8 @@ class KernelEntry:
             (docs/oracles.md "Exact equality"). A foreign kernel promises nothing unless
             its manifest says so.
         adapter: a Python class for structural differences, or None.
+        defines: (Vulkan GLSL) preprocessor macro -> its text, passed to glslc as
+            `-D<name>=<text>` (so a kernel written for a template compiles from its source).
         dispatches: one per dispatch, in order (one unless the manifest splits the slot).
         builtin: the project's own kernel.
     """
@@ -856,6 +858,7 @@ class KernelEntry:
     requires: tuple[Expression, ...] = ()
     exact: bool = False
     adapter: AdapterRef | None = None
+    defines: dict[str, str] = field(default_factory=dict)
     builtin: bool = False
 
     @property
@@ -1166,6 +1169,8 @@ def _entry_doc(entry: KernelEntry, folder: Path) -> dict[str, Any]:
         doc["exact"] = True
     if entry.requires:
         doc["requires"] = [r.text for r in entry.requires]
+    if entry.defines:
+        doc["defines"] = dict(entry.defines)
     if entry.adapter is not None:
         doc["adapter"] = f"{entry.adapter.file.relative_to(folder).as_posix()}:{entry.adapter.name}"
     if len(entry.dispatches) == 1:
@@ -1223,6 +1228,7 @@ _SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
         *_COMMON_KEYS,
         "spec",
         "push",
+        "defines",
         "adapter",
         "dispatch_list",
         "extends",
@@ -1231,7 +1237,7 @@ _SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
 EXTENDS_KEY = "extends"
 # The tables of a section that an extending section merges member by member (its other
 # keys replace the inherited ones whole).
-_MEMBER_TABLES = ("params", "push", "spec", "overrides", "bindings")
+_MEMBER_TABLES = ("params", "push", "spec", "overrides", "bindings", "defines")
 _DISPATCH_KEYS: dict[Backend, tuple[str, ...]] = {
     "webgpu": ("bindings", "params", "dispatch"),
     "vulkan": ("bindings", "params", "push", "dispatch"),
@@ -1242,6 +1248,7 @@ _WRONG_BACKEND = {
     ("webgpu", "spirv"): 'a webgpu kernel is WGSL: file = "<name>.wgsl"',
     ("webgpu", "spec"): 'WGSL has overrides: overrides = { <name> = "<expression>" }',
     ("webgpu", "push"): "WGSL has no push constants: use params.<member>",
+    ("webgpu", "defines"): 'WGSL has no preprocessor: use overrides = { <name> = "<expression>" }',
     ("vulkan", "file"): 'a vulkan kernel is glsl = "<name>.comp" or spirv = "<name>.spv"',
     ("vulkan", "overrides"): "Vulkan has specialization constants: spec.<name-or-id>",
 }
@@ -1447,6 +1454,7 @@ class _Parser:
         adapter = (
             self.adapter(f"{where}.adapter", section["adapter"]) if "adapter" in section else None
         )
+        defines = self.defines(f"{where}.defines", section, kind)
 
         shared = self.dispatch(backend, where, section, slot, fallback=None)
         if "dispatch_list" in section:
@@ -1491,6 +1499,7 @@ class _Parser:
             requires=conditions,
             adapter=adapter,
             exact=exact,
+            defines=defines,
         )
 
     def dispatch(
@@ -1589,6 +1598,34 @@ class _Parser:
             raise self.fail(where, f"no file {value!r} in {self.folder}")
         return path
 
+    def defines(self, where: str, section: Mapping[str, Any], kind: SourceKind) -> dict[str, str]:
+        """A GLSL kernel's preprocessor macros, each as the text glslc's -D gives it."""
+        if "defines" not in section:
+            return {}
+        raw = self.table(where, section["defines"])
+        if kind != "glsl":
+            raise self.fail(
+                where,
+                "defines are passed to glslc -D when it compiles a glsl = ... kernel; a SPIR-V "
+                "module is compiled already (build it with them)",
+            )
+        out: dict[str, str] = {}
+        for name, value in raw.items():
+            at = f"{where}.{name}"
+            if not _MACRO.fullmatch(name):
+                raise self.fail(at, f"expected a macro name ([A-Za-z_][A-Za-z0-9_]*), got {name!r}")
+            if name.startswith("GL_") or "__" in name:
+                raise self.fail(at, f"{name!r} is reserved in GLSL (names with GL_ or __)")
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                raise self.fail(
+                    at, f"expected a string, an integer or a float, got {_shown(value)}"
+                )
+            text = value if isinstance(value, str) else repr(value)
+            if "\n" in text or "\r" in text:
+                raise self.fail(at, f"expected one line of macro text, got {text!r}")
+            out[name] = text
+        return out
+
     def adapter(self, where: str, value: Any) -> AdapterRef:
         module, _, name = value.partition(":") if isinstance(value, str) else ("", "", "")
         if not module or not name.isidentifier():
@@ -1643,6 +1680,10 @@ def _key_line(text: str, backend: str, slot: str, key: str) -> int | None:
             return number
     loose = re.compile(rf"\b{re.escape(slot)}\b.*\b{re.escape(key)}\s*=")
     return next((n for n, line in enumerate(lines, 1) if loose.search(line)), None)
+
+
+# A preprocessor macro's name, as GLSL's grammar has it.
+_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _name_or_index(key: str) -> str | int:

@@ -338,6 +338,53 @@ def test_check_kernels_names_a_relative_folder_s_files_as_given(
     assert str(tmp_path) not in err
 
 
+def test_check_kernels_builds_glsl_with_the_manifest_s_defines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21, item 5: a kernel written for a template (its constants left to the build)
+    compiles from its source with `defines`; without them glslc refuses it."""
+    folder = _foreign(tmp_path / "k")
+    comp = folder / "rms_norm_foreign.comp"
+    text = comp.read_text()
+    assert text.count("const uint LANES = 64;") == 1
+    comp.write_text(text.replace("const uint LANES = 64;", "const uint LANES = LANE_COUNT;"))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2 and "LANE_COUNT" in err, err
+    manifest = folder / "kernels.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            'glsl = "rms_norm_foreign.comp"\n',
+            'glsl = "rms_norm_foreign.comp"\ndefines = { LANE_COUNT = "64u" }\n',
+        )
+    )
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 0, err
+    assert "vulkan.rms_norm: ok" in err and "vulkan.rms_norm_vec4: ok" in err
+
+
+def test_check_kernels_names_the_spirv_version_a_module_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21, item 5: SPIR-V newer than the runtime's Vulkan version accepts (built for
+    Vulkan 1.2: SPIR-V 1.5) is refused in one line naming the file, both versions and the
+    glslc --target-env to use; it was the validation layer's "Invalid SPIR-V binary version
+    1.5 for target environment SPIR-V 1.3"."""
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    module = folder / "spirv" / "rms_norm.spv"
+    code = bytearray(module.read_bytes())
+    assert code[:4] == b"\x03\x02\x23\x07"  # the magic number, little-endian
+    code[4:8] = (0x00010500).to_bytes(4, "little")  # the header's version word: SPIR-V 1.5
+    module.write_bytes(bytes(code))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    lines = [line for line in err.splitlines() if "vulkan.rms_norm:" in line]
+    assert len(lines) == 1, err
+    assert f"{module} is SPIR-V 1.5; this runtime accepts SPIR-V 1.0 to 1.3 (Vulkan 1.1" in lines[0]
+    assert lines[0].endswith("build it with glslc --target-env=vulkan1.1"), lines[0]
+    assert "Invalid SPIR-V" not in err
+
+
 def test_check_kernels_of_a_missing_folder_is_bad_input(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -454,6 +501,32 @@ def test_a_bundle_carries_the_manifest_its_shaders_and_its_adapter(
     }
     assert GAMMA_DROPPED in (bundle / "kernels" / "rms.wgsl").read_text()
     assert any("--allow-adapters" in c for c in doc["commands"])
+
+
+def test_the_failure_page_names_the_manifest_kernels_that_ran(planted_foreign_run: Path) -> None:
+    """Issue 21, item 7: the page listed the project's shaders the case's ops may use, which
+    did not run, and not the manifest's kernel that ran and was blamed; it names, per
+    backend, the kernel each slot ran: the manifest's file with its sha256."""
+    summary = json.loads((planted_foreign_run / "summary.json").read_text())
+    finding = summary["findings"][0]
+    bundle = planted_foreign_run / finding["bundle"]
+    hashes = json.loads((bundle / "bundle.json").read_text())["kernels"]
+    page = (planted_foreign_run / "failures" / f"{finding['id']}.html").read_text()
+    table = re.search(r'<table id="kernels-ran">(.*?)</table>', page, re.S)
+    assert table, page
+    rows = re.findall(r'<tr data-slot="(\w+)">(.*?)</tr>', table.group(1), re.S)
+    slots = {slot for slot, _ in rows}
+    assert slots and slots <= {"rms_norm", "rms_norm_vec4"}, slots
+    for _, row in rows:
+        webgpu, vulkan = re.findall(r"<td>(.*?)</td>", row, re.S)[1:]
+        assert "kernels/rms.wgsl</a>" in webgpu and hashes["kernels/rms.wgsl"][:16] in webgpu
+        assert "manifest kernels/kernels.toml" in webgpu
+        assert "kernels/rms_norm_two_pass.comp</a>" in vulkan
+        assert hashes["kernels/rms_norm_two_pass.comp"][:16] in vulkan
+        assert "adapters.py:TwoPassAdapter" in vulkan
+    assert "Shaders in the bundle" not in page
+    for project in ("wgsl/rms_norm.wgsl", "glsl/rms_norm.comp", "wgsl/rms_norm_vec4.wgsl"):
+        assert project not in page  # replaced by the manifest: never ran
 
 
 def test_replay_runs_the_bundles_adapter_only_when_allowed(

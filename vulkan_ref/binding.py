@@ -56,7 +56,7 @@ from vulkan_ref.reflection import (
     reflect_spirv,
     value_shape,
 )
-from vulkan_ref.spirv import INCLUDE_DIR, compile_glsl_file, include_files
+from vulkan_ref.spirv import INCLUDE_DIR, compile_glsl_file, include_files, spirv_version_error
 from vulkan_ref.tensor import META_NBYTES
 
 # A scalar type's struct format and what a value must be to fill it.
@@ -153,12 +153,17 @@ def compiled_kernel(cache: PipelineCache, entry: KernelEntry) -> CompiledKernel:
         else:
             included = include_files(entry.source, include_dirs)
             files = [str(entry.source), *map(str, included)]
-            code = compile_glsl_file(entry.source, include_dirs)
+            code = compile_glsl_file(entry.source, include_dirs, entry.defines)
         stamp = _stamp(files)
     except FileNotFoundError as err:
         raise kernel_failure(entry, f"no such file: {err.filename or err}") from None
     except OSError as err:
         raise kernel_failure(entry, f"cannot read {entry.source}: {err.strerror}") from None
+    # Checked before the module reaches reflection or the driver: the validation layer's own
+    # words ("Invalid SPIR-V binary version ...") name neither the file nor the fix.
+    too_new = spirv_version_error(code, entry.source, cache.ctx.api_version)
+    if too_new is not None:
+        raise kernel_failure(entry, too_new)
     entry_point = None if entry.kind == "glsl" else entry.entry
     reflection = reflect_spirv(code, str(entry.source), entry_point)
     if reflection.entry_point != entry.entry:
