@@ -9,10 +9,13 @@ which it must hold, and against the angle bugs it must not let through.
 from __future__ import annotations
 
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from graph_format.kernels import MANIFEST_NAME, parse_manifest
 from harness.model.numerics import U32
 from harness.ops.rotary_pos import MODEL, angle_error, angles
 
@@ -162,3 +165,17 @@ def test_budget_catches_angle_bugs(bug: object) -> None:
     i = np.arange(dim // 2)
     wrong = np.outer(wrong_positions, scale * base ** (-2.0 * i / wrong_dim))
     assert utilization(wrong) > 10.0
+
+
+def test_the_docs_example_is_the_tested_manifest() -> None:
+    """docs/bring-your-own-kernels.md's position-rope manifest is tests/data/kernels/rope_norm's
+    (which tests/diff/test_foreign_rope.py runs), less its header comment, and parses."""
+    root = Path(__file__).parents[2]
+    page = (root / "docs" / "bring-your-own-kernels.md").read_text()
+    marker = "# tests/data/kernels/rope_norm/kernels.toml (its header comment aside)\n"
+    (block,) = [b for b in re.findall(r"```toml\n(.*?)```", page, re.S) if b.startswith(marker)]
+    text = (root / "tests" / "data" / "kernels" / "rope_norm" / MANIFEST_NAME).read_text()
+    body = text[text.index("format = ") :]
+    assert block[len(marker) :] == body
+    manifest = parse_manifest(body, Path("rope_norm") / MANIFEST_NAME, check_files=False)
+    assert manifest.slots("webgpu") == manifest.slots("vulkan") == ("rotary_emb_pos",)
