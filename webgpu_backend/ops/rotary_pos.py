@@ -15,7 +15,9 @@ import math
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.nodes import ScratchBuffer
 from webgpu_backend.ops import register
+from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
 
@@ -72,8 +74,14 @@ def build_rotary_emb_pos(graph: WebGPUGraph, node: OpNode) -> None:
     slot = graph.dtype_slot(node, "rotary_emb_pos", xq.dtype)
     # Without factors, a 4-byte dummy fills the role (the kernels read it only if has_...).
     factor_buffer = factors if factors is not None else graph.create_scratch(node, "no_ff", 4)
-    tensors = {"xq_out": xq_out, "xk_out": xk_out, "xq": xq, "xk": xk}
-    tensors |= {"positions": positions, "freq_factors": factor_buffer}
+    tensors: dict[str, WebGPUTensor | ScratchBuffer] = {
+        "xq_out": xq_out,
+        "xk_out": xk_out,
+        "xq": xq,
+        "xk": xk,
+        "positions": positions,
+        "freq_factors": factor_buffer,
+    }
     static: dict[str, Value] = {
         "half_dim": dim // 2,
         "head_dim": dim,
