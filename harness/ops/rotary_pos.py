@@ -22,7 +22,7 @@ invocations per workgroup, one per rotated pair, q's pairs first, logical count
 ceil((numel(xq) + numel(xk)) / 2 / 64). Each invocation computes its angle (the exponent
 `-(f32(2i) / f32(D)) * log2(theta_base)`, `exp2` of it, times freq_scale, divided by the
 factor, times f32(position)), reduces it into [-pi, pi] (where WGSL and Vulkan specify sin
-and cos) and rotates. `_angle_error` derives what that costs.
+and cos) and rotates. `angle_error` derives what that costs.
 
 Live checks, in this order (`InputError` with subject the op):
 1. "head_dim": the live D of xq and xk must stay the max D;
