@@ -114,6 +114,16 @@ def test_shipped_kernels_agree_with_the_projects_declarations(kernel: str) -> No
         push = found.push_constants
         assert push is not None and push.size == 4
         assert [(m.offset, m.type) for m in push.members] == [(0, "float")]
+    # The position rope pushes theta_base, freq_scale and has_freq_factors.
+    elif spec.glsl.startswith("rotary_emb_pos"):
+        push = found.push_constants
+        assert push is not None and push.size == 12
+        members = [(m.name, m.offset, m.type) for m in push.members]
+        assert members == [
+            ("theta_base", 0, "float"),
+            ("freq_scale", 4, "float"),
+            ("has_freq_factors", 8, "uint"),
+        ]
     else:
         assert found.push_constants is None
 
