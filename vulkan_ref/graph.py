@@ -1108,10 +1108,6 @@ class ComputeGraph:
             grids.append(node_grids)
         return grids
 
-    def allocation_nbytes(self, name: str) -> int:
-        """Bytes allocated for tensor `name`."""
-        return self.tensors[name].buffer.size
-
     def _check_inputs(
         self, inputs: Mapping[str, np.ndarray | int]
     ) -> tuple[list[tuple[VTensor, np.ndarray]], dict[str, int]]:

@@ -602,10 +602,6 @@ class WebGPUGraph:
                 out.append(Scheduled(record, run))
         return out
 
-    def allocation_nbytes(self, name: str) -> int:
-        """Bytes allocated for tensor `name`."""
-        return self.tensors[name].alloc_nbytes
-
     def _check_inputs(
         self, inputs: Mapping[str, np.ndarray | int]
     ) -> tuple[list[tuple[WebGPUTensor, np.ndarray]], dict[str, int]]:

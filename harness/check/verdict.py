@@ -14,7 +14,6 @@ hashes), and the verdict for it stays the same whenever Hypothesis replays it.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 from hypothesis import currently_in_test_context, target
@@ -80,7 +79,6 @@ class CaseChecker:
         # Cases found non-deterministic keep that verdict when Hypothesis replays them, even
         # if a replay happens to pass: otherwise Hypothesis would report a flaky test.
         self._nondeterministic: dict[str, Repeatability] = {}
-        self.last_repeatability: Repeatability | None = None
 
     @property
     def runtimes(self) -> Sequence[Runtime]:
@@ -97,7 +95,6 @@ class CaseChecker:
             repeat = classify(case, self.runtimes, self.repeats)
             if not repeat.deterministic:
                 self._nondeterministic[key] = repeat
-        self.last_repeatability = repeat
         return result, repeat
 
     def check(self, case: Case) -> CaseResult:
@@ -130,8 +127,3 @@ def utilization_by_op_type(case: Case, result: CaseResult) -> dict[str, float]:
                 if value == value and value != float("inf"):
                     best[op_type] = max(best.get(op_type, 0.0), value)
     return best
-
-
-def short_hash(data: bytes) -> str:
-    """A short content hash for reports."""
-    return hashlib.sha256(data).hexdigest()[:16]
