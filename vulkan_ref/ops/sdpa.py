@@ -85,9 +85,19 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
     has_scale = node.optional_arg("scale") is not None
     scale = float(graph.scalar_arg(node, "scale")) if has_scale else 1.0 / math.sqrt(dim)
     max_splits = -(-cache_rows // SPLIT_ROWS)
-    scores = graph.create_scratch(node, "scores", "float32", (q_heads, max_seq, cache_rows))
-    part_o = graph.create_scratch(node, "part_o", "float32", (q_heads, max_splits, dim))
-    part_ml = graph.create_scratch(node, "part_ml", "float32", (q_heads, max_splits, 2))
+    static = {
+        "q_heads": q_heads,
+        "kv_heads": kv_heads,
+        "head_dim": dim,
+        "max_seq": max_seq,
+        "cache_rows": cache_rows,
+        "scale": scale,
+        "workgroup_size": WORKGROUP,
+    }
+    # The project's dense layouts, unless a manifest sizes the role (`scratch.<role>`).
+    scores = graph.create_scratch(node, "scores", "float32", (q_heads, max_seq, cache_rows), static)
+    part_o = graph.create_scratch(node, "part_o", "float32", (q_heads, max_splits, dim), static)
+    part_ml = graph.create_scratch(node, "part_ml", "float32", (q_heads, max_splits, 2), static)
 
     def pos() -> int:
         return input_pos.value if isinstance(input_pos, SymInt) else input_pos
@@ -128,13 +138,6 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
         "scores": scores,
         "part_o": part_o,
         "part_ml": part_ml,
-    }
-    static = {
-        "q_heads": q_heads,
-        "kv_heads": kv_heads,
-        "head_dim": dim,
-        "scale": scale,
-        "workgroup_size": WORKGROUP,
     }
 
     def workgroups(slot: str, s: int, context: int) -> int:

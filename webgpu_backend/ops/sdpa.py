@@ -81,16 +81,19 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         float(graph.graph.scalar(scale_name)) if scale_name is not None else 1.0 / math.sqrt(dim)
     )
     max_splits = -(-cache_rows // SPLIT_ROWS)
-    scores = graph.create_scratch(node, "scores", 4 * q_heads * max_seq * cache_rows)
-    part_o = graph.create_scratch(node, "part_o", 4 * q_heads * max_splits * dim)
-    part_ml = graph.create_scratch(node, "part_ml", 4 * q_heads * max_splits * 2)
     static: dict[str, Value] = {
         "q_heads": q_heads,
         "kv_heads": kv_heads,
         "head_dim": dim,
+        "max_seq": max_seq,
+        "cache_rows": cache_rows,
         "scale": scale,
         "workgroup_size": WORKGROUP_SIZE,
     }
+    # The project's dense layouts, unless a manifest sizes the role (`scratch.<role>`).
+    scores = graph.create_scratch(node, "scores", 4 * q_heads * max_seq * cache_rows, static)
+    part_o = graph.create_scratch(node, "part_o", 4 * q_heads * max_splits * dim, static)
+    part_ml = graph.create_scratch(node, "part_ml", 4 * q_heads * max_splits * 2, static)
     buffers: dict[str, WebGPUTensor | ScratchBuffer] = {
         "q": q,
         "k": k,

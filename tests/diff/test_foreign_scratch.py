@@ -1,0 +1,136 @@
+"""Scratch sized by the manifest: a split-K decode pair from elsewhere with its own layout.
+
+tests/data/kernels/split_k/ holds a split-K decode attention pair (WGSL and GLSL) that keeps
+its partials at a FIXED 128 chunks of 32 cache rows per head, where the project's kernels
+keep them dense over ceil(context / 64) splits. Its manifest sizes the op's `part_o` and
+`part_ml` for that layout (`scratch.<role>`, bytes over the values fixed at load); the split
+kernel writes them, the reduce kernel reads them, one buffer per role per op, with the
+runtimes' guard after it.
+
+- The pair runs clean in lockstep on both backends over prefill and decode steps.
+- Sized too small in one backend's manifest (64 chunks a head for kernels that keep 128), the
+  pair writes past the buffers into their guards: a canary_write blamed on that backend.
+- A wrong stride planted in one backend's reduce kernel is found and blamed on it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graph_format import Runtime
+from graph_format.kernels import load_manifest
+from harness import GraphBuilder
+from harness.check.divergence import Kind
+from harness.check.lockstep import CaseResult, LockstepRunner
+from harness.gen.case import Case
+from vulkan_ref import VulkanRuntime
+from webgpu_backend import WebGPURuntime
+
+pytestmark = pytest.mark.gpu
+
+SPLIT_K = Path(__file__).resolve().parents[1] / "data" / "kernels" / "split_k"
+SLOTS = ("sdpa_fd_split", "sdpa_fd_reduce")
+
+
+def runner_for(folder: Path) -> LockstepRunner:
+    """Both runtimes running the folder's kernels for the slots it replaces."""
+    manifest = load_manifest(folder)
+    runtimes: list[Runtime] = [WebGPURuntime(manifest=manifest), VulkanRuntime(manifest=manifest)]
+    return LockstepRunner(runtimes)
+
+
+def decode_case() -> Case:
+    """sdpa_with_kv_cache, 4 query heads over 2 kv heads, D = 16, a 100-row cache: a prefill
+    of 3 tokens, then decode steps whose context spans 1, 2 and 4 chunks of 32 rows (the
+    project's route would use 1 or 2 splits of 64)."""
+    rng = np.random.default_rng(11)
+    heads, kv_heads, dim, rows = 4, 2, 16, 100
+    b = GraphBuilder()
+    q = b.input("q", "float32", [1, 3, heads, dim])
+    k = b.input("k", "float32", [1, 3, kv_heads, dim])
+    v = b.input("v", "float32", [1, 3, kv_heads, dim])
+    pos = b.symint_input("input_pos")
+    caches = {n: b.state(n, "float32", [1, rows, kv_heads, dim]) for n in ("k_cache", "v_cache")}
+    b.output(b.op("sdpa_with_kv_cache", name="attn", q=q, k=k, v=v, input_pos=pos, **caches))
+
+    def step(seq: int, at: int) -> dict[str, np.ndarray | int]:
+        def f32(*shape: int) -> np.ndarray:
+            return rng.standard_normal(shape).astype(np.float32)
+
+        return {
+            "q": f32(1, seq, heads, dim),
+            "k": f32(1, seq, kv_heads, dim),
+            "v": f32(1, seq, kv_heads, dim),
+            "input_pos": at,
+        }
+
+    steps = [step(3, 0), step(1, 3), step(1, 40), step(1, 99)]
+    return Case(b.build(), steps, name="sdpa split-K decode")
+
+
+def _slots_run(result: CaseResult) -> dict[str, set[str]]:
+    ran: dict[str, set[str]] = {}
+    for step in result.steps:
+        for backend, seen in step.backends.items():
+            ran.setdefault(backend, set()).update(d["kernel"] for d in seen.dispatches if d["ran"])
+    return ran
+
+
+def test_the_pair_runs_clean_with_its_own_partials_layout() -> None:
+    result = runner_for(SPLIT_K).run(decode_case())
+    assert result.divergences == [], [str(d) for d in result.divergences]
+    ran = _slots_run(result)
+    assert set(ran) == {"webgpu", "vulkan"}
+    assert all(set(SLOTS) <= slots for slots in ran.values()), ran
+
+
+def _copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "split_k"
+    shutil.copytree(SPLIT_K, folder)
+    return folder
+
+
+@pytest.mark.parametrize("backend", ["webgpu", "vulkan"])
+def test_partials_sized_too_small_are_overrun_into_the_guard(tmp_path: Path, backend: str) -> None:
+    """One backend's manifest sizes the partials for 64 chunks a head while its kernels keep
+    128: head 2 of 4 writes just past both buffers, into their guards (a canary_write of the
+    op's scratch), head 3 past the guards; found and blamed on that backend only."""
+    folder = _copy(tmp_path)
+    manifest = folder / "kernels.toml"
+    text = manifest.read_text()
+    section = text.index(f"[{backend}.sdpa_fd_split]")
+    end = text.index("\n[", section)
+    planted = text[section:end].replace("q_heads * 128 *", "q_heads * 64 *")
+    assert planted.count("q_heads * 64 *") == 2
+    manifest.write_text(text[:section] + planted + text[end:])
+    result = runner_for(folder).run(decode_case())
+    found = result.divergences
+    assert {d.blame for d in found} == {backend}, [str(d) for d in found]
+    canaries = [d for d in found if d.kind == Kind.CANARY_WRITE]
+    assert canaries, [str(d) for d in found]
+    assert all("attn.part_" in d.message for d in canaries), [d.message for d in canaries]
+
+
+@pytest.mark.parametrize(
+    ("file", "backend"), [("flash_reduce.wgsl", "webgpu"), ("flash_reduce.comp", "vulkan")]
+)
+def test_a_wrong_stride_in_the_reduce_is_found_and_blamed(
+    tmp_path: Path, file: str, backend: str
+) -> None:
+    """The reduce reads the partials at the project's stride of 64 splits a head, not 128:
+    every head but the first folds another head's chunks."""
+    folder = _copy(tmp_path)
+    path = folder / file
+    source = path.read_text()
+    old = "MAX_CHUNKS: u32 = 128u;" if file.endswith(".wgsl") else "MAX_CHUNKS = 128;"
+    assert source.count(old) == 1
+    path.write_text(source.replace(old, old.replace("128", "64")))
+    result = runner_for(folder).run(decode_case())
+    found = result.divergences
+    assert found, f"the wrong stride in {file} went unnoticed"
+    assert {d.blame for d in found} == {backend}, [str(d) for d in found]
+    assert {d.kind for d in found} <= {Kind.NUMERIC, Kind.NAN_INF}, [str(d) for d in found]
