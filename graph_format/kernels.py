@@ -1198,11 +1198,14 @@ class _Parser:
         return KernelManifest(self.path, _share_scratch(entries))
 
     def check_masked_columns(self, entries: Mapping[tuple[Backend, str], KernelEntry]) -> None:
-        """A softmax that reads the masked columns runs only after qk kernels writing them."""
+        """A softmax that reads the masked columns runs only after qk kernels writing them:
+        every qk slot the manifest replaces on that backend says so, and one at least (a qk
+        precision left to the project is refused per graph: `masked_columns_unwritten`)."""
         for (backend, slot), entry in entries.items():
             if slot not in MASK_READERS or entry.masked_columns != MASKED_READ:
                 continue
-            for writer in MASK_WRITERS:
+            replaced = [w for w in MASK_WRITERS if (backend, w) in entries]
+            for writer in replaced or MASK_WRITERS[:1]:
                 found = entries.get((backend, writer))
                 if found is None or found.masked_columns != MASKED_WRITTEN:
                     runs = f"{backend}.{writer}" if found else f"the project's {writer} kernel"
@@ -1477,6 +1480,18 @@ class _Parser:
         if not module or not name.isidentifier():
             raise self.fail(where, f'expected "<module>.py:<Class>", got {_shown(value)}')
         return AdapterRef(self.file(where, module, suffix=".py"), name)
+
+
+def masked_columns_unwritten(qk: KernelEntry, softmax: KernelEntry) -> str | None:
+    """Why this qk kernel cannot run before this softmax (a requirement the graph breaks:
+    the softmax reads masked columns the qk kernel leaves unwritten), or None."""
+    if softmax.masked_columns == MASKED_READ and qk.masked_columns != MASKED_WRITTEN:
+        by = "the project's kernel" if qk.builtin else str(qk.source)
+        return (
+            f"{qk.slot} writing the masked columns it reads ({qk.slot} runs {by}, which "
+            f'does not: replace it with one that says masked_columns = "{MASKED_WRITTEN}")'
+        )
+    return None
 
 
 def _op_roles(op: str) -> set[str]:

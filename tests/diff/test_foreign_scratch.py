@@ -32,7 +32,9 @@ from webgpu_backend import WebGPURuntime
 
 pytestmark = pytest.mark.gpu
 
-SPLIT_K = Path(__file__).resolve().parents[1] / "data" / "kernels" / "split_k"
+DATA = Path(__file__).resolve().parents[1] / "data" / "kernels"
+SPLIT_K = DATA / "split_k"
+ATTENTION3 = DATA / "attention3"
 SLOTS = ("sdpa_fd_split", "sdpa_fd_reduce")
 
 
@@ -44,8 +46,8 @@ def runner_for(folder: Path) -> LockstepRunner:
 
 
 def decode_case() -> Case:
-    """sdpa_with_kv_cache, 4 query heads over 2 kv heads, D = 16, a 100-row cache: a prefill
-    of 3 tokens, then decode steps whose context spans 1, 2 and 4 chunks of 32 rows (the
+    """sdpa_with_kv_cache, 4 query heads over 2 kv heads, D = 16, a 100-row cache: prefills
+    of 3 and 2 tokens, decode steps whose context spans 1, 2 and 4 chunks of 32 rows (the
     project's route would use 1 or 2 splits of 64)."""
     rng = np.random.default_rng(11)
     heads, kv_heads, dim, rows = 4, 2, 16, 100
@@ -68,7 +70,7 @@ def decode_case() -> Case:
             "input_pos": at,
         }
 
-    steps = [step(3, 0), step(1, 3), step(1, 40), step(1, 99)]
+    steps = [step(3, 0), step(1, 3), step(1, 40), step(2, 50), step(1, 99)]
     return Case(b.build(), steps, name="sdpa split-K decode")
 
 
@@ -134,3 +136,55 @@ def test_a_wrong_stride_in_the_reduce_is_found_and_blamed(
     assert found, f"the wrong stride in {file} went unnoticed"
     assert {d.blame for d in found} == {backend}, [str(d) for d in found]
     assert {d.kind for d in found} <= {Kind.NUMERIC, Kind.NAN_INF}, [str(d) for d in found]
+
+
+# --- an out-of-place softmax: a three-kernel attention with its own scores layout -----------
+
+
+def test_an_out_of_place_three_kernel_attention_runs_clean() -> None:
+    """tests/data/kernels/attention3 on WebGPU (the project's kernels on Vulkan): scores in
+    rows of cache_rows columns, masked columns written by its qk, an out-of-place softmax into
+    `probs` (a role its manifest adds to the op), read by its av."""
+    result = runner_for(ATTENTION3).run(decode_case())
+    assert result.divergences == [], [str(d) for d in result.divergences]
+    ran = _slots_run(result)
+    assert {"sdpa_qk", "sdpa_softmax", "sdpa_av"} <= ran["webgpu"], ran
+
+
+def test_a_qk_leaving_the_masked_columns_it_declares_written_is_found(tmp_path: Path) -> None:
+    """The qk says masked_columns = "written" but skips them: the softmax over whole rows
+    reads what an earlier step (or nothing) left there, found and blamed on WebGPU."""
+    folder = tmp_path / "attention3"
+    shutil.copytree(ATTENTION3, folder)
+    path = folder / "qk.wgsl"
+    source = path.read_text()
+    old = "        sc[at] = -1.0e30;\n"
+    assert source.count(old) == 1
+    path.write_text(source.replace(old, ""))
+    result = runner_for(folder).run(decode_case())
+    found = result.divergences
+    assert found, "the unwritten masked columns went unnoticed"
+    assert {d.blame for d in found} == {"webgpu"}, [str(d) for d in found]
+    assert {d.kind for d in found} <= {Kind.NUMERIC, Kind.NAN_INF}, [str(d) for d in found]
+
+
+def test_a_precision_whose_qk_skips_the_masked_columns_is_refused_by_that_backend() -> None:
+    """The manifest replaces the f32 qk only: a float16 graph would run the project's
+    sdpa_qk_f16, which leaves the masked columns unwritten, before the softmax that reads
+    them. WebGPU refuses the graph at load, naming that; the harness finds the same on its
+    own, so the refusal is expected and Vulkan runs the case alone."""
+    case = decode_case()
+    b = GraphBuilder()
+    q = b.input("q", "float16", [1, 3, 4, 16])
+    k = b.input("k", "float16", [1, 3, 2, 16])
+    v = b.input("v", "float16", [1, 3, 2, 16])
+    pos = b.symint_input("input_pos")
+    caches = {n: b.state(n, "float16", [1, 100, 2, 16]) for n in ("k_cache", "v_cache")}
+    b.output(b.op("sdpa_with_kv_cache", name="attn", q=q, k=k, v=v, input_pos=pos, **caches))
+    steps = [
+        {n: x.astype(np.float16) if isinstance(x, np.ndarray) else x for n, x in step.items()}
+        for step in case.steps
+    ]
+    result = runner_for(ATTENTION3).run(Case(b.build(), steps, name="sdpa f16"))
+    assert result.divergences == [], [str(d) for d in result.divergences]
+    assert set(_slots_run(result)) == {"vulkan"}

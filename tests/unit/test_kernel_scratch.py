@@ -178,10 +178,12 @@ def _edit(old: str, new: str) -> str:
             "webgpu.sdpa_qk_f16 does not write",
         ),
         (
-            _edit('[webgpu.sdpa_qk_f16]\nfile = "qk_f16.wgsl"\nmasked_columns = "written"\n', ""),
+            _edit('[webgpu.sdpa_qk_f16]\nfile = "qk_f16.wgsl"\nmasked_columns = "written"\n', "")
+            .replace('[webgpu.sdpa_qk]\nfile = "qk.wgsl"\nmasked_columns = "written"\n', "")
+            .replace('scratch.scores = "q_heads * max_seq * cache_rows * 4"\n', ""),
             "webgpu.sdpa_softmax.masked_columns",
-            "which the project's sdpa_qk_f16 kernel does not write (only its masked_columns = "
-            '"written" does); replace sdpa_qk_f16 on webgpu with a kernel that writes them',
+            "which the project's sdpa_qk kernel does not write (only its masked_columns = "
+            '"written" does); replace sdpa_qk on webgpu with a kernel that writes them',
         ),
     ],
 )

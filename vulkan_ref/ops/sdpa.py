@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode, dtype_slot
+from graph_format.kernels import KernelRequirementError, masked_columns_unwritten
 from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
 from vulkan_ref.ops import register
 
@@ -167,6 +168,11 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
             "workgroups": workgroups(slot, s, context),
         }
 
+    qk_slot = graph.dtype_slot(node, "sdpa_qk", q.dtype)
+    qk_entry, softmax_entry = (graph.kernel_entry(s, s) for s in (qk_slot, "sdpa_softmax"))
+    unwritten = masked_columns_unwritten(qk_entry, softmax_entry)
+    if unwritten is not None:  # a manifest's softmax reading what this qk leaves unwritten
+        raise KernelRequirementError(node.name, "sdpa_softmax", unwritten, softmax_entry.source)
     for slot in SLOTS:
         # In half precision every slot but the softmax, which works on the f32 scores in
         # both precisions, is its `_f16` variant.
