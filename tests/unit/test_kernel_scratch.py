@@ -4,9 +4,11 @@ one-line errors naming the file and what is wrong."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from graph_format.kernels import (
     MANIFEST_NAME,
@@ -102,8 +104,6 @@ def test_scratch_roles_are_shared_by_the_slots_of_one_op(tmp_path: Path) -> None
 
 
 def _toml(doc: dict[str, object]) -> str:
-    import tomli_w
-
     return tomli_w.dumps(doc)
 
 
@@ -232,3 +232,22 @@ def test_a_size_failing_at_load_names_its_key_and_values(
     assert "\n" not in message
     assert message.startswith("sdpa_fd_reduce: "), message  # the kernel being built
     assert what in message, message
+
+
+def test_the_reference_s_scratch_examples_parse() -> None:
+    """docs/bring-your-own-kernels.md's Scratch section: its manifests stay valid."""
+    page = (Path(__file__).parents[2] / "docs" / "bring-your-own-kernels.md").read_text()
+    start = page.index("### Scratch sized by the manifest")
+    section = page[start : page.index("\n### ", start + 1)]
+    blocks = re.findall(r"```toml\n(.*?)```", section, re.S)
+    assert len(blocks) == 2
+    header = 'format = "parity-kernels/1"\n'
+    split, attention = (
+        parse_manifest(header + b, Path("kernels") / MANIFEST_NAME, check_files=False)
+        for b in blocks
+    )
+    assert split.slots("webgpu") == ("sdpa_fd_split", "sdpa_fd_reduce")
+    reduce = split.entry("webgpu", "sdpa_fd_reduce")
+    assert reduce is not None and scratch_sizes(reduce, STATIC)["part_o"] == 4 * 128 * 16 * 4
+    av = attention.entry("webgpu", "sdpa_av")
+    assert av is not None and av.shared_roles == ("probs",)
