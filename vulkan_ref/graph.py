@@ -1017,7 +1017,7 @@ class ComputeGraph:
         sizes = _call_adapter(node.op, entry, "scratch", adapter.scratch)
         if not isinstance(sizes, Mapping):
             raise _adapter_failure(node.op, entry, f"scratch() returned {sizes!r}, not a mapping")
-        taken = {*node.tensors, *SLOTS[entry.slot].tensors, PARAMS_TARGET}
+        taken = {*node.tensors, *SLOTS[entry.slot].tensors, *entry.shared_roles, PARAMS_TARGET}
         scratch: dict[str, VTensor] = {}
         for role, nbytes in sizes.items():
             if not isinstance(role, str) or not role.isidentifier() or role in taken:

@@ -393,10 +393,16 @@ class WebGPUGraph:
                 text = "".join(traceback.format_exception(err)).strip()
                 raise kernel.fail(f"adapter {entry.adapter} failed at load:\n{text}") from None
             for role, nbytes in sizes.items():
-                if not isinstance(role, str) or not role.isidentifier() or role in tensors:
+                if (
+                    not isinstance(role, str)
+                    or not role.isidentifier()
+                    or role in tensors
+                    or role in entry.shared_roles
+                ):
+                    roles = ", ".join([*SLOTS[slot].tensors, *entry.shared_roles])
                     raise kernel.fail(
                         f"adapter {entry.adapter}: scratch role {role!r} must be a new name "
-                        f"(the slot's roles: {', '.join(SLOTS[slot].tensors)})"
+                        f"(the slot's roles: {roles})"
                     )
                 if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
                     raise kernel.fail(
