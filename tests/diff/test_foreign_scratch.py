@@ -142,37 +142,48 @@ def test_a_wrong_stride_in_the_reduce_is_found_and_blamed(
 
 
 def test_an_out_of_place_three_kernel_attention_runs_clean() -> None:
-    """tests/data/kernels/attention3 on WebGPU (the project's kernels on Vulkan): scores in
-    rows of cache_rows columns, masked columns written by its qk, an out-of-place softmax into
-    `probs` (a role its manifest adds to the op), read by its av."""
+    """tests/data/kernels/attention3 on both backends: scores in rows of cache_rows columns,
+    masked columns written by its qk, an out-of-place softmax into `probs` (a role its
+    manifest adds to the op), read by its av."""
     result = runner_for(ATTENTION3).run(decode_case())
     assert result.divergences == [], [str(d) for d in result.divergences]
     ran = _slots_run(result)
-    assert {"sdpa_qk", "sdpa_softmax", "sdpa_av"} <= ran["webgpu"], ran
+    assert set(ran) == {"webgpu", "vulkan"}
+    assert all({"sdpa_qk", "sdpa_softmax", "sdpa_av"} <= slots for slots in ran.values()), ran
 
 
-def test_a_qk_leaving_the_masked_columns_it_declares_written_is_found(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("file", "old", "backend"),
+    [
+        ("qk.wgsl", "        sc[at] = -1.0e30;\n", "webgpu"),
+        ("qk.comp", "    sc[at] = -1.0e30;\n", "vulkan"),
+    ],
+)
+def test_a_qk_leaving_the_masked_columns_it_declares_written_is_found(
+    tmp_path: Path, file: str, old: str, backend: str
+) -> None:
     """The qk says masked_columns = "written" but skips them: the softmax over whole rows
-    reads what an earlier step (or nothing) left there, found and blamed on WebGPU."""
+    reads what an earlier step (or nothing) left there, found and blamed on its backend."""
     folder = tmp_path / "attention3"
     shutil.copytree(ATTENTION3, folder)
-    path = folder / "qk.wgsl"
+    path = folder / file
     source = path.read_text()
-    old = "        sc[at] = -1.0e30;\n"
     assert source.count(old) == 1
     path.write_text(source.replace(old, ""))
     result = runner_for(folder).run(decode_case())
     found = result.divergences
     assert found, "the unwritten masked columns went unnoticed"
-    assert {d.blame for d in found} == {"webgpu"}, [str(d) for d in found]
+    assert {d.blame for d in found} == {backend}, [str(d) for d in found]
     assert {d.kind for d in found} <= {Kind.NUMERIC, Kind.NAN_INF}, [str(d) for d in found]
 
 
-def test_a_precision_whose_qk_skips_the_masked_columns_is_refused_by_that_backend() -> None:
+def test_a_precision_whose_qk_skips_the_masked_columns_is_refused_by_that_backend(
+    tmp_path: Path,
+) -> None:
     """The manifest replaces the f32 qk only: a float16 graph would run the project's
     sdpa_qk_f16, which leaves the masked columns unwritten, before the softmax that reads
-    them. WebGPU refuses the graph at load, naming that; the harness finds the same on its
-    own, so the refusal is expected and Vulkan runs the case alone."""
+    them. Each backend refuses the graph at load, naming that; the harness finds the same on
+    its own, so the refusals are expected; with WebGPU's section alone, Vulkan runs it."""
     case = decode_case()
     b = GraphBuilder()
     q = b.input("q", "float16", [1, 3, 4, 16])
@@ -185,6 +196,15 @@ def test_a_precision_whose_qk_skips_the_masked_columns_is_refused_by_that_backen
         {n: x.astype(np.float16) if isinstance(x, np.ndarray) else x for n, x in step.items()}
         for step in case.steps
     ]
-    result = runner_for(ATTENTION3).run(Case(b.build(), steps, name="sdpa f16"))
+    graph = b.build()
+    result = runner_for(ATTENTION3).run(Case(graph, steps, name="sdpa f16"))
+    assert result.divergences == [], [str(d) for d in result.divergences]
+    assert result.steps == []  # both refused the graph at load, as expected
+    folder = tmp_path / "attention3"
+    shutil.copytree(ATTENTION3, folder)
+    manifest = folder / "kernels.toml"
+    text = manifest.read_text()
+    manifest.write_text(text[: text.index("# The same three kernels in GLSL")])
+    result = runner_for(folder).run(Case(graph, steps, name="sdpa f16"))
     assert result.divergences == [], [str(d) for d in result.divergences]
     assert set(_slots_run(result)) == {"vulkan"}
