@@ -755,8 +755,8 @@ class ComputeGraph:
                 fixed = {**static, MAX_WORKGROUPS_VALUE: self.workgroup_limits[0]}
                 try:
                     sizes = scratch_sizes(entry, fixed)
-                except KernelInterfaceError as err:
-                    raise kernel_failure(entry, str(err), name) from None
+                except KernelInterfaceError as err:  # the manifest's doing: no compiler ran
+                    raise kernel_failure(entry, str(err), name, values=True) from None
             self._scratch_sizes[name] = sizes
         return sizes
 

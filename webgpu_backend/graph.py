@@ -56,6 +56,7 @@ from graph_format import (
     GraphBuildError,
     InputError,
     KernelBuildError,
+    KernelValuesError,
     OpError,
     OpNode,
     ParityError,
@@ -299,8 +300,8 @@ class WebGPUGraph:
                 fixed = {**static, "max_workgroups_per_dim": self.workgroups_per_dim}
                 try:
                     sizes = scratch_sizes(entry, fixed)
-                except KernelInterfaceError as err:
-                    raise KernelBuildError(
+                except KernelInterfaceError as err:  # the manifest's doing: no compiler ran
+                    raise KernelValuesError(
                         self.backend, entry.slot, err.source, str(err), op=node.name
                     ) from None
             self._scratch_sizes[node.name] = sizes

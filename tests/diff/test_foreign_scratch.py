@@ -208,3 +208,24 @@ def test_a_precision_whose_qk_skips_the_masked_columns_is_refused_by_that_backen
     result = runner_for(folder).run(Case(graph, steps, name="sdpa f16"))
     assert result.divergences == [], [str(d) for d in result.divergences]
     assert set(_slots_run(result)) == {"vulkan"}
+
+
+def test_a_size_reading_a_live_value_is_a_build_error_naming_its_key(tmp_path: Path) -> None:
+    """A buffer is allocated at load: a size over `context` fails on each backend whose
+    manifest says it, a finding naming the manifest key, the values fixed at load (the fix),
+    and no compiler (none ran)."""
+    folder = _copy(tmp_path)
+    manifest = folder / "kernels.toml"
+    text = manifest.read_text()
+    assert text.count('"q_heads * 128 * head_dim * 4"') == 2
+    manifest.write_text(text.replace('"q_heads * 128 * head_dim * 4"', '"q_heads * context * 64"'))
+    result = runner_for(folder).run(decode_case())
+    found = result.divergences
+    assert {d.blame for d in found} == {"webgpu", "vulkan"}, [str(d) for d in found]
+    for d in found:
+        assert d.kind == Kind.BUILD_ERROR
+        key = f"{d.blame}.sdpa_fd_split.scratch.part_o"
+        assert f"{key}: 'q_heads * context * 64' reads context" in d.message, d.message
+        assert "size it by values fixed at load (cache_rows, head_dim," in d.message, d.message
+        assert "its manifest fails on this step's values" in d.message, d.message
+        assert "compiler" not in d.message, d.message
