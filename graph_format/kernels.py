@@ -26,7 +26,7 @@ import sys
 import tomllib
 import traceback
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, cast
 
@@ -58,6 +58,13 @@ PROJECT_PADDING = r"^_pad"
 PROJECT_WORKGROUP_OVERRIDE = "wg_size"
 WORKGROUP_SIZE_VALUE = "workgroup_size"
 WORKGROUPS_VALUE = "workgroups"
+# The causal attention's masked score columns (c > input_pos + s of a scores row): the slots
+# that may write them, and the slot that may read them (`masked_columns`, docs/
+# bring-your-own-kernels.md "Scratch"). The project's kernels neither write nor read them.
+MASK_WRITERS: tuple[str, ...] = ("sdpa_qk", "sdpa_qk_f16")
+MASK_READERS: tuple[str, ...] = ("sdpa_softmax",)
+MASKED_WRITTEN, MASKED_SKIPPED = "written", "skipped"  # what a qk kernel does with them
+MASKED_READ, MASKED_IGNORED = "read", "ignored"  # what a softmax does with them
 
 # |int| above this in an expression is an error: no dispatch or params value is near it, and
 # it keeps a hostile manifest from building huge numbers by repeated multiplication.
@@ -842,6 +849,15 @@ class KernelEntry:
             `-D<name>=<text>` (so a kernel written for a template compiles from its source).
         dispatches: one per dispatch, in order (one unless the manifest splits the slot).
         builtin: the project's own kernel.
+        scratch: the scratch roles this section sizes, role -> bytes (an expression over the
+            values fixed at load): a scratch role of the op (`part_o`) resized, or a new
+            role that the op's kernels on this backend share.
+        op_scratch: every scratch size the manifest's sections of this op declare on this
+            backend, role -> ((slot, expression), ...): one buffer per role per op node, of
+            the largest size (filled in when the manifest is parsed).
+        masked_columns: (the causal attention's qk and softmax slots) whether the kernel
+            writes ("written") or skips ("skipped") the masked score columns, or reads
+            ("read") or ignores ("ignored") them; None: the project's behaviour.
     """
 
     backend: Backend
@@ -860,11 +876,23 @@ class KernelEntry:
     adapter: AdapterRef | None = None
     defines: dict[str, str] = field(default_factory=dict)
     builtin: bool = False
+    scratch: dict[str, Expression] = field(default_factory=dict)
+    op_scratch: dict[str, tuple[tuple[str, Expression], ...]] = field(
+        default_factory=dict, compare=False
+    )
+    masked_columns: str | None = None
 
     @property
     def interface(self) -> SlotInterface:
         """The slot's declared interface."""
         return SLOTS[self.slot]
+
+    @property
+    def shared_roles(self) -> tuple[str, ...]:
+        """The scratch roles the manifest adds to the op on this backend (not roles of the
+        slot): a kernel binds them by name like the slot's own roles."""
+        own = _op_roles(self.interface.op)
+        return tuple(r for r in self.op_scratch if r not in own)
 
     def expressions(self) -> dict[str, Expression]:
         """Every expression of the entry by its key in the manifest's table (`dispatch`,
@@ -876,6 +904,8 @@ class KernelEntry:
             out[f"spec.{key}"] = expr
         for i, condition in enumerate(self.requires):
             out[f"requires[{i}]"] = condition
+        for role, expr in self.scratch.items():
+            out[f"scratch.{role}"] = expr
         for i, dispatch in enumerate(self.dispatches):
             at = f"dispatch_list[{i}]." if len(self.dispatches) > 1 else ""
             for block in ("params", "push"):
@@ -1091,6 +1121,46 @@ class KernelEntry:
         return resolved
 
 
+def scratch_sizes(entry: KernelEntry, static: Mapping[str, Value]) -> dict[str, int]:
+    """The bytes of each scratch role the manifest sizes for `entry`'s op on its backend:
+    the largest size any section of the op declares, on the values fixed at load (the op's
+    largest shape; `max_workgroups_per_dim` included). One buffer per role per op node.
+
+    Raises:
+        KernelInterfaceError: a size reads a value that changes with the live sizes, fails
+            on the values, or is not a whole number of bytes >= 1 (the message names the
+            manifest key, the expression and the values it read).
+    """
+    sizes: dict[str, int] = {}
+    for role, declared in entry.op_scratch.items():
+        for slot, expr in declared:
+            key = f"{entry.backend}.{slot}.scratch.{role}"
+
+            def fail(what: str, key: str = key) -> KernelInterfaceError:
+                return KernelInterfaceError(entry.slot, entry.source, f"{key}: {what}")
+
+            live = sorted(expr.names - static.keys() - set(BUILTIN_NAMES))
+            if live:
+                raise fail(
+                    f"{expr.text!r} reads {', '.join(live)}, which change with the live "
+                    "sizes; a scratch buffer is allocated once, at load, for the op's largest "
+                    f"shape: size it by values fixed at load ({', '.join(sorted(static))})"
+                )
+            try:
+                nbytes = expr.evaluate_int(static)
+            except ExpressionError as err:
+                raise fail(str(err)) from None
+            if nbytes < 1:
+                read = ", ".join(f"{n}={static[n]}" for n in sorted(expr.names))
+                raise fail(
+                    f"{expr.text!r} gives {nbytes} bytes"
+                    + (f" (at {read})" if read else "")
+                    + "; expected a size of at least 1 byte"
+                )
+            sizes[role] = max(sizes.get(role, 0), nbytes)
+    return sizes
+
+
 @dataclass(frozen=True)
 class KernelManifest:
     """A parsed `kernels.toml`: the slots it replaces on each backend.
@@ -1115,6 +1185,14 @@ class KernelManifest:
     def slots(self, backend: Backend) -> tuple[str, ...]:
         """The slots replaced on `backend`."""
         return tuple(slot for b, slot in self.entries if b == backend)
+
+    def scratch_entry(self, backend: Backend, op: str) -> KernelEntry | None:
+        """An entry of `op` on `backend` that carries the op's manifest-sized scratch roles
+        (`KernelEntry.op_scratch`, the same on each of them), or None when none is sized."""
+        for (b, slot), entry in self.entries.items():
+            if b == backend and entry.op_scratch and SLOTS[slot].op == op:
+                return entry
+        return None
 
     def files(self) -> tuple[Path, ...]:
         """The manifest and every file it names (shaders, adapter modules): what a bundle
@@ -1171,6 +1249,10 @@ def _entry_doc(entry: KernelEntry, folder: Path) -> dict[str, Any]:
         doc["requires"] = [r.text for r in entry.requires]
     if entry.defines:
         doc["defines"] = dict(entry.defines)
+    if entry.scratch:
+        doc["scratch"] = _exprs_doc(entry.scratch)
+    if entry.masked_columns is not None:
+        doc["masked_columns"] = entry.masked_columns
     if entry.adapter is not None:
         doc["adapter"] = f"{entry.adapter.file.relative_to(folder).as_posix()}:{entry.adapter.name}"
     if len(entry.dispatches) == 1:
@@ -1219,6 +1301,8 @@ _COMMON_KEYS = (
     "fold",
     "requires",
     "exact",
+    "scratch",
+    "masked_columns",
 )
 _SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
     "webgpu": ("file", *_COMMON_KEYS, "overrides", "adapter", "dispatch_list", "extends"),
@@ -1237,7 +1321,7 @@ _SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
 EXTENDS_KEY = "extends"
 # The tables of a section that an extending section merges member by member (its other
 # keys replace the inherited ones whole).
-_MEMBER_TABLES = ("params", "push", "spec", "overrides", "bindings", "defines")
+_MEMBER_TABLES = ("params", "push", "spec", "overrides", "bindings", "defines", "scratch")
 _DISPATCH_KEYS: dict[Backend, tuple[str, ...]] = {
     "webgpu": ("bindings", "params", "dispatch"),
     "vulkan": ("bindings", "params", "push", "dispatch"),
@@ -1292,6 +1376,16 @@ class _Parser:
                 f"reads {MANIFEST_FORMAT} only)",
             )
         self.keys("", doc, ("format", *BACKENDS))
+        # The scratch roles each op's sections add, by (backend, op): any section of the
+        # op may bind them, so they are known before a section's bindings are checked.
+        self.shared: dict[tuple[Backend, str], set[str]] = {}
+        for backend in BACKENDS:
+            sections = doc.get(backend, {})
+            for slot, section in sections.items() if isinstance(sections, dict) else ():
+                declared = section.get("scratch") if isinstance(section, dict) else None
+                if slot in SLOTS and isinstance(declared, dict):
+                    roles = self.shared.setdefault((backend, SLOTS[slot].op), set())
+                    roles.update(r for r in declared if r not in _op_roles(SLOTS[slot].op))
         entries: dict[tuple[Backend, str], KernelEntry] = {}
         for backend in BACKENDS:
             sections = self.table(backend, doc.get(backend, {}))
@@ -1311,7 +1405,29 @@ class _Parser:
                     raise _inherited(err, f"{backend}.{slot}.", inherited) from None
         if not entries:
             raise self.fail(None, "names no slot; expected [webgpu.<slot>] or [vulkan.<slot>]")
-        return KernelManifest(self.path, entries)
+        self.check_masked_columns(entries)
+        return KernelManifest(self.path, _share_scratch(entries))
+
+    def check_masked_columns(self, entries: Mapping[tuple[Backend, str], KernelEntry]) -> None:
+        """A softmax that reads the masked columns runs only after qk kernels writing them:
+        every qk slot the manifest replaces on that backend says so, and one at least (a qk
+        precision left to the project is refused per graph: `masked_columns_unwritten`)."""
+        for (backend, slot), entry in entries.items():
+            if slot not in MASK_READERS or entry.masked_columns != MASKED_READ:
+                continue
+            replaced = [w for w in MASK_WRITERS if (backend, w) in entries]
+            for writer in replaced or MASK_WRITERS[:1]:
+                found = entries.get((backend, writer))
+                if found is None or found.masked_columns != MASKED_WRITTEN:
+                    runs = f"{backend}.{writer}" if found else f"the project's {writer} kernel"
+                    raise self.fail(
+                        f"{backend}.{slot}.masked_columns",
+                        f"{MASKED_READ!r}: the softmax reads the masked columns of each "
+                        f"scores row, which {runs} does not write (only its masked_columns = "
+                        f'"{MASKED_WRITTEN}" does); replace {writer} on {backend} with a '
+                        f'kernel that writes them and says masked_columns = "{MASKED_WRITTEN}", '
+                        "or read only the unmasked columns",
+                    )
 
     def extended(
         self,
@@ -1455,6 +1571,8 @@ class _Parser:
             self.adapter(f"{where}.adapter", section["adapter"]) if "adapter" in section else None
         )
         defines = self.defines(f"{where}.defines", section, kind)
+        scratch = self.scratch(backend, where, section, slot)
+        masked = self.masked_columns(where, section, slot)
 
         shared = self.dispatch(backend, where, section, slot, fallback=None)
         if "dispatch_list" in section:
@@ -1500,7 +1618,63 @@ class _Parser:
             adapter=adapter,
             exact=exact,
             defines=defines,
+            scratch=scratch,
+            masked_columns=masked,
         )
+
+    def scratch(
+        self, backend: Backend, where: str, section: Mapping[str, Any], slot: SlotInterface
+    ) -> dict[str, Expression]:
+        """`scratch.<role> = "<bytes>"`: a scratch role of the op resized, or a new one."""
+        sized = self.exprs(where, "scratch", section, slot)
+        where = f"{where}.scratch"
+        op = SIGNATURES[slot.op]
+        own = sorted(_op_roles(slot.op) - set(op.tensors))
+        for role in sized:
+            if role in op.tensors or role == PARAMS_TARGET or not role.isidentifier():
+                what = (
+                    f"a tensor of op {slot.op}, which the graph sizes"
+                    if role in op.tensors
+                    else "not a role name"
+                )
+                raise self.fail(
+                    f"{where}.{role}",
+                    f"{role!r} is {what}; expected a scratch role of the op "
+                    f"({', '.join(own) or 'none'}) or a new name",
+                )
+            if role not in slot.tensors and role in own:
+                raise self.fail(
+                    f"{where}.{role}",
+                    f"{role!r} is a scratch role of other slots of {slot.op}, not of "
+                    f"{slot.name} (its roles: {', '.join(slot.tensors)}); size it in the "
+                    "section of a slot that binds it",
+                )
+        return sized
+
+    def masked_columns(
+        self, where: str, section: Mapping[str, Any], slot: SlotInterface
+    ) -> str | None:
+        """`masked_columns`: what a causal qk kernel writes, or a softmax reads."""
+        if "masked_columns" not in section:
+            return None
+        value = section["masked_columns"]
+        where = f"{where}.masked_columns"
+        if slot.name in MASK_WRITERS:
+            allowed = (MASKED_WRITTEN, MASKED_SKIPPED)
+        elif slot.name in MASK_READERS:
+            allowed = (MASKED_READ, MASKED_IGNORED)
+        else:
+            raise self.fail(
+                where,
+                f"slot {slot.name} has no masked columns; the key belongs to the causal "
+                f"attention's qk ({', '.join(MASK_WRITERS)}) and softmax "
+                f"({', '.join(MASK_READERS)}) sections",
+            )
+        if value not in allowed:
+            raise self.fail(
+                where, f"expected {' or '.join(repr(a) for a in allowed)}, got {_shown(value)}"
+            )
+        return cast(str, value)
 
     def dispatch(
         self,
@@ -1548,13 +1722,15 @@ class _Parser:
         where = f"{where}.bindings"
         raw = self.table(where, table.get("bindings", {}))
         metas = SIGNATURES[slot.op].tensors
-        targets = [*slot.tensors, PARAMS_TARGET]
+        shared = sorted(self.shared.get((backend, slot.op), ()))
+        targets = [*slot.tensors, *shared, PARAMS_TARGET]
         if backend == "vulkan":
             targets += [t + META_SUFFIX for t in metas]
         out: dict[str | int, str] = {}
         for key, target in raw.items():
             if not isinstance(target, str) or target not in targets:
-                expected = f"a role of slot {slot.name} ({', '.join(slot.tensors)}) or 'params'"
+                roles = ", ".join([*slot.tensors, *shared])
+                expected = f"a role of slot {slot.name} ({roles}) or 'params'"
                 if backend == "vulkan":
                     expected += f", or '<tensor>.meta' of an op tensor ({', '.join(metas)})"
                 elif isinstance(target, str) and target.endswith(META_SUFFIX):
@@ -1684,6 +1860,41 @@ def _key_line(text: str, backend: str, slot: str, key: str) -> int | None:
 
 # A preprocessor macro's name, as GLSL's grammar has it.
 _MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def masked_columns_unwritten(qk: KernelEntry, softmax: KernelEntry) -> str | None:
+    """Why this qk kernel cannot run before this softmax (a requirement the graph breaks:
+    the softmax reads masked columns the qk kernel leaves unwritten), or None."""
+    if softmax.masked_columns == MASKED_READ and qk.masked_columns != MASKED_WRITTEN:
+        by = "the project's kernel" if qk.builtin else str(qk.source)
+        return (
+            f"{qk.slot} writing the masked columns it reads ({qk.slot} runs {by}, which "
+            f'does not: replace it with one that says masked_columns = "{MASKED_WRITTEN}")'
+        )
+    return None
+
+
+def _op_roles(op: str) -> set[str]:
+    """Every role of every slot of `op`: its tensors and its own scratch buffers."""
+    return {role for s in SIGNATURES[op].slots.values() for role in s.tensors}
+
+
+def _share_scratch(
+    entries: dict[tuple[Backend, str], KernelEntry],
+) -> dict[tuple[Backend, str], KernelEntry]:
+    """Each entry with every scratch size its op's sections declare on its backend."""
+    by_op: dict[tuple[Backend, str], dict[str, list[tuple[str, Expression]]]] = {}
+    for (backend, slot), entry in entries.items():
+        for role, expr in entry.scratch.items():
+            by_op.setdefault((backend, SLOTS[slot].op), {}).setdefault(role, []).append(
+                (slot, expr)
+            )
+    out: dict[tuple[Backend, str], KernelEntry] = {}
+    for (backend, slot), entry in entries.items():
+        declared = by_op.get((backend, SLOTS[slot].op), {})
+        op_scratch = {role: tuple(sizes) for role, sizes in declared.items()}
+        out[(backend, slot)] = replace(entry, op_scratch=op_scratch) if op_scratch else entry
+    return out
 
 
 def _name_or_index(key: str) -> str | int:

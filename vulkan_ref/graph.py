@@ -72,11 +72,13 @@ from graph_format.kernels import (
     ExpressionError,
     KernelAdapter,
     KernelEntry,
+    KernelInterfaceError,
     KernelManifest,
     KernelRequirementError,
     Value,
     adapter_provides,
     load_adapter,
+    scratch_sizes,
 )
 from vulkan_ref.binding import (
     BlockLayout,
@@ -579,6 +581,9 @@ class ComputeGraph:
         self.symints: dict[str, SymInt] = {}
         self.nodes: list[ExecuteNode] = []
         self._scratch: list[VTensor] = []
+        # The manifest's scratch sizes by op node, and its shared roles by (node, role)
+        self._scratch_sizes: dict[str, dict[str, int]] = {}
+        self._shared: dict[tuple[str, str], VTensor] = {}
         self._input_checks: list[_InputCheck] = []
         self._descriptor_keys: list[DescriptorKey] = []
         self._closed = False
@@ -707,13 +712,30 @@ class ComputeGraph:
         self._input_checks.append(_InputCheck(node.name, tensor.name, fn))
 
     def create_scratch(
-        self, node: OpNode, label: str, dtype: str, max_sizes: Sequence[int]
+        self,
+        node: OpNode,
+        label: str,
+        dtype: str,
+        max_sizes: Sequence[int],
+        static: Mapping[str, Value] | None = None,
     ) -> VTensor:
         """A private tensor of `node` (attention scores, partials): not a graph value.
 
         Its live sizes are the op's business (`VTensor.virtual_resize`); it never appears in
         `cur_dims`.
+
+        Args:
+            static: the op's values fixed for the graph, given for a scratch role of the
+                op's slots: a manifest that sizes the role (`scratch.<role>`) makes it a
+                buffer of that many bytes instead.
+
+        Raises:
+            KernelBuildError: the manifest's size of it fails on these values.
         """
+        if static is not None:
+            nbytes = self._manifest_scratch(node.name, node.op, static).get(label)
+            if nbytes is not None:
+                return self.create_scratch_bytes(node.name, label, nbytes)
         tensor = VTensor(
             self.arena, f"{node.name}.{label}", dtype, DTYPES[dtype].itemsize, tuple(max_sizes)
         )
@@ -725,6 +747,22 @@ class ComputeGraph:
         tensor = VTensor(self.arena, f"{owner}.{label}", "uint8", 1, (nbytes,))
         self._scratch.append(tensor)
         return tensor
+
+    def _manifest_scratch(self, name: str, op: str, static: Mapping[str, Value]) -> dict[str, int]:
+        """The bytes of each scratch role the manifest sizes for op node `name` (of type
+        `op`), once a node."""
+        sizes = self._scratch_sizes.get(name)
+        if sizes is None:
+            entry = self.manifest.scratch_entry("vulkan", op) if self.manifest else None
+            sizes = {}
+            if entry is not None:
+                fixed = {**static, MAX_WORKGROUPS_VALUE: self.workgroup_limits[0]}
+                try:
+                    sizes = scratch_sizes(entry, fixed)
+                except KernelInterfaceError as err:  # the manifest's doing: no compiler ran
+                    raise kernel_failure(entry, str(err), name, values=True) from None
+            self._scratch_sizes[name] = sizes
+        return sizes
 
     def sizes_of(self, tensor: VTensor) -> Sizes:
         """Live sizes of a tensor."""
@@ -800,6 +838,18 @@ class ComputeGraph:
             adapter, provides, extra = self._adapter(node, entry, static)
             tensors = {**node.tensors, **extra}
             scratch = tuple(extra)
+        if entry.shared_roles:  # the manifest's new roles: one buffer per op node
+            shared: dict[str, VTensor] = {}
+            for role in entry.shared_roles:
+                found = self._shared.get((node.op, role))
+                if found is None:
+                    op_type = self._op_types[node.op]
+                    nbytes = self._manifest_scratch(node.op, op_type, node.static)[role]
+                    found = self.create_scratch_bytes(node.op, role, nbytes)
+                    self._shared[(node.op, role)] = found
+                shared[role] = found
+            tensors = {**tensors, **shared}
+            scratch = (*scratch, *shared)
         build = self._build(node.op, entry, static, scratch, provides)
 
         parts = []
@@ -971,7 +1021,7 @@ class ComputeGraph:
         sizes = _call_adapter(node.op, entry, "scratch", adapter.scratch)
         if not isinstance(sizes, Mapping):
             raise _adapter_failure(node.op, entry, f"scratch() returned {sizes!r}, not a mapping")
-        taken = {*node.tensors, *SLOTS[entry.slot].tensors, PARAMS_TARGET}
+        taken = {*node.tensors, *SLOTS[entry.slot].tensors, *entry.shared_roles, PARAMS_TARGET}
         scratch: dict[str, VTensor] = {}
         for role, nbytes in sizes.items():
             if not isinstance(role, str) or not role.isidentifier() or role in taken:

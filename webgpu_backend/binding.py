@@ -412,7 +412,8 @@ def plan_kernel(
                 raise fail(
                     f"binding {b.binding} {b.name!r} of {entry.source} binds role {target!r} "
                     "a second time, and one of them writes it (a buffer written in a dispatch "
-                    "is bound once)"
+                    "is bound once; an out-of-place kernel writes a role of its own, sized in "
+                    'the manifest: scratch.<role> = "<bytes>")'
                 )
             access[target] = kind
         planned.append(PlannedBinding(b.binding, b.name, kind, target))

@@ -56,6 +56,7 @@ from graph_format import (
     GraphBuildError,
     InputError,
     KernelBuildError,
+    KernelValuesError,
     OpError,
     OpNode,
     ParityError,
@@ -73,8 +74,9 @@ from graph_format.kernels import (
     KernelRequirementError,
     Value,
     adapter_provides,
+    scratch_sizes,
 )
-from webgpu_backend.binding import KernelCatalog
+from webgpu_backend.binding import BACKEND, KernelCatalog
 from webgpu_backend.device import WebGPUDevice
 from webgpu_backend.nodes import (
     Dispatch,
@@ -156,6 +158,9 @@ class WebGPUGraph:
         self.dispatches: list[Dispatch] = []
         self._params: list[ParamsBuffer] = []
         self._scratch: list[ScratchBuffer] = []
+        # The manifest's scratch sizes by op node, and its shared roles by (node, role)
+        self._scratch_sizes: dict[str, dict[str, int]] = {}
+        self._shared: dict[tuple[str, str], ScratchBuffer] = {}
         self._hooks: list[_Hook] = []
         self._input_checks: list[_InputCheck] = []
         self._pending: dict[int, ParityError] = {}  # hook order -> error held until convergence
@@ -266,12 +271,46 @@ class WebGPUGraph:
         self._params.append(params)
         return params
 
-    def create_scratch(self, node: OpNode, label: str, nbytes: int) -> ScratchBuffer:
-        """A private storage buffer of `nbytes` for `node`, bound by role in `add_kernel`."""
+    def create_scratch(
+        self,
+        node: OpNode,
+        label: str,
+        nbytes: int,
+        static: Mapping[str, Value] | None = None,
+    ) -> ScratchBuffer:
+        """A private storage buffer of `nbytes` for `node`, bound by role in `add_kernel`.
+
+        Args:
+            static: the op's values fixed for the graph, given for a scratch role of the
+                op's slots: a manifest that sizes the role (`scratch.<role>`) sizes it then.
+
+        Raises:
+            KernelBuildError: the manifest's size of it fails on these values.
+        """
+        if static is not None:
+            nbytes = self._manifest_scratch(node, static).get(label, nbytes)
         name = f"{node.name}.{label}"
         scratch = ScratchBuffer(name, self.arena.storage(name, nbytes))
         self._scratch.append(scratch)
         return scratch
+
+    def _manifest_scratch(self, node: OpNode, static: Mapping[str, Value]) -> dict[str, int]:
+        """The bytes of each scratch role the manifest sizes for `node`'s op (once a node)."""
+        sizes = self._scratch_sizes.get(node.name)
+        if sizes is None:
+            manifest = self.catalog.manifest
+            entry = manifest.scratch_entry(BACKEND, node.op) if manifest else None
+            sizes = {}
+            if entry is not None:
+                fixed = {**static, "max_workgroups_per_dim": self.workgroups_per_dim}
+                try:
+                    sizes = scratch_sizes(entry, fixed)
+                except KernelInterfaceError as err:  # the manifest's doing: no compiler ran
+                    raise KernelValuesError(
+                        self.backend, entry.slot, err.source, str(err), op=node.name
+                    ) from None
+            self._scratch_sizes[node.name] = sizes
+        return sizes
 
     def dtype_slot(self, node: OpNode, slot: str, dtype: str) -> str:
         """The slot of `node`'s kernel variant `slot` for tensors of `dtype`: `slot` for
@@ -360,10 +399,16 @@ class WebGPUGraph:
                 text = "".join(traceback.format_exception(err)).strip()
                 raise kernel.fail(f"adapter {entry.adapter} failed at load:\n{text}") from None
             for role, nbytes in sizes.items():
-                if not isinstance(role, str) or not role.isidentifier() or role in tensors:
+                if (
+                    not isinstance(role, str)
+                    or not role.isidentifier()
+                    or role in tensors
+                    or role in entry.shared_roles
+                ):
+                    roles = ", ".join([*SLOTS[slot].tensors, *entry.shared_roles])
                     raise kernel.fail(
                         f"adapter {entry.adapter}: scratch role {role!r} must be a new name "
-                        f"(the slot's roles: {', '.join(SLOTS[slot].tensors)})"
+                        f"(the slot's roles: {roles})"
                     )
                 if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
                     raise kernel.fail(
@@ -371,6 +416,12 @@ class WebGPUGraph:
                         "expected a positive integer"
                     )
                 scratch[role] = self.create_scratch(node, role, nbytes)
+        for role in entry.shared_roles:  # the manifest's new roles: one buffer per op node
+            shared = self._shared.get((node.name, role))
+            if shared is None:
+                nbytes = self._manifest_scratch(node, static)[role]
+                shared = self._shared[(node.name, role)] = self.create_scratch(node, role, nbytes)
+            scratch[role] = shared
         live: list[Expression] = []
         for condition in entry.requires:
             if not condition.names <= static.keys():

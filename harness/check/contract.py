@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -30,17 +31,29 @@ from graph_format import (
     OpNode,
     ParityError,
     SymIntValue,
+    dtype_slot,
 )
 from graph_format.kernels import (
     BUILTIN_NAMES,
+    MASK_READERS,
+    MASK_WRITERS,
     Backend,
     ExpressionError,
     KernelEntry,
     KernelManifest,
     KernelRequirementError,
     Value,
+    builtin_entry,
+    masked_columns_unwritten,
 )
-from harness.model import ExpectedDispatch, Grid, LiveState, check_dims, slot_values
+from harness.model import (
+    ExpectedDispatch,
+    Grid,
+    LiveState,
+    check_dims,
+    op_dtype,
+    slot_values,
+)
 from harness.ops import model_for
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
@@ -147,6 +160,13 @@ class BackendKernels:
         (those fixed at load are all a load-time requirement reads; taken at max dims)."""
         entry = self.entry(err.slot)
         node = next((n for n in graph.ops if n.name == err.op), None)
+        if entry is not None and node is not None and err.slot in MASK_READERS:
+            # A softmax reading masked columns that the op's qk kernel of this precision
+            # leaves unwritten (the project's, where the manifest replaces only the other)
+            qk_slot = dtype_slot(MASK_WRITERS[0], op_dtype(graph, node))
+            qk = self.entry(qk_slot) or builtin_entry(self.backend, qk_slot, Path(qk_slot))
+            if err.requirement == masked_columns_unwritten(qk, entry):
+                return True
         if entry is None or node is None or err.requirement not in (r.text for r in entry.requires):
             return False
         live = LiveState(

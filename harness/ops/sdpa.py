@@ -256,6 +256,8 @@ class SdpaModel:
             "kv_heads": live.of(node, "k")[2],
             "head_dim": dim,
             "num_splits": div_up(pos + seq, SPLIT),
+            "max_seq": live.max_of(node, "q")[1],
+            "cache_rows": live.max_of(node, "k_cache")[1],
             "scale": default_scale(dim) if scale is None else float(live.graph.scalar(scale)),
             "workgroup_size": WORKGROUP[0],
         }

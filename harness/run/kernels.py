@@ -33,6 +33,8 @@ from graph_format import (
 from graph_format.kernels import (
     BACKENDS,
     MANIFEST_NAME,
+    MASK_WRITERS,
+    MASKED_READ,
     Backend,
     KernelManifest,
     KernelManifestError,
@@ -179,7 +181,13 @@ def check_kernels_command(args: argparse.Namespace) -> int:
             # The slot's example graph may run other replaced slots too (a GEMV case holds a
             # GEMM node): a runtime replacing this slot alone judges the slot on its own
             # kernel, never on a neighbour's error.
-            alone = KernelManifest(manifest.path, {(backend, slot): entry})
+            alone_entries = {(backend, slot): entry}
+            if entry.masked_columns == MASKED_READ:  # with the qk kernels writing what it reads
+                for writer in MASK_WRITERS:
+                    found = manifest.entry(backend, writer)
+                    if found is not None:
+                        alone_entries[(backend, writer)] = found
+            alone = KernelManifest(manifest.path, alone_entries)
             runtime = open_runtime(backend, manifest=alone, allow_adapters=True)
             kernels = BackendKernels(backend, alone, DEFAULT_LIMIT)
             case = example_case(slot, kernels)

@@ -145,12 +145,15 @@ def test_every_offered_value_is_read_by_a_project_kernel(
     wgsl: dict[str, WgslReflection],
 ) -> None:
     """The vocabulary is what the project's kernels read, plus the workgroup size and count
-    (and the Vulkan GEMV's grid cap): nothing offered that nobody reads."""
+    (and the Vulkan GEMV's grid cap), and the attention's largest shape, which sizes its
+    scratch on the host (the project's and a manifest's `scratch.<role>`): nothing offered
+    that nobody reads."""
+    sizing = {"max_seq", "cache_rows"}
     for slot, (_, stem) in PROJECT.items():
         read = set(_params_members(wgsl[stem])) | {o.name for o in wgsl[stem].overrides}
         glsl = (GLSL_DIR / f"{stem}.comp").read_text()
         read |= {w.lower() for w in re.findall(r"\w+", glsl)}
-        unread = set(SLOTS[slot].values) - read - {"workgroup_size", "workgroups"}
+        unread = set(SLOTS[slot].values) - read - {"workgroup_size", "workgroups"} - sizing
         assert not unread, (slot, unread)
 
 

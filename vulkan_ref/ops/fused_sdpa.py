@@ -54,7 +54,15 @@ def add_fused_sdpa_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(node, f"out must be {list(q.max_sizes)}", tensor=out.name)
     has_scale = node.optional_arg("scale") is not None
     scale = float(graph.scalar_arg(node, "scale")) if has_scale else 1.0 / math.sqrt(dim)
-    scores = graph.create_scratch(node, "scores", "float32", (batch * heads, max_q, max_kv))
+    static: dict[str, int | float] = {
+        "batch": batch,
+        "heads": heads,
+        "head_dim": dim,
+        "scale": scale,
+        "workgroup_size": WORKGROUP,
+    }
+    # The project's dense layout, unless a manifest sizes it (`scratch.scores`).
+    scores = graph.create_scratch(node, "scores", "float32", (batch * heads, max_q, max_kv), static)
 
     def resize_fused_sdpa_node(g: ComputeGraph) -> None:
         qs, ks, vs = g.sizes_of(q), g.sizes_of(k), g.sizes_of(v)
@@ -111,13 +119,7 @@ def add_fused_sdpa_node(graph: ComputeGraph, node: OpNode) -> None:
                 resize_fn=resize_fused_sdpa_node if slot == first else None,
                 slots={slot: slot},
                 tensors=tensors,
-                static={
-                    "batch": batch,
-                    "heads": heads,
-                    "head_dim": dim,
-                    "scale": scale,
-                    "workgroup_size": WORKGROUP,
-                },
+                static=static,
                 values=values,
             )
         )

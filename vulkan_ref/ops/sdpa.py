@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode, dtype_slot
+from graph_format.kernels import KernelRequirementError, masked_columns_unwritten
 from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
 from vulkan_ref.ops import register
 
@@ -85,9 +86,19 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
     has_scale = node.optional_arg("scale") is not None
     scale = float(graph.scalar_arg(node, "scale")) if has_scale else 1.0 / math.sqrt(dim)
     max_splits = -(-cache_rows // SPLIT_ROWS)
-    scores = graph.create_scratch(node, "scores", "float32", (q_heads, max_seq, cache_rows))
-    part_o = graph.create_scratch(node, "part_o", "float32", (q_heads, max_splits, dim))
-    part_ml = graph.create_scratch(node, "part_ml", "float32", (q_heads, max_splits, 2))
+    static = {
+        "q_heads": q_heads,
+        "kv_heads": kv_heads,
+        "head_dim": dim,
+        "max_seq": max_seq,
+        "cache_rows": cache_rows,
+        "scale": scale,
+        "workgroup_size": WORKGROUP,
+    }
+    # The project's dense layouts, unless a manifest sizes the role (`scratch.<role>`).
+    scores = graph.create_scratch(node, "scores", "float32", (q_heads, max_seq, cache_rows), static)
+    part_o = graph.create_scratch(node, "part_o", "float32", (q_heads, max_splits, dim), static)
+    part_ml = graph.create_scratch(node, "part_ml", "float32", (q_heads, max_splits, 2), static)
 
     def pos() -> int:
         return input_pos.value if isinstance(input_pos, SymInt) else input_pos
@@ -129,13 +140,6 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
         "part_o": part_o,
         "part_ml": part_ml,
     }
-    static = {
-        "q_heads": q_heads,
-        "kv_heads": kv_heads,
-        "head_dim": dim,
-        "scale": scale,
-        "workgroup_size": WORKGROUP,
-    }
 
     def workgroups(slot: str, s: int, context: int) -> int:
         """The slot's count: the update always, one route's kernels per step."""
@@ -164,6 +168,11 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
             "workgroups": workgroups(slot, s, context),
         }
 
+    qk_slot = graph.dtype_slot(node, "sdpa_qk", q.dtype)
+    qk_entry, softmax_entry = (graph.kernel_entry(s, s) for s in (qk_slot, "sdpa_softmax"))
+    unwritten = masked_columns_unwritten(qk_entry, softmax_entry)
+    if unwritten is not None:  # a manifest's softmax reading what this qk leaves unwritten
+        raise KernelRequirementError(node.name, "sdpa_softmax", unwritten, softmax_entry.source)
     for slot in SLOTS:
         # In half precision every slot but the softmax, which works on the f32 scores in
         # both precisions, is its `_f16` variant.

@@ -67,7 +67,15 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(node, f"out must be {list(q.dims)}", tensor=out.name)
     scale_name = node.optional_arg("scale")
     scale = float(graph.graph.scalar(scale_name)) if scale_name is not None else 1 / math.sqrt(dim)
-    scores = graph.create_scratch(node, "scores", 4 * batch * heads * max_q * max_kv)
+    static: dict[str, Value] = {
+        "batch": batch,
+        "heads": heads,
+        "head_dim": dim,
+        "scale": scale,
+        "workgroup_size": WORKGROUP_SIZE,
+    }
+    # The project's dense layout, unless a manifest sizes it (`scratch.scores`).
+    scores = graph.create_scratch(node, "scores", 4 * batch * heads * max_q * max_kv, static)
     buffers: dict[str, WebGPUTensor | ScratchBuffer] = {
         "q": q,
         "k": k,
@@ -77,13 +85,6 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     }
     if mask is not None:
         buffers["attn_mask"] = mask
-    static: dict[str, Value] = {
-        "batch": batch,
-        "heads": heads,
-        "head_dim": dim,
-        "scale": scale,
-        "workgroup_size": WORKGROUP_SIZE,
-    }
     first = "fused_sdpa_scores_masked" if mask is not None else "fused_sdpa_scores"
     score = graph.add_kernel(node, {first: first}, tensors=buffers, static=static)
     softmax = graph.add_kernel(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode
-from graph_format.kernels import Value
+from graph_format.kernels import KernelRequirementError, Value, masked_columns_unwritten
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.nodes import Dispatch, ScratchBuffer
 from webgpu_backend.ops import register
@@ -81,16 +81,19 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         float(graph.graph.scalar(scale_name)) if scale_name is not None else 1.0 / math.sqrt(dim)
     )
     max_splits = -(-cache_rows // SPLIT_ROWS)
-    scores = graph.create_scratch(node, "scores", 4 * q_heads * max_seq * cache_rows)
-    part_o = graph.create_scratch(node, "part_o", 4 * q_heads * max_splits * dim)
-    part_ml = graph.create_scratch(node, "part_ml", 4 * q_heads * max_splits * 2)
     static: dict[str, Value] = {
         "q_heads": q_heads,
         "kv_heads": kv_heads,
         "head_dim": dim,
+        "max_seq": max_seq,
+        "cache_rows": cache_rows,
         "scale": scale,
         "workgroup_size": WORKGROUP_SIZE,
     }
+    # The project's dense layouts, unless a manifest sizes the role (`scratch.<role>`).
+    scores = graph.create_scratch(node, "scores", 4 * q_heads * max_seq * cache_rows, static)
+    part_o = graph.create_scratch(node, "part_o", 4 * q_heads * max_splits * dim, static)
+    part_ml = graph.create_scratch(node, "part_ml", 4 * q_heads * max_splits * 2, static)
     buffers: dict[str, WebGPUTensor | ScratchBuffer] = {
         "q": q,
         "k": k,
@@ -110,6 +113,11 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             name = graph.dtype_slot(node, name, q.dtype)
         return graph.add_kernel(node, {name: name}, tensors=buffers, static=static)
 
+    qk_slot = graph.dtype_slot(node, "sdpa_qk", q.dtype)
+    qk_entry, softmax_entry = (graph.catalog.entry(s, s) for s in (qk_slot, "sdpa_softmax"))
+    unwritten = masked_columns_unwritten(qk_entry, softmax_entry)
+    if unwritten is not None:  # a manifest's softmax reading what this qk leaves unwritten
+        raise KernelRequirementError(node.name, "sdpa_softmax", unwritten, softmax_entry.source)
     update = slot("sdpa_update_cache")
     qk = slot("sdpa_qk")
     softmax = slot("sdpa_softmax")
