@@ -212,7 +212,7 @@ class PositionRotaryModel:
                     ro("positions", "i32"),
                     ro("freq_factors"),
                 ),
-                exact=True,
+                exact=False,  # rounds apart on NVIDIA (docs/oracles.md)
             ),
             KernelSpec(
                 half,
@@ -226,7 +226,7 @@ class PositionRotaryModel:
                     ro("positions", "i32"),
                     ro("freq_factors"),
                 ),
-                exact=True,
+                exact=False,  # rounds apart on NVIDIA (docs/oracles.md)
             ),
         )
 

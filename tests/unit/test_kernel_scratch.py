@@ -150,7 +150,7 @@ def _edit(old: str, new: str) -> str:
             "division by zero in // (in 'q_heads * 128 // (2 - 2)', whatever the values)",
         ),
         (
-            _edit('"q_heads * 128 * 2 * 4"', '"q_heads << 10"'),
+            _edit('"q_heads * 128 * 2 * 4"', '"q_heads & 1023"'),
             "webgpu.sdpa_fd_split.scratch.part_ml",
             "is not allowed",
         ),
