@@ -237,11 +237,6 @@ def compile_kernel(name: str) -> bytes:
         return out.read_bytes()
 
 
-def compile_read_kernel() -> bytes:
-    """SPIR-V of shaders/read_bandwidth.comp."""
-    return compile_kernel("read_bandwidth")
-
-
 class VulkanKernel:
     """A benchmark kernel on Vulkan: storage buffers only, one 4-byte push constant."""
 

@@ -150,10 +150,120 @@ def _check_int(expression: str, value: int | float) -> int | float:
     return value
 
 
+class _DomainError(ValueError):
+    """An operation or function given values outside its domain; the evaluator names the
+    expression (the message says what was given and what is expected)."""
+
+
 def _div_up(a: int | float, b: int | float) -> int:
     if isinstance(a, int) and isinstance(b, int):
         return -(-a // b)
     return math.ceil(a / b)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _exceeds(shown: str) -> _DomainError:
+    return _DomainError(f"a value exceeds 2**64 ({shown})")
+
+
+def _power(a: int | float, b: int | float) -> int | float:
+    """`a ** b`, refused before it is computed when it would pass 2**64 (`9 ** 9 ** 9`
+    would take minutes), and for a negative number to a fractional power (a complex)."""
+    shown = f"({a!r})" if a < 0 else repr(a)
+    shown += f" ** {b!r}" if b >= 0 else f" ** ({b!r})"
+    if _is_int(a) and _is_int(b) and b >= 0:
+        # |a| >= 2**(bits - 1): past 2**64 for sure when (bits - 1) * b > 64
+        if abs(a) > 1 and (abs(int(a)).bit_length() - 1) * b > 64:
+            raise _exceeds(shown)
+        result: int = int(a) ** int(b)
+        if abs(result) > _INT_LIMIT:
+            raise _exceeds(shown)
+        return result
+    if a == 0 and b < 0:
+        raise _DomainError("division by zero in **")
+    if a < 0 and not float(b).is_integer():
+        raise _DomainError(f"{shown}: a negative number to a fractional power")
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        raise _DomainError(f"'**' overflows ({shown})") from None
+
+
+def _shift(symbol: str) -> Callable[[Any, Any], int]:
+    """`<<` or `>>` on integers (as in Python: `>>` floors), with a non-negative count;
+    a left shift past 2**64 is refused before it is computed."""
+
+    def apply(a: Any, b: Any) -> int:
+        if not (_is_int(a) and _is_int(b)):
+            raise _DomainError(f"{symbol!r} takes integers, got {a!r} and {b!r}")
+        if b < 0:
+            raise _DomainError(f"negative shift count {b} in {symbol}")
+        if symbol == ">>":
+            return int(a >> b)
+        if (a and abs(a).bit_length() + b > 65) or abs(a << b) > _INT_LIMIT:
+            raise _exceeds(f"{a} << {b}")
+        return int(a << b)
+
+    return apply
+
+
+def _positive_int(name: str, x: Any) -> int:
+    if not _is_int(x) or x < 1:
+        raise _DomainError(f"{name}({x!r}): expected a positive integer")
+    return int(x)
+
+
+def _log2(x: Any) -> int:
+    """The exponent of a power of two, exactly; any other number is an error (a kernel
+    shifting by log2(n) is wrong for any other n)."""
+    n = _positive_int("log2", x)
+    if n & (n - 1):
+        raise _DomainError(
+            f"log2({n}): {n} is not a power of two (log2 is exact: use ceil_log2({n}) for "
+            "the exponent of the next power of two)"
+        )
+    return n.bit_length() - 1
+
+
+def _ceil_log2(x: Any) -> int:
+    """The smallest k with 2**k >= x, for a positive integer x."""
+    return (_positive_int("ceil_log2", x) - 1).bit_length()
+
+
+# The divisors the fast-division constants cover: their shift L = ceil_log2(d) stays below
+# 32, so a kernel's 32-bit `>> L` is defined.
+FASTDIV_MAX_DIVISOR = 1 << 31
+
+
+def _fastdiv_divisor(name: str, d: Any) -> int:
+    if not _is_int(d) or not 1 <= d <= FASTDIV_MAX_DIVISOR:
+        raise _DomainError(f"{name}({d!r}): expected an integer divisor 1 <= d <= 2**31")
+    return int(d)
+
+
+def _fastdiv_shift(d: Any) -> int:
+    """L of the fast division by d: ceil(log2(d)) (ggml's `init_fastdiv_values` L)."""
+    return (_fastdiv_divisor("fastdiv_shift", d) - 1).bit_length()
+
+
+def _fastdiv_mul(d: Any) -> int:
+    """The u32 multiplier mp of the fast division by d, with L = fastdiv_shift(d):
+    n // d == (mulhi(n, mp) + n) >> L for every u32 n (mulhi: the high 32 bits of the
+    64-bit product), as ggml's `init_fastdiv_values` computes it.
+
+    Why: 2**(L-1) < d <= 2**L; m = 2**32 + mp = floor(2**(32+L) / d) + 1 exceeds
+    2**(32+L) / d by e in (0, 1], so n*m / 2**(32+L) = n/d + n*e / 2**(32+L), whose second
+    term is below 2**-L <= 1/d for n < 2**32: too small to carry n/d (at most 1 - 1/d
+    above floor(n/d)) past the next integer. And floor(n*m / 2**(32+L)) is
+    (mulhi(n, mp) + n) >> L, the low 32 bits of n*mp being below one unit of 2**32.
+    mp < 2**32 because 2**L - d < d.
+    """
+    divisor = _fastdiv_divisor("fastdiv_mul", d)
+    shift = (divisor - 1).bit_length()
+    return ((1 << 32) * ((1 << shift) - divisor)) // divisor + 1
 
 
 # name -> (function, number of arguments: exact, or minimum when negative)
@@ -163,6 +273,10 @@ _FUNCTIONS: dict[str, tuple[Callable[..., int | float], int]] = {
     "min": (min, -2),
     "max": (max, -2),
     "div_up": (_div_up, 2),
+    "log2": (_log2, 1),
+    "ceil_log2": (_ceil_log2, 1),
+    "fastdiv_mul": (_fastdiv_mul, 1),
+    "fastdiv_shift": (_fastdiv_shift, 1),
 }
 FUNCTIONS: tuple[str, ...] = tuple(_FUNCTIONS)
 
@@ -173,6 +287,9 @@ _BINARY: dict[type[ast.operator], tuple[str, Callable[[Any, Any], Any]]] = {
     ast.Div: ("/", lambda a, b: a / b),
     ast.FloorDiv: ("//", lambda a, b: a // b),
     ast.Mod: ("%", lambda a, b: a % b),
+    ast.Pow: ("**", _power),
+    ast.LShift: ("<<", _shift("<<")),
+    ast.RShift: (">>", _shift(">>")),
 }
 _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.Eq: lambda a, b: a == b,
@@ -183,8 +300,8 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], bool]] = {
     ast.GtE: lambda a, b: a >= b,
 }
 _LANGUAGE = (
-    "integers and floats, value names, + - * / // % and unary -, parentheses, and calls of "
-    + ", ".join(FUNCTIONS)
+    "integers and floats, value names, a vector value's element (out_sizes[3]), "
+    "+ - * / // % ** << >> and unary -, parentheses, and calls of " + ", ".join(FUNCTIONS)
 )
 _CONDITIONS = "; a condition adds == != < <= > >=, and, or, not"
 
@@ -195,7 +312,6 @@ def _describe(node: ast.AST) -> str:
         ast.Attribute: "attribute access",
         ast.Subscript: "a subscript",
         ast.Lambda: "a lambda",
-        ast.Pow: "'**'",
         ast.Compare: "a comparison",
         ast.BoolOp: "and/or",
         ast.IfExp: "a conditional",
@@ -255,9 +371,23 @@ class _Checker(ast.NodeVisitor):
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
         if type(node.op) not in _BINARY:
-            self.refuse(node.op if isinstance(node.op, ast.Pow) else node)
+            self.refuse(node)
         self.visit(node.left)
         self.visit(node.right)
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if not isinstance(node.value, ast.Name):
+            raise ExpressionError(
+                self.text,
+                f"a subscript of {ast.unparse(node.value)!r} is not allowed: only a value's "
+                "name takes one (out_sizes[3])",
+            )
+        if isinstance(node.slice, ast.Slice):
+            raise ExpressionError(
+                self.text, "a slice is not allowed; expected one index (out_sizes[3])"
+            )
+        self.visit(node.value)
+        self.visit(node.slice)
 
     def visit_UnaryOp(self, node: ast.UnaryOp) -> None:
         if not isinstance(node.op, ast.USub | ast.UAdd) and not (
@@ -303,11 +433,15 @@ class _Checker(ast.NodeVisitor):
 class Expression:
     """An arithmetic expression over a slot's values, compiled once and evaluated many times.
 
-    The language: int and float literals, value names, `+ - * / // %`, unary `-`,
-    parentheses, and `ceil(x)`, `floor(x)`, `min(a, b, ...)`, `max(a, b, ...)`,
-    `div_up(a, b)` (= ceil(a / b), exact on ints). `/` is true division (a float); `//` and
-    `%` floor as in Python. A condition (`requires`) adds comparisons and `and`/`or`/`not`.
-    Nothing else parses: no attributes, subscripts, other calls, lambdas or `**`.
+    The language: int and float literals, value names, an element of a vector value
+    (`out_sizes[3]`, `out_sizes[-1]`: an integer index, negative from the end),
+    `+ - * / // % ** << >>`, unary `-`, parentheses, and `ceil(x)`, `floor(x)`,
+    `min(a, b, ...)`, `max(a, b, ...)`, `div_up(a, b)` (= ceil(a / b), exact on ints),
+    `log2(x)` (exact: x a power of two), `ceil_log2(x)`, and the fast-division constants
+    `fastdiv_mul(d)`, `fastdiv_shift(d)`. `/` is true division (a float); `//`, `%` and
+    `>>` floor as in Python; shifts take integers and a non-negative count. A condition
+    (`requires`) adds comparisons and `and`/`or`/`not`. Nothing else parses: no attributes,
+    slices, other calls or lambdas.
 
     Attributes:
         text: the expression as written (what equality compares).
@@ -412,15 +546,22 @@ class Expression:
             value = self._lookup(node.id, values)
             if isinstance(value, tuple):
                 raise ExpressionError(
-                    self.text, f"{node.id!r} is a vector {value}; only a bare name passes it"
+                    self.text,
+                    f"{node.id!r} is a vector {value}: pass it whole by its bare name, or an "
+                    f"element as {node.id}[0]",
                 )
             return value
+        if isinstance(node, ast.Subscript):
+            return self._element(node, values)
         if isinstance(node, ast.BinOp):
             symbol, apply = _BINARY[type(node.op)]
             left, right = self._eval(node.left, values), self._eval(node.right, values)
             if symbol in ("/", "//", "%") and right == 0:
                 raise ExpressionError(self.text, f"division by zero in {symbol}")
-            return _check_int(self.text, apply(left, right))
+            try:
+                return _check_int(self.text, apply(left, right))
+            except _DomainError as err:
+                raise ExpressionError(self.text, str(err)) from None
         if isinstance(node, ast.UnaryOp):
             operand = self._eval(node.operand, values)
             if isinstance(node.op, ast.Not):
@@ -432,7 +573,10 @@ class Expression:
             args = [self._eval(a, values) for a in node.args]
             if node.func.id == "div_up" and args[1] == 0:
                 raise ExpressionError(self.text, "division by zero in div_up")
-            return _check_int(self.text, function(*args))
+            try:
+                return _check_int(self.text, function(*args))
+            except _DomainError as err:
+                raise ExpressionError(self.text, str(err)) from None
         if isinstance(node, ast.Compare):
             left = self._eval(node.left, values)
             for op, comparator in zip(node.ops, node.comparators, strict=True):
@@ -445,6 +589,31 @@ class Expression:
             results = (bool(self._eval(v, values)) for v in node.values)
             return all(results) if isinstance(node.op, ast.And) else any(results)
         raise AssertionError(f"unchecked node {ast.dump(node)}")  # _Checker refused it
+
+    def _element(self, node: ast.Subscript, values: Mapping[str, Value]) -> int | float:
+        """`name[index]`: one element of a vector value (the checker allowed a name only)."""
+        assert isinstance(node.value, ast.Name)
+        name = node.value.id
+        vector = self._lookup(name, values)
+        index = self._eval(node.slice, values)
+        if not isinstance(vector, tuple):
+            raise ExpressionError(
+                self.text,
+                f"{name!r} is a scalar ({vector!r}), not a vector: only a vector value takes a "
+                "subscript",
+            )
+        if not _is_int(index):
+            raise ExpressionError(
+                self.text, f"the index of {name!r} is {index!r}, expected an integer"
+            )
+        size = len(vector)
+        if not -size <= index < size:
+            raise ExpressionError(
+                self.text,
+                f"index {index} is out of range for {name!r}, a vector of {size} values "
+                f"(0 to {size - 1}, or {-size} to -1 from the end)",
+            )
+        return vector[int(index)]
 
     def evaluate_int(self, values: Mapping[str, Value]) -> int:
         """The value as an int (a count, an override): a float result is an error.
@@ -669,6 +838,8 @@ class KernelEntry:
             (docs/oracles.md "Exact equality"). A foreign kernel promises nothing unless
             its manifest says so.
         adapter: a Python class for structural differences, or None.
+        defines: (Vulkan GLSL) preprocessor macro -> its text, passed to glslc as
+            `-D<name>=<text>` (so a kernel written for a template compiles from its source).
         dispatches: one per dispatch, in order (one unless the manifest splits the slot).
         builtin: the project's own kernel.
     """
@@ -687,6 +858,7 @@ class KernelEntry:
     requires: tuple[Expression, ...] = ()
     exact: bool = False
     adapter: AdapterRef | None = None
+    defines: dict[str, str] = field(default_factory=dict)
     builtin: bool = False
 
     @property
@@ -760,19 +932,23 @@ class KernelEntry:
             layout: member -> where it lies ("u32 at offset 12"), for the error message.
 
         Raises:
-            KernelInterfaceError: an explicit member the block does not declare, or a member
-                that is neither mapped, padding, nor a value the op (or adapter) offers.
+            KernelInterfaceError: explicit members the block does not declare, or members
+                that are neither mapped, padding, nor a value the op (or adapter) offers: all
+                of them in one message (a foreign block may hold 20-odd members).
         """
         explicit = getattr(self.dispatches[dispatch], block)
-        for member in explicit:
-            if member not in declared:
-                raise KernelInterfaceError(
-                    self.slot,
-                    self.source,
-                    f"{block}.{member}: the {block} block of {self.source} declares no member "
-                    f"{member!r} (declared: {', '.join(declared) or 'none'})",
-                )
+        problems = []
+        undeclared = [member for member in explicit if member not in declared]
+        if undeclared:
+            keys = ", ".join(f"{block}.{member}" for member in undeclared)
+            names = ", ".join(repr(member) for member in undeclared)
+            problems.append(
+                f"{keys}: the {block} block of {self.source} declares no "
+                f"member{'s' if len(undeclared) > 1 else ''} {names} (declared: "
+                f"{', '.join(declared) or 'none'})"
+            )
         resolved: dict[str, Expression | None] = {}
+        missing = []
         for member in declared:
             if member in explicit:
                 resolved[member] = explicit[member]
@@ -781,17 +957,27 @@ class KernelEntry:
             elif member in self.interface.values or member in extra_values:
                 resolved[member] = Expression.compile(member)
             else:
-                where = f" ({layout[member]})" if layout and member in layout else ""
-                offered = f"{self.interface.op} offers [{', '.join(self.interface.values)}]"
-                if extra_values:
-                    offered += f", its adapter adds [{', '.join(extra_values)}]"
-                raise KernelInterfaceError(
-                    self.slot,
-                    self.source,
-                    f"{block} member {member!r}{where} of {self.source} has no value; "
-                    f'{offered}; map it with {block}.{member} = "<expression>" or list it in '
-                    "padding",
+                missing.append(member)
+        if missing:
+            shown = ", ".join(
+                repr(m) + (f" ({layout[m]})" if layout and m in layout else "") for m in missing
+            )
+            offered = f"{self.interface.op} offers [{', '.join(self.interface.values)}]"
+            if extra_values:
+                offered += f", its adapter adds [{', '.join(extra_values)}]"
+            if len(missing) == 1:
+                problems.append(
+                    f"{block} member {shown} of {self.source} has no value; {offered}; map it "
+                    f'with {block}.{missing[0]} = "<expression>" or list it in padding'
                 )
+            else:
+                problems.append(
+                    f"{block} members {shown} of {self.source} have no value ({len(missing)} "
+                    f"of {len(declared)} members); {offered}; map each with "
+                    f'{block}.<member> = "<expression>" or list it in padding'
+                )
+        if problems:
+            raise KernelInterfaceError(self.slot, self.source, "; and ".join(problems))
         return resolved
 
     def resolve_bindings(
@@ -983,6 +1169,8 @@ def _entry_doc(entry: KernelEntry, folder: Path) -> dict[str, Any]:
         doc["exact"] = True
     if entry.requires:
         doc["requires"] = [r.text for r in entry.requires]
+    if entry.defines:
+        doc["defines"] = dict(entry.defines)
     if entry.adapter is not None:
         doc["adapter"] = f"{entry.adapter.file.relative_to(folder).as_posix()}:{entry.adapter.name}"
     if len(entry.dispatches) == 1:
@@ -1033,9 +1221,23 @@ _COMMON_KEYS = (
     "exact",
 )
 _SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
-    "webgpu": ("file", *_COMMON_KEYS, "overrides", "adapter", "dispatch_list"),
-    "vulkan": ("glsl", "spirv", *_COMMON_KEYS, "spec", "push", "adapter", "dispatch_list"),
+    "webgpu": ("file", *_COMMON_KEYS, "overrides", "adapter", "dispatch_list", "extends"),
+    "vulkan": (
+        "glsl",
+        "spirv",
+        *_COMMON_KEYS,
+        "spec",
+        "push",
+        "defines",
+        "adapter",
+        "dispatch_list",
+        "extends",
+    ),
 }
+EXTENDS_KEY = "extends"
+# The tables of a section that an extending section merges member by member (its other
+# keys replace the inherited ones whole).
+_MEMBER_TABLES = ("params", "push", "spec", "overrides", "bindings", "defines")
 _DISPATCH_KEYS: dict[Backend, tuple[str, ...]] = {
     "webgpu": ("bindings", "params", "dispatch"),
     "vulkan": ("bindings", "params", "push", "dispatch"),
@@ -1046,6 +1248,7 @@ _WRONG_BACKEND = {
     ("webgpu", "spirv"): 'a webgpu kernel is WGSL: file = "<name>.wgsl"',
     ("webgpu", "spec"): 'WGSL has overrides: overrides = { <name> = "<expression>" }',
     ("webgpu", "push"): "WGSL has no push constants: use params.<member>",
+    ("webgpu", "defines"): 'WGSL has no preprocessor: use overrides = { <name> = "<expression>" }',
     ("vulkan", "file"): 'a vulkan kernel is glsl = "<name>.comp" or spirv = "<name>.spv"',
     ("vulkan", "overrides"): "Vulkan has specialization constants: spec.<name-or-id>",
 }
@@ -1054,10 +1257,11 @@ _WRONG_BACKEND = {
 class _Parser:
     """Checks one manifest's data; every error names the file and the field."""
 
-    def __init__(self, path: Path, check_files: bool) -> None:
+    def __init__(self, path: Path, check_files: bool, text: str = "") -> None:
         self.path = path
         self.folder = path.parent
         self.check_files = check_files
+        self.text = text
 
     def fail(self, where: str | None, what: str) -> KernelManifestError:
         return KernelManifestError(self.path, what, where=where)
@@ -1090,17 +1294,110 @@ class _Parser:
         self.keys("", doc, ("format", *BACKENDS))
         entries: dict[tuple[Backend, str], KernelEntry] = {}
         for backend in BACKENDS:
-            for slot, section in self.table(backend, doc.get(backend, {})).items():
+            sections = self.table(backend, doc.get(backend, {}))
+            for slot in sections:
                 if slot not in SLOTS:
                     raise self.fail(
                         f"{backend}.{slot}",
                         f"unknown slot {slot!r}{_suggest(slot, SLOTS)}; expected a slot of "
                         "`parity list` (graph_format/ops/*.toml)",
                     )
-                entries[(backend, slot)] = self.entry(backend, SLOTS[slot], section)
+            resolved: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+            for slot in sections:
+                section, inherited = self.extended(backend, sections, slot, resolved, ())
+                try:
+                    entries[(backend, slot)] = self.entry(backend, SLOTS[slot], section)
+                except KernelManifestError as err:
+                    raise _inherited(err, f"{backend}.{slot}.", inherited) from None
         if not entries:
             raise self.fail(None, "names no slot; expected [webgpu.<slot>] or [vulkan.<slot>]")
         return KernelManifest(self.path, entries)
+
+    def extended(
+        self,
+        backend: Backend,
+        sections: Mapping[str, Any],
+        slot: str,
+        resolved: dict[str, tuple[dict[str, Any], dict[str, str]]],
+        chain: tuple[str, ...],
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        """Section `slot` with what it `extends` merged in, and where each inherited key
+        (`file`, `params.n_rows`) comes from (the slot of the section that wrote it).
+
+        The section named by `extends` (of the same backend, itself resolved first) gives
+        every key; the section's own keys replace them, except that the member tables
+        (`params`, `push`, `spec`, `overrides`, `bindings`) merge member by member and a
+        source key (`file`, `glsl`, `spirv`) replaces every inherited source key.
+        """
+        if slot in resolved:
+            return resolved[slot]
+        section = self.table(f"{backend}.{slot}", sections[slot])
+        if EXTENDS_KEY not in section:
+            resolved[slot] = (section, {})
+            return resolved[slot]
+        where = f"{backend}.{slot}.{EXTENDS_KEY}"
+        line = _key_line(self.text, backend, slot, EXTENDS_KEY)
+        target = section[EXTENDS_KEY]
+        others = [s for s in sections if s != slot]
+        expected = (
+            f"expected the slot of another [{backend}.<slot>] section: "
+            f"{', '.join(others) or 'none in this manifest'}"
+        )
+        if not isinstance(target, str):
+            raise KernelManifestError(
+                self.path, f"{expected}, got {_shown(target)}", where=where, line=line
+            )
+        backend_of, dot, named = target.rpartition(".")
+        if dot and backend_of != backend:
+            raise KernelManifestError(
+                self.path,
+                f"a section extends one of its own backend: [{backend}.<slot>], got "
+                f"{target!r} (a {backend} kernel's keys do not fit another backend)",
+                where=where,
+                line=line,
+            )
+        if named not in sections:
+            raise KernelManifestError(
+                self.path,
+                f"no section [{backend}.{named}] in this manifest{_suggest(named, others)}; "
+                + expected,
+                where=where,
+                line=line,
+            )
+        path = (*chain, slot)
+        if named in path:
+            start = path[path.index(named) :]
+            raise KernelManifestError(
+                self.path,
+                f"extends a section that extends it: {backend}.{' -> '.join((*start, named))}",
+                where=f"{backend}.{named}.{EXTENDS_KEY}",
+                line=_key_line(self.text, backend, named, EXTENDS_KEY),
+            )
+        base, base_from = self.extended(backend, sections, named, resolved, path)
+        merged = {
+            k: dict(v) if k in _MEMBER_TABLES and isinstance(v, dict) else v
+            for k, v in base.items()
+        }
+        inherited = {key: base_from.get(key, named) for key in _section_keys(base)}
+        own = {k: v for k, v in section.items() if k != EXTENDS_KEY}
+        if any(k in own for k in _SOURCE_KEYS[backend]):
+            for key in _SOURCE_KEYS[backend]:
+                merged.pop(key, None)
+                inherited.pop(key, None)
+        for key, value in own.items():
+            if (
+                key in _MEMBER_TABLES
+                and isinstance(value, dict)
+                and isinstance(merged.get(key), dict)
+            ):
+                merged[key] = {**merged[key], **value}
+                for member in value:
+                    inherited.pop(f"{key}.{member}", None)
+            else:
+                merged[key] = value
+                inherited = {k: v for k, v in inherited.items() if k.split(".")[0] != key}
+        resolved[slot] = (merged, inherited)
+        return resolved[slot]
 
     def entry(self, backend: Backend, slot: SlotInterface, section: Any) -> KernelEntry:
         where = f"{backend}.{slot.name}"
@@ -1157,6 +1454,7 @@ class _Parser:
         adapter = (
             self.adapter(f"{where}.adapter", section["adapter"]) if "adapter" in section else None
         )
+        defines = self.defines(f"{where}.defines", section, kind)
 
         shared = self.dispatch(backend, where, section, slot, fallback=None)
         if "dispatch_list" in section:
@@ -1201,6 +1499,7 @@ class _Parser:
             requires=conditions,
             adapter=adapter,
             exact=exact,
+            defines=defines,
         )
 
     def dispatch(
@@ -1299,11 +1598,92 @@ class _Parser:
             raise self.fail(where, f"no file {value!r} in {self.folder}")
         return path
 
+    def defines(self, where: str, section: Mapping[str, Any], kind: SourceKind) -> dict[str, str]:
+        """A GLSL kernel's preprocessor macros, each as the text glslc's -D gives it."""
+        if "defines" not in section:
+            return {}
+        raw = self.table(where, section["defines"])
+        if kind != "glsl":
+            raise self.fail(
+                where,
+                "defines are passed to glslc -D when it compiles a glsl = ... kernel; a SPIR-V "
+                "module is compiled already (build it with them)",
+            )
+        out: dict[str, str] = {}
+        for name, value in raw.items():
+            at = f"{where}.{name}"
+            if not _MACRO.fullmatch(name):
+                raise self.fail(at, f"expected a macro name ([A-Za-z_][A-Za-z0-9_]*), got {name!r}")
+            if name.startswith("GL_") or "__" in name:
+                raise self.fail(at, f"{name!r} is reserved in GLSL (names with GL_ or __)")
+            if isinstance(value, bool) or not isinstance(value, str | int | float):
+                raise self.fail(
+                    at, f"expected a string, an integer or a float, got {_shown(value)}"
+                )
+            text = value if isinstance(value, str) else repr(value)
+            if "\n" in text or "\r" in text:
+                raise self.fail(at, f"expected one line of macro text, got {text!r}")
+            out[name] = text
+        return out
+
     def adapter(self, where: str, value: Any) -> AdapterRef:
         module, _, name = value.partition(":") if isinstance(value, str) else ("", "", "")
         if not module or not name.isidentifier():
             raise self.fail(where, f'expected "<module>.py:<Class>", got {_shown(value)}')
         return AdapterRef(self.file(where, module, suffix=".py"), name)
+
+
+def _section_keys(section: Mapping[str, Any]) -> list[str]:
+    """A section's keys, a member table's by member (`file`, `params.n_rows`)."""
+    return [
+        f"{key}.{member}" if member is not None else key
+        for key, value in section.items()
+        for member in (value if key in _MEMBER_TABLES and isinstance(value, dict) else [None])
+    ]
+
+
+def _inherited(
+    err: KernelManifestError, prefix: str, inherited: Mapping[str, str]
+) -> KernelManifestError:
+    """`err` saying which section wrote the key it is about, when an extending section
+    inherited it (`... (inherited from [webgpu.add_broadcast])`)."""
+    if not inherited or err.where is None or not err.where.startswith(prefix):
+        return err
+    key = err.where.removeprefix(prefix)
+    top = re.split(r"[.\[]", key, maxsplit=1)[0]
+    source = inherited.get(key) or inherited.get(top)
+    if source is None:
+        return err
+    backend = prefix.split(".")[0]
+    return KernelManifestError(
+        err.path,
+        f"{err.what} (inherited from [{backend}.{source}])",
+        where=err.where,
+        line=err.line,
+    )
+
+
+def _key_line(text: str, backend: str, slot: str, key: str) -> int | None:
+    """The line of `key` in the `[backend.slot]` table of a manifest's text (or of a
+    dotted `backend.slot.key` / inline-table form naming both), for an error; None when
+    not found."""
+    lines = text.splitlines()
+    header = re.compile(
+        rf'^\s*\[\s*"?{re.escape(backend)}"?\s*\.\s*"?{re.escape(slot)}"?\s*\]\s*(#.*)?$'
+    )
+    assignment = re.compile(rf'^\s*"?{re.escape(key)}"?\s*=')
+    inside = False
+    for number, line in enumerate(lines, 1):
+        if line.lstrip().startswith("["):
+            inside = header.match(line) is not None
+        elif inside and assignment.match(line):
+            return number
+    loose = re.compile(rf"\b{re.escape(slot)}\b.*\b{re.escape(key)}\s*=")
+    return next((n for n, line in enumerate(lines, 1) if loose.search(line)), None)
+
+
+# A preprocessor macro's name, as GLSL's grammar has it.
+_MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _name_or_index(key: str) -> str | int:
@@ -1344,7 +1724,7 @@ def parse_manifest(text: str, path: Path, *, check_files: bool = True) -> Kernel
         raise KernelManifestError(
             path, f"not valid TOML: {err}", line=int(found.group(1)) if found else None
         ) from None
-    return _Parser(path, check_files).manifest(doc)
+    return _Parser(path, check_files, text).manifest(doc)
 
 
 def load_manifest(location: Path) -> KernelManifest:

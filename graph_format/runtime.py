@@ -101,10 +101,6 @@ class LoadedGraph(Protocol):
         """Live dims of every tensor value."""
         ...
 
-    def allocation_nbytes(self, name: str) -> int:
-        """Bytes allocated for a tensor (its max size rounded up to 4 bytes)."""
-        ...
-
     def close(self) -> None:
         """Release the graph's device objects (idempotent)."""
         ...

@@ -122,6 +122,19 @@ def plant_softmax_capping_its_sum(dest: Path) -> Path:
     return plant_wgsl(dest, {"fused_sdpa_softmax.wgsl": [(EXP_SUM, EXP_SUM_CAPPED)]})
 
 
+# The position rope's exponent over D where 2/D belongs (theta^(-i/D)): every pair but the
+# first turns at the wrong frequency, at every position but 0.
+ROPE_EXPONENT = "let exponent = f32(2u * i) / f32(params.head_dim);"
+ROPE_EXPONENT_OVER_D = "let exponent = f32(i) / f32(params.head_dim);"
+
+
+def plant_rope_pos_exponent_over_d(dest: Path) -> Path:
+    """A copy of wgsl/ whose position rope kernels (f32, f16) compute theta's exponent as
+    i / D instead of 2i / D; returns the folder."""
+    swaps = [(ROPE_EXPONENT, ROPE_EXPONENT_OVER_D)]
+    return plant_wgsl(dest, {"rotary_emb_pos.wgsl": swaps, "rotary_emb_pos_f16.wgsl": swaps})
+
+
 def read_summary(folder: Path) -> dict[str, Any]:
     """A run folder's summary.json."""
     summary: dict[str, Any] = json.loads((folder / "summary.json").read_text())

@@ -376,6 +376,19 @@ def test_list_shows_families_ops_variants_and_adapters(capsys: pytest.CaptureFix
     assert all(doc["adapters"][b]["shader_f16"] for b in ("webgpu", "vulkan"))
 
 
+def test_list_names_the_vulkan_version_the_runtime_uses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 21, item 5: `parity list` printed the device's newest version ("Vulkan
+    1.3.230" on lavapipe) as if the runtime used it; it requests Vulkan 1.1, and so takes
+    SPIR-V 1.0 to 1.3."""
+    status, out, _ = _main(capsys, "list")
+    assert status == 0
+    (line,) = [x for x in out.splitlines() if x.startswith("  vulkan ")]
+    assert "| Vulkan 1.1 (device supports 1." in line, line
+    assert "; SPIR-V 1.0 to 1.3) via vulkan (python)" in line, line
+
+
 def test_usage_errors_exit_2_with_a_message(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -167,6 +167,81 @@ def test_check_kernels_judges_each_slot_on_its_own_kernel(
     assert "1 kernel(s) of" in err
 
 
+# The attention op binds the kernels of all its slots when a graph loads (both routes,
+# chosen per step): a broken softmax failed the load of every sdpa slot's example graph, and
+# check-kernels printed the softmax's error on each of them (issue 21; main at ffb265a).
+SDPA_SLOTS = ("sdpa_qk", "sdpa_softmax", "sdpa_fd_split")
+BROKEN_SOFTMAX = {
+    "webgpu": ("wgsl", "wgsl", "file", "let row = wid.x + wid.y * nwg.x;", "let row = 0u"),
+    "vulkan": ("glsl", "comp", "glsl", "const uint row = flat_workgroup_id();", "uint row = 0u"),
+}
+
+
+@pytest.mark.parametrize("backend", sorted(BROKEN_SOFTMAX))
+def test_check_kernels_blames_the_sdpa_slot_that_is_broken(
+    backend: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder_name, suffix, key, old, new = BROKEN_SOFTMAX[backend]
+    folder = tmp_path / "k"
+    folder.mkdir()
+    manifest = ['format = "parity-kernels/1"']
+    for slot in SDPA_SLOTS:
+        source = (REPO / folder_name / f"{slot}.{suffix}").read_text()
+        if slot == "sdpa_softmax":
+            assert source.count(old) == 1, "the planted substitution no longer applies"
+            source = source.replace(old, new)
+        (folder / f"{slot}.{suffix}").write_text(source)
+        manifest += [f"[{backend}.{slot}]", f'{key} = "{slot}.{suffix}"', "fold = true"]
+        manifest += (
+            ["padding = ['_pad0', '_pad1', '_pad2', '_pad3']"] if backend == "webgpu" else []
+        )
+        manifest += ['overrides = { wg_size = "workgroup_size" }'] if backend == "webgpu" else []
+        manifest += ['spec.0 = "workgroup_size"'] if backend == "vulkan" else []
+    (folder / "kernels.toml").write_text("\n".join(manifest) + "\n")
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    verdicts = {
+        line.split(": ")[2]: line.split(": ", 3)[3]
+        for line in err.splitlines()
+        if line.startswith("parity check-kernels: ") and line.count(": ") >= 3
+    }
+    assert set(verdicts) == {f"{backend}.{slot}" for slot in SDPA_SLOTS}, err
+    assert verdicts[f"{backend}.sdpa_softmax"] != "ok", err
+    assert verdicts[f"{backend}.sdpa_qk"] == verdicts[f"{backend}.sdpa_fd_split"] == "ok", err
+    assert "1 kernel(s) of" in err
+
+
+def _extending(folder: Path, target: str) -> int:
+    """Keep the foreign folder's WebGPU RMS norms only, the vec4 one as `extends = target`;
+    the line of its `extends`."""
+    manifest = folder / "kernels.toml"
+    text = manifest.read_text()
+    head = text.partition("[webgpu.rms_norm_vec4]")[0]
+    manifest.write_text(f'{head}[webgpu.rms_norm_vec4]\nextends = "{target}"\n')
+    return head.count("\n") + 2
+
+
+def test_check_kernels_checks_a_section_that_extends_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21 item 6: `extends` takes every key of the section it names; an unknown one is
+    one line naming the file, the line and the sections there are."""
+    folder = _foreign(tmp_path / "k")
+    _extending(folder, "rms_norm")
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 0, err
+    assert "webgpu.rms_norm: ok" in err and "webgpu.rms_norm_vec4: ok" in err
+    line = _extending(folder, "rms_nrom")
+    monkeypatch.chdir(tmp_path)
+    status, _, err = _main(capsys, "check-kernels", "k")
+    assert status == 2, err
+    assert err.strip() == (
+        f"parity check-kernels: k/kernels.toml:{line}: webgpu.rms_norm_vec4.extends: no "
+        "section [webgpu.rms_nrom] in this manifest (did you mean 'rms_norm'?); expected the "
+        "slot of another [webgpu.<slot>] section: rms_norm"
+    )
+
+
 # Expressions that fail on a step's values, or give a member a value it cannot hold: the
 # checked kernel's line names the expression or member with the values (issue 18: they were
 # passed, then failed every case of a run as a kernel that "does not build").
@@ -261,6 +336,53 @@ def test_check_kernels_names_a_relative_folder_s_files_as_given(
     assert "k/glsl/q4_gemm.comp:2: error: " in err  # glslc's own line, as given too
     assert "1 kernel(s) of k/kernels.toml do not build" in err
     assert str(tmp_path) not in err
+
+
+def test_check_kernels_builds_glsl_with_the_manifest_s_defines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21, item 5: a kernel written for a template (its constants left to the build)
+    compiles from its source with `defines`; without them glslc refuses it."""
+    folder = _foreign(tmp_path / "k")
+    comp = folder / "rms_norm_foreign.comp"
+    text = comp.read_text()
+    assert text.count("const uint LANES = 64;") == 1
+    comp.write_text(text.replace("const uint LANES = 64;", "const uint LANES = LANE_COUNT;"))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2 and "LANE_COUNT" in err, err
+    manifest = folder / "kernels.toml"
+    manifest.write_text(
+        manifest.read_text().replace(
+            'glsl = "rms_norm_foreign.comp"\n',
+            'glsl = "rms_norm_foreign.comp"\ndefines = { LANE_COUNT = "64u" }\n',
+        )
+    )
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 0, err
+    assert "vulkan.rms_norm: ok" in err and "vulkan.rms_norm_vec4: ok" in err
+
+
+def test_check_kernels_names_the_spirv_version_a_module_needs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 21, item 5: SPIR-V newer than the runtime's Vulkan version accepts (built for
+    Vulkan 1.2: SPIR-V 1.5) is refused in one line naming the file, both versions and the
+    glslc --target-env to use; it was the validation layer's "Invalid SPIR-V binary version
+    1.5 for target environment SPIR-V 1.3"."""
+    folder = tmp_path / "k"
+    shutil.copytree(EXAMPLES, folder)
+    module = folder / "spirv" / "rms_norm.spv"
+    code = bytearray(module.read_bytes())
+    assert code[:4] == b"\x03\x02\x23\x07"  # the magic number, little-endian
+    code[4:8] = (0x00010500).to_bytes(4, "little")  # the header's version word: SPIR-V 1.5
+    module.write_bytes(bytes(code))
+    status, _, err = _main(capsys, "check-kernels", folder)
+    assert status == 2, err
+    lines = [line for line in err.splitlines() if "vulkan.rms_norm:" in line]
+    assert len(lines) == 1, err
+    assert f"{module} is SPIR-V 1.5; this runtime accepts SPIR-V 1.0 to 1.3 (Vulkan 1.1" in lines[0]
+    assert lines[0].endswith("build it with glslc --target-env=vulkan1.1"), lines[0]
+    assert "Invalid SPIR-V" not in err
 
 
 def test_check_kernels_of_a_missing_folder_is_bad_input(
@@ -379,6 +501,32 @@ def test_a_bundle_carries_the_manifest_its_shaders_and_its_adapter(
     }
     assert GAMMA_DROPPED in (bundle / "kernels" / "rms.wgsl").read_text()
     assert any("--allow-adapters" in c for c in doc["commands"])
+
+
+def test_the_failure_page_names_the_manifest_kernels_that_ran(planted_foreign_run: Path) -> None:
+    """Issue 21, item 7: the page listed the project's shaders the case's ops may use, which
+    did not run, and not the manifest's kernel that ran and was blamed; it names, per
+    backend, the kernel each slot ran: the manifest's file with its sha256."""
+    summary = json.loads((planted_foreign_run / "summary.json").read_text())
+    finding = summary["findings"][0]
+    bundle = planted_foreign_run / finding["bundle"]
+    hashes = json.loads((bundle / "bundle.json").read_text())["kernels"]
+    page = (planted_foreign_run / "failures" / f"{finding['id']}.html").read_text()
+    table = re.search(r'<table id="kernels-ran">(.*?)</table>', page, re.S)
+    assert table, page
+    rows = re.findall(r'<tr data-slot="(\w+)">(.*?)</tr>', table.group(1), re.S)
+    slots = {slot for slot, _ in rows}
+    assert slots and slots <= {"rms_norm", "rms_norm_vec4"}, slots
+    for _, row in rows:
+        webgpu, vulkan = re.findall(r"<td>(.*?)</td>", row, re.S)[1:]
+        assert "kernels/rms.wgsl</a>" in webgpu and hashes["kernels/rms.wgsl"][:16] in webgpu
+        assert "manifest kernels/kernels.toml" in webgpu
+        assert "kernels/rms_norm_two_pass.comp</a>" in vulkan
+        assert hashes["kernels/rms_norm_two_pass.comp"][:16] in vulkan
+        assert "adapters.py:TwoPassAdapter" in vulkan
+    assert "Shaders in the bundle" not in page
+    for project in ("wgsl/rms_norm.wgsl", "glsl/rms_norm.comp", "wgsl/rms_norm_vec4.wgsl"):
+        assert project not in page  # replaced by the manifest: never ran
 
 
 def test_replay_runs_the_bundles_adapter_only_when_allowed(

@@ -27,6 +27,7 @@ from tests.cli_support import (
     plant_flat_mul_wrapping_at_1024,
     plant_gemv_fourth_word_reusing_third_scale,
     plant_rms_norm_capping_its_sum,
+    plant_rope_pos_exponent_over_d,
     plant_softmax_capping_its_sum,
     read_records,
 )
@@ -301,3 +302,21 @@ def test_pr_run_finds_a_bug_on_a_long_path(
     keys = [f["bug"].split("|") for f in _findings(out)]
     assert keys and all(key[1:3] == ["numeric", "webgpu"] for key in keys), keys
     assert [op, "numeric", "webgpu"] in [key[:3] for key in keys], keys
+
+
+def test_short_run_of_the_position_rope_finds_an_angle_bug(tmp_path: Path) -> None:
+    """Issue 21: the position rope's WGSL computing theta's exponent over D instead of D / 2
+    (a wrong frequency for every pair but the first) is found by a short quick run of its
+    family, blamed on webgpu, and shrunk."""
+    planted = plant_rope_pos_exponent_over_d(tmp_path / "wgsl")
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", "rope_pos", "--profile", "quick", "--max-examples", "6"),
+        *("--wgsl-dir", str(planted)),
+    )
+    assert status == 1
+    keys = [f["bug"].split("|") for f in _findings(out)]
+    assert keys and all(key[1:3] == ["numeric", "webgpu"] for key in keys), keys
+    assert "apply_rotary_emb_pos" in {key[0].split("@")[0] for key in keys}, keys
+    assert all(f["shrunk"] for f in _findings(out))

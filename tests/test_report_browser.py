@@ -140,7 +140,8 @@ def test_every_page_renders_without_script_errors_and_every_link_resolves(
                 if target == page:
                     assert found, f"{page}: no element #{url.fragment}"
             checked_links += 1
-    assert checked_links > 20
+    # (The failure page links the kernels that ran, no longer every shader of the bundle.)
+    assert checked_links > 15
 
 
 def test_index_shows_totals_bugs_and_coverage(browser: object, report: Path) -> None:

@@ -15,6 +15,7 @@ from graph_format import Graph, GraphBuildError
 from graph_format.kernels import KernelManifest, KernelManifestError
 from vulkan_ref.graph import ComputeGraph
 from vulkan_ref.instance import VulkanContext, get_context
+from vulkan_ref.ops import OP_IMPLS
 from vulkan_ref.pool import MemoryPool
 
 __all__ = ["ComputeGraph", "VulkanRuntime"]
@@ -104,8 +105,6 @@ class VulkanRuntime:
             KernelBuildError: a kernel does not compile, reflect or validate, or does not
                 fit its slot (the message names the file and what does not fit).
         """
-        from vulkan_ref.ops import OP_IMPLS
-
         for node in graph.ops:
             if node.op not in OP_IMPLS:
                 raise GraphBuildError(node.name, f"vulkan has no implementation of {node.op!r}")
@@ -117,4 +116,5 @@ class VulkanRuntime:
             pool=self.pool,
             manifest=self.manifest,
             allow_adapters=self.allow_adapters,
+            impls=OP_IMPLS,
         )

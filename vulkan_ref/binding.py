@@ -34,6 +34,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from graph_format import KernelBuildError, KernelValuesError
 from graph_format.kernels import (
@@ -55,7 +56,7 @@ from vulkan_ref.reflection import (
     reflect_spirv,
     value_shape,
 )
-from vulkan_ref.spirv import INCLUDE_DIR, compile_glsl_file, include_files
+from vulkan_ref.spirv import INCLUDE_DIR, compile_glsl_file, include_files, spirv_version_error
 from vulkan_ref.tensor import META_NBYTES
 
 # A scalar type's struct format and what a value must be to fill it.
@@ -152,12 +153,17 @@ def compiled_kernel(cache: PipelineCache, entry: KernelEntry) -> CompiledKernel:
         else:
             included = include_files(entry.source, include_dirs)
             files = [str(entry.source), *map(str, included)]
-            code = compile_glsl_file(entry.source, include_dirs)
+            code = compile_glsl_file(entry.source, include_dirs, entry.defines)
         stamp = _stamp(files)
     except FileNotFoundError as err:
         raise kernel_failure(entry, f"no such file: {err.filename or err}") from None
     except OSError as err:
         raise kernel_failure(entry, f"cannot read {entry.source}: {err.strerror}") from None
+    # Checked before the module reaches reflection or the driver: the validation layer's own
+    # words ("Invalid SPIR-V binary version ...") name neither the file nor the fix.
+    too_new = spirv_version_error(code, entry.source, cache.ctx.api_version)
+    if too_new is not None:
+        raise kernel_failure(entry, too_new)
     entry_point = None if entry.kind == "glsl" else entry.entry
     reflection = reflect_spirv(code, str(entry.source), entry_point)
     if reflection.entry_point != entry.entry:
@@ -435,17 +441,35 @@ def _resolve(
             for b in params_blocks
             for i, m in enumerate(b.block.members if b.block else ())
         }
-        filled = (
-            entry.resolve_members(
-                list(params_members),
-                dispatch=index,
-                block="params",
-                extra_values=provides,
-                layout=params_members,
-            )
-            if params_blocks
-            else {}
-        )
+        # Both blocks are resolved before either fails: a kernel's members without a value
+        # are named in one error, the params block's and the push block's together.
+        filled: dict[str, Expression | None] = {}
+        filled_push: dict[str, Expression | None] = {}
+        blocks: list[
+            tuple[Literal["params", "push"], dict[str, str], dict[str, Expression | None]]
+        ] = []
+        if params_blocks:
+            blocks.append(("params", params_members, filled))
+        if reflection.push_constants is not None:
+            members = reflection.push_constants.members
+            push_members = {_member_name(m, i): _where(m) for i, m in enumerate(members)}
+            blocks.append(("push", push_members, filled_push))
+        problems: list[str] = []
+        for block, declared_members, out in blocks:
+            try:
+                out.update(
+                    entry.resolve_members(
+                        list(declared_members),
+                        dispatch=index,
+                        block=block,
+                        extra_values=provides,
+                        layout=declared_members,
+                    )
+                )
+            except KernelInterfaceError as err:
+                problems.append(str(err).removeprefix(f"{entry.slot}: "))
+        if problems:
+            raise KernelInterfaceError(entry.slot, entry.source, "; and ".join(problems))
         bindings = []
         for b in reflection.bindings:
             assert b.block is not None  # checked above
@@ -467,16 +491,7 @@ def _resolve(
                 )
         push = None
         if reflection.push_constants is not None:
-            block = reflection.push_constants
-            members = {_member_name(m, i): _where(m) for i, m in enumerate(block.members)}
-            filled_push = entry.resolve_members(
-                list(members),
-                dispatch=index,
-                block="push",
-                extra_values=provides,
-                layout=members,
-            )
-            push = _layout(entry, "push", block, filled_push)
+            push = _layout(entry, "push", reflection.push_constants, filled_push)
             names |= push.names
         count = dispatch.count
         for expr in count if isinstance(count, tuple) else (count,):

@@ -531,13 +531,18 @@ class _Snapshot:
     updated: set[str] = field(default_factory=set)
 
 
+# What adds one op of a graph to it (`vulkan_ref.ops` registers one per op type).
+OpImpl = Callable[["ComputeGraph", OpNode], None]
+
+
 class ComputeGraph:
     """A graph built on the Vulkan device. Implements `graph_format.LoadedGraph`.
 
     Op builders (vulkan_ref/ops) use `tensor_arg`, `output`, `scalar_arg`, `symint_arg`,
     `int_ubo`, `extract_int_or_symint_list`, `create_scratch`, `add_node`,
     `add_dispatch_node`, `add_input_check`, `virtual_resize` and `set_symint`; the harness
-    uses `execute`.
+    uses `execute`. The runtime hands the graph its op table (`impls`:
+    `vulkan_ref.ops.OP_IMPLS`), so this module does not import the op modules that import it.
     """
 
     def __init__(
@@ -550,9 +555,8 @@ class ComputeGraph:
         pool: MemoryPool,
         manifest: KernelManifest | None = None,
         allow_adapters: bool = False,
+        impls: Mapping[str, OpImpl],
     ) -> None:
-        from vulkan_ref.ops import OP_IMPLS  # the registry imports this module
-
         self.ctx = ctx
         self.pool = pool
         self.arena = Arena(pool)
@@ -590,7 +594,7 @@ class ComputeGraph:
                     self.symints[value.name] = SymInt(self.arena, value.name)
             for node in graph.ops:
                 try:
-                    OP_IMPLS[node.op](self, node)
+                    impls[node.op](self, node)
                 except ParityError:
                     raise
                 except Exception as err:  # the op's own code failed: name it
@@ -1103,10 +1107,6 @@ class ComputeGraph:
                     raise InputError(node.op, "grid_limit", f"vulkan: {node.op}: {err}") from None
             grids.append(node_grids)
         return grids
-
-    def allocation_nbytes(self, name: str) -> int:
-        """Bytes allocated for tensor `name`."""
-        return self.tensors[name].buffer.size
 
     def _check_inputs(
         self, inputs: Mapping[str, np.ndarray | int]

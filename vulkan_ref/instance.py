@@ -16,6 +16,7 @@ import vulkan as vk
 
 from graph_format import BackendUnavailable, pick_adapter
 from vulkan_ref.cdata import CData
+from vulkan_ref.spirv import SPIRV_OF_VULKAN, VULKAN_API
 
 VALIDATION_LAYER = "VK_LAYER_KHRONOS_validation"
 # Fence waits are bounded so a hung dispatch fails a test instead of freezing it.
@@ -59,13 +60,30 @@ class VulkanContext:
         """maxComputeWorkGroupInvocations."""
         return int(self.properties.limits.maxComputeWorkGroupInvocations)
 
+    @property
+    def device_api_version(self) -> tuple[int, int, int]:
+        """The newest Vulkan version the device supports (major, minor, patch: its
+        `VkPhysicalDeviceProperties.apiVersion`; lavapipe of Mesa 22.3 says 1.3.230)."""
+        api = int(self.properties.apiVersion)
+        return (api >> 22) & 0x7F, (api >> 12) & 0x3FF, api & 0xFFF
+
+    @property
+    def api_version(self) -> tuple[int, int]:
+        """The Vulkan version the runtime uses the device at: the one it requests
+        (`vulkan_ref.spirv.VULKAN_API`), or the device's own when that is older."""
+        return min(VULKAN_API, self.device_api_version[:2])
+
     def info(self) -> dict[str, Any]:
-        """Adapter facts for reports."""
+        """Adapter facts for reports. `api` names the version the runtime uses, then the
+        device's newest (what its driver supports, not what runs), and the SPIR-V versions
+        kernels may be built for."""
         p = self.properties
-        api = p.apiVersion
+        used, device = self.api_version, self.device_api_version
+        spirv = SPIRV_OF_VULKAN.get(used, max(SPIRV_OF_VULKAN.values()))
         return {
             "backend": "vulkan",
-            "api": f"Vulkan {api >> 22}.{(api >> 12) & 0x3FF}.{api & 0xFFF} via vulkan "
+            "api": f"Vulkan {used[0]}.{used[1]} (device supports "
+            f"{'.'.join(map(str, device))}; SPIR-V 1.0 to {spirv[0]}.{spirv[1]}) via vulkan "
             f"(python) {getattr(vk, '__version__', '1.3.275.1')}",
             "adapter": str(p.deviceName),
             "vendor": f"0x{p.vendorID:04x}",
@@ -152,7 +170,7 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
     app = vk.VkApplicationInfo(
         pApplicationName="vulkan-parity",
         pEngineName="vulkan_ref",
-        apiVersion=vk.VK_MAKE_VERSION(1, 1, 0),
+        apiVersion=vk.VK_MAKE_VERSION(*VULKAN_API, 0),
     )
     layer_names = [VALIDATION_LAYER] if validation else []
     ext_names = ["VK_EXT_debug_utils"] if validation else []

@@ -162,16 +162,6 @@ class SpirvReflection:
         declared = [(b.set, b.binding, b.name) for b in self.bindings]
         raise KeyError(f"{self.name}: no descriptor at set {set} binding {binding}: {declared}")
 
-    def spec_constant(self, spec_id: int) -> SpecConstant:
-        """The specialization constant with id `spec_id`."""
-        for s in self.spec_constants:
-            if s.id == spec_id:
-                return s
-        raise KeyError(
-            f"{self.name}: no specialization constant {spec_id}: "
-            f"{[(s.id, s.name) for s in self.spec_constants]}"
-        )
-
 
 # --- the module's own words: names, decorations, the WorkgroupSize composite -----------------
 

@@ -24,6 +24,7 @@ import hashlib
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -34,7 +35,17 @@ from graph_format import BackendUnavailable, KernelBuildError
 
 GLSL_DIR = Path(__file__).resolve().parents[1] / "glsl"
 INCLUDE_DIR = GLSL_DIR / "include"
-BASE_FLAGS = ("-fshader-stage=compute", "--target-env=vulkan1.1", "-O", "-g")
+# The Vulkan API version the runtime requests (`VkApplicationInfo.apiVersion`,
+# vulkan_ref.instance): the version its device is used at, whatever newer one the device
+# offers, so a kernel behaves alike on every device; glslc compiles the project's kernels and
+# a manifest's GLSL for the same version.
+VULKAN_API = (1, 1)
+TARGET_ENV = f"vulkan{VULKAN_API[0]}.{VULKAN_API[1]}"
+# The newest SPIR-V each Vulkan version consumes (the Vulkan spec's appendix "Vulkan
+# Environment for SPIR-V": 1.0 takes SPIR-V 1.0, 1.1 takes up to 1.3, 1.2 up to 1.5, 1.3
+# and 1.4 up to 1.6); every older SPIR-V version is accepted too.
+SPIRV_OF_VULKAN = {(1, 0): (1, 0), (1, 1): (1, 3), (1, 2): (1, 5), (1, 3): (1, 6), (1, 4): (1, 6)}
+BASE_FLAGS = ("-fshader-stage=compute", f"--target-env={TARGET_ENV}", "-O", "-g")
 FLAGS = (*BASE_FLAGS, "-I", str(INCLUDE_DIR))
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
@@ -57,6 +68,36 @@ _REFUSED: dict[str, tuple[Path, int, str]] = {}
 # One lock per cache key, so that two threads never run glslc on the same source.
 _KEYS_LOCK = threading.Lock()
 _KEY_LOCKS: dict[str, threading.Lock] = {}
+
+
+_SPIRV_MAGIC = 0x07230203
+
+
+def spirv_version(code: bytes) -> tuple[int, int] | None:
+    """The (major, minor) SPIR-V version in a module's header (its second word: 0x00MMmm00),
+    in either byte order; None when `code` is not SPIR-V (no magic number)."""
+    if len(code) < 8:
+        return None
+    for order in "<>":
+        magic, version = struct.unpack_from(f"{order}2I", code)
+        if magic == _SPIRV_MAGIC:
+            return (version >> 16) & 0xFF, (version >> 8) & 0xFF
+    return None
+
+
+def spirv_version_error(code: bytes, path: Path, api: tuple[int, int]) -> str | None:
+    """One line saying that the module at `path` is of a SPIR-V version newer than Vulkan
+    `api` accepts, naming both and the glslc `--target-env` that builds one it accepts;
+    None when the version is accepted (or `code` is no SPIR-V: reflection says so)."""
+    found = spirv_version(code)
+    newest = SPIRV_OF_VULKAN.get(api, max(SPIRV_OF_VULKAN.values()))
+    if found is None or found <= newest:
+        return None
+    return (
+        f"{path} is SPIR-V {found[0]}.{found[1]}; this runtime accepts SPIR-V 1.0 to "
+        f"{newest[0]}.{newest[1]} (Vulkan {api[0]}.{api[1]}, the version it uses the device "
+        f"at): build it with glslc --target-env=vulkan{api[0]}.{api[1]}"
+    )
 
 
 def _key_lock(key: str) -> threading.Lock:

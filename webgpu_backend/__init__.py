@@ -17,6 +17,7 @@ from graph_format.kernels import KernelManifest, KernelManifestError
 from webgpu_backend.binding import KernelCatalog
 from webgpu_backend.device import WebGPUDevice, get_device
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.ops import OP_BUILDERS
 from webgpu_backend.pool import BufferPool
 from webgpu_backend.reflection import require_tool
 
@@ -119,13 +120,16 @@ class WebGPURuntime:
             KernelManifestError: a manifest's file cannot be read, or an adapter is not
                 allowed or does not load.
         """
-        from webgpu_backend.ops import OP_BUILDERS
-
         for node in graph.ops:
             if node.op not in OP_BUILDERS:
                 raise GraphBuildError(
                     node.name, f"{self.name} has no implementation of {node.op!r}"
                 )
         return WebGPUGraph(
-            self.device, graph, self.catalog, self.max_workgroups_per_dim, pool=self.pool
+            self.device,
+            graph,
+            self.catalog,
+            self.max_workgroups_per_dim,
+            pool=self.pool,
+            builders=OP_BUILDERS,
         )

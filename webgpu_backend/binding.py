@@ -257,7 +257,6 @@ class KernelPlan:
     bindings: tuple[PlannedBinding, ...]
     packers: dict[int, Packer]
     overrides: tuple[tuple[Override, Expression], ...]
-    required_overrides: tuple[str, ...]
     workgroup: tuple[WorkgroupDim, WorkgroupDim, WorkgroupDim]
     declared_overrides: tuple[Override, ...] = field(repr=False, default=())
 
@@ -463,7 +462,6 @@ def plan_kernel(
         bindings=tuple(planned),
         packers=packers,
         overrides=tuple((by_name[name], expression) for name, expression in passed.items()),
-        required_overrides=tuple(o.name for o in reflection.overrides if o.required),
         workgroup=point.workgroup_size,
         declared_overrides=reflection.overrides,
     )

@@ -121,12 +121,18 @@ class _Snapshot:
     dirty: set[str]
 
 
+# What builds one op of a graph (`webgpu_backend.ops` registers one per op type).
+OpBuilder = Callable[["WebGPUGraph", OpNode], None]
+
+
 class WebGPUGraph:
     """A graph built on a WebGPU device. Implements `graph_format.LoadedGraph`.
 
     Op builders (webgpu_backend/ops) use `arg_*`, `int_or_symint`, `int_list`, `output`,
     `create_scratch`, `add_kernel` (then `Dispatch.set` in their hooks), `add_resize_hook`,
     `add_input_check`, `set_cur_dims` and `set_symint`; the harness uses `execute`.
+    The runtime hands the graph its op table (`builders`: `webgpu_backend.ops.OP_BUILDERS`),
+    so this module does not import the op modules that import it.
     """
 
     def __init__(
@@ -137,9 +143,8 @@ class WebGPUGraph:
         max_workgroups_per_dim: int | None = None,
         *,
         pool: BufferPool,
+        builders: Mapping[str, OpBuilder],
     ) -> None:
-        from webgpu_backend.ops import OP_BUILDERS  # the registry imports this module
-
         self.dev = dev
         self.pool = pool
         self.arena = Arena(pool)
@@ -167,7 +172,7 @@ class WebGPUGraph:
         try:
             for node in graph.ops:
                 try:
-                    OP_BUILDERS[node.op](self, node)
+                    builders[node.op](self, node)
                 except ParityError:
                     raise
                 except Exception as err:  # the op's own code failed: name it
@@ -596,10 +601,6 @@ class WebGPUGraph:
                 record = DispatchRecord(d.op, d.kernel, run.workgroup_size, logical, grid, True)
                 out.append(Scheduled(record, run))
         return out
-
-    def allocation_nbytes(self, name: str) -> int:
-        """Bytes allocated for tensor `name`."""
-        return self.tensors[name].alloc_nbytes
 
     def _check_inputs(
         self, inputs: Mapping[str, np.ndarray | int]

@@ -38,8 +38,6 @@ class Kind(StrEnum):
 # depends on the data), and decades would split it into as many "different" bugs.
 NUMERIC_BANDS = (("x1", 1.0), ("x10", 10.0), ("x1000", 1000.0))
 
-METADATA_KINDS = frozenset({Kind.CUR_DIMS, Kind.DISPATCH, Kind.PHYSICAL_GRID})
-
 # Within one step, the more fundamental finding comes first: a crash or a wrong dispatch
 # explains the numeric errors that follow from it, not the other way round.
 PRIORITY = {

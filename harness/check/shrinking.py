@@ -131,7 +131,6 @@ class ShrinkOutcome:
     bug: BugKey | None  # the bug key the minimal case kept
     first: CaseSize | None
     minimal: CaseSize | None
-    minimal_case: Case | None
     examples: int
     find_seconds: float
     shrink_seconds: float
@@ -191,7 +190,6 @@ def find_minimal(
         bug=type(error).bug if error else None,
         first=CaseSize.of(first[0]) if first else None,
         minimal=CaseSize.of(last[0]) if last else None,
-        minimal_case=last[0] if last else None,
         examples=examples,
         find_seconds=found - start,
         shrink_seconds=end - found if error else 0.0,

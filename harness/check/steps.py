@@ -12,9 +12,9 @@ execute per runtime with every exception kept as that runtime's failure of the s
 live dims before and after, and closing every loaded graph however the loop ends.
 
     with StepLoop(runtimes, case, reads=intermediates(case.graph)) as loop:
-        if loop.all_loaded:
-            for step in loop.steps():
-                ...  # step.expected, step.results, step.failures, step.fill
+        ...  # loop.load_errors: each runtime's load error, None where it loaded
+        for step in loop.steps():  # on the runtimes that loaded
+            ...  # step.expected, step.results, step.failures, step.fill
 """
 
 from __future__ import annotations
@@ -133,10 +133,6 @@ class StepRun:
         """The contract model accepts the step (its prediction is a `ModelStep`)."""
         return isinstance(self.expected, ModelStep)
 
-    def expected_for(self, runtime: str) -> ModelStep | ParityError | None:
-        """The prediction `runtime` is held to: its own, else the contract's."""
-        return self.expected_by.get(runtime, self.expected)
-
 
 class Journal(Protocol):
     """Something that notes every loop a runtime runs (harness.check.history.History)."""
@@ -231,11 +227,6 @@ class StepLoop:
         for lg in loaded.values():
             lg.close()
         timing.add("build", time.perf_counter() - started)
-
-    @property
-    def all_loaded(self) -> bool:
-        """Every runtime loaded the graph."""
-        return len(self.loaded) == len(self.runtimes)
 
     def steps(self, until: int | None = None) -> Iterator[StepRun]:
         """Execute the case's steps on every loaded runtime, yielding each as it ran.

@@ -14,7 +14,6 @@ hashes), and the verdict for it stays the same whenever Hypothesis replays it.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 
 from hypothesis import currently_in_test_context, target
@@ -81,7 +80,6 @@ class CaseChecker:
         # Cases found non-deterministic keep that verdict when Hypothesis replays them, even
         # if a replay happens to pass: otherwise Hypothesis would report a flaky test.
         self._nondeterministic: dict[str, Repeatability] = {}
-        self.last_repeatability: Repeatability | None = None
 
     @property
     def runtimes(self) -> Sequence[Runtime]:
@@ -98,7 +96,6 @@ class CaseChecker:
             repeat = classify(case, self.runtimes, self.repeats)
             if not repeat.deterministic:
                 self._nondeterministic[key] = repeat
-        self.last_repeatability = repeat
         return result, repeat
 
     def check(self, case: Case) -> CaseResult:
@@ -137,8 +134,3 @@ def utilization_by_op_type(case: Case, result: CaseResult) -> dict[str, float]:
                     label = f"{op_type} {tier}"
                     best[label] = max(best.get(label, 0.0), value)
     return best
-
-
-def short_hash(data: bytes) -> str:
-    """A short content hash for reports."""
-    return hashlib.sha256(data).hexdigest()[:16]

@@ -29,8 +29,6 @@ from harness.gen.families import family
 from harness.gen.half import half_precision
 from harness.model import q4
 
-LINEARS = ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down")
-
 
 @dataclass(frozen=True)
 class DecoderConfig:

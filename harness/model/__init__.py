@@ -70,7 +70,6 @@ from graph_format import (
     GraphBuildError,
     OpNode,
     ResizeError,
-    SymIntValue,
     TensorValue,
 )
 from graph_format.kernels import WORKGROUPS_VALUE, Value
@@ -382,11 +381,6 @@ def tensor_slots(node: OpNode, graph: Graph) -> list[str]:
         for s, a in node.args.items()
         if isinstance(a, str) and isinstance(graph.values[a], TensorValue)
     ]
-
-
-def is_symint(graph: Graph, name: str) -> bool:
-    """Whether `name` is a SymInt value."""
-    return isinstance(graph.values.get(name), SymIntValue)
 
 
 def model_dtypes(op: str) -> tuple[str, ...]:

@@ -295,7 +295,9 @@ def _numeric_evidence(
             and args is not None
             and not any(t.state for _, t in node.tensor_args(graph))
         ):
-            # The op's reference on this backend's own inputs, as the per-op oracle judges it.
+            # The op's reference on this backend's own inputs and its budget in the graph's
+            # precision, as the per-op oracle judges it (`check_ops`): the f32 budget of an
+            # f16 graph's op put the backend the oracle passed 5e4x over it on the page.
             try:
                 model = model_for(node.op)
                 outs = model.reference(node, args)

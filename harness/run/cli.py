@@ -462,9 +462,6 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
-COMMANDS = ("run", "report", "merge", "replay", "regress", "list", "check-kernels")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `parity` command; returns the exit status (`harness.run.exitcodes`)."""
     ensure_runtime_dir()

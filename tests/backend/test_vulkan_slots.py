@@ -378,6 +378,26 @@ BROKEN = {
             "[num_rows, row_width, eps, workgroup_size, workgroups]; map it with push.stride",
         ),
     ),
+    # Issue 21 item 6: a params block and a push block without values are one error.
+    "params and push members not offered": Broken(
+        kernel=(
+            ("uint cols;\n", "uint cols;\n  uint stride;\n"),
+            (
+                "shared float partial",
+                "layout(push_constant) uniform Push { uint ne0; uint ne1; } pc;\n"
+                "shared float partial",
+            ),
+            (
+                "  uint lane",
+                "  if (pc.ne0 == 12345u || pc.ne1 == 7u) {\n    return;\n  }\n  uint lane",
+            ),
+        ),
+        words=(
+            "params member 'stride' (uint at offset 12 of binding 0) of {path} has no value; ",
+            "; and push members 'ne0' (uint at offset 0), 'ne1' (uint at offset 4) of {path} "
+            "have no value (2 of 2 members); rms_norm offers",
+        ),
+    ),
     "spec constant not declared": Broken(
         manifest=("spec.LANES", "spec.NOPE = 1\nspec.LANES"),
         words=(

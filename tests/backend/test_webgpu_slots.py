@@ -167,6 +167,18 @@ def _project_cases() -> dict[str, Case]:
         "apply_rotary_emb_interleaved": single_op_graph(
             "apply_rotary_emb_interleaved", {"x": _f32(rng, 2, 3, 8), "freqs_cis": _f32(rng, 3, 8)}
         ),
+        "apply_rotary_emb_pos": single_op_graph(
+            "apply_rotary_emb_pos",
+            {
+                "xq": _f32(rng, 1, 3, 4, 8),
+                "xk": _f32(rng, 1, 3, 2, 8),
+                "positions": np.arange(40, 43, dtype=np.int32),
+                "theta_base": 10000.0,
+                "freq_scale": 0.5,
+                "freq_factors": np.linspace(1.0, 4.0, 4).astype(np.float32),
+            },
+            constants={"freq_factors"},
+        ),
         "sdpa_with_kv_cache": _sdpa_case(),
         "add_scalar": single_op_graph("add", {"a": _f32(rng, 2, 5), "scalar": 0.1}),
         "mul_scalar": single_op_graph("mul", {"a": _f32(rng, 3, 1), "scalar": -3.0}),
@@ -217,10 +229,10 @@ def _takes_f16(case: Case) -> bool:
 
 
 def _project_cases_f16() -> dict[str, Case]:
-    """Each case's half-precision twin (q4 scales kept float32), and the f16-accumulating
-    GEMM: every `_f16` slot runs."""
+    """Each case's half-precision twin (q4 scales and the rope's frequency factors kept
+    float32), and the f16-accumulating GEMM: every `_f16` slot runs."""
     cases = {
-        f"{name}_f16": half_precision(case, keep={"scales"})
+        f"{name}_f16": half_precision(case, keep={"scales", "freq_factors"})
         for name, case in _project_cases().items()
         if _takes_f16(case)
     }

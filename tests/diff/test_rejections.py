@@ -255,6 +255,32 @@ def _rope_interleaved(
     return b.build()
 
 
+def _rope_pos(
+    *,
+    positions: tuple[str, list[int]] = ("int32", [6]),
+    factors: np.ndarray | None = None,
+    theta_base: float = 10000.0,
+    xk_dims: list[int] | None = None,
+) -> Graph:
+    """apply_rotary_emb_pos of xq [1, 6, 4, 16], xk [1, 6, 2, 16], one part replaced."""
+    b = GraphBuilder()
+    xq = b.input("xq", "float32", [1, 6, 4, 16])
+    xk = b.input("xk", "float32", xk_dims or [1, 6, 2, 16])
+    b.output(
+        *b.op(
+            "apply_rotary_emb_pos",
+            xq=xq,
+            xk=xk,
+            positions=b.input("positions", *positions),
+            theta_base=b.float(theta_base),
+            freq_scale=b.float(1.0),
+            freq_factors=None if factors is None else b.constant("ff", factors),
+            out_dims={"xq_out": b.dims(xq), "xk_out": b.dims(xk)},
+        )
+    )
+    return b.build()
+
+
 BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
     "rms_norm_weight_too_short": _rms_norm_weight_too_short,
     "rms_norm_out_dims": _rms_norm_out_dims,
@@ -280,6 +306,12 @@ BAD_GRAPHS: dict[str, Callable[[], Graph]] = {
     "rope_interleaved_freqs_rows": lambda: _rope_interleaved(freqs_dims=[5, 16]),
     "rope_interleaved_out_dims": lambda: _rope_interleaved(out_dims=[2, 6, 12]),
     "rope_hf_sin_width": lambda: _rope_hf(sin_width=8),
+    "rope_pos_float_positions": lambda: _rope_pos(positions=("float32", [6])),
+    "rope_pos_positions_length": lambda: _rope_pos(positions=("int32", [5])),
+    "rope_pos_f16_factors": lambda: _rope_pos(factors=np.ones(8, np.float16)),
+    "rope_pos_factors_length": lambda: _rope_pos(factors=np.ones(16, F32)),
+    "rope_pos_theta_zero": lambda: _rope_pos(theta_base=0.0),
+    "rope_pos_k_head_dim": lambda: _rope_pos(xk_dims=[1, 6, 2, 8]),
     "view_rank": lambda: _view(sizes=[-1, 4, 16]),
     "view_literal_above_max": lambda: _view(sizes=[1, -1, 8, 16]),
     "view_uint8": lambda: _view(x_dtype="uint8"),
@@ -379,6 +411,14 @@ def _rope_step(
     }
 
 
+def _rope_pos_step(seq: int, positions: int | None = None) -> dict[str, np.ndarray | int]:
+    return {
+        "xq": _f32(1, seq, 4, 16),
+        "xk": _f32(1, seq, 2, 16),
+        "positions": np.arange(100, 100 + (positions or seq), dtype=np.int32),
+    }
+
+
 def _rope_hf_step(seq: int, start: int) -> dict[str, np.ndarray | int]:
     return {"xq": _f32(1, seq, 4, 16), "xk": _f32(1, seq, 2, 16), "start_pos": start}
 
@@ -436,6 +476,18 @@ BAD_STEPS: dict[str, tuple[Callable[[], Graph], dict[str, Any], dict[str, Any], 
         {"x": _f32(2, 4, 16), "freqs_cis": _f32(4, 16)},
         {"x": _f32(2, 4, 12), "freqs_cis": _f32(4, 12)},
         "width",
+    ),
+    "rope_pos_positions_rows": (
+        _rope_pos,
+        _rope_pos_step(4),
+        _rope_pos_step(4, positions=5),
+        "positions_shape",
+    ),
+    "rope_pos_k_seq": (
+        _rope_pos,
+        _rope_pos_step(3),
+        {**_rope_pos_step(3), "xk": _f32(1, 2, 2, 16)},
+        "qk_shape",
     ),
     "rope_hf_past_table": (_rope_hf, _rope_hf_step(6, 26), _rope_hf_step(6, 27), "start_pos"),
     "rope_hf_negative": (_rope_hf, _rope_hf_step(1, 0), _rope_hf_step(1, -2), "start_pos"),

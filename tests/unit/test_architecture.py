@@ -1,14 +1,21 @@
 """The architecture, asserted: import boundaries (by static analysis) and registries that agree.
 
 Import boundaries (read from every module's source with `ast`, so an import inside a function
-or under TYPE_CHECKING counts too):
+or under TYPE_CHECKING counts too, and so does `importlib.import_module` / `__import__` of a
+constant name; a package's `import_module(f"{__name__}.{name}")` over its own modules imports
+each of them; any other import of a name computed at run time is refused outside
+`DYNAMIC_IMPORTERS`):
+- each package imports only the third-party packages of its allow-list (`THIRD_PARTY`):
+  `graph_format` the standard library and numpy, each backend its own API package too
+  (wgpu-py, `vulkan`), never the other's;
 - the backends never import the harness or each other; `graph_format` imports neither;
 - the harness reaches the backends through one module, `harness/check/backends.py`;
 - each harness layer imports only the layers to its left:
   model <- gen <- ops <- families <- check <- run (the public API, the package's `__init__`
   and `harness/api.py`, and the `harness/cli.py` shim sit above them all), and the model
   imports no hypothesis;
-- no import cycles among the modules of `graph_format` and `harness`.
+- no import cycles among the modules of the four packages.
+Each rule is also seen failing on an import planted into a real module's source.
 
 Registries: every op with a schema (`graph_format/ops/<op>.toml`) has a harness model, a
 WebGPU builder, a Vulkan implementation, a case family that exercises it and a random-graph
@@ -22,9 +29,11 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 import vulkan_ref.ops
@@ -39,6 +48,22 @@ from harness.ops import MODELS
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("graph_format", "webgpu_backend", "vulkan_ref", "harness")
 BACKENDS = ("webgpu_backend", "vulkan_ref")
+# The third-party packages each package may import (besides the standard library and the
+# project's packages, whose own rules follow). `_typeshed` exists only for type checkers
+# (imported under TYPE_CHECKING).
+THIRD_PARTY = {
+    "graph_format": {"numpy"},
+    "webgpu_backend": {"numpy", "wgpu"},
+    "vulkan_ref": {"numpy", "vulkan"},
+    "harness": {"numpy", "hypothesis", "jinja2", "filelock", "_typeshed"},
+}
+# Modules that import a module named at run time, and why that is safe.
+DYNAMIC_IMPORTERS = {
+    # PEP 562 lazy names: each resolves through `_EXPORTS`, a table of harness modules, and
+    # the package sits above every layer (TOP).
+    "harness": "the public API's lazy names",
+}
+DYNAMIC = "<a module named at run time>"
 # The harness's layers, left to right: a layer may import itself and those to its left.
 LAYERS = ("model", "gen", "ops", "families", "check", "run")
 # Modules above every layer: the public API (`harness/__init__.py`, whose names resolve
@@ -70,29 +95,79 @@ def modules() -> dict[str, Path]:
     }
 
 
-def imports_of(name: str, path: Path) -> Iterator[tuple[int, str]]:
-    """(line, imported module) of every import statement in a module, relative ones resolved.
+MODULES = modules()
+# The functions that import the module their first argument names.
+IMPORT_FUNCTIONS = {"import_module", "__import__"}
+
+
+def imports_of(name: str, path: Path, source: str | None = None) -> Iterator[tuple[int, str]]:
+    """(line, imported module) of every import in a module (its file's text, or `source`
+    planted in its place), relative ones resolved.
 
     `from a.b import c` yields `a.b.c` when `a/b/c` is a module of the project, else `a.b`.
+    `importlib.import_module("a.b")` and `__import__("a.b")` yield `a.b`; a package's
+    `import_module(f"{__name__}.{x}")` yields each of its own modules; an import of any other
+    name computed at run time yields `DYNAMIC`.
     """
-    known = MODULES
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    is_package = path.name == "__init__.py"
+    package = name if is_package else name.rpartition(".")[0]
+
+    def resolve(level: int, base: str) -> str:
+        if not level:
+            return base
+        anchor = package.split(".")
+        anchor = anchor[: len(anchor) - (level - 1)]
+        return ".".join([*anchor, base] if base else anchor)
+
+    text = path.read_text() if source is None else source
+    for node in ast.walk(ast.parse(text, str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join([*anchor, base] if base else anchor)
+            base = resolve(node.level, node.module or "")
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                yield node.lineno, full if full in known else base
+                yield node.lineno, full if full in MODULES else base
+        elif isinstance(node, ast.Call) and called_name(node.func) in IMPORT_FUNCTIONS:
+            for imported in imported_by_call(node, name if is_package else None, resolve):
+                yield node.lineno, imported
 
 
-MODULES = modules()
+def called_name(func: ast.expr) -> str | None:
+    """`f` of a call `f(...)` or `x.f(...)`."""
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def imported_by_call(
+    call: ast.Call, package: str | None, resolve: Callable[[int, str], str]
+) -> list[str]:
+    """What an `import_module(...)` / `__import__(...)` call imports (`package`: the module's
+    name when it is a package's `__init__`)."""
+    arg = call.args[0] if call.args else None
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        stripped = arg.value.lstrip(".")
+        return [resolve(len(arg.value) - len(stripped), stripped)]
+    if package is not None and own_module_pattern(arg):
+        return [m for m in MODULES if m.rpartition(".")[0] == package]
+    return [DYNAMIC]
+
+
+def own_module_pattern(arg: ast.expr | None) -> bool:
+    """`f"{__name__}.{x}"`: one of the package's own modules."""
+    return (
+        isinstance(arg, ast.JoinedStr)
+        and len(arg.values) == 3
+        and isinstance(first := arg.values[0], ast.FormattedValue)
+        and isinstance(first.value, ast.Name)
+        and first.value.id == "__name__"
+        and isinstance(dot := arg.values[1], ast.Constant)
+        and dot.value == "."
+    )
 
 
 def top(imported: str) -> str:
@@ -110,33 +185,54 @@ def layer_of(name: str) -> int:
     return LAYERS.index(parts[1])
 
 
-def boundary_violations() -> list[str]:
-    """Every import that crosses a boundary, as `path:line: what`."""
+def boundary_violations(planted: Mapping[str, str] | None = None) -> list[str]:
+    """Every import that crosses a boundary, as `path:line: what` (`planted`: module name ->
+    source read in place of that module's file)."""
+    planted = planted or {}
     problems = []
     for name, path in MODULES.items():
         where = path.relative_to(ROOT)
-        package = top(name)
-        for line, imported in imports_of(name, path):
-            target = top(imported)
-            problems += seam_violations(name, f"{where}:{line}", imported)
-            if target not in PACKAGES:
-                if name.startswith("harness.model") and target == "hypothesis":
-                    problems.append(f"{where}:{line}: the op model imports hypothesis")
-                continue
-            if package == "graph_format" and target != "graph_format":
-                problems.append(f"{where}:{line}: graph_format imports {imported}")
-            elif package in BACKENDS and target not in (package, "graph_format"):
-                problems.append(f"{where}:{line}: backend {package} imports {imported}")
-            elif package == "harness" and target in BACKENDS and name != THE_BACKENDS_MODULE:
-                problems.append(
-                    f"{where}:{line}: imports {imported}; the harness reaches the backends "
-                    f"only through {THE_BACKENDS_MODULE}"
-                )
-            elif target == "harness" and layer_of(imported) > layer_of(name):
-                problems.append(
-                    f"{where}:{line}: {name} (layer {layer_of(name)}) imports {imported} "
-                    f"(layer {layer_of(imported)}), a layer to its right"
-                )
+        for line, imported in imports_of(name, path, planted.get(name)):
+            problems += import_violations(name, f"{where}:{line}", imported)
+    return problems
+
+
+def import_violations(name: str, where: str, imported: str) -> list[str]:
+    """The boundaries module `name` crosses by importing `imported`."""
+    package, target = top(name), top(imported)
+    if imported == DYNAMIC:
+        if name in DYNAMIC_IMPORTERS:
+            return []
+        return [
+            f"{where}: {name} imports a module whose name is computed at run time; name it "
+            f"(an import statement, or import_module of a constant) or list {name} in "
+            "DYNAMIC_IMPORTERS with why it is safe"
+        ]
+    problems = seam_violations(name, where, imported)
+    if target not in PACKAGES:
+        if target in sys.stdlib_module_names:
+            return problems
+        if target not in THIRD_PARTY[package]:
+            problems.append(
+                f"{where}: {name} imports {imported}; {package} may import only the standard "
+                f"library, the project's packages and {sorted(THIRD_PARTY[package])}"
+            )
+        if name.startswith("harness.model") and target == "hypothesis":
+            problems.append(f"{where}: the op model imports hypothesis")
+    elif package == "graph_format" and target != "graph_format":
+        problems.append(f"{where}: graph_format imports {imported}")
+    elif package in BACKENDS and target not in (package, "graph_format"):
+        problems.append(f"{where}: backend {package} imports {imported}")
+    elif package == "harness" and target in BACKENDS and name != THE_BACKENDS_MODULE:
+        problems.append(
+            f"{where}: imports {imported}; the harness reaches the backends "
+            f"only through {THE_BACKENDS_MODULE}"
+        )
+    elif target == "harness" and layer_of(imported) > layer_of(name):
+        problems.append(
+            f"{where}: {name} (layer {layer_of(name)}) imports {imported} "
+            f"(layer {layer_of(imported)}), a layer to its right"
+        )
     return problems
 
 
@@ -154,6 +250,42 @@ def seam_violations(name: str, where: str, imported: str) -> list[str]:
     return []
 
 
+def import_cycles(planted: Mapping[str, str] | None = None) -> list[str]:
+    """Every import cycle among the project's modules, as `a -> b -> a` (`planted`: as for
+    `boundary_violations`). A module's import of its own package does not count: the
+    package's `__init__` has run before any of its modules."""
+    planted = planted or {}
+    graph = {
+        name: {
+            imported
+            for _, imported in imports_of(name, path, planted.get(name))
+            if imported in MODULES and imported != name and not name.startswith(imported + ".")
+        }
+        for name, path in MODULES.items()
+    }
+    cycles = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
+            elif nxt not in state:
+                visit(nxt, [*path, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def planted(name: str, line: str) -> dict[str, str]:
+    """Module `name`'s real source with `line` added at its end."""
+    return {name: MODULES[name].read_text() + "\n" + line + "\n"}
+
+
 def test_the_webgpu_seam_is_kept() -> None:
     # The rule itself, on planted imports (the real tree is checked by the test below).
     assert seam_violations("webgpu_backend.graph", "x", "wgpu.classes")
@@ -167,31 +299,71 @@ def test_import_boundaries_hold() -> None:
     assert not problems, "import boundaries crossed:\n" + "\n".join(problems)
 
 
-def test_no_import_cycles_in_the_format_and_the_harness() -> None:
-    graph: dict[str, set[str]] = {}
-    for name, path in MODULES.items():
-        if top(name) in ("graph_format", "harness"):
-            graph[name] = {
-                imported
-                for _, imported in imports_of(name, path)
-                if imported in MODULES and imported != name and not name.startswith(imported)
-            }
-    cycles = []
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
+@pytest.mark.parametrize(
+    ("module", "line", "expected"),
+    [
+        # Each package's allow-list of third-party packages.
+        ("graph_format.graph", "import wgpu", "graph_format may import only"),
+        ("graph_format.kernels", "import vulkan", "graph_format may import only"),
+        ("webgpu_backend.gpu.wgpu_native", "import vulkan", "webgpu_backend may import only"),
+        ("vulkan_ref.instance", "import wgpu", "vulkan_ref may import only"),
+        ("harness.check.backends", "import vulkan", "harness may import only"),
+        # Imports through importlib, of a constant name, obey the same rules.
+        (
+            "graph_format.graph",
+            "importlib.import_module('wgpu')",
+            "graph_format may import only",
+        ),
+        ("webgpu_backend.graph", "__import__('vulkan')", "webgpu_backend may import only"),
+        ("vulkan_ref.graph", "import_module('harness.api')", "backend vulkan_ref imports"),
+        (
+            "harness.model.numerics",
+            "importlib.import_module('harness.run.cli')",
+            "a layer to its right",
+        ),
+        # ... and one of a name computed at run time is refused.
+        ("graph_format.graph", "importlib.import_module(NAME)", "computed at run time"),
+        ("vulkan_ref.ops", "importlib.import_module('vulkan_ref.' + x)", "computed at run time"),
+    ],
+)
+def test_each_boundary_catches_a_planted_import(module: str, line: str, expected: str) -> None:
+    (problem,) = boundary_violations(planted(module, line))
+    where = (
+        f"{MODULES[module].relative_to(ROOT)}:{len(MODULES[module].read_text().splitlines()) + 2}"
+    )
+    assert problem.startswith(where) and expected in problem, problem
 
-    def visit(node: str, path: list[str]) -> None:
-        state[node] = 1
-        for nxt in sorted(graph.get(node, ())):
-            if state.get(nxt) == 1:
-                cycles.append(" -> ".join([*path[path.index(nxt) :], nxt]))
-            elif nxt in graph and nxt not in state:
-                visit(nxt, [*path, nxt])
-        state[node] = 2
 
-    for node in sorted(graph):
-        if node not in state:
-            visit(node, [node])
+def test_no_import_cycles() -> None:
+    cycles = import_cycles()
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "members"),
+    [
+        # The cycle each backend had: its graph reaching for the op table its op modules
+        # fill (now the runtime's `load` hands the graph the table), deferred or not.
+        (
+            "webgpu_backend.graph",
+            "from webgpu_backend.ops import OP_BUILDERS",
+            {"webgpu_backend.graph", "webgpu_backend.ops"},
+        ),
+        (
+            "vulkan_ref.graph",
+            "def load() -> None:\n    from vulkan_ref.ops import OP_IMPLS",
+            {"vulkan_ref.graph", "vulkan_ref.ops"},
+        ),
+        (
+            "graph_format.signatures",
+            "from graph_format.graph import Graph",
+            {"graph_format.graph", "graph_format.signatures"},
+        ),
+    ],
+)
+def test_the_cycle_check_catches_a_planted_cycle(module: str, line: str, members: set[str]) -> None:
+    cycles = import_cycles(planted(module, line))
+    assert any(members <= set(cycle.split(" -> ")) for cycle in cycles), cycles
 
 
 def test_every_harness_module_is_in_a_layer() -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from harness.check.divergence import BugKey
+from harness.model.numerics import class_mismatch, compare
 from harness.run.cli import _parser
 from harness.run.commands import finding_commands, reproduce_commands
 from harness.run.expectations import ExpectationsError, entry_status, load_expectations
@@ -597,6 +598,28 @@ def test_utilization_treats_nan_policy_like_the_oracle() -> None:
     assert images.utilization(actual, reference, budget).tolist() == [0.0, np.inf, 0.0, 2.0]
 
 
+def test_the_drawn_utilization_peaks_where_the_oracle_s_does() -> None:
+    """The heatmap's per-element ratio, over the elements compared by value, has the
+    maximum and the place `numerics.compare` gives, whatever the budgets (zero, negative,
+    NaN) and values (non-finite on either side)."""
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        reference = rng.standard_normal(24)
+        actual = reference + rng.standard_normal(24) * 10.0 ** rng.integers(-6, 0)
+        budget = np.abs(rng.standard_normal(24)) * 1e-3
+        for array, specials in ((actual, (np.nan, np.inf)), (budget, (0.0, -1.0, np.nan))):
+            at = rng.integers(0, 24, rng.integers(0, 4))
+            array[at] = rng.choice(specials, at.size)
+        reference[rng.integers(0, 24, rng.integers(0, 2))] = np.inf
+        drawn = images.utilization(actual, reference, budget)
+        judged = compare(actual, reference, budget)
+        by_value = ~class_mismatch(actual, reference)
+        assert np.max(drawn[by_value], initial=0.0) == judged.utilization
+        assert int(np.sum(~by_value)) == judged.nan_mismatch
+        if judged.worst_index is not None and judged.utilization > 0:
+            assert drawn[judged.worst_index] == judged.utilization
+
+
 # ---------------------------------------------------------------------------- commands
 
 
@@ -858,3 +881,85 @@ def test_the_ops_table_says_which_comparisons_were_exact(tmp_path: Path) -> None
         'webgpu~vulkan: bit-identical<br>webgpu~webgpu-chrome: within 2 ULP <span class="bad">'
         "(3 ULP seen)</span><br>"
     )
+
+
+def _finding_bundle(run: Path, records: list[dict[str, Any]]) -> Path:
+    bundle = run / records[1]["findings"][0]["bundle"]
+    bundle.mkdir(parents=True)
+    return bundle
+
+
+def test_a_failure_page_names_the_kernels_that_ran_and_no_other(tmp_path: Path) -> None:
+    """Issue 21, item 7: "Shaders in the bundle" listed every project shader the case's ops
+    may use (rms_norm_vec4's, which did not run; the WebGPU one a manifest replaced) and not
+    the manifest's kernel that ran and was blamed. The page names, per backend, the kernel
+    of each slot that ran: a manifest's file with its sha256, or the project's shader."""
+    d = _divergence()
+    records = [_case("rms_norm/0", "m", [d]), _chunk("rms_norm/0", ("m", d))]
+    run = _write_run(tmp_path / "run", _run_meta(["rms_norm/0"]), records)
+    bundle = _finding_bundle(run, records)
+    (bundle / "kernels").mkdir()
+    (bundle / "kernels" / "kernels.toml").write_text(
+        'format = "parity-kernels/1"\n\n[webgpu.rms_norm]\nfile = "rms.wgsl"\n'
+        'params.n_rows = "num_rows"\n'
+    )
+    (bundle / "kernels" / "rms.wgsl").write_text("// a foreign rms_norm\n")
+    shaders = {
+        "wgsl/rms_norm.wgsl": "a" * 64,
+        "wgsl/rms_norm_vec4.wgsl": "b" * 64,
+        "glsl/rms_norm.comp": "c" * 64,
+        "glsl/rms_norm_vec4.comp": "d" * 64,
+        "glsl/include/tensor_meta.glslh": "e" * 64,
+    }
+    kernels = {"kernels/kernels.toml": "f" * 64, "kernels/rms.wgsl": "0123456789abcdef" * 4}
+    write_json(
+        bundle / "bundle.json",
+        {"format": "parity-bundle/2", "id": bundle.name, "shaders": shaders, "kernels": kernels},
+    )
+    render_report(run)
+    page = (run / "failures" / f"{bundle.name}.html").read_text()
+    assert "Shaders in the bundle" not in page
+    table = re.search(r'<table id="kernels-ran">(.*?)</table>', page, re.S)
+    assert table, page
+    rows = {
+        r.group(1): _text(r.group(2))
+        for r in re.finditer(r'<tr data-slot="([\w]+)">(.*?)</tr>', table.group(1), re.S)
+    }
+    assert set(rows) == {"rms_norm"}  # rms_norm_vec4 did not run
+    assert "kernels/rms.wgsl" in rows["rms_norm"] and "0123456789abcdef" in rows["rms_norm"]
+    assert "manifest kernels/kernels.toml" in rows["rms_norm"]
+    assert "glsl/rms_norm.comp" in rows["rms_norm"] and "c" * 16 in rows["rms_norm"]
+    assert "wgsl/rms_norm.wgsl" not in page  # the project's WGSL did not run: replaced
+    assert 'href="../bundles/' in table.group(1) and "/kernels/rms.wgsl" in table.group(1)
+
+
+def test_the_heatmap_numbers_are_the_oracle_s(tmp_path: Path) -> None:
+    """Issue 21, item 7: the page judged the evidence by a rule of its own
+    (`images.utilization`: a NaN where the reference is finite made the maximum infinite);
+    its numbers are `harness.model.numerics.compare`'s, as the oracle's verdict is: the
+    largest |error| / budget of the elements compared by value, and the elements of another
+    class than the reference counted apart."""
+    d = _divergence(kind="nan_inf")
+    records = [_case("rms_norm/0", "m", [d]), _chunk("rms_norm/0", ("m", d))]
+    run = _write_run(tmp_path / "run", _run_meta(["rms_norm/0"]), records)
+    bundle = _finding_bundle(run, records)
+    write_json(bundle / "bundle.json", {"format": "parity-bundle/2", "id": bundle.name})
+    reference = np.linspace(-1.0, 1.0, 12).reshape(2, 6)
+    budget = np.full((2, 6), 1e-3)
+    webgpu = reference.copy()
+    webgpu[0, 2] += 5e-4  # half its budget: the largest of the compared elements
+    webgpu[1, 5] = np.nan  # another class than the reference
+    tensor = "s0/rms_norm_0.out"
+    arrays = {
+        f"{tensor}/{name}/{k}": v
+        for name, actual in (("webgpu", webgpu), ("vulkan", reference))
+        for k, v in (("actual", actual), ("reference", reference), ("budget", budget))
+    }
+    np.savez_compressed(bundle / "arrays.npz", **arrays)
+    render_report(run)
+    page = (run / "failures" / f"{bundle.name}.html").read_text()
+    caption = re.search(r"<figcaption><b>webgpu</b>: (.*?)</figcaption>", page, re.S)
+    assert caption, page
+    text = _text(caption.group(1))
+    assert text.startswith("max 0.5× budget at [0, 2]"), text
+    assert "1 element of another class than the reference (NaN or ±∞)" in text, text

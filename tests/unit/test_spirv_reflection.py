@@ -1,9 +1,10 @@
 """SPIR-V reflection (vulkan_ref/reflection.py through spirv-cross): every shipped GLSL kernel
 (compiled by vulkan_ref/spirv.py) reflects and agrees with the project's declarations (the
-contract's KernelSpec bindings, the TensorMeta UBO vulkan_ref/tensor.py writes, spec ids from
-3 on as vulkan_ref/pipeline.py maps them, rms_norm's push constant); a precompiled module
-given directly reflects, with names when it kept them; offsets follow std140/std430; errors
-name the file; the cache spares the second process."""
+contract's KernelSpec bindings: order, `t_<role>` names, access, element types; the
+TensorMeta UBO vulkan_ref/tensor.py writes, spec ids from 3 on as vulkan_ref/pipeline.py
+maps them, rms_norm's push constant); a precompiled module given directly reflects, with
+names when it kept them; offsets follow std140/std430; errors name the file; the cache
+spares the second process."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from harness.model import KernelSpec
 from harness.ops import MODELS
 from tests.reflection_support import DATA
 from vulkan_ref import reflection
+from vulkan_ref.binding import binding_name
 from vulkan_ref.reflection import (
     Block,
     ReflectionUnavailable,
@@ -92,6 +94,8 @@ def test_shipped_kernels_agree_with_the_projects_declarations(kernel: str) -> No
     assert [b.binding for b in tensors] == list(range(len(spec.tensors)))
     assert all(b.binding >= len(tensors) for b in found.bindings[len(tensors) :])
     for b, declared in zip(tensors, spec.tensors, strict=True):
+        # Named as the runtime binds it to its role (`t_<role>`, vulkan_ref.binding).
+        assert binding_name(b) == f"t_{declared.name}", (kernel, b.binding, binding_name(b))
         assert b.block is not None and len(b.block.members) == 1
         (array,) = b.block.members
         assert array.array == (0,), f"{kernel} binding {b.binding}: not one runtime array"
@@ -114,6 +118,16 @@ def test_shipped_kernels_agree_with_the_projects_declarations(kernel: str) -> No
         push = found.push_constants
         assert push is not None and push.size == 4
         assert [(m.offset, m.type) for m in push.members] == [(0, "float")]
+    # The position rope pushes theta_base, freq_scale and has_freq_factors.
+    elif spec.glsl.startswith("rotary_emb_pos"):
+        push = found.push_constants
+        assert push is not None and push.size == 12
+        members = [(m.name, m.offset, m.type) for m in push.members]
+        assert members == [
+            ("theta_base", 0, "float"),
+            ("freq_scale", 4, "float"),
+            ("has_freq_factors", 8, "uint"),
+        ]
     else:
         assert found.push_constants is None
 

@@ -19,10 +19,7 @@ from typing import TYPE_CHECKING
 from graph_format import SIGNATURES
 
 if TYPE_CHECKING:
-    from graph_format import OpNode
-    from vulkan_ref.graph import ComputeGraph
-
-OpImpl = Callable[["ComputeGraph", "OpNode"], None]
+    from vulkan_ref.graph import OpImpl
 
 OP_IMPLS: dict[str, OpImpl] = {}
 

@@ -20,10 +20,7 @@ from typing import TYPE_CHECKING
 from graph_format import SIGNATURES
 
 if TYPE_CHECKING:
-    from graph_format import OpNode
-    from webgpu_backend.graph import WebGPUGraph
-
-OpBuilder = Callable[["WebGPUGraph", "OpNode"], None]
+    from webgpu_backend.graph import OpBuilder
 
 OP_BUILDERS: dict[str, OpBuilder] = {}
 

@@ -15,8 +15,11 @@
   the step timeline (WebGPU, Vulkan and the contract model side by side, mismatches
   highlighted), error heatmaps and, beside them, line plots of the row holding the worst
   element (each backend's output against the reference and its budget band; |error|
-  against the budget), the slack canary map, replay commands (run from the run folder, so
-  they stay right wherever the folder is published; `harness.run.commands`).
+  against the budget; the numbers by the oracle's rule, `harness.model.numerics.compare`),
+  the slack canary map, the kernels that ran per slot and backend (a manifest's file with
+  its sha256, or the project's shader; never a bundled shader that did not run), replay
+  commands (run from the run folder, so they stay right wherever the folder is published;
+  `harness.run.commands`).
 - `cases/page-<n>.html`: every case, `CASES_PER_PAGE` per page.
 
 Pages are opened on demand, one file each; CSS and the small filter script are inline, so a
@@ -34,14 +37,23 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from jinja2 import Environment, PackageLoader
 
-from graph_format.kernels import MANIFEST_NAME
-from harness.check.backends import ALL_BACKENDS
+from graph_format import runtime_api
+from graph_format.kernels import (
+    MANIFEST_NAME,
+    Backend,
+    KernelManifest,
+    KernelManifestError,
+    load_manifest,
+)
+from harness.check.backends import ALL_BACKENDS, SHADER_LANGUAGES
 from harness.check.divergence import blame_meaning
+from harness.model.numerics import compare
+from harness.ops import MODELS
 from harness.run.commands import (
     COMMANDS_CWD,
     FINDING_COMMANDS_NOTE,
@@ -355,6 +367,7 @@ def _failure_page(
         bundle=bundle_doc,
         bundle_rel=bundle_rel,
         bundle_files=bundle_files,
+        kernels_ran=_kernels_ran(run, data.path, record, divergences, bundle_dir, bundle_doc),
         commands=commands,
         commands_cwd=COMMANDS_CWD,
         commands_note=FINDING_COMMANDS_NOTE if finding.bundle else "",
@@ -362,6 +375,99 @@ def _failure_page(
         blame_note=blame_meaning(finding.bug.blame, list(data.runs[finding.source].adapters)),
         no_bundle=_no_bundle(data.runs[finding.source], finding),
     )
+
+
+# A slot's project kernel per API: (shader folder in a bundle, file suffix) and the file stem.
+_SHADER_SUFFIX = {"webgpu": ".wgsl", "vulkan": ".comp"}
+_PROJECT_STEMS = {
+    (api, name): spec.wgsl if api == "webgpu" else spec.glsl
+    for model in MODELS.values()
+    for name, spec in model.kernels.items()
+    for api in _SHADER_SUFFIX
+}
+
+
+def _bundle_manifest(bundle_dir: Path | None) -> KernelManifest | None:
+    """The kernel manifest a bundle carries (`kernels/kernels.toml`), if any and readable."""
+    path = bundle_dir / "kernels" / MANIFEST_NAME if bundle_dir is not None else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        return load_manifest(path)
+    except KernelManifestError:
+        return None
+
+
+def _kernels_ran(
+    run: RunMeta,
+    run_dir: Path,
+    record: CaseRecord | None,
+    divergences: Sequence[DivergenceRecord],
+    bundle_dir: Path | None,
+    bundle: BundleDoc | None,
+) -> dict[str, Any]:
+    """The failure page's "Kernels that ran": per slot some backend ran a dispatch of in the
+    case (its recorded dispatch logs), or could not build, the kernel each backend ran for it:
+    a manifest's file (in the bundle's `kernels/`, with its sha256 and the manifest) or the
+    project's shader (`wgsl/<stem>.wgsl`, `glsl/<stem>.comp`, from the project or a
+    `--wgsl-dir`/`--glsl-dir`, as the bundle holds it); none where that backend did not
+    run the slot. The bundle holds more shaders (every one the case's ops may pick, for
+    replay): they are not listed."""
+    backends = [b for b in BACKEND_ORDER if b in run.adapters]
+    ran: dict[str, dict[str, str]] = {}
+    for step in record.timeline if record is not None else ():
+        for backend, seen in step.backends.items():
+            for d in seen.dispatches:
+                if d.ran:
+                    ran.setdefault(d.kernel, {})[backend] = "ran"
+    for failed in divergences:
+        slot = failed.details.get("kernel") if failed.kind == "build_error" else None
+        if isinstance(slot, str) and slot:
+            ran.setdefault(slot, {}).setdefault(failed.blame, "did not build")
+    manifest = _bundle_manifest(bundle_dir)
+    shaders = bundle.shaders if bundle is not None else {}
+    kernels = bundle.kernels if bundle is not None else {}
+    rows = []
+    for slot in sorted(ran):
+        cells: list[dict[str, Any] | None] = []
+        for backend in backends:
+            status = ran[slot].get(backend)
+            if status is None:
+                cells.append(None)
+                continue
+            api = cast(Backend, runtime_api(backend))
+            entry = manifest.entry(api, slot) if manifest is not None else None
+            replaced = (run.adapters.get(backend, {}).get("kernels") or {}).get(slot)
+            cell: dict[str, Any] = {"status": status, "defines": {}, "adapter": None}
+            if entry is not None and manifest is not None:
+                rel = f"kernels/{entry.source.relative_to(manifest.folder).as_posix()}"
+                cell |= {
+                    "file": rel,
+                    "link": rel,
+                    "sha256": kernels.get(rel),
+                    "origin": f"manifest kernels/{MANIFEST_NAME}",
+                    "defines": entry.defines,
+                    "adapter": str(entry.adapter) if entry.adapter is not None else None,
+                }
+            elif replaced:  # no bundle to read it from: the run's own path
+                cell |= {
+                    "file": relative_path(replaced, run_dir),
+                    "link": None,
+                    "sha256": None,
+                    "origin": "manifest",
+                }
+            else:
+                stem = _PROJECT_STEMS.get((api, slot), slot)
+                rel = f"{SHADER_LANGUAGES[api]}/{stem}{_SHADER_SUFFIX[api]}"
+                cell |= {
+                    "file": rel,
+                    "link": f"shaders/{rel}" if rel in shaders else None,
+                    "sha256": shaders.get(rel),
+                    "origin": folder_source(run, backend, run_dir),
+                }
+            cells.append(cell)
+        rows.append({"slot": slot, "cells": cells})
+    return {"backends": backends, "rows": rows}
 
 
 # What each repeatability class (harness.check.repeatability) means, in words.
@@ -548,10 +654,17 @@ def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
         step_part, rest = key.split("/", 1)
         tensor, backend, _ = rest.rsplit("/", 2)
         base = key[: -len("/actual")]
-        actual, ref = arrays[key], arrays[f"{base}/reference"]
-        util = images.utilization(actual, ref, arrays[f"{base}/budget"])
+        actual, ref, budget = arrays[key], arrays[f"{base}/reference"], arrays[f"{base}/budget"]
+        # The numbers are the oracle's (`compare`: the largest |error| / budget of the
+        # elements compared by value, those of another class counted apart); the per-element
+        # map only draws them.
+        judged = compare(actual, ref, budget)
+        util = images.utilization(actual, ref, budget)
         finite = util[np.isfinite(util)]
-        worst = np.unravel_index(int(np.argmax(np.where(np.isnan(util), np.inf, util))), util.shape)
+        worst = judged.worst_index
+        if worst is None:  # nothing compared by value: the first element of another class
+            at = np.unravel_index(int(np.argmax(util)), util.shape) if util.size else ()
+            worst = tuple(int(i) for i in at)
         group = groups.setdefault(
             (int(step_part[1:]), tensor),
             {"step": int(step_part[1:]), "tensor": tensor, "shape": list(actual.shape), "maps": []},
@@ -564,8 +677,9 @@ def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
                 "width": max(24, min(cols, images.MAX_COLS) * cell),
                 "height": max(8, min(rows, images.MAX_ROWS) * cell),
                 "image": images.data_uri(images.heatmap(util)),
-                "max": float(np.max(util)) if util.size else 0.0,
-                "over": int(np.sum(~(util <= 1.0))),
+                "max": judged.utilization,
+                "mismatch": judged.nan_mismatch,
+                "over": int(np.sum(~(util <= 1.0))) - judged.nan_mismatch,
                 "size": int(util.size),
                 "worst": [int(i) for i in worst],
                 "median": float(np.median(finite)) if finite.size else 0.0,
@@ -586,7 +700,9 @@ def _row_plots(group: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
     against the reference and budget band and its |error| against the budget."""
     maps = group["maps"]
     # NaN counts as the worst, as everywhere in the report.
-    worst = max(maps, key=lambda m: np.inf if m["max"] != m["max"] else m["max"])
+    worst = max(
+        maps, key=lambda m: (m["mismatch"] > 0, np.inf if m["max"] != m["max"] else m["max"])
+    )
     util2d = images.as_2d(worst["util"])
     shape = util2d.shape
     utils = [images.as_2d(m.pop("util")) for m in maps]

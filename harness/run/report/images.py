@@ -72,9 +72,11 @@ def pool_max(a: np.ndarray, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS) 
 
 
 def utilization(actual: np.ndarray, reference: np.ndarray, budget: np.ndarray) -> np.ndarray:
-    """|actual - reference| / budget per element; inf where the budget is 0 and error is not,
-    and where the two differ in class (`class_mismatch`: the oracle's rule), 0 where both
-    are the same non-finite class."""
+    """|actual - reference| / budget per element, for drawing: the ratio whose largest
+    value over the elements compared by value is `numerics.compare`'s utilization (0 where
+    there is no error, inf where the budget is not positive and the error is); inf where the
+    two differ in class (`class_mismatch`, which `compare` counts apart), 0 where both are
+    the same non-finite class. The page's numbers come from `compare` itself."""
     act = np.asarray(actual, np.float64)
     ref = np.asarray(reference, np.float64)
     bud = np.asarray(budget, np.float64)
