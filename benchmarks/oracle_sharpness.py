@@ -185,7 +185,10 @@ def wrong_count(node: OpNode, args: Args, offset: int) -> np.ndarray:
     eps (n+j)/n, times sqrt((n+j)/n)."""
     n = args["x"].shape[-1]
     ratio = (n + offset) / n
-    return np.sqrt(ratio) * reference_out(node, {**args, "eps": float(args["eps"]) * ratio})
+    out: np.ndarray = np.sqrt(ratio) * reference_out(
+        node, {**args, "eps": float(args["eps"]) * ratio}
+    )
+    return out
 
 
 def no_eps(node: OpNode, args: Args, _level: float) -> np.ndarray:
@@ -206,11 +209,6 @@ def x_ulps(node: OpNode, args: Args, count: int) -> np.ndarray:
     x = args["x"]
     index = x.size - x.shape[-1] + nearest_one(x[..., -1, :])
     return reference_out(node, {**args, "x": ulps_away(x, index, count, "float16")})
-
-
-def scaled(_node: OpNode, args: Args, delta: float, reference: np.ndarray) -> np.ndarray:
-    """The whole output times (1 + delta)."""
-    return reference * (1.0 + delta)
 
 
 # ----------------------------------------------------------------------------- subjects
@@ -434,7 +432,7 @@ def plant_no_eps(clean: Clean, _level: float) -> np.ndarray:
 
 def plant_scale(clean: Clean, delta: float) -> np.ndarray:
     """The whole output times (1 + delta)."""
-    return planted_output(clean, scaled(clean.node, clean.evaluation.args, delta, clean.reference))
+    return planted_output(clean, clean.reference * (1.0 + delta))
 
 
 def plant_out_ulps(clean: Clean, count: float) -> np.ndarray:
@@ -447,7 +445,17 @@ def plant_out_ulps(clean: Clean, count: float) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Kind:
-    """A bug kind: what it does, to which op, in which dtypes, swept over which levels."""
+    """A bug kind: what it does, to which op, in which dtypes, swept over which levels.
+
+    Attributes:
+        key: its name for `--kinds`.
+        label, unit: what the table calls it and its levels.
+        plant: the planted output of a clean step at a level.
+        levels: the sweep, planted into the subject's first step.
+        largest_only: planted at the largest size of the sweep only (the reference row).
+        per_step: one level per step of the subject instead (rms_norm's scaled x: the
+            level is eps / mean(x^2) of that step).
+    """
 
     key: str
     op: str
@@ -457,10 +465,11 @@ class Kind:
     plant: Plant
     levels: tuple[float, ...] = ()
     largest_only: bool = False
+    per_step: bool = False
 
     def points(self, subject: Subject) -> list[tuple[float, Clean]]:
         """(level, clean step) pairs to plant, in increasing level."""
-        if self.key == "eps":  # one step per level: eps / mean(x^2) of the step's x
+        if self.per_step:
             points = [
                 (RMS_EPS / float(np.mean(c.evaluation.args["x"] ** 2)), c) for c in subject.cleans
             ]
@@ -528,7 +537,7 @@ KINDS = (
         through_reference(lambda node, args, j: wrong_count(node, args, -j)),
         COUNT_OFFSETS,
     ),
-    Kind("eps", "rms_norm", "eps dropped", "eps/ms", DTYPES, plant_no_eps),
+    Kind("eps", "rms_norm", "eps dropped", "eps/ms", DTYPES, plant_no_eps, per_step=True),
     Kind(
         "weight-ulp",
         "rms_norm",
@@ -598,8 +607,8 @@ def _cell(row: Row, tier: str) -> str:
     if hit is None:
         return "none in sweep"
     measure = {
-        "numeric": f"{hit.hard:.3g}x",
-        "statistical": f"{hit.statistical:.3g}x",
+        "numeric": f"{hit.hard:.2f}x",
+        "statistical": f"{hit.statistical:.2f}x",
         "exact": f"{hit.ulps:.2g} ULP, {hit.differing} el.",
     }[tier]
     return f"{_level(row.kind, hit.level)} ({measure})"
@@ -635,6 +644,35 @@ def table(rows: Sequence[Row]) -> str:
             f"| {_cell(row, 'numeric')} | {_cell(row, 'statistical')} | {_cell(row, 'exact')} "
             f"| {_level(row.kind, first.level)}: {first.hard:.2g} / {first.statistical:.2g} "
             f"/ {first.ulps} |"
+        )
+    return "\n".join(lines)
+
+
+def summary(rows: Sequence[Row]) -> str:
+    """The compact table: per op, bug kind and dtype, per size, the smallest level each tier
+    catches (numeric / statistical / exact; `-`: none in the sweep)."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.subject.op, row.kind.label, row.subject.dtype), []).append(row)
+    width = max(len(g) for g in groups.values())
+    lines = [
+        "| op | bug (unit) | dtype | "
+        + " | ".join("size: numeric / statistical / exact" for _ in range(width))
+        + " |",
+        "|---|---|---|" + "---|" * width,
+    ]
+    for (op, label, dtype), group in groups.items():
+        cells = []
+        for row in group:
+            found = [row.smallest(t) for t in TIERS]
+            levels = " / ".join("-" if v is None else _level(row.kind, v.level) for v in found)
+            cells.append(f"{SIZE_NAMES[op]} {row.subject.size}: {levels}")
+        cells += [""] * (width - len(cells))
+        unit = group[0].kind.unit
+        lines.append(
+            f"| {op} | {label} ({unit}) | {dtype.replace('float', 'f')} | "
+            + " | ".join(cells)
+            + " |"
         )
     return "\n".join(lines)
 
@@ -693,12 +731,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="float32,float16 (default)")
     parser.add_argument("--json", type=Path, help="write every level's verdicts here")
     args = parser.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else None
+    known_sizes = {size for sizes in SIZES.values() for size in sizes}
+    try:
+        sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else None
+    except ValueError:
+        parser.error(f"--sizes takes integers separated by commas, got {args.sizes!r}")
     kinds = args.kinds.split(",") if args.kinds else None
     dtypes = args.dtypes.split(",")
     unknown = sorted(set(kinds or ()) - {k.key for k in KINDS}) + sorted(set(dtypes) - set(DTYPES))
+    unknown += [str(s) for s in sorted(set(sizes or ()) - known_sizes)]
     if unknown:
-        parser.error(f"unknown kinds or dtypes: {', '.join(unknown)}")
+        parser.error(
+            f"unknown kinds, dtypes or sizes: {', '.join(unknown)} (sizes: "
+            f"{', '.join(map(str, sorted(known_sizes)))})"
+        )
+    if not any(
+        (kinds is None or k.key in kinds)
+        and set(k.dtypes) & set(dtypes)
+        and (sizes is None or set(SIZES[k.op]) & set(sizes))
+        for k in KINDS
+    ):
+        parser.error("no bug kind has that dtype at those sizes")
 
     from harness.check.backends import open_runtimes
 
@@ -708,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
     adapter = runtimes[0].info().get("adapter", "?")
     print(f"adapter: {adapter}; seed {args.seed}; {time.perf_counter() - started:.0f} s")
     print(table(rows))
+    print()
+    print(summary(rows))
     if args.json:
         args.json.write_text(
             json.dumps(

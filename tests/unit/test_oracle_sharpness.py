@@ -46,7 +46,8 @@ def test_a_dropped_key_leaves_exactly_that_row_out_of_the_softmax() -> None:
     def attend(rows: np.ndarray) -> np.ndarray:
         scores = np.einsum("hd,chd->hc", q, keys[rows]) / np.sqrt(q.shape[-1])
         p = np.exp(scores - scores.max(axis=-1, keepdims=True))
-        return np.einsum("hc,chd->hd", p / p.sum(axis=-1, keepdims=True), values[rows])
+        out: np.ndarray = np.einsum("hc,chd->hd", p / p.sum(axis=-1, keepdims=True), values[rows])
+        return out
 
     everything = np.arange(pos + 1)
     np.testing.assert_allclose(e.outputs["out"][0, 0], attend(everything), rtol=1e-12)
