@@ -23,10 +23,14 @@ from harness.run.chunks import BESIDE, BUDGET_SPENT
 from harness.run.cli import main
 from tests.cli_support import (
     REPO,
+    plant_decode_dropping_row_2000,
     plant_decode_dropping_split_32,
     plant_flat_mul_wrapping_at_1024,
     plant_gemv_fourth_word_reusing_third_scale,
+    plant_gemv_one_code_off,
     plant_rms_norm_capping_its_sum,
+    plant_rms_norm_dropping_eps,
+    plant_rms_norm_mean_over_n_plus_1,
     plant_rope_pos_exponent_over_d,
     plant_softmax_capping_its_sum,
     read_records,
@@ -302,6 +306,38 @@ def test_pr_run_finds_a_bug_on_a_long_path(
     keys = [f["bug"].split("|") for f in _findings(out)]
     assert keys and all(key[1:3] == ["numeric", "webgpu"] for key in keys), keys
     assert [op, "numeric", "webgpu"] in [key[:3] for key in keys], keys
+
+
+@pytest.mark.parametrize(
+    ("family", "op", "plant"),
+    [
+        ("linear_q4gsw", "linear_q4gsw", plant_gemv_one_code_off),
+        ("sdpa", "sdpa_with_kv_cache", plant_decode_dropping_row_2000),
+        ("rms_norm", "rms_norm", plant_rms_norm_mean_over_n_plus_1),
+        ("rms_norm", "rms_norm", plant_rms_norm_dropping_eps),
+    ],
+)
+def test_pr_run_finds_a_small_bug_on_a_long_path_bit_for_bit(
+    tmp_path: Path, family: str, op: str, plant: Callable[[Path], Path]
+) -> None:
+    """Issue 20: bugs of a rounding's to a few terms' worth on long paths, in WGSL only:
+    one q4 weight code off by one in the GEMV's main loop (K of 2048 to 8192); one cache row
+    (2000) left out of the decode's softmax (the family's long contexts, 2048 to 4097);
+    rms_norm's mean over n + 1, and its eps dropped (rows of 4096 to 8192). Far under the
+    rigorous budgets there, they passed unnoticed before the exact tier; a pr run of the
+    family finds each as a `bit_mismatch` blamed on webgpu (the side farther from the
+    reference), however many cases the budgets also catch."""
+    planted = plant(tmp_path / "wgsl")
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", family, "--profile", "pr", "--shrink-budget", "0"),
+        *("--wgsl-dir", str(planted)),
+    )
+    assert status == 1
+    keys = [f["bug"].split("|") for f in _findings(out)]
+    assert keys and all(key[2] == "webgpu" for key in keys), keys
+    assert [op, "bit_mismatch", "webgpu"] in [key[:3] for key in keys], keys
 
 
 def test_short_run_of_the_position_rope_finds_an_angle_bug(tmp_path: Path) -> None:
