@@ -12,10 +12,11 @@ Template language (the same for WGSL and GLSL; `$` appears in neither language):
 - `${NAME}`: a variant parameter (`DTYPE` and the family's own axes), `KERNEL` (the variant's
   stem), `KERNEL_F32` (the stem of its f32 sibling, for an f16 variant's comments) or a word
   of the language's table for the variant's DTYPE (`T`: the element type, WGSL `f32`/`f16`,
-  GLSL `float`/`float16_t`; `T4`: its 4-vector in GLSL).
-- `${load(EXPR)}`: EXPR widened to f32 on load (EXPR itself in an f32 variant);
-  `${store(EXPR)}`: an f32 EXPR rounded once to the element type on store. EXPR may hold
-  balanced parentheses and other `${...}`.
+  GLSL `float`/`float16_t`; `T2`, `T4`: its 2- and 4-vectors in GLSL).
+- `${load(EXPR)}`: EXPR widened to f32 on load (EXPR itself in an f32 variant; `load2`,
+  `load4`: a 2- or 4-vector); `${store(EXPR)}`: an f32 EXPR rounded once to the element
+  type on store (`store2`: a WGSL 2-vector). EXPR may hold balanced parentheses and other
+  `${...}`.
 - A line whose first non-blank characters are `$if COND`, `$elif COND`, `$else` or `$endif`
   is a directive: it keeps or drops the lines it encloses and is not itself emitted. COND is
   `NAME == value` or `NAME != value`, several joined by `and` or by `or` (not both).
@@ -48,12 +49,42 @@ LANGUAGES = {
 # it loads and rounds once what it stores.
 WORDS: dict[str, dict[str, dict[str, str]]] = {
     "wgsl": {
-        "f32": {"T": "f32", "load": "{}", "store": "{}"},
-        "f16": {"T": "f16", "load": "f32({})", "store": "f16({})"},
+        "f32": {
+            "T": "f32",
+            "load": "{}",
+            "load2": "{}",
+            "load4": "{}",
+            "store": "{}",
+            "store2": "{}",
+        },
+        "f16": {
+            "T": "f16",
+            "load": "f32({})",
+            "load2": "vec2<f32>({})",
+            "load4": "vec4<f32>({})",
+            "store": "f16({})",
+            "store2": "vec2<f16>({})",
+        },
     },
     "glsl": {
-        "f32": {"T": "float", "T4": "vec4", "load": "{}", "store": "{}"},
-        "f16": {"T": "float16_t", "T4": "f16vec4", "load": "float({})", "store": "float16_t({})"},
+        "f32": {
+            "T": "float",
+            "T2": "vec2",
+            "T4": "vec4",
+            "load": "{}",
+            "load2": "{}",
+            "load4": "{}",
+            "store": "{}",
+        },
+        "f16": {
+            "T": "float16_t",
+            "T2": "f16vec2",
+            "T4": "f16vec4",
+            "load": "float({})",
+            "load2": "vec2({})",
+            "load4": "vec4({})",
+            "store": "float16_t({})",
+        },
     },
 }
 
