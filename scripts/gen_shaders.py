@@ -253,7 +253,13 @@ def render(template: str, path: Path, language: str, variant: Variant) -> str:
 def generate(root: Path) -> dict[Path, str]:
     """Every generated kernel, by its path under `root`."""
     out: dict[Path, str] = {}
-    for family in load_families(root):
+    families = load_families(root)
+    names = {family.name for family in families}
+    for template_dir, template_ext, _, _ in LANGUAGES.values():
+        for path in sorted((root / template_dir).glob(f"*{template_ext}")):
+            if path.name.removesuffix(template_ext) not in names:
+                raise TemplateError(f"{path}: no family of {root / VARIANTS} names it")
+    for family in families:
         for language, (template_dir, template_ext, out_dir, out_ext) in LANGUAGES.items():
             path = root / template_dir / f"{family.name}{template_ext}"
             try:

@@ -78,6 +78,16 @@ def test_a_kernel_no_template_generates_fails_the_check(repo_copy: Path) -> None
     assert f"{repo_copy / 'glsl' / 'mine_f16.comp'}: no template generates it" in result.stderr
 
 
+def test_a_template_no_family_names_is_refused(repo_copy: Path) -> None:
+    orphan = repo_copy / "shaders" / "glsl" / "mine.comp.in"
+    orphan.write_text("#version 450\n")
+    result = run_check(repo_copy)
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"gen_shaders: {orphan}: no family of {repo_copy / 'shaders' / 'variants.toml'} names it\n"
+    )
+
+
 def test_generating_writes_what_check_then_accepts(repo_copy: Path) -> None:
     stale = repo_copy / "glsl" / "rotary_emb_hf_f16.comp"
     stale.write_text("// stale\n")
