@@ -12,9 +12,12 @@ backend and by the harness's contract model.
 A slot (docs/design.md §9) is one kernel variant of an op as the contract knows it (`add_flat`,
 `q4gsw_gemv`): a kernel of it binds the slot's tensors by role and reads the values the op
 offers it by name. `[slots.<slot>]` declares `tensors` (roles, outputs first, scratch buffers
-too), `values` (every name the op offers: params members, overrides, specialization and push
-constants, `workgroup_size`, the dispatch count `workgroups`) and a one-line `doc.<value>`
-for each. Each implementation computes the values itself; only the names are shared.
+too) and `values` (every name the op offers: params members, overrides, specialization and
+push constants, `workgroup_size`, the dispatch count `workgroups`). Each value has a one-line
+doc, written once: the op's `[doc]` table documents a value for every slot that offers it,
+a slot's own `doc.<value>` overrides that for the slot alone (where its meaning differs), and
+`workgroup_size` and `workgroups` mean the same in every op (`SHARED_DOCS`). Each
+implementation computes the values itself; only the names are shared.
 
 A half-precision variant of a slot is a slot of its own, named `<slot>_f16` (`dtype_slot`):
 its own kernel files, declared in the same op's schema file; each backend picks it by the
@@ -121,10 +124,10 @@ def parse_signature(op: str, text: str, path: str) -> OpSignature:
     except tomllib.TOMLDecodeError as err:
         raise SchemaError(f"{path}: not TOML: {err}") from None
     # `outputs` may be empty only for an op that updates state in place (update_cache).
-    if set(doc) - {"args", "outputs", "slots"} or not isinstance(doc.get("outputs"), list):
+    if set(doc) - {"args", "outputs", "slots", "doc"} or not isinstance(doc.get("outputs"), list):
         raise SchemaError(
             f"{path}: expected the keys args, outputs (a list; empty for an op that only "
-            f"updates state) and slots, got {sorted(doc)}"
+            f"updates state), slots and doc, got {sorted(doc)}"
         )
     args = tuple(
         ArgSlot(e["name"], e["kind"], bool(e.get("optional", False)))
@@ -143,15 +146,39 @@ def parse_signature(op: str, text: str, path: str) -> OpSignature:
     slots = doc.get("slots", {})
     if not isinstance(slots, dict):
         raise SchemaError(f"{path}: slots: expected a table of [slots.<name>] tables")
-    return OpSignature(
-        op,
-        args,
-        outputs,
-        {name: _slot_interface(path, op, name, table) for name, table in slots.items()},
-    )
+    op_docs = _doc_lines(path, "doc", doc.get("doc", {}))
+    for value, text in op_docs.items():
+        if SHARED_DOCS.get(value) == text:
+            raise SchemaError(f"{path}: doc.{value}: repeats the doc every op shares; drop it")
+    interfaces = {
+        name: _slot_interface(path, op, name, table, op_docs) for name, table in slots.items()
+    }
+    offered = {value for interface in interfaces.values() for value in interface.values}
+    unused = [value for value in op_docs if value not in offered]
+    if unused:
+        raise SchemaError(f"{path}: doc: values {unused} are offered by none of the op's slots")
+    return OpSignature(op, args, outputs, interfaces)
 
 
-SLOT_KEYS = ("tensors", "values", "doc")
+SLOT_KEYS = ("tensors", "values")  # required; `doc` is optional
+
+# The doc of the values every slot of every op offers, written once here.
+SHARED_DOCS = {
+    "workgroup_size": "invocations per workgroup of the project's kernel design (its wg_size "
+    "override, local_size_x_id 0)",
+    "workgroups": "the logical workgroup count of this dispatch (1-D; 0: the op skips the slot "
+    "this step)",
+}
+
+
+def _doc_lines(path: str, where: str, docs: Any) -> dict[str, str]:
+    """A `doc.<value> = "..."` table, checked: one non-empty line per value."""
+    if not isinstance(docs, dict):
+        raise SchemaError(f'{path}: {where}: expected doc.<value> = "..." lines')
+    for value, text in docs.items():
+        if not isinstance(text, str) or not text.strip() or "\n" in text:
+            raise SchemaError(f"{path}: {where}.{value}: expected one line, got {text!r}")
+    return docs
 
 
 def _names(path: str, key: str, entry: Any) -> tuple[str, ...]:
@@ -168,34 +195,41 @@ def _names(path: str, key: str, entry: Any) -> tuple[str, ...]:
     return tuple(entry)
 
 
-def _slot_interface(path: str, op: str, name: str, table: Any) -> SlotInterface:
-    """One `[slots.<name>]` table, checked; errors name the file and the key."""
+def _slot_interface(
+    path: str, op: str, name: str, table: Any, op_docs: dict[str, str]
+) -> SlotInterface:
+    """One `[slots.<name>]` table, checked, its values' docs resolved (its own, else the op's
+    `[doc]`, else `SHARED_DOCS`); errors name the file and the key."""
     where = f"slots.{name}"
     if not isinstance(table, dict):
         raise SchemaError(f"{path}: {where}: expected a table, got {table!r}")
-    unknown = sorted(set(table) - set(SLOT_KEYS))
+    unknown = sorted(set(table) - {*SLOT_KEYS, "doc"})
     missing = [key for key in SLOT_KEYS if key not in table]
     if unknown or missing:
         raise SchemaError(
-            f"{path}: {where}: expected the keys {list(SLOT_KEYS)}, "
+            f"{path}: {where}: expected the keys {list(SLOT_KEYS)} (and doc), "
             + (f"unknown {unknown}" if unknown else f"missing {missing}")
         )
     tensors = _names(path, f"{where}.tensors", table["tensors"])
     values = _names(path, f"{where}.values", table["values"])
-    docs = table["doc"]
-    if not isinstance(docs, dict):
-        raise SchemaError(f'{path}: {where}.doc: expected doc.<value> = "..." lines')
-    for value, text in docs.items():
+    own = _doc_lines(path, f"{where}.doc", table.get("doc", {}))
+    for value, text in own.items():
         if value not in values:
             raise SchemaError(
                 f"{path}: {where}.doc.{value}: {value!r} is not one of the slot's values "
                 f"{list(values)}"
             )
-        if not isinstance(text, str) or not text.strip() or "\n" in text:
-            raise SchemaError(f"{path}: {where}.doc.{value}: expected one line, got {text!r}")
+        if text == op_docs.get(value, SHARED_DOCS.get(value)):
+            raise SchemaError(
+                f"{path}: {where}.doc.{value}: repeats the doc it inherits; drop it (say it once)"
+            )
+    docs = {**SHARED_DOCS, **op_docs, **own}
     undocumented = [v for v in values if v not in docs]
     if undocumented:
-        raise SchemaError(f"{path}: {where}.doc: values {undocumented} have no doc line")
+        raise SchemaError(
+            f"{path}: {where}: values {undocumented} have no doc line (give the op's "
+            "doc.<value>, or the slot's own)"
+        )
     return SlotInterface(op, name, tensors, values, {v: docs[v] for v in values})
 
 

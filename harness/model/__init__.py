@@ -109,7 +109,13 @@ class Binding:
 class KernelSpec:
     """One kernel variant: the shader files that implement it and their tensor bindings.
 
-    Checked against `wgsl/<wgsl>.wgsl` and `glsl/<glsl>.comp` by tests/unit/test_shader_sync.py.
+    Named once: `name` is the kernel's key in its op's table, and its shader stem unless
+    `shader` names another (a kernel shared by ops: `add_flat` and `mul_flat` both run
+    `binary_flat`); the files are `wgsl/<stem>.wgsl` and `glsl/<stem>.comp`, both generated
+    from one family's templates (scripts/gen_shaders.py) and checked against this spec by
+    tests/unit/test_shader_sync.py and the reflection tests. `wgsl_shader` / `glsl_shader`
+    override one side's stem where the two languages' files are named apart (no project
+    kernel does today).
 
     `exact`: the WGSL and the GLSL of this variant round alike: given bit-identical inputs on
     the same device, WebGPU's and Vulkan's outputs are bit-identical, so any bit difference
@@ -126,11 +132,27 @@ class KernelSpec:
     """
 
     name: str
-    wgsl: str
-    glsl: str
     tensors: tuple[Binding, ...]
     exact: bool = False
     webgpu_ulps: int | None = None
+    shader: str | None = None
+    wgsl_shader: str | None = None
+    glsl_shader: str | None = None
+
+    @property
+    def stem(self) -> str:
+        """The stem both shader files share (unless one side is overridden)."""
+        return self.shader or self.name
+
+    @property
+    def wgsl(self) -> str:
+        """The stem of the WGSL file, `wgsl/<stem>.wgsl`."""
+        return self.wgsl_shader or self.stem
+
+    @property
+    def glsl(self) -> str:
+        """The stem of the GLSL file, `glsl/<stem>.comp`."""
+        return self.glsl_shader or self.stem
 
 
 def rw(name: str, element: str = "f32") -> Binding:

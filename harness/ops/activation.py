@@ -103,13 +103,12 @@ class UnaryActivationModel:
         self.kernels = kernels(
             KernelSpec(
                 op,
-                "unary_activation",
-                "unary_activation",
                 (rw("out"), ro("x")),
                 exact=True,
+                shader="unary_activation",
                 # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
             ),
-            KernelSpec(f"{op}_f16", half, half, (rw("out", "f16"), ro("x", "f16")), exact=True),
+            KernelSpec(f"{op}_f16", (rw("out", "f16"), ro("x", "f16")), exact=True, shader=half),
         )
 
     def check(self, node: OpNode, graph: Graph) -> None:
@@ -156,15 +155,11 @@ class SiluMulModel:
     kernels = kernels(
         KernelSpec(
             "silu_mul",
-            "silu_mul",
-            "silu_mul",
             (rw("out"), ro("gate"), ro("up")),
             exact=True,
             # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
         ),
         KernelSpec(
-            "silu_mul_f16",
-            "silu_mul_f16",
             "silu_mul_f16",
             (rw("out", "f16"), ro("gate", "f16"), ro("up", "f16")),
             exact=True,

@@ -108,39 +108,33 @@ class BinaryModel:
         bindings = (rw("out"), ro("a"), ro("b"))
         half = (rw("out", "f16"), ro("a", "f16"), ro("b", "f16"))
         self.kernels = kernels(
-            KernelSpec(
-                f"{op}_flat", "binary_flat", "binary_flat", bindings, exact=True, webgpu_ulps=0
-            ),
+            KernelSpec(f"{op}_flat", bindings, exact=True, webgpu_ulps=0, shader="binary_flat"),
             KernelSpec(
                 f"{op}_broadcast",
-                "binary_broadcast",
-                "binary_broadcast",
                 bindings,
                 exact=True,
                 webgpu_ulps=0,
+                shader="binary_broadcast",
             ),
-            KernelSpec(f"{op}_flat_f16", "binary_flat_f16", "binary_flat_f16", half, exact=True),
+            KernelSpec(f"{op}_flat_f16", half, exact=True, shader="binary_flat_f16"),
             KernelSpec(
                 f"{op}_broadcast_f16",
-                "binary_broadcast_f16",
-                "binary_broadcast_f16",
                 half,
                 exact=True,
+                shader="binary_broadcast_f16",
             ),
             KernelSpec(
                 f"{op}_scalar",
-                "binary_scalar",
-                "binary_scalar",
                 (rw("out"), ro("a")),
                 exact=True,
                 webgpu_ulps=0,
+                shader="binary_scalar",
             ),
             KernelSpec(
                 f"{op}_scalar_f16",
-                "binary_scalar_f16",
-                "binary_scalar_f16",
                 (rw("out", "f16"), ro("a", "f16")),
                 exact=True,
+                shader="binary_scalar_f16",
             ),
         )
 

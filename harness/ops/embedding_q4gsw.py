@@ -96,8 +96,6 @@ class EmbeddingQ4gswModel:
         *(
             KernelSpec(
                 slot,
-                slot,
-                slot,
                 (rw("out", element), ro("indices", "i32"), ro("weight", "u32"), ro("scales")),
                 exact=True,
                 # measured on fp32 only: Chrome's SwiftShader offers no f16

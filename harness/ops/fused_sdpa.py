@@ -88,15 +88,11 @@ class FusedSdpaModel:
     kernels = kernels(
         KernelSpec(
             "fused_sdpa_scores",
-            "fused_sdpa_scores",
-            "fused_sdpa_scores",
             (rw("scores"), ro("q"), ro("k")),
             exact=True,
             webgpu_ulps=0,
         ),
         KernelSpec(
-            "fused_sdpa_scores_masked",
-            "fused_sdpa_scores_masked",
             "fused_sdpa_scores_masked",
             (rw("scores"), ro("q"), ro("k"), ro("attn_mask")),
             exact=True,
@@ -104,15 +100,11 @@ class FusedSdpaModel:
         ),
         KernelSpec(
             "fused_sdpa_softmax",
-            "fused_sdpa_softmax",
-            "fused_sdpa_softmax",
             (rw("scores"),),
             exact=True,
             # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
         ),
         KernelSpec(
-            "fused_sdpa_av",
-            "fused_sdpa_av",
             "fused_sdpa_av",
             (rw("out"), ro("scores"), ro("v")),
             exact=True,

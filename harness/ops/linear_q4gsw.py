@@ -151,16 +151,13 @@ class LinearQ4gswModel:
     kernels = kernels(
         KernelSpec(
             GEMM,
-            "q4gsw_gemm",
-            "q4gsw_gemm",
             (rw("out"), ro("x"), ro("weight", "u32"), ro("scales"), ro("bias")),
             exact=True,
             webgpu_ulps=0,
+            shader="q4gsw_gemm",
         ),
         KernelSpec(
             GEMV,
-            "q4gsw_gemv",
-            "q4gsw_gemv",
             (
                 rw("out"),
                 ro("x", "vec4<f32>"),
@@ -170,11 +167,10 @@ class LinearQ4gswModel:
             ),
             exact=True,
             webgpu_ulps=0,
+            shader="q4gsw_gemv",
         ),
         KernelSpec(
             GEMM_F16,
-            "q4gsw_gemm_f16",
-            "q4gsw_gemm_f16",
             (
                 rw("out", "f16"),
                 ro("x", "f16"),
@@ -183,10 +179,9 @@ class LinearQ4gswModel:
                 ro("bias", "f16"),
             ),
             exact=True,
+            shader="q4gsw_gemm_f16",
         ),
         KernelSpec(
-            GEMM_F16ACC,
-            GEMM_F16ACC,
             GEMM_F16ACC,
             (
                 rw("out", "f16"),
@@ -199,8 +194,6 @@ class LinearQ4gswModel:
         ),
         KernelSpec(
             GEMV_F16,
-            "q4gsw_gemv_f16",
-            "q4gsw_gemv_f16",
             (
                 rw("out", "f16"),
                 ro("x", "vec4<f16>"),
@@ -209,6 +202,7 @@ class LinearQ4gswModel:
                 ro("bias", "f16"),
             ),
             exact=True,
+            shader="q4gsw_gemv_f16",
         ),
     )
 

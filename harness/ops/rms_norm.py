@@ -68,23 +68,17 @@ class RmsNormModel:
     kernels = kernels(
         KernelSpec(
             "rms_norm",
-            "rms_norm",
-            "rms_norm",
             (rw("out"), ro("x"), ro("weight")),
             exact=True,
             webgpu_ulps=0,
         ),
         KernelSpec(
             "rms_norm_vec4",
-            "rms_norm_vec4",
-            "rms_norm_vec4",
             (rw("out", "vec4<f32>"), ro("x", "vec4<f32>"), ro("weight", "vec4<f32>")),
             exact=True,
             webgpu_ulps=0,
         ),
         KernelSpec(
-            "rms_norm_f16",
-            "rms_norm_f16",
             "rms_norm_f16",
             (rw("out", "f16"), ro("x", "f16"), ro("weight", "f16")),
             exact=True,

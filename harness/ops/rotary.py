@@ -93,15 +93,11 @@ class _RotaryBase:
         self.kernels = kernels(
             KernelSpec(
                 self.kernel,
-                self.kernel,
-                self.kernel,
                 (rw("xq_out"), rw("xk_out"), ro("xq"), ro("xk"), ro(c), ro(s)),
                 exact=True,
                 webgpu_ulps=0,
             ),
             KernelSpec(
-                half,
-                half,
                 half,
                 tuple(
                     b(name, "f16")

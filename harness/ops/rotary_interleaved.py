@@ -79,16 +79,12 @@ class InterleavedRotaryModel:
     kernels = kernels(
         KernelSpec(
             "rotary_emb_interleaved",
-            "rotary_emb_interleaved",
-            "rotary_emb_interleaved",
             (rw("out", "vec2<f32>"), ro("x", "vec2<f32>"), ro("freqs_cis", "vec2<f32>")),
             exact=True,
             webgpu_ulps=0,
         ),
         # Half precision: x, freqs_cis and out f16, rotated in f32.
         KernelSpec(
-            "rotary_emb_interleaved_f16",
-            "rotary_emb_interleaved_f16",
             "rotary_emb_interleaved_f16",
             (rw("out", "vec2<f16>"), ro("x", "vec2<f16>"), ro("freqs_cis", "vec2<f16>")),
             exact=True,

@@ -202,8 +202,6 @@ class PositionRotaryModel:
         self.kernels = kernels(
             KernelSpec(
                 KERNEL,
-                KERNEL,
-                KERNEL,
                 (
                     rw("xq_out"),
                     rw("xk_out"),
@@ -215,8 +213,6 @@ class PositionRotaryModel:
                 exact=False,  # rounds apart on NVIDIA (docs/oracles.md)
             ),
             KernelSpec(
-                half,
-                half,
                 half,
                 (
                     rw("xq_out", "f16"),

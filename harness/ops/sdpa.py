@@ -109,15 +109,11 @@ class SdpaModel:
     kernels = kernels(
         KernelSpec(
             "sdpa_update_cache",
-            "sdpa_update_cache",
-            "sdpa_update_cache",
             (rw("k_cache"), rw("v_cache"), ro("k"), ro("v")),
             exact=True,
             webgpu_ulps=0,
         ),
         KernelSpec(
-            "sdpa_qk",
-            "sdpa_qk",
             "sdpa_qk",
             (rw("scores"), ro("q"), ro("k_cache")),
             exact=True,
@@ -125,15 +121,11 @@ class SdpaModel:
         ),
         KernelSpec(
             "sdpa_softmax",
-            "sdpa_softmax",
-            "sdpa_softmax",
             (rw("scores"),),
             exact=True,
             # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
         ),
         KernelSpec(
-            "sdpa_av",
-            "sdpa_av",
             "sdpa_av",
             (rw("out"), ro("scores"), ro("v_cache")),
             exact=True,
@@ -141,15 +133,11 @@ class SdpaModel:
         ),
         KernelSpec(
             "sdpa_fd_split",
-            "sdpa_fd_split",
-            "sdpa_fd_split",
             (rw("part_o"), rw("part_ml"), ro("q"), ro("k_cache"), ro("v_cache")),
             exact=True,
             # No webgpu_ulps: exp may differ by 3 + 2|x| ULP between devices (WGSL).
         ),
         KernelSpec(
-            "sdpa_fd_reduce",
-            "sdpa_fd_reduce",
             "sdpa_fd_reduce",
             (rw("out"), ro("part_o"), ro("part_ml")),
             exact=True,
@@ -158,28 +146,20 @@ class SdpaModel:
         # Half precision: q, k, v, the caches and out in f16; scores and partials stay f32.
         KernelSpec(
             "sdpa_update_cache_f16",
-            "sdpa_update_cache_f16",
-            "sdpa_update_cache_f16",
             (rw("k_cache", "f16"), rw("v_cache", "f16"), ro("k", "f16"), ro("v", "f16")),
             exact=True,
         ),
         KernelSpec(
-            "sdpa_qk_f16",
-            "sdpa_qk_f16",
             "sdpa_qk_f16",
             (rw("scores"), ro("q", "f16"), ro("k_cache", "f16")),
             exact=True,
         ),
         KernelSpec(
             "sdpa_av_f16",
-            "sdpa_av_f16",
-            "sdpa_av_f16",
             (rw("out", "f16"), ro("scores"), ro("v_cache", "f16")),
             exact=True,
         ),
         KernelSpec(
-            "sdpa_fd_split_f16",
-            "sdpa_fd_split_f16",
             "sdpa_fd_split_f16",
             (
                 rw("part_o"),
@@ -191,8 +171,6 @@ class SdpaModel:
             exact=True,
         ),
         KernelSpec(
-            "sdpa_fd_reduce_f16",
-            "sdpa_fd_reduce_f16",
             "sdpa_fd_reduce_f16",
             (rw("out", "f16"), ro("part_o"), ro("part_ml")),
             exact=True,

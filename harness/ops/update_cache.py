@@ -53,8 +53,6 @@ class UpdateCacheModel:
     kernels = kernels(
         KernelSpec(
             "update_cache",
-            "update_cache",
-            "update_cache",
             (rw("cache"), ro("value")),
             exact=True,
             webgpu_ulps=0,

@@ -80,15 +80,11 @@ class ViewCopyModel:
     kernels = kernels(
         KernelSpec(
             "view_copy",
-            "view_copy",
-            "view_copy",
             (rw("out", "u32"), ro("x", "u32")),
             exact=True,
             webgpu_ulps=0,
         ),
         KernelSpec(
-            "view_copy_f16",
-            "view_copy_f16",
             "view_copy_f16",
             (rw("out", "f16"), ro("x", "f16")),
             exact=True,

@@ -20,7 +20,7 @@ from graph_format import (
     SlotInterface,
     pick_adapter,
 )
-from graph_format.signatures import SchemaError, index_slots, parse_signature
+from graph_format.signatures import SHARED_DOCS, SchemaError, index_slots, parse_signature
 from harness.gen.builder import GraphBuilder
 
 
@@ -247,9 +247,9 @@ _SLOT_OP = (
     [
         ("slots = 1", "slots", "expected a table of [slots.<name>] tables"),
         (
-            '[slots.k]\ntensors = ["out"]\nvalues = ["n"]',
+            '[slots.k]\ntensors = ["out"]\ndoc.n = "n"',
             "slots.k",
-            "expected the keys ['tensors', 'values', 'doc'], missing ['doc']",
+            "expected the keys ['tensors', 'values'] (and doc), missing ['values']",
         ),
         (
             '[slots.k]\ntensors = ["out"]\nvalues = ["n"]\ndoc.n = "n"\nkernel = "k"',
@@ -274,7 +274,7 @@ _SLOT_OP = (
         ),
         (
             '[slots.k]\ntensors = ["out"]\nvalues = ["n", "m"]\ndoc.n = "n"',
-            "slots.k.doc",
+            "slots.k",
             "values ['m'] have no doc line",
         ),
         (
@@ -289,6 +289,50 @@ def test_a_malformed_slot_names_its_file_and_key(slot: str, where: str, what: st
         parse_signature("my_op", _SLOT_OP + slot, "graph_format/ops/my_op.toml")
     assert str(info.value).startswith(f"graph_format/ops/my_op.toml: {where}: "), info.value
     assert what in str(info.value)
+
+
+def test_a_value_is_documented_once_for_every_slot_that_offers_it() -> None:
+    """The op's `[doc]` holds for each slot, a slot's own line overrides it for that slot, and
+    workgroup_size / workgroups are documented for every op."""
+    text = (
+        _SLOT_OP + '[doc]\nn = "live n"\n[slots.k]\ntensors = ["out"]\n'
+        'values = ["n", "workgroups"]\n[slots.k_f16]\ntensors = ["out"]\nvalues = ["n"]\n'
+        '[slots.k_vec4]\ntensors = ["out"]\nvalues = ["n"]\ndoc.n = "live n / 4 texels"\n'
+    )
+    slots = parse_signature("my_op", text, "my_op.toml").slots
+    assert slots["k"].doc == {"n": "live n", "workgroups": SHARED_DOCS["workgroups"]}
+    assert slots["k_f16"].doc == {"n": "live n"}
+    assert slots["k_vec4"].doc == {"n": "live n / 4 texels"}
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        (
+            '[doc]\nn = "live n"\n[slots.k]\ntensors = ["out"]\nvalues = ["n"]\ndoc.n = "live n"',
+            "slots.k.doc.n: repeats the doc it inherits; drop it (say it once)",
+        ),
+        (
+            f'[slots.k]\ntensors = ["out"]\nvalues = ["workgroups"]\n'
+            f'doc.workgroups = "{SHARED_DOCS["workgroups"]}"',
+            "slots.k.doc.workgroups: repeats the doc it inherits",
+        ),
+        (
+            f'[doc]\nworkgroups = "{SHARED_DOCS["workgroups"]}"\n'
+            '[slots.k]\ntensors = ["out"]\nvalues = ["workgroups"]',
+            "doc.workgroups: repeats the doc every op shares",
+        ),
+        (
+            '[doc]\nn = "n"\nm = "m"\n[slots.k]\ntensors = ["out"]\nvalues = ["n"]',
+            "doc: values ['m'] are offered by none of the op's slots",
+        ),
+        ('[doc]\nn = 1\n[slots.k]\ntensors = ["out"]\nvalues = ["n"]', "doc.n: expected one line"),
+    ],
+)
+def test_a_doc_said_twice_or_for_nothing_is_a_schema_error(text: str, what: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        parse_signature("my_op", _SLOT_OP + text, "graph_format/ops/my_op.toml")
+    assert str(info.value).startswith(f"graph_format/ops/my_op.toml: {what}")
 
 
 def test_a_slot_is_declared_once_over_all_ops() -> None:

@@ -55,3 +55,13 @@ def test_no_orphan_shaders() -> None:
     assert glsl == used_glsl, (
         f"GLSL files without a kernel: {glsl - used_glsl}; missing: {used_glsl - glsl}"
     )
+
+
+def test_a_kernel_spec_names_its_shader_once() -> None:
+    """Both files derive from the kernel's name, or from `shader` where ops share a kernel;
+    an override renames one side only."""
+    assert (KernelSpec("rms_norm", ()).wgsl, KernelSpec("rms_norm", ()).glsl) == ("rms_norm",) * 2
+    shared = KernelSpec("add_flat", (), shader="binary_flat")
+    assert (shared.wgsl, shared.glsl) == ("binary_flat", "binary_flat")
+    apart = KernelSpec("k", (), glsl_shader="k_glsl")
+    assert (apart.wgsl, apart.glsl) == ("k", "k_glsl")
