@@ -28,7 +28,10 @@ its docs say (f32 unless the slot says otherwise) and stores f16. `local_budget`
 place budgets are taken from: `budget` for the f32 computation, then for an f16 op the
 rounding of every output to f16 (`harness.model.numerics.f16_store`), or the model's own
 `half_budget(node, args, outputs, budgets)` where that differs (a copy stores exactly; an
-f16-accumulating kernel rounds more; state it writes in f16).
+f16-accumulating kernel rounds more; state it writes in f16). A manifest kernel that
+computes in f16 (`precision = "f16"`) has its op's budget derived in f16 arithmetic:
+`local_budget(..., arithmetic)`, whose derivations read the arithmetic's constants
+(`harness.model.numerics.arithmetic`); `kernel_arithmetic` says which ops compute in it.
 
 The model reads its node's arguments through graph_format's typed accessors
 (`OpNode.arg`, `optional_arg`, `size_list`) and the readers here (`tensors`,

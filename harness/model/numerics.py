@@ -1,10 +1,12 @@
 """Floating-point facts behind the error budgets, and the comparison that uses them.
 
 Budgets are bounds, not tolerances: each op's model derives, per output element, how far a
-correct float32 implementation may be from the float64 reference (reduction length,
-magnitudes of the terms, the unit roundoff, and the accuracy WGSL and GLSL promise for
-builtins), times `SAFETY`. A result is within budget when |actual - reference| <= budget
-for every element; `utilization` is the largest ratio, so 1.0 is the edge.
+correct implementation may be from the float64 reference (reduction length, magnitudes of
+the terms, the unit roundoff, and the accuracy WGSL and GLSL promise for builtins), times
+`SAFETY`, in the kernel's arithmetic: float32, or f16 for a manifest kernel declaring
+`precision = "f16"` (`Arithmetic`; the error model in force carries it, `arithmetic()`).
+A result is within budget when |actual - reference| <= budget for every element;
+`utilization` is the largest ratio, so 1.0 is the edge.
 """
 
 from __future__ import annotations
