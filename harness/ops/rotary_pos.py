@@ -341,7 +341,8 @@ class PositionRotaryModel:
     ) -> dict[str, np.ndarray]:
         """Per element: each of cos and sin is off by up to `angle_error` (delta), and the
         rotation a c -+ b s rounds twice (gamma(2)): (|a| + |b|) delta + gamma(2) (|a c| +
-        |b s|), times SAFETY."""
+        |b s|), and its two products and result may flush below the smallest normal (3 tiny),
+        times SAFETY; all in the kernel's arithmetic."""
         base, scale, factors = _op_floats(node, args)
         dim = args["xq"].shape[-1]
         delta = angle_error(args["positions"], dim, base, scale, factors)[:, None, :]
@@ -351,8 +352,9 @@ class PositionRotaryModel:
         for name in ("xq", "xk"):
             a, b = (np.abs(v) for v in _pairs(args[name]))
             trig = (a + b) * delta
-            first = SAFETY * (trig + gamma(2) * (a * c + b * s))
-            second = SAFETY * (trig + gamma(2) * (a * s + b * c))
+            flushed = 3 * arithmetic().tiny
+            first = SAFETY * (trig + gamma(2) * (a * c + b * s) + flushed)
+            second = SAFETY * (trig + gamma(2) * (a * s + b * c) + flushed)
             out[f"{name}_out"] = _join(first, second)
         return out
 
