@@ -12,7 +12,7 @@ import pytest
 
 from graph_format import Graph, OpNode
 from graph_format.kernels import KernelManifestError, parse_manifest
-from harness import single_op_graph
+from harness import op_budget, single_op_graph
 from harness.model import kernel_arithmetic, local_budget, local_budgets, model_for
 from harness.model.numerics import (
     F16,
@@ -169,3 +169,12 @@ def test_a_bad_precision_is_one_line_naming_file_and_key(
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith(f"{path}: {what}"), message
+
+
+def test_the_api_gives_an_op_s_budget_in_either_arithmetic() -> None:
+    case = single_op_graph("silu", {"x": np.linspace(-12, 12, 64).astype(np.float16)})
+    f32, f16 = op_budget(case), op_budget(case, precision="f16")
+    assert np.all(f16.budget["out"] >= f32.budget["out"])
+    assert np.any(f16.budget["out"] > 10 * f32.budget["out"])
+    with pytest.raises(ValueError, match="precision 'half': expected one of 'f32', 'f16'"):
+        op_budget(case, precision="half")
