@@ -62,3 +62,10 @@ def test_the_failure_page_says_the_kernel_computes_in_f16(planted_f16_run: Path)
     webgpu, vulkan = re.findall(r"<td>(.*?)</td>", row, re.S)[1:]
     for cell in (webgpu, vulkan):
         assert "computes in f16: budget for f16 arithmetic" in cell, cell
+
+
+def test_check_kernels_says_which_kernels_compute_in_f16() -> None:
+    done = parity("check-kernels", SILU_F16, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stderr.splitlines() if line.endswith("(computes in f16)")]
+    assert [line.split(": ")[-2] for line in lines] == ["webgpu.silu_f16", "vulkan.silu_f16"]
