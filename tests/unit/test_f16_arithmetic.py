@@ -178,3 +178,37 @@ def test_the_api_gives_an_op_s_budget_in_either_arithmetic() -> None:
     assert np.any(f16.budget["out"] > 10 * f32.budget["out"])
     with pytest.raises(ValueError, match="precision 'half': expected one of 'f32', 'f16'"):
         op_budget(case, precision="half")
+
+
+def _within_f16(op: str, inputs: dict[str, np.ndarray], computed: np.ndarray) -> float:
+    """The utilization of `computed` (numpy's f16 arithmetic) under the op's f16 budget."""
+    floats = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
+    case = single_op_graph(op, inputs)
+    graph, node = case.graph, case.graph.ops[0]
+    args = {**inputs, **{k: v.astype(np.float64) for k, v in floats.items()}}
+    outs = model_for(op).reference(node, args)
+    budget = local_budget(graph, node, args, outs, F16)["out"]
+    return float(np.max(np.abs(computed.astype(np.float64) - outs["out"]) / budget))
+
+
+def test_numpy_s_f16_arithmetic_stays_within_other_ops_f16_budgets() -> None:
+    """One derivation serves both arithmetics: rms_norm summed in f16 in order, silu_mul and
+    add each rounded to f16 at every operation, are within their f16-arithmetic budgets."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((16, 1000)).astype(np.float16)
+    w = rng.standard_normal(1000).astype(np.float16)
+    total = np.zeros(16, np.float16)
+    for i in range(x.shape[1]):
+        total = (total + x[:, i] * x[:, i]).astype(np.float16)
+    rstd = np.float16(1) / np.sqrt(total / np.float16(x.shape[1]) + np.float16(1e-5))
+    normed = (x * rstd[:, None]).astype(np.float16) * w
+    assert _within_f16("rms_norm", {"x": x, "weight": w, "eps": 1e-5}, normed) <= 1.0
+
+    g = (rng.standard_normal(20000) * 8).astype(np.float16)
+    up = rng.standard_normal(20000).astype(np.float16)
+    with np.errstate(over="ignore"):
+        fused = (g / (np.float16(1) + np.exp(-g))) * up
+    assert _within_f16("silu_mul", {"gate": g, "up": up}, fused) <= 1.0
+
+    a, b = (rng.standard_normal((2, 5000)) * 4).astype(np.float16)
+    assert _within_f16("add", {"a": a, "b": b}, a + b) <= 1.0
