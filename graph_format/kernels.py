@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Protocol, cast
 
 from graph_format.errors import GraphBuildError, GraphFormatError, ParityError
-from graph_format.signatures import SIGNATURES, SLOTS, SlotInterface
+from graph_format.signatures import F16_SUFFIX, SIGNATURES, SLOTS, SlotInterface
 
 MANIFEST_FORMAT = "parity-kernels/1"
 MANIFEST_NAME = "kernels.toml"
@@ -858,6 +858,10 @@ class KernelEntry:
         masked_columns: (the causal attention's qk and softmax slots) whether the kernel
             writes ("written") or skips ("skipped") the masked score columns, or reads
             ("read") or ignores ("ignored") them; None: the project's behaviour.
+        precision: the arithmetic the kernel computes in, "f32" (the default: f16 tensors
+            are loaded to and stored from f32 arithmetic) or "f16" (an f16 slot's kernel
+            that computes in f16 too): the harness derives the op's budget for that
+            arithmetic (`parse_precision`; docs/oracles.md "Kernels that compute in f16").
     """
 
     backend: Backend
@@ -881,6 +885,7 @@ class KernelEntry:
         default_factory=dict, compare=False
     )
     masked_columns: str | None = None
+    precision: str = "f32"
 
     @property
     def interface(self) -> SlotInterface:
@@ -1253,6 +1258,8 @@ def _entry_doc(entry: KernelEntry, folder: Path) -> dict[str, Any]:
         doc["scratch"] = _exprs_doc(entry.scratch)
     if entry.masked_columns is not None:
         doc["masked_columns"] = entry.masked_columns
+    if entry.precision != PRECISIONS[0]:
+        doc["precision"] = entry.precision
     if entry.adapter is not None:
         doc["adapter"] = f"{entry.adapter.file.relative_to(folder).as_posix()}:{entry.adapter.name}"
     if len(entry.dispatches) == 1:
@@ -1303,6 +1310,7 @@ _COMMON_KEYS = (
     "exact",
     "scratch",
     "masked_columns",
+    "precision",
 )
 _SECTION_KEYS: dict[Backend, tuple[str, ...]] = {
     "webgpu": ("file", *_COMMON_KEYS, "overrides", "adapter", "dispatch_list", "extends"),
@@ -1336,6 +1344,41 @@ _WRONG_BACKEND = {
     ("vulkan", "file"): 'a vulkan kernel is glsl = "<name>.comp" or spirv = "<name>.spv"',
     ("vulkan", "overrides"): "Vulkan has specialization constants: spec.<name-or-id>",
 }
+
+
+# A section's `precision`: the arithmetic its kernel computes in (the first is the default).
+PRECISIONS = ("f32", "f16")
+
+
+def parse_precision(path: Path, where: str, section: Mapping[str, Any], slot: SlotInterface) -> str:
+    """A section's `precision = "f32" | "f16"` ("f32" when absent). "f16" says the kernel
+    computes in f16 arithmetic, not only loads and stores f16, so it belongs to an f16
+    slot (`<slot>_f16`, whose tensors are f16): a kernel of an f32 slot computing in f16
+    would round its f32 inputs, which no budget covers.
+
+    Raises:
+        KernelManifestError: another value, or "f16" on a slot of f32 tensors (one line
+            naming the file and the key).
+    """
+    value = section.get("precision", PRECISIONS[0])
+    key = f"{where}.precision"
+    if value not in PRECISIONS:
+        raise KernelManifestError(
+            path,
+            f"expected {' or '.join(repr(p) for p in PRECISIONS)} (the arithmetic the kernel "
+            f"computes in), got {_shown(value)}",
+            where=key,
+        )
+    if value != PRECISIONS[0] and not slot.name.endswith(F16_SUFFIX):
+        twins = [s for s in SIGNATURES[slot.op].slots if s.endswith(F16_SUFFIX)]
+        raise KernelManifestError(
+            path,
+            f"precision = {value!r} is for a kernel of an f16 slot (of {slot.op}: "
+            f"{', '.join(twins) or 'none'}); slot {slot.name} loads and stores f32, and a "
+            "kernel rounding its f32 inputs to f16 has no budget",
+            where=key,
+        )
+    return cast(str, value)
 
 
 class _Parser:
@@ -1573,6 +1616,7 @@ class _Parser:
         defines = self.defines(f"{where}.defines", section, kind)
         scratch = self.scratch(backend, where, section, slot)
         masked = self.masked_columns(where, section, slot)
+        precision = parse_precision(self.path, where, section, slot)
 
         shared = self.dispatch(backend, where, section, slot, fallback=None)
         if "dispatch_list" in section:
@@ -1620,6 +1664,7 @@ class _Parser:
             defines=defines,
             scratch=scratch,
             masked_columns=masked,
+            precision=precision,
         )
 
     def scratch(

@@ -23,7 +23,7 @@ from harness.check.reference import ReferenceEvaluator, op_args
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case, StepInputs
 from harness.model import local_budget
-from harness.model.numerics import compare
+from harness.model.numerics import ARITHMETICS, compare
 from harness.ops import model_for
 
 # Host integer data arrives as int64 (numpy's default, PyTorch's token ids); the graph format
@@ -210,6 +210,7 @@ def op_budget(
     *,
     op: str | None = None,
     outputs: Mapping[str, np.ndarray] | None = None,
+    precision: str = "f32",
 ) -> OpBudget:
     """The float64 reference of one op of a case at one step, and its error budget.
 
@@ -223,6 +224,8 @@ def op_budget(
         op: the op node's name (default: the graph's first op).
         outputs: the outputs to derive the budget from (default: the reference's own; e.g.
             PyTorch's values, to judge a backend against them).
+        precision: the arithmetic the op's kernel computes in, "f32" or "f16" (a manifest
+            kernel's `precision`: docs/oracles.md "Kernels that compute in f16").
 
     Each call replays steps 0..`step`: for the budgets of every step, `op_budgets` replays
     them once.
@@ -236,7 +239,9 @@ def op_budget(
     """
     if not 0 <= step < len(case.steps):
         raise ValueError(f"step {step}: the case has {len(case.steps)} step(s)")
-    (budget,) = _budgets(case, op, range(step, step + 1), {step: outputs} if outputs else {})
+    (budget,) = _budgets(
+        case, op, range(step, step + 1), {step: outputs} if outputs else {}, precision
+    )
     return budget
 
 
@@ -245,6 +250,7 @@ def op_budgets(
     *,
     op: str | None = None,
     outputs: Mapping[int, Mapping[str, np.ndarray]] | None = None,
+    precision: str = "f32",
 ) -> list[OpBudget]:
     """`op_budget` of every step of the case, in one pass over its steps (state carried
     between them as `op_budget` does): index i is step i's.
@@ -253,14 +259,24 @@ def op_budgets(
         op: the op node's name (default: the graph's first op).
         outputs: per step, the outputs to derive that step's budget from (default: the
             reference's own).
+        precision: as `op_budget`'s.
     """
-    return _budgets(case, op, range(len(case.steps)), outputs or {})
+    return _budgets(case, op, range(len(case.steps)), outputs or {}, precision)
 
 
 def _budgets(
-    case: Case, op: str | None, wanted: range, outputs: Mapping[int, Mapping[str, np.ndarray]]
+    case: Case,
+    op: str | None,
+    wanted: range,
+    outputs: Mapping[int, Mapping[str, np.ndarray]],
+    precision: str,
 ) -> list[OpBudget]:
     """The budgets of the steps in `wanted`, replaying each step up to them once."""
+    if precision not in ARITHMETICS:
+        raise ValueError(
+            f"precision {precision!r}: expected one of {', '.join(map(repr, ARITHMETICS))}"
+        )
+    arithmetic = ARITHMETICS[precision]
     graph = case.graph
     node = next((n for n in graph.ops if op is None or n.name == op), None)
     if node is None:
@@ -278,7 +294,7 @@ def _budgets(
             for slot, name in node.outputs.items()
             if isinstance(graph.values[name], TensorValue)
         }
-        budget = local_budget(graph, node, args, dict(outputs.get(index) or reference))
+        budget = local_budget(graph, node, args, dict(outputs.get(index) or reference), arithmetic)
         out.append(OpBudget(node.name, reference, {slot: budget[slot] for slot in reference}))
     return out
 

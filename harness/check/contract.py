@@ -16,7 +16,7 @@ verdict, so replacing a slot on one backend only is not a divergence.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,9 +51,11 @@ from harness.model import (
     Grid,
     LiveState,
     check_dims,
+    kernel_arithmetic,
     op_dtype,
     slot_values,
 )
+from harness.model.numerics import F32, Arithmetic
 from harness.ops import model_for
 
 INT32_MIN, INT32_MAX = int(np.iinfo(np.int32).min), int(np.iinfo(np.int32).max)
@@ -84,6 +86,20 @@ class ModelStep:
 Verdict = ModelStep | ParityError
 
 
+def coarsest_arithmetic(
+    per_backend: Iterable[Mapping[str, Arithmetic]],
+) -> dict[str, Arithmetic]:
+    """Per op, the coarsest (largest unit roundoff) of the arithmetics the backends'
+    kernels compute it in (`BackendKernels.arithmetics`): the one a bound shared by the
+    backends (the end-to-end propagation) is derived for."""
+    out: dict[str, Arithmetic] = {}
+    for arithmetics in per_backend:
+        for op, found in arithmetics.items():
+            if op not in out or found.u > out[op].u:
+                out[op] = found
+    return out
+
+
 @dataclass(frozen=True)
 class BackendKernels:
     """The manifest one backend runs (its replaced slots) and the per-dimension workgroup
@@ -101,6 +117,21 @@ class BackendKernels:
     def slots(self) -> frozenset[str]:
         """The slots replaced on this backend."""
         return frozenset(self.manifest.slots(self.backend))
+
+    def arithmetics(self, graph: Graph) -> dict[str, Arithmetic]:
+        """Per op of `graph` whose kernels on this backend compute in another arithmetic
+        than f32 (a manifest entry's `precision = "f16"`, `kernel_arithmetic`), that
+        arithmetic: what its budget is derived for."""
+        out: dict[str, Arithmetic] = {}
+        for node in graph.ops:
+            found = kernel_arithmetic(graph, node, self._precision)
+            if found is not F32:
+                out[node.name] = found
+        return out
+
+    def _precision(self, slot: str) -> str | None:
+        entry = self.entry(slot)
+        return entry.precision if entry is not None else None
 
     def values(self, node_values: Mapping[str, Value]) -> dict[str, Value]:
         """A slot's values with the names every expression may read besides them."""

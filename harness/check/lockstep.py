@@ -36,7 +36,7 @@ from graph_format import (
 )
 from graph_format.kernels import KernelEntry, KernelRequirementError
 from harness.check import oracles, timing
-from harness.check.contract import ModelStep, expected_build_error
+from harness.check.contract import ModelStep, coarsest_arithmetic, expected_build_error
 from harness.check.coverage import Coverage, max_state, op_regimes, workgroups_regimes
 from harness.check.divergence import Divergence, Kind, primary
 from harness.check.reference import ReferenceEvaluator
@@ -218,6 +218,15 @@ class _CaseRun:
         self.coverage = Coverage()
         self.previous_sizes: dict[str, int] = {}
         self.max_live = max_state(graph)
+        # Per runtime, the ops whose kernels there compute in another arithmetic than f32
+        # (a manifest's `precision`), and per op the coarsest over the runtimes (the
+        # end-to-end bounds' local terms).
+        self.arithmetic = {
+            name: found
+            for name, kernels in runner.kernels.items()
+            if (found := kernels.arithmetics(graph))
+        }
+        self.coarsest = coarsest_arithmetic(self.arithmetic.values())
         # Backends that refused the graph at load as their manifest's `requires` says.
         self.refused_at_load: dict[str, str] = {}
         # Per op type, kernels and pair of backends compared on bit-identical inputs: the
@@ -266,7 +275,7 @@ class _CaseRun:
                 divergences += oracles.check_build(expected_build_error(graph), load_errors)
             loaded = all(error is None for error in load_errors.values()) and bool(loop.loaded)
             if loaded and not divergences and expected_build_error(graph) is None:
-                reference = ReferenceEvaluator(graph)
+                reference = ReferenceEvaluator(graph, arithmetic=self.coarsest)
                 # Each backend's state tensors before the step, for the per-op check of ops
                 # that update state in place.
                 pre_state = {
@@ -361,6 +370,7 @@ class _CaseRun:
                     util,
                     shared=reference.evaluations,
                     references=refs.setdefault(name, {}),
+                    arithmetic=self.arithmetic.get(name),
                 )
             for s in self.states:
                 pre_state[name][s] = observed[s].astype(np.float64)

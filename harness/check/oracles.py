@@ -44,7 +44,7 @@ from harness.check.divergence import (
 )
 from harness.check.reference import OpEvaluation, op_args
 from harness.model import ExpectedDispatch, arg_values, local_budgets, op_dtype
-from harness.model.numerics import Comparison, compare
+from harness.model.numerics import F32, Arithmetic, Comparison, compare
 from harness.ops import model_for
 
 # ---------------------------------------------------------------------------- errors
@@ -817,6 +817,7 @@ def check_ops(
     utilization: dict[str, float],
     shared: Mapping[str, OpEvaluation] | None = None,
     references: dict[str, np.ndarray] | None = None,
+    arithmetic: Mapping[str, Arithmetic] | None = None,
 ) -> list[Divergence]:
     """Each op against its float64 reference evaluated on this backend's own inputs to it.
 
@@ -833,18 +834,22 @@ def check_ops(
             instead of computing them again.
         references: filled with each compared tensor's reference, by `op:tensor` (what
             the exact tier blames by, `check_exact`).
+        arithmetic: per op whose kernels on this backend compute in another arithmetic
+            than f32 (a manifest's `precision = "f16"`), that arithmetic: its budgets are
+            derived for it.
     """
     out: list[Divergence] = []
     for node in graph.ops:
         model = model_for(node.op)
         args = op_args(graph, node, values, symints)
         known = shared.get(node.name) if shared is not None else None
-        if known is not None and known.matches(args):
+        own = arithmetic.get(node.name, F32) if arithmetic is not None else F32
+        if known is not None and known.arithmetic == own and known.matches(args):
             outs, tiers = known.outputs, known.budgets
             args.update(known.state_after)  # the state as the reference updated it
         else:
             outs = model.reference(node, args)
-            tiers = local_budgets(graph, node, args, outs)
+            tiers = local_budgets(graph, node, args, outs, own)
         checks = [
             (node.outputs[slot], outs[slot], slot)
             for slot in node.outputs

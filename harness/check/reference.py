@@ -51,6 +51,7 @@ import numpy as np
 
 from graph_format import Graph, OpNode, SymIntValue, TensorValue
 from harness.model import Args, BudgetTiers, local_budgets
+from harness.model.numerics import F32, Arithmetic
 from harness.ops import model_for
 
 # Random probes per op and error structure, and the multiple of the error scale an
@@ -99,12 +100,15 @@ class OpEvaluation:
         outputs: its reference outputs by slot.
         state_after: the state tensors it updated in place, by slot, after the update.
         budgets: its local error budgets by slot, both tiers (`harness.model.local_budgets`).
+        arithmetic: the arithmetic those budgets are derived for (a backend whose kernels
+            of the op compute in another one derives its own).
     """
 
     args: Args
     outputs: Mapping[str, Any]
     state_after: Mapping[str, np.ndarray]
     budgets: BudgetTiers
+    arithmetic: Arithmetic = F32
 
     def matches(self, args: Args) -> bool:
         """Whether `args` are these arguments bit for bit (so the op's reference and budget
@@ -151,8 +155,18 @@ class ReferenceEvaluator:
         evaluations: every op of the last step as it was evaluated, by op name.
     """
 
-    def __init__(self, graph: Graph, *, seed: int = 0) -> None:
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        seed: int = 0,
+        arithmetic: Mapping[str, Arithmetic] | None = None,
+    ) -> None:
         self.graph = graph
+        # Per op whose kernels compute in another arithmetic than f32 on some backend, the
+        # coarsest of them: its local bound in the end-to-end propagation (each backend's
+        # per-op check derives its own, `oracles.check_ops`).
+        self.arithmetic = dict(arithmetic or {})
         self.state: dict[str, np.ndarray] = {}
         self.state_sigma: dict[str, np.ndarray] = {}
         self.constants: dict[str, np.ndarray] = {}
@@ -208,10 +222,15 @@ class ReferenceEvaluator:
         }
         before = {slot: np.array(args[slot]) for slot in state_slots}  # the reference updates state
         outputs = model.reference(node, args)
-        tiers = local_budgets(graph, node, args, outputs)
+        arithmetic = self.arithmetic.get(node.name, F32)
+        tiers = local_budgets(graph, node, args, outputs, arithmetic)
         local = tiers.hard
         self.evaluations[node.name] = OpEvaluation(
-            {**args, **before}, outputs, {slot: args[slot] for slot in state_slots}, tiers
+            {**args, **before},
+            outputs,
+            {slot: args[slot] for slot in state_slots},
+            tiers,
+            arithmetic,
         )
         carried = {
             slot: sigma[arg]

@@ -28,7 +28,10 @@ its docs say (f32 unless the slot says otherwise) and stores f16. `local_budget`
 place budgets are taken from: `budget` for the f32 computation, then for an f16 op the
 rounding of every output to f16 (`harness.model.numerics.f16_store`), or the model's own
 `half_budget(node, args, outputs, budgets)` where that differs (a copy stores exactly; an
-f16-accumulating kernel rounds more; state it writes in f16).
+f16-accumulating kernel rounds more; state it writes in f16). A manifest kernel that
+computes in f16 (`precision = "f16"`) has its op's budget derived in f16 arithmetic:
+`local_budget(..., arithmetic)`, whose derivations read the arithmetic's constants
+(`harness.model.numerics.arithmetic`); `kernel_arithmetic` says which ops compute in it.
 
 The model reads its node's arguments through graph_format's typed accessors
 (`OpNode.arg`, `optional_arg`, `size_list`) and the readers here (`tensors`,
@@ -56,7 +59,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -75,9 +78,12 @@ from graph_format import (
 from graph_format.kernels import WORKGROUPS_VALUE, Value
 from graph_format.signatures import SLOTS
 from harness.model.numerics import (
+    ARITHMETICS,
+    F32,
     RIGOROUS,
     SHORTEST_TIGHTER_SUM,
     STATISTICAL,
+    Arithmetic,
     error_model,
     f16_store,
     longest_sum,
@@ -464,12 +470,18 @@ class BudgetError(Exception):
 
 
 def local_budget(
-    graph: Graph, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
+    graph: Graph,
+    node: OpNode,
+    args: Args,
+    outputs: Mapping[str, np.ndarray],
+    arithmetic: Arithmetic = F32,
 ) -> dict[str, np.ndarray]:
     """The op's own error budget per output slot (and state slot it writes), in the graph's
-    precision: `OpModel.budget` (the f32 computation); for an op of an f16 graph
+    precision: `OpModel.budget` (the computation, in `arithmetic`: f32 unless a manifest's
+    kernel of the op declares `precision = "f16"`); for an op of an f16 graph
     (`op_dtype`), the model's `half_budget` of those, or by default each tensor output's
-    budget with its rounding to f16 added (`f16_store`).
+    budget with its rounding to f16 added (`f16_store`: exact for a value computed in f16,
+    so that term only covers a kernel that computes part of its arithmetic in f32).
 
     Non-finite values (docs/oracles.md, "Non-finite values"): where the reference of an
     element is +-inf or NaN the budget is 0, since such an element is compared by class
@@ -481,7 +493,7 @@ def local_budget(
             op, its type, the tensor, how many elements).
     """
     model = model_for(node.op)
-    with error_model(RIGOROUS):
+    with error_model(RIGOROUS.computing_in(arithmetic)):
         return _budget(graph, node, model, args, outputs)
 
 
@@ -506,20 +518,25 @@ class BudgetTiers:
 
 
 def local_budgets(
-    graph: Graph, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
+    graph: Graph,
+    node: OpNode,
+    args: Args,
+    outputs: Mapping[str, np.ndarray],
+    arithmetic: Arithmetic = F32,
 ) -> BudgetTiers:
-    """`local_budget` in both tiers. The statistical one is derived only for an op whose
-    derivation bounds a sum of at least `SHORTEST_TIGHTER_SUM` terms; for any other it is
-    the hard one, unchanged (the probabilistic bound of a shorter sum is not tighter).
+    """`local_budget` in both tiers, for a kernel computing in `arithmetic`. The statistical
+    one is derived only for an op whose derivation bounds a sum of at least
+    `SHORTEST_TIGHTER_SUM` terms; for any other it is the hard one, unchanged (the
+    probabilistic bound of a shorter sum is not tighter).
 
     Raises:
         BudgetError: as `local_budget`.
     """
     with longest_sum() as seen:
-        hard = local_budget(graph, node, args, outputs)
+        hard = local_budget(graph, node, args, outputs, arithmetic)
     if seen[0] < SHORTEST_TIGHTER_SUM:
         return BudgetTiers(hard, hard)
-    with error_model(STATISTICAL):
+    with error_model(STATISTICAL.computing_in(arithmetic)):
         statistical = _budget(graph, node, model_for(node.op), args, outputs)
     return BudgetTiers(hard, statistical)
 
@@ -563,3 +580,20 @@ def _class_compared(node: OpNode, slot: str, budget: np.ndarray, reference: np.n
         f"finite (first at {first}): the model's derivation does not cover these inputs "
         "(non-finite values in them?)"
     )
+
+
+def kernel_arithmetic(
+    graph: Graph, node: OpNode, precision: Callable[[str], str | None]
+) -> Arithmetic:
+    """The arithmetic `node`'s kernels compute in on one backend, for its budget
+    (`local_budget`): f16 where the op runs in half precision (`op_dtype`) and a kernel of
+    one of its slots declares `precision = "f16"` (`precision(slot)`: the backend's
+    manifest entry's, None for the project's kernel), else f32. One f16 kernel makes the
+    whole op's budget an f16-arithmetic one: a budget is per op, not per dispatch."""
+    if op_dtype(graph, node) != "float16":
+        return F32
+    for slot in SIGNATURES[node.op].slots:
+        declared = precision(slot)
+        if declared is not None and declared != F32.name:
+            return ARITHMETICS[declared]
+    return F32

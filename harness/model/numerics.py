@@ -1,10 +1,12 @@
 """Floating-point facts behind the error budgets, and the comparison that uses them.
 
 Budgets are bounds, not tolerances: each op's model derives, per output element, how far a
-correct float32 implementation may be from the float64 reference (reduction length,
-magnitudes of the terms, the unit roundoff, and the accuracy WGSL and GLSL promise for
-builtins), times `SAFETY`. A result is within budget when |actual - reference| <= budget
-for every element; `utilization` is the largest ratio, so 1.0 is the edge.
+correct implementation may be from the float64 reference (reduction length, magnitudes of
+the terms, the unit roundoff, and the accuracy WGSL and GLSL promise for builtins), times
+`SAFETY`, in the kernel's arithmetic: float32, or f16 for a manifest kernel declaring
+`precision = "f16"` (`Arithmetic`; the error model in force carries it, `arithmetic()`).
+A result is within budget when |actual - reference| <= budget for every element;
+`utilization` is the largest ratio, so 1.0 is the edge.
 """
 
 from __future__ import annotations
@@ -13,27 +15,101 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-# Unit roundoff of float32 (round to nearest) and the spacing of floats at 1.0.
-U32 = 2.0**-24
-EPS32 = 2.0**-23
 # How much slack a derived worst-case bound gets: it covers second-order terms the first-order
 # derivations drop, never a systematic error (one of those is O(1) larger than any budget).
 SAFETY = 2.0
-# Accuracy of builtins in ULPs, from the WGSL spec (§ floating-point accuracy) and the
-# Vulkan/GLSL precision tables, which agree on these: inverseSqrt 2 ULP, division 2.5 ULP,
-# exp(x) 3 + 2|x| ULP, sin/cos absolute 2^-11 in [-pi, pi].
+# Accuracy of builtins in ULPs of their result, from the WGSL spec (§ floating-point accuracy)
+# and the Vulkan/GLSL precision tables, which agree on these for f32 and f16 alike:
+# inverseSqrt 2 ULP, division 2.5 ULP (within the divisor range of `Arithmetic`). exp's and
+# sin/cos's accuracy depend on the width (`Arithmetic.exp_ulp_base`, `sin_cos_absolute`).
 ULP_INVERSE_SQRT = 2.0
 ULP_DIVIDE = 2.5
-# Both WGSL and Vulkan allow denormals to be flushed to zero, in inputs and results: any
-# result below the smallest normal may come back as 0 (an absolute error of up to TINY32).
-TINY32 = 2.0**-126
-# The division accuracy above holds for divisors in [2^-126, 2^126]; past 2^126 it is not
-# specified (a GPU may compute x * (1/y) with 1/y flushed to zero).
-DIVISOR_LIMIT = 2.0**126
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """The floating-point arithmetic a kernel computes in: what every budget derivation
+    reads for the kernel's own roundings (`arithmetic()`, the one of the error model in
+    force). The float64 reference and the rounding of a stored f16 value (`f16_store`) are
+    not the kernel's arithmetic and do not change with it.
+
+    Attributes:
+        name: "f32" or "f16" (a manifest's `precision`).
+        u: the unit roundoff (round to nearest): 2^-24 (f32), 2^-11 (f16).
+        eps: the spacing of floats at 1.0, 2u: one ULP of a normal value v is at most eps |v|.
+        tiny: the smallest normal value, 2^-126 (f32), 2^-14 (f16). Both WGSL and Vulkan let
+            an implementation flush subnormal inputs and results of arithmetic to zero: any
+            result below it may come back as 0 (an absolute error of up to `tiny`).
+        largest: the largest finite value, about 3.4e38 (f32), 65504 (f16); a result past it
+            overflows (to inf; WGSL: an indeterminate value), which generated data keep
+            every intermediate of the project's kernels below.
+        divisor_limit: x / y is accurate to 2.5 ULP for |y| in [1 / limit, limit]: 2^126
+            (f32), 2^14 (f16); past it nothing is specified (a GPU may compute x * (1/y)
+            with 1/y flushed to zero).
+        exp_ulp_base: exp(x) and exp2(x) are accurate to exp_ulp_base + 2|x| ULP: 3 (f32),
+            1 (f16).
+        sin_cos_absolute: sin and cos are off by at most this inside [-pi, pi]: 2^-11
+            (f32), 2^-7 (f16).
+        log2_absolute: log2(x) inside [0.5, 2]: 2^-21 (f32), 2^-7 (f16); 3 ULP outside.
+        exact_int: every integer up to this magnitude converts exactly: 2^24 (f32), 2^11
+            (f16).
+    """
+
+    name: str
+    u: float
+    tiny: float
+    largest: float
+    divisor_limit: float
+    exp_ulp_base: float
+    sin_cos_absolute: float
+    log2_absolute: float
+    exact_int: int
+
+    @property
+    def eps(self) -> float:
+        """The spacing of floats at 1.0 (2u): one ULP of a normal value v is <= eps |v|."""
+        return 2.0 * self.u
+
+    def ulp_exp(self, x: np.ndarray | float) -> np.ndarray | float:
+        """exp's (and exp2's) accuracy in ULPs of its result at x: exp_ulp_base + 2|x|."""
+        return self.exp_ulp_base + 2.0 * np.abs(x)
+
+
+F32 = Arithmetic(
+    "f32",
+    u=2.0**-24,
+    tiny=2.0**-126,
+    largest=float(np.finfo(np.float32).max),
+    divisor_limit=2.0**126,
+    exp_ulp_base=3.0,
+    sin_cos_absolute=2.0**-11,
+    log2_absolute=2.0**-21,
+    exact_int=2**24,
+)
+F16 = Arithmetic(
+    "f16",
+    u=2.0**-11,
+    tiny=2.0**-14,
+    largest=65504.0,
+    divisor_limit=2.0**14,
+    exp_ulp_base=1.0,
+    sin_cos_absolute=2.0**-7,
+    log2_absolute=2.0**-7,
+    exact_int=2**11,
+)
+# The arithmetics a manifest's `precision` names.
+ARITHMETICS = {a.name: a for a in (F32, F16)}
+
+# float32's constants by name, for the float32-only parts (f16 stores' conversions, the
+# tests): a derivation of the kernel's arithmetic reads `arithmetic()` instead.
+U32 = F32.u
+EPS32 = F32.eps
+TINY32 = F32.tiny
+DIVISOR_LIMIT = F32.divisor_limit
 
 
 # Half precision (IEEE binary16), for kernels that store (or compute) in f16: the unit
@@ -42,8 +118,8 @@ DIVISOR_LIMIT = 2.0**126
 # the absolute error of rounding a result below the smallest normal 2^-14 to the nearest
 # subnormal, which relative error cannot describe. (Subnormal f16 results are kept by the
 # f32 -> f16 conversions the kernels store with, on both APIs.)
-U16 = 2.0**-11
-F16_MAX = 65504.0
+U16 = F16.u
+F16_MAX = F16.largest
 SUBNORMAL_HALF_SPACING16 = 2.0**-25
 
 
@@ -65,28 +141,34 @@ def f16_store(compute: np.ndarray | float, reference: np.ndarray | float) -> np.
 
 
 def ulp_exp(x: np.ndarray | float) -> np.ndarray | float:
-    """exp's accuracy in ULPs of its result: 3 + 2|x| (WGSL and Vulkan alike)."""
-    return 3.0 + 2.0 * np.abs(x)
+    """exp's accuracy in ULPs of its result in the arithmetic in force (`arithmetic`):
+    3 + 2|x| in f32, 1 + 2|x| in f16 (WGSL and Vulkan alike)."""
+    return arithmetic().ulp_exp(x)
 
 
 def gamma(n: int | np.ndarray) -> float | np.ndarray:
-    """The relative error bound of an n-term float32 sum (or product chain) under the error
-    model in force (`error_model`): Higham's worst case gamma_n = n u / (1 - n u) for the
-    rigorous budgets, the probabilistic `gamma_tilde` for the statistical tier.
+    """The relative error bound of an n-term sum (or product chain) in the kernel's
+    arithmetic, under the error model in force (`error_model`): Higham's worst case
+    gamma_n = n u / (1 - n u) for the rigorous budgets, the probabilistic `gamma_tilde` for
+    the statistical tier, each with the unit roundoff u of the model's `Arithmetic`.
 
     Every op derivation bounds its sums with this one function, so that one derivation gives
-    both tiers (docs/oracles.md, "The statistical tier")."""
+    both tiers and both arithmetics (docs/oracles.md, "The statistical tier", "Kernels
+    that compute in f16")."""
     model = _MODEL.get()
     seen = _LONGEST.get()
     if seen is not None:
         seen[0] = max(seen[0], int(np.max(n)))
-    return model.gamma(n)
+    return model.gamma(n, model.arithmetic.u)
 
 
-def gamma_worst(n: int | np.ndarray) -> float | np.ndarray:
+def gamma_worst(n: int | np.ndarray, u: float | None = None) -> float | np.ndarray:
     """Higham's gamma_n = n u / (1 - n u), which bounds |theta_n| in prod (1 + d_i) = 1 + theta_n
-    for any n roundings |d_i| <= u: the worst case."""
-    return n * U32 / (1.0 - n * U32)
+    for any n roundings |d_i| <= u: the worst case. u: the unit roundoff (default: that of
+    the arithmetic in force). Infinite where n u >= 1 (no bound: an f16 sum of 2048 terms)."""
+    u = arithmetic().u if u is None else u
+    with np.errstate(divide="ignore"):
+        return np.where(n * u < 1.0, n * u / np.maximum(1.0 - n * u, 0.0), np.inf) + 0.0
 
 
 # The statistical tier's lambda (Higham and Mary 2019, Theorem 2.4): for n independent
@@ -98,30 +180,46 @@ def gamma_worst(n: int | np.ndarray) -> float | np.ndarray:
 LAMBDA = 9.0
 
 
-def gamma_tilde(n: int | np.ndarray, lam: float = LAMBDA) -> float | np.ndarray:
+def gamma_tilde(
+    n: int | np.ndarray, lam: float = LAMBDA, u: float | None = None
+) -> float | np.ndarray:
     """Higham and Mary's probabilistic gamma_tilde_n(lambda) = exp(lambda sqrt(n) u + n u^2 /
     (1 - u)) - 1 (about lambda sqrt(n) u), never above the worst case `gamma_worst`
-    (which holds with certainty, so the smaller of the two fails no more often)."""
-    tilde = np.expm1(lam * np.sqrt(n) * U32 + n * U32 * U32 / (1.0 - U32))
-    return np.minimum(tilde, gamma_worst(n))
+    (which holds with certainty, so the smaller of the two fails no more often). u: the
+    unit roundoff (default: that of the arithmetic in force)."""
+    u = arithmetic().u if u is None else u
+    tilde = np.expm1(lam * np.sqrt(n) * u + n * u * u / (1.0 - u))
+    return np.minimum(tilde, gamma_worst(n, u))
+
+
+def _gamma_tilde(n: int | np.ndarray, u: float) -> float | np.ndarray:
+    return gamma_tilde(n, LAMBDA, u)
 
 
 @dataclass(frozen=True)
 class ErrorModel:
-    """How a budget derivation bounds the rounding of an n-term sum (`gamma`).
+    """How a budget derivation bounds the kernel's roundings: the tier (how `gamma` bounds
+    an n-term sum) and the arithmetic the kernel computes in (`arithmetic`).
 
     Attributes:
         name: `rigorous` (the hard budgets: a worst case, always true) or `statistical`
             (the tier beside them: true with a stated probability, docs/oracles.md).
-        gamma: the bound on |theta_n| it uses.
+        gamma: the bound on |theta_n| it uses, given n and the unit roundoff.
+        arithmetic: the kernel's arithmetic (f32 unless its manifest entry says `precision
+            = "f16"`): its unit roundoff, flush threshold and builtin accuracies.
     """
 
     name: str
-    gamma: Callable[[int | np.ndarray], float | np.ndarray]
+    gamma: Callable[[int | np.ndarray, float], float | np.ndarray]
+    arithmetic: Arithmetic = F32
+
+    def computing_in(self, arithmetic: Arithmetic) -> ErrorModel:
+        """This tier for a kernel that computes in `arithmetic`."""
+        return replace(self, arithmetic=arithmetic)
 
 
 RIGOROUS = ErrorModel("rigorous", gamma_worst)
-STATISTICAL = ErrorModel("statistical", gamma_tilde)
+STATISTICAL = ErrorModel("statistical", _gamma_tilde)
 # The model `gamma` follows, and (while `longest_sum` watches) the longest sum seen. Context
 # variables, not module state: each thread and task evaluates under its own.
 _MODEL: ContextVar[ErrorModel] = ContextVar("error_model", default=RIGOROUS)
@@ -130,6 +228,12 @@ _LONGEST: ContextVar[list[int] | None] = ContextVar("longest_sum", default=None)
 # (lambda sqrt(n) >= n for n <= lambda^2): budgets whose sums are all this short are the
 # same in both tiers.
 SHORTEST_TIGHTER_SUM = int(LAMBDA * LAMBDA) + 1
+
+
+def arithmetic() -> Arithmetic:
+    """The arithmetic of the error model in force (`error_model`): what a derivation reads
+    for the kernel's unit roundoff, flush threshold and builtin accuracies."""
+    return _MODEL.get().arithmetic
 
 
 @contextmanager

@@ -45,15 +45,7 @@ from harness.model import (
     tensors,
     uniform_float_dtype,
 )
-from harness.model.numerics import (
-    DIVISOR_LIMIT,
-    EPS32,
-    SAFETY,
-    TINY32,
-    U32,
-    ULP_DIVIDE,
-    ulp_exp,
-)
+from harness.model.numerics import SAFETY, ULP_DIVIDE, arithmetic
 
 WORKGROUP = (64, 1, 1)
 # The unary kernel's op_kind override / specialization constant.
@@ -67,26 +59,42 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
-    """Local error bound of r = n / (1 + exp(-x)) in float32, for n = 1 or n = x exact.
+    """Local error bound of r = n / (1 + exp(-x)) in the kernel's arithmetic (`arithmetic()`:
+    f32, or f16 for a kernel declaring `precision = "f16"`), for n = 1 or n = x exact.
 
-    exp(-x) has (3 + 2|x|) ULP of error; in 1 + t that relative error shrinks by
-    t / (1 + t); the addition and the division (2.5 ULP) add their own. Where 1 + exp(-x)
-    exceeds 2^126 (x < -87.3) the division's accuracy is not specified and exp(-x) may even
-    overflow to inf, so the result may be anything from 0 to the exact value: the bound is
-    |r| there. Results may flush to zero below the smallest normal (TINY32). At x = +-inf
-    (sigmoid's 1 and 0) the exp is exact (0 or inf) and so is the result, up to the rounding
-    and flush terms.
+    exp(-x) has `ulp_exp(x)` ULP of error (3 + 2|x| in f32, 1 + 2|x| in f16); in 1 + t that
+    relative error shrinks by t / (1 + t); an exp(-x) below the smallest normal may also
+    flush to 0 or come back subnormal (absolute, relative to 1 + t); the addition (u) and
+    the division (2.5 ULP) add their own. Where 1 + exp(-x) exceeds the division's range
+    (2^126 in f32: x < -87.3; 2^14 in f16: x < -9.70) its accuracy is not specified, and
+    exp(-x) itself overflows past the largest finite value (f16: 65504, x < -11.09): a GPU
+    may give n * (1/y) with 1/y flushed to zero, or n / inf, so the result may be anything
+    from 0 to the exact value: the bound is |r| there (an f16 silu is -0 below x ~ -11).
+    Results may flush to zero below the smallest normal (`tiny`: 2^-126, f16 2^-14). At
+    x = +-inf (sigmoid's 1 and 0) the exp is exact (0 or inf) and so is the result, up to
+    the rounding and flush terms.
     """
+    a = arithmetic()
     with np.errstate(over="ignore", invalid="ignore"):  # inf / inf where t overflows
         t = np.exp(-x)
         weight = np.where(np.isfinite(t), t / (1.0 + t), 1.0)
+        # An exp(-x) below the smallest normal may flush to 0 (off by t < tiny) or come back
+        # subnormal (off by ulp_exp(x) subnormal spacings, eps tiny each), relative to 1 + t.
+        # Only where x is finite: exp(-inf) is an exact 0. (f32 data never gets there.)
+        below = np.isfinite(x) & (t < a.tiny)
+        subnormal = np.where(below, a.tiny * (1.0 + a.ulp_exp(x) * a.eps) / (1.0 + t), 0.0)
     # At x = +inf, exp(-x) is an exact 0 (weight 0): its error term is 0, not 0 * inf.
-    rel = np.where(weight > 0, weight * ulp_exp(x), 0.0) * EPS32 + U32 + ULP_DIVIDE * EPS32
-    unspecified = -x > np.log(DIVISOR_LIMIT)
+    rel = (
+        np.where(weight > 0, weight * a.ulp_exp(x), 0.0) * a.eps
+        + subnormal
+        + a.u
+        + ULP_DIVIDE * a.eps
+    )
+    unspecified = -x > np.log(a.divisor_limit)
     # At x = -inf (rel infinite) the result is an exact 0 (n / inf; unspecified division
     # below): no relative error of it, 0 rather than inf * 0.
     relative = np.where(result == 0, 0.0, rel * np.abs(result))
-    bound: np.ndarray = SAFETY * (relative + TINY32)
+    bound: np.ndarray = SAFETY * (relative + a.tiny)
     return bound + np.where(unspecified, np.abs(result), 0.0)
 
 
@@ -201,9 +209,11 @@ class SiluMulModel:
         g, up = args["gate"], args["up"]
         s = _sigmoid(g)
         silu = g * s
-        # silu(g) to its own bound, then one more rounding in the product with up.
+        # silu(g) to its own bound, then one more rounding in the product with up (and a
+        # product below the smallest normal may flush), in the kernel's arithmetic.
+        a = arithmetic()
         local = quotient_budget(g, silu) * np.abs(up) + SAFETY * (
-            U32 * np.abs(outputs["out"]) + TINY32
+            a.u * np.abs(outputs["out"]) + a.tiny
         )
         return {"out": local}
 

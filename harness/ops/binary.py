@@ -60,7 +60,7 @@ from harness.model import (
     uniform_float_dtype,
     workgroups_regime,
 )
-from harness.model.numerics import SAFETY, TINY32, U32, gamma
+from harness.model.numerics import SAFETY, arithmetic, gamma
 
 WORKGROUP = (64, 1, 1)
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -219,16 +219,21 @@ class BinaryModel:
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
+        # In the kernel's arithmetic (u, tiny: f32's, or f16's for `precision = "f16"`).
+        a = arithmetic()
         out = np.abs(outputs["out"])
         if args.get("b") is not None:
-            return {"out": SAFETY * U32 * out}  # one rounding of the exact result
-        # The kernel reads the scalar s rounded to f32, s(1 + d1), |d1| <= u: a + s is off by
-        # u|s| before its own rounding, a * s by a second factor (1 + d1), so gamma(2)|a s|.
-        # A scalar below the normal range may be flushed to zero: off by < TINY32 (times |a|).
+            # One rounding of the exact result; one below the normal range may flush (in
+            # f32 the generated data never get there).
+            return {"out": SAFETY * (a.u * out + a.tiny)}
+        # The kernel reads the scalar s rounded to its arithmetic, s(1 + d1), |d1| <= u: a + s
+        # is off by u|s| before its own rounding, a * s by a second factor (1 + d1), so
+        # gamma(2)|a s|. A scalar below the normal range may be flushed to zero: off by
+        # < tiny (times |a|).
         scalar = abs(float(args["scalar"]))
         if self.op == "add":
-            return {"out": SAFETY * (U32 * (out + scalar) + TINY32)}
-        return {"out": SAFETY * (gamma(2) * out + TINY32 * (np.abs(args["a"]) + 1))}
+            return {"out": SAFETY * (a.u * (out + scalar) + a.tiny)}
+        return {"out": SAFETY * (gamma(2) * out + a.tiny * (np.abs(args["a"]) + 1))}
 
 
 ADD = register("add", BinaryModel("add"))

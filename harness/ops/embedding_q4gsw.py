@@ -57,7 +57,7 @@ from harness.model import (
     tensors,
 )
 from harness.model.constants import remember
-from harness.model.numerics import SAFETY, TINY32, U32
+from harness.model.numerics import SAFETY, arithmetic
 
 WORKGROUP = (64, 1, 1)
 
@@ -192,8 +192,10 @@ class EmbeddingQ4gswModel:
     ) -> dict[str, np.ndarray]:
         # (nibble - 8) is exact; its product with the scale is rounded once (a 4-bit by
         # 24-bit product needs up to 28 bits). Below the normal range the product, or a
-        # denormal scale itself, may be flushed to zero: |nibble - 8| <= 8 times TINY32.
-        return {"out": SAFETY * (U32 * np.abs(outputs["out"]) + 8 * TINY32)}
+        # denormal scale itself, may be flushed to zero: |nibble - 8| <= 8 times tiny. In the
+        # kernel's arithmetic (f32's u and tiny, or f16's for `precision = "f16"`).
+        a = arithmetic()
+        return {"out": SAFETY * (a.u * np.abs(outputs["out"]) + 8 * a.tiny)}
 
 
 MODEL = register("embedding_q4gsw", EmbeddingQ4gswModel())

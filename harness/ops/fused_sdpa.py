@@ -47,7 +47,7 @@ from harness.model import (
     rw,
     tensors,
 )
-from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma, ulp_exp
+from harness.model.numerics import SAFETY, ULP_DIVIDE, arithmetic, gamma
 from harness.ops.sdpa import default_scale
 from harness.ops.view import view_as
 
@@ -240,7 +240,11 @@ class FusedSdpaModel:
           the weighted sum of values adds gamma(L) times sum_c p_c |v_c|;
         - weights or products below the normal range may flush to zero (TINY32 each, the
           normalizer is at least 1).
+        u, EPS32 = 2u, TINY32 and exp's ULPs are those of the kernel's arithmetic
+        (`arithmetic()`: f32, or f16 for `precision = "f16"`: u = 2^-11, tiny 2^-14, exp
+        1 + 2|x| ULP, division accurate for a normalizer up to 2^14, which L <= 2^14 keeps).
         """
+        a = arithmetic()
         q, k, v = args["q"], args["k"], np.abs(args["v"])
         scale = self._scale(args)
         kv_len, dim = k.shape[-2], q.shape[-1]
@@ -248,19 +252,19 @@ class FusedSdpaModel:
         mask = args.get("attn_mask")
         scores = product if mask is None else product + mask
         delta = scale * gamma(dim) * np.einsum("...sd,...ld->...sl", np.abs(q), np.abs(k))
-        delta = delta + 2 * U32 * np.abs(product) + (0 if mask is None else U32 * np.abs(scores))
+        delta = delta + 2 * a.u * np.abs(product) + (0 if mask is None else a.u * np.abs(scores))
         x = scores - scores.max(axis=-1, keepdims=True)
         p = np.exp(x)
         p /= p.sum(axis=-1, keepdims=True)
-        eps = delta + U32 * np.abs(x) + ulp_exp(x) * EPS32
+        eps = delta + a.u * np.abs(x) + a.ulp_exp(x) * a.eps
         # A -inf score (a -inf mask entry, as in causal masks) is an exact 0 weight: exp(-inf)
         # = 0 (IEEE 754, both APIs' exp on the devices tested), and its 0 * v_c adds nothing
         # for finite v_c. Its error term is 0, not 0 * inf, and it stays out of the max.
         eps = np.where(p > 0, eps, 0.0)
         eps_mean = (p * eps).sum(axis=-1, keepdims=True)
-        sigma = gamma(kv_len) + ULP_DIVIDE * EPS32
+        sigma = gamma(kv_len) + ULP_DIVIDE * a.eps
         local = np.einsum("...sl,...ld->...sd", p * (eps + eps_mean + sigma + gamma(kv_len)), v)
-        flushed = TINY32 * (
+        flushed = a.tiny * (
             2 * v.sum(axis=-2, keepdims=True) + kv_len * (np.abs(outputs["out"]) + 1)
         )
         return {"out": SAFETY * (local + flushed)}

@@ -97,7 +97,7 @@ from harness.model import (
     tensors,
 )
 from harness.model.constants import remember
-from harness.model.numerics import SAFETY, U16, f16_store, gamma
+from harness.model.numerics import SAFETY, U16, arithmetic, f16_store, gamma
 
 GEMM, GEMV = "q4gsw_gemm", "q4gsw_gemv"
 GEMM_F16, GEMV_F16 = dtype_slot(GEMM, "float16"), dtype_slot(GEMV, "float16")
@@ -371,10 +371,16 @@ class LinearQ4gswModel:
         # any summation tree of K terms (lanes, words, groups; the GEMV's power-of-two
         # factors 16^j are exact), and the bias addition. Higham: |error| <=
         # gamma(K + 2) * (sum_k |x_k| |w_k| + |b|). Exact zeros (padded nibbles, skipped
-        # tails, idle lanes) add no rounding. Assumes no underflow to subnormals. The f16
-        # kernels compute the same way from exact f16 inputs (their loads widen exactly):
-        # this bound, and local_budget adds the one rounding of the f16 store.
-        local = SAFETY * gamma(k + 2) * (ax @ w.T + ab)
+        # tails, idle lanes) add no rounding. The f16 kernels compute the same way from
+        # exact f16 inputs (their loads widen exactly): this bound, and local_budget adds
+        # the one rounding of the f16 store. u is the kernel's arithmetic's (`gamma`): f16's
+        # for a kernel declaring `precision = "f16"`, whose sums of K + 2 >= 2048 terms have
+        # no worst-case bound (a `BudgetError`). Results below the smallest normal may
+        # flush: a dequantized weight (tiny |x_k| each), each product and each partial sum
+        # (tiny each) and the bias addition: tiny (sum_k |x_k| + 2K + 1), nothing in f32.
+        tiny = arithmetic().tiny
+        flushed = tiny * (ax.sum(axis=-1, keepdims=True) + 2 * k + 1)
+        local = SAFETY * (gamma(k + 2) * (ax @ w.T + ab) + flushed)
         return {"out": local.reshape(outputs["out"].shape)}
 
     def half_budget(

@@ -42,7 +42,7 @@ from harness.model import (
     tensors,
     uniform_float_dtype,
 )
-from harness.model.numerics import EPS32, SAFETY, U32, ULP_INVERSE_SQRT, gamma
+from harness.model.numerics import SAFETY, ULP_INVERSE_SQRT, arithmetic, gamma
 
 WORKGROUP = (64, 1, 1)
 LONG_WIDTH = 4096  # `width>=4096`: a row of 16 passes of the 64 lanes (vec4) or more
@@ -132,12 +132,24 @@ class RmsNormModel:
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
-        n = args["x"].shape[-1]
+        x = args["x"]
+        n = x.shape[-1]
+        a = arithmetic()
+        # In the kernel's arithmetic (`arithmetic()`: f32, or f16 for `precision = "f16"`).
         # Rounding: sum of n squares (gamma_n, any order), /n and +eps (u each) give the
         # argument of inverseSqrt, whose relative error halves through the root; the
         # builtin adds its own ULPs; two products (x*rstd, *w) add u each.
-        rel = (gamma(n) + 2 * U32) / 2 + ULP_INVERSE_SQRT * EPS32 + 2 * U32
-        return {"out": SAFETY * rel * np.abs(outputs["out"])}
+        rel = (gamma(n) + 2 * a.u) / 2 + ULP_INVERSE_SQRT * a.eps + 2 * a.u
+        # Flushes below the smallest normal: squares (n of them, then / n), the mean and eps
+        # itself (1e-5 is subnormal in f16) shift the root's argument m + eps by up to
+        # 3 tiny, relative 3 tiny / (m + eps), halved through the root; the products x*rstd
+        # (times |w| after) and the result may flush too: tiny (|w| + 1). Nothing in f32,
+        # where generated data stay far above 2^-126.
+        mean = np.mean(x * x, axis=-1, keepdims=True) + abs(float(args["eps"]))
+        with np.errstate(divide="ignore"):
+            flush = np.where(mean > 0, 1.5 * a.tiny / mean, 0.0)
+        local = (rel + flush) * np.abs(outputs["out"]) + a.tiny * (np.abs(args["weight"]) + 1)
+        return {"out": SAFETY * local}
 
 
 MODEL = register("rms_norm", RmsNormModel())

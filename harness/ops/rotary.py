@@ -65,15 +65,18 @@ from harness.model import (
     tensors,
     uniform_float_dtype,
 )
-from harness.model.numerics import SAFETY, gamma
+from harness.model.numerics import SAFETY, arithmetic, gamma
 from harness.ops.view import view_as
 
 WORKGROUP = (64, 1, 1)
 
 
 def _rotate_budget(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
-    """Bound of fl(a c -+ b s): two products and a sum, fused or not."""
-    bound: np.ndarray = SAFETY * gamma(2) * (np.abs(a * c) + np.abs(b * s))
+    """Bound of fl(a c -+ b s): two products and a sum, fused or not, in the kernel's
+    arithmetic (`gamma`'s u), each of the three possibly flushed below the smallest normal
+    (3 tiny: nothing in f32, counted in f16)."""
+    flushed = 3 * arithmetic().tiny
+    bound: np.ndarray = SAFETY * (gamma(2) * (np.abs(a * c) + np.abs(b * s)) + flushed)
     return bound
 
 

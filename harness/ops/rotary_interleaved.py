@@ -52,7 +52,7 @@ from harness.model import (
     tensors,
     uniform_float_dtype,
 )
-from harness.model.numerics import SAFETY, gamma
+from harness.model.numerics import SAFETY, arithmetic, gamma
 from harness.ops.rotary import rope_tables
 from harness.ops.view import view_as
 
@@ -141,12 +141,14 @@ class InterleavedRotaryModel:
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
         # As the other ropes: each output is two products and a sum (fused or not), so
-        # |fl(a b +- c d) - (a b +- c d)| <= gamma(2) (|a b| + |c d|).
+        # |fl(a b +- c d) - (a b +- c d)| <= gamma(2) (|a b| + |c d|), plus 3 tiny for the
+        # three results flushed below the smallest normal (in the kernel's arithmetic).
         r, i = _pairs(args["x"])
         c, s = _pairs(args["freqs_cis"][None])
         real = np.abs(r * c) + np.abs(i * s)
         imag = np.abs(r * s) + np.abs(i * c)
-        return {"out": SAFETY * gamma(2) * _interleave(real, imag)}
+        flushed = 3 * arithmetic().tiny
+        return {"out": SAFETY * (gamma(2) * _interleave(real, imag) + flushed)}
 
 
 MODEL = register(OP, InterleavedRotaryModel())

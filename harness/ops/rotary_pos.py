@@ -62,7 +62,7 @@ from harness.model import (
     tensors,
     uniform_float_dtype,
 )
-from harness.model.numerics import EPS32, SAFETY, TINY32, U32, gamma
+from harness.model.numerics import SAFETY, Arithmetic, arithmetic, gamma
 from harness.ops.rotary import rope_operands, rotated, rotated_dims
 
 OP = "apply_rotary_emb_pos"
@@ -71,22 +71,19 @@ WORKGROUP = (64, 1, 1)
 
 # Accuracy of the builtins the angle takes, from the WGSL spec (floating-point accuracy) and
 # the Vulkan precision tables, which agree: log2 3 ULP outside [0.5, 2] and an absolute
-# 2^-21 inside; exp2 3 + 2|x| ULP; pow(x, y) inherited from exp2(y * log2(x)); division
-# 2.5 ULP; sin and cos an absolute 2^-11 inside [-pi, pi] and nothing specified outside.
-# One ULP of a normal f32 value v is at most EPS32 |v|.
+# 2^-21 inside (f16: 2^-7); exp2 3 + 2|x| ULP (f16: 1 + 2|x|); pow(x, y) inherited from
+# exp2(y * log2(x)); division 2.5 ULP; sin and cos an absolute 2^-11 (f16: 2^-7) inside
+# [-pi, pi] and nothing specified outside. One ULP of a normal value v is at most eps |v|.
+# The width-dependent ones are the kernel's `Arithmetic`'s (`arithmetic()`).
 ULP_LOG2 = 3.0
-LOG2_ABSOLUTE = 2.0**-21
 ULP_DIVISION = 2.5
-SIN_COS_ABSOLUTE = 2.0**-11
-# f32 converts every int exactly up to 2^24 in magnitude (a position past it rounds).
-F32_EXACT_INT = 2**24
 
 
-def _log2_error(x: float) -> float:
-    """Absolute error of f32 log2(x) for an f32 x > 0 (spec bound)."""
+def _log2_error(x: float, a: Arithmetic) -> float:
+    """Absolute error of log2(x) in arithmetic `a` for x > 0 of that width (spec bound)."""
     if 0.5 <= x <= 2.0:
-        return LOG2_ABSOLUTE
-    return ULP_LOG2 * EPS32 * abs(math.log2(x))
+        return a.log2_absolute
+    return ULP_LOG2 * a.eps * abs(math.log2(x))
 
 
 def exponents(head_dim: int, theta_base: float) -> np.ndarray:
@@ -115,8 +112,11 @@ def angle_error(
     freq_scale: float,
     freq_factors: np.ndarray | None,
 ) -> np.ndarray:
-    """How far (radians, `[S, D/2]`) the cos and sin an f32 kernel computes for each pair of
-    each token may be from cos and sin of the exact angle, before SAFETY (first order).
+    """How far (radians, `[S, D/2]`) the cos and sin a kernel computes for each pair of
+    each token may be from cos and sin of the exact angle, before SAFETY (first order), in
+    the kernel's arithmetic (`arithmetic()`; the text below names f32's constants: u,
+    EPS32 = 2u, TINY32, 3 + 2|x| ULP of exp2, 2^-21 and 2^-11 absolute of log2 and sin/cos,
+    2^24 exact ints; f16's are 2^-11, 2^-10, 2^-14, 1 + 2|x|, 2^-7, 2^-7, 2^11).
 
     Derivation. The kernel holds theta_base and freq_scale rounded to f32 (relative u each;
     log2 of the rounded base is off by up to u / ln 2 = 1.4427 u). Pair i's frequency is
@@ -144,28 +144,29 @@ def angle_error(
     Last, sin and cos: 2^-11 absolute. cos and sin are 1-Lipschitz, so each is off by at most
     the sum of the three.
     """
+    a = arithmetic()
     dim = head_dim
     t = exponents(dim, theta_base)
     pairs = np.arange(dim // 2, dtype=np.float64)
     e = pairs * 2.0 / dim
-    division = ULP_DIVISION * EPS32  # relative, 5u
-    base_rounding = U32 / math.log(2.0)  # log2 of the base rounded to f32
+    division = ULP_DIVISION * a.eps  # relative, 5u
+    base_rounding = a.u / math.log(2.0)  # log2 of the base rounded to the arithmetic
     # (A): e's division and the product e L, then L's own error scaled by e.
-    dt_a = np.abs(t) * (division + U32) + e * (_log2_error(theta_base) + base_rounding)
+    dt_a = np.abs(t) * (division + a.u) + e * (_log2_error(theta_base, a) + base_rounding)
     # (B): theta_scale = 2^t1 computed in f32, then raised to i.
     theta_scale, t1 = theta_base ** (-2.0 / dim), abs(2.0 / dim * math.log2(theta_base))
-    dt1 = (division + U32) * t1 + 2.0 / dim * (_log2_error(theta_base) + base_rounding)
-    rel_scale = math.log(2.0) * dt1 + (3.0 + 2.0 * t1) * EPS32
-    dt_b = pairs * (rel_scale / math.log(2.0) + _log2_error(theta_scale)) + U32 * np.abs(t)
-    rel_freq = math.log(2.0) * np.maximum(dt_a, dt_b) + (3.0 + 2.0 * np.abs(t)) * EPS32
+    dt1 = (division + a.u) * t1 + 2.0 / dim * (_log2_error(theta_base, a) + base_rounding)
+    rel_scale = math.log(2.0) * dt1 + a.ulp_exp(t1) * a.eps
+    dt_b = pairs * (rel_scale / math.log(2.0) + _log2_error(theta_scale, a)) + a.u * np.abs(t)
+    rel_freq = math.log(2.0) * np.maximum(dt_a, dt_b) + a.ulp_exp(t) * a.eps
     # The angle: freq_scale's rounding and product (2u), the factor's division, the position.
     pos = np.asarray(positions, np.float64)[:, None]
-    big = np.where(np.abs(pos) > F32_EXACT_INT, U32, 0.0)
-    rel_angle = rel_freq[None, :] + 2.0 * U32 + division + U32 + big
+    big = np.where(np.abs(pos) > a.exact_int, a.u, 0.0)
+    rel_angle = rel_freq[None, :] + 2.0 * a.u + division + a.u + big
     exact = np.abs(angles(positions, dim, theta_base, freq_scale, freq_factors))
-    computed = exact * rel_angle + TINY32
-    reduction = 4.0 * U32 * exact + 7.0 * U32 * math.pi
-    bound: np.ndarray = computed + reduction + SIN_COS_ABSOLUTE
+    computed = exact * rel_angle + a.tiny
+    reduction = 4.0 * a.u * exact + 7.0 * a.u * math.pi
+    bound: np.ndarray = computed + reduction + a.sin_cos_absolute
     return bound
 
 
@@ -336,7 +337,8 @@ class PositionRotaryModel:
     ) -> dict[str, np.ndarray]:
         """Per element: each of cos and sin is off by up to `angle_error` (delta), and the
         rotation a c -+ b s rounds twice (gamma(2)): (|a| + |b|) delta + gamma(2) (|a c| +
-        |b s|), times SAFETY."""
+        |b s|), and its two products and result may flush below the smallest normal (3 tiny),
+        times SAFETY; all in the kernel's arithmetic."""
         base, scale, factors = _op_floats(node, args)
         dim = args["xq"].shape[-1]
         delta = angle_error(args["positions"], dim, base, scale, factors)[:, None, :]
@@ -346,8 +348,9 @@ class PositionRotaryModel:
         for name in ("xq", "xk"):
             a, b = (np.abs(v) for v in _pairs(args[name]))
             trig = (a + b) * delta
-            first = SAFETY * (trig + gamma(2) * (a * c + b * s))
-            second = SAFETY * (trig + gamma(2) * (a * s + b * c))
+            flushed = 3 * arithmetic().tiny
+            first = SAFETY * (trig + gamma(2) * (a * c + b * s) + flushed)
+            second = SAFETY * (trig + gamma(2) * (a * s + b * c) + flushed)
             out[f"{name}_out"] = _join(first, second)
         return out
 

@@ -69,7 +69,7 @@ from harness.model import (
     tensors,
     uniform_float_dtype,
 )
-from harness.model.numerics import EPS32, SAFETY, TINY32, U32, ULP_DIVIDE, gamma
+from harness.model.numerics import SAFETY, ULP_DIVIDE, arithmetic, gamma
 from harness.ops.view import view_as
 
 WORKGROUP = (64, 1, 1)
@@ -340,7 +340,11 @@ class SdpaModel:
         - weights or products below the normal range may flush to zero (TINY32 each, the
           normalizer is at least 1).
         The caches are copies: exact.
+        u, EPS32 = 2u, TINY32 and exp's ULPs (3 + 2|x| in f32: 6 + 2|x| for the two exps) are
+        those of the kernel's arithmetic (`arithmetic()`: f32, or f16 for `precision =
+        "f16"`: u = 2^-11, tiny 2^-14, exp 1 + 2|x| ULP).
         """
+        a = arithmetic()
         pos, seq, _, dim, group, scale = self._geometry(args)
         ctx = pos + seq
         kc, vc = args["k_cache"], args["v_cache"]  # already updated by the reference
@@ -351,7 +355,7 @@ class SdpaModel:
         scores = np.einsum("shd,chd->hsc", q, keys) * scale
         valid = (np.arange(ctx)[None, :] <= (pos + np.arange(seq))[:, None])[None]  # [1,S,ctx]
         delta = scale * gamma(dim) * np.einsum("shd,chd->hsc", np.abs(q), np.abs(keys))
-        delta += 2 * U32 * np.abs(scores)
+        delta += 2 * a.u * np.abs(scores)
         top = np.where(valid, scores, -np.inf).max(axis=-1, keepdims=True)
         x = np.where(valid, scores - top, 0.0)
         p = np.where(valid, np.exp(x), 0.0)
@@ -359,14 +363,14 @@ class SdpaModel:
 
         n = (pos + np.arange(seq) + 1)[None, :, None].astype(np.float64)  # terms per row
         splits = div_up(ctx, SPLIT)
-        sigma = gamma(n + splits + 2) + ULP_DIVIDE * EPS32
-        eps = delta + 2 * U32 * np.abs(x) + (6 + 2 * np.abs(x)) * EPS32
+        sigma = gamma(n + splits + 2) + ULP_DIVIDE * a.eps
+        eps = delta + 2 * a.u * np.abs(x) + (2 * a.exp_ulp_base + 2 * np.abs(x)) * a.eps
         # A key of weight 0 (masked, or a -inf score: exp gives an exact 0) adds no error:
         # 0, not 0 * eps, where a non-finite cache row makes eps non-finite.
         eps = np.where(p > 0, eps, 0.0)
         eps_mean = (p * eps).sum(axis=-1, keepdims=True)
         local = _visible_sum(p * (eps + eps_mean + 2 * sigma), values, pos)
-        flushed = TINY32 * (
+        flushed = a.tiny * (
             2 * _visible_sum(np.broadcast_to(valid, p.shape).astype(np.float64), values, pos)
             + np.transpose(n, (1, 0, 2)) * (np.abs(outputs["out"][0]) + 1)
         )

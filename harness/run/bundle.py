@@ -55,14 +55,15 @@ import numpy as np
 from graph_format import Graph, GraphFormatError, OpNode, Runtime, StepResult
 from graph_format.kernels import MANIFEST_NAME, KernelManifest, KernelManifestError, load_manifest
 from harness.check.backends import BACKENDS, SHADER_LANGUAGES, open_runtimes
-from harness.check.contract import expected_build_error
+from harness.check.contract import coarsest_arithmetic, expected_build_error
 from harness.check.divergence import BugKey
 from harness.check.history import HistoryError, Loop, load_loops, run_loops, save_loops
 from harness.check.lockstep import CaseResult, LockstepRunner
 from harness.check.reference import ReferenceEvaluator, op_args
-from harness.check.steps import StepLoop, grid_limit, intermediates
+from harness.check.steps import StepLoop, backend_kernels, grid_limit, intermediates
 from harness.gen.case import Case
 from harness.model import Args, local_budgets
+from harness.model.numerics import F32, Arithmetic
 from harness.ops import MODELS, model_for
 from harness.run.commands import (
     COMMANDS_CWD,
@@ -218,7 +219,12 @@ def capture_evidence(
     evidence = Evidence()
     if (not wanted and not canary) or expected_build_error(graph) is not None:
         return evidence
-    reference = ReferenceEvaluator(graph)
+    # The arithmetic each runtime's kernels compute each op in (a manifest's `precision`),
+    # as the lockstep run judged them.
+    arithmetic = {
+        name: kernels.arithmetics(graph) for name, kernels in backend_kernels(runtimes).items()
+    }
+    reference = ReferenceEvaluator(graph, arithmetic=coarsest_arithmetic(arithmetic.values()))
     with StepLoop(runtimes, case, reads=intermediates(graph), limit=grid_limit(runtimes)) as loop:
         # A runtime that did not load runs no step: the lockstep run recorded why.
         for step in loop.steps(until=max([*wanted, *canary])):
@@ -237,6 +243,7 @@ def capture_evidence(
                     values,
                     errors,
                     statistical=tensor in suspect.get(index, ()),
+                    arithmetic=arithmetic,
                 )
             for tensor in sorted(canary.get(index, ())):
                 for name, res in results.items():
@@ -262,11 +269,13 @@ def _numeric_evidence(
     errors: Mapping[str, Any],
     *,
     statistical: bool = False,
+    arithmetic: Mapping[str, Mapping[str, Arithmetic]] | None = None,
 ) -> None:
     """The evidence of one tensor's numeric finding: each backend's output with the
     reference and budget it was judged by (the op's own, or end to end), and the worst
     element; `statistical`: the op's statistical tier bound instead of its rigorous budget
-    (a `numeric_suspect`)."""
+    (a `numeric_suspect`); `arithmetic`: per runtime, the ops its kernels compute in
+    another arithmetic than f32 (their budgets are derived for it, as `check_ops` does)."""
     node = graph.producer(tensor)
     judged: dict[str, _Judged] = {}
     for name, res in results.items():
@@ -301,7 +310,8 @@ def _numeric_evidence(
             try:
                 model = model_for(node.op)
                 outs = model.reference(node, args)
-                tiers = local_budgets(graph, node, args, outs)
+                own = (arithmetic or {}).get(name, {}).get(node.name, F32)
+                tiers = local_budgets(graph, node, args, outs, own)
                 budgets = tiers.statistical if statistical else tiers.hard
                 slot = next(s for s, out in node.outputs.items() if out == tensor)
                 ref, budget, scope = outs[slot], budgets[slot], "op"

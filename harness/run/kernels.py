@@ -224,7 +224,9 @@ def check_kernels_command(args: argparse.Namespace) -> int:
                 failed += 1
                 console.err(f"parity check-kernels: {where}: {type(err).__name__}: {err}")
                 continue
-            console.err(f"parity check-kernels: {where}: ok")
+            # A kernel computing in another arithmetic is judged by budgets derived for it.
+            arithmetic = f" (computes in {entry.precision})" if entry.precision != "f32" else ""
+            console.err(f"parity check-kernels: {where}: ok{arithmetic}")
     if failed:
         console.err(f"parity check-kernels: {failed} kernel(s) of {manifest.path} do not build")
         return ExitStatus.BAD_INPUT

@@ -448,6 +448,9 @@ def _kernels_ran(
                     "origin": f"manifest kernels/{MANIFEST_NAME}",
                     "defines": entry.defines,
                     "adapter": str(entry.adapter) if entry.adapter is not None else None,
+                    # The arithmetic it declares (`precision`) where not f32: its op's
+                    # budget was derived for it.
+                    "precision": entry.precision if entry.precision != "f32" else None,
                 }
             elif replaced:  # no bundle to read it from: the run's own path
                 cell |= {
