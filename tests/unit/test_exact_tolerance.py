@@ -59,10 +59,17 @@ def test_a_foreign_kernel_promises_nothing_unless_its_manifest_says_so() -> None
     assert tolerance("mul", ("mul_flat",), "webgpu", "webgpu-chrome", exact) is None
 
 
-def test_every_project_kernel_is_declared_exact() -> None:
+# Project kernels measured to round apart between WGSL and GLSL on some device (the position
+# rope's on an H200: docs/oracles.md "Exact equality"): the budgets alone judge them.
+NOT_EXACT = {"rotary_emb_pos", "rotary_emb_pos_f16"}
+
+
+def test_every_project_kernel_is_declared_exact_but_those_measured_apart() -> None:
     for op in SIGNATURES:
         for spec in model_for(op).kernels.values():
-            assert spec.exact, f"{op}: kernel {spec.name} declares no exactness"
+            assert spec.exact == (spec.name not in NOT_EXACT), (
+                f"{op}: kernel {spec.name} declares exact = {spec.exact}"
+            )
 
 
 def test_ulp_distance_counts_floats_between() -> None:
