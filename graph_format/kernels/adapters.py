@@ -10,6 +10,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import ClassVar, Protocol, cast
 
 from graph_format.kernels.errors import KernelManifestError
@@ -79,30 +80,7 @@ def load_adapter(ref: AdapterRef, interface: SlotInterface | None = None) -> typ
             class, or the class lacks `values`/`scratch` or has a bad `provides`.
     """
     where = f"adapter {ref}"
-    try:
-        code = ref.file.read_bytes()
-    except OSError as err:
-        reason = err.strerror or str(err)
-        raise KernelManifestError(ref.file, f"cannot read: {reason}", where=where) from None
-    digest = hashlib.sha256(str(ref.file.resolve()).encode() + b"\0" + code).hexdigest()[:16]
-    module_name = f"parity_adapter_{digest}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, ref.file)
-        if spec is None or spec.loader is None:
-            raise KernelManifestError(ref.file, "not a Python module", where=where)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # dataclasses and the like look themselves up
-        try:
-            spec.loader.exec_module(module)
-        except BaseException as err:  # the user's code: any failure is bad input
-            del sys.modules[module_name]
-            if isinstance(err, KeyboardInterrupt):
-                raise
-            text = "".join(traceback.format_exception(err)).strip()
-            raise KernelManifestError(
-                ref.file, f"importing it failed:\n{text}", where=where
-            ) from None
+    module = _import_module(ref.file, where)
     found = getattr(module, ref.name, None)
     if not isinstance(found, type):
         classes = sorted(n for n, v in vars(module).items() if isinstance(v, type))
@@ -140,3 +118,34 @@ def load_adapter(ref: AdapterRef, interface: SlotInterface | None = None) -> typ
                 where=where,
             )
     return cast(type[KernelAdapter], found)
+
+
+def _import_module(file: Path, where: str) -> ModuleType:
+    """The module of an adapter's file, imported once per file content.
+
+    Raises:
+        KernelManifestError: unreadable, not a module, or its code fails (with its traceback).
+    """
+    try:
+        code = file.read_bytes()
+    except OSError as err:
+        reason = err.strerror or str(err)
+        raise KernelManifestError(file, f"cannot read: {reason}", where=where) from None
+    digest = hashlib.sha256(str(file.resolve()).encode() + b"\0" + code).hexdigest()[:16]
+    module_name = f"parity_adapter_{digest}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, file)
+        if spec is None or spec.loader is None:
+            raise KernelManifestError(file, "not a Python module", where=where)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # dataclasses and the like look themselves up
+        try:
+            spec.loader.exec_module(module)
+        except BaseException as err:  # the user's code: any failure is bad input
+            del sys.modules[module_name]
+            if isinstance(err, KeyboardInterrupt):
+                raise
+            text = "".join(traceback.format_exception(err)).strip()
+            raise KernelManifestError(file, f"importing it failed:\n{text}", where=where) from None
+    return module

@@ -419,52 +419,66 @@ class Expression:
         if isinstance(node, ast.Constant):
             return _check_int(self.text, cast(int | float, node.value))  # the checker allowed
         if isinstance(node, ast.Name):
-            value = self._lookup(node.id, values)
-            if isinstance(value, tuple):
-                raise ExpressionError(
-                    self.text,
-                    f"{node.id!r} is a vector {value}: pass it whole by its bare name, or an "
-                    f"element as {node.id}[0]",
-                )
-            return value
+            return self._scalar(node.id, values)
         if isinstance(node, ast.Subscript):
             return self._element(node, values)
         if isinstance(node, ast.BinOp):
-            symbol, apply = _BINARY[type(node.op)]
-            left, right = self._eval(node.left, values), self._eval(node.right, values)
-            if symbol in ("/", "//", "%") and right == 0:
-                raise ExpressionError(self.text, f"division by zero in {symbol}")
-            try:
-                return _check_int(self.text, apply(left, right))
-            except _DomainError as err:
-                raise ExpressionError(self.text, str(err)) from None
+            return self._binary(node, values)
         if isinstance(node, ast.UnaryOp):
             operand = self._eval(node.operand, values)
             if isinstance(node.op, ast.Not):
                 return not operand
             return -operand if isinstance(node.op, ast.USub) else operand
         if isinstance(node, ast.Call):
-            assert isinstance(node.func, ast.Name)
-            function, _ = _FUNCTIONS[node.func.id]
-            args = [self._eval(a, values) for a in node.args]
-            if node.func.id == "div_up" and args[1] == 0:
-                raise ExpressionError(self.text, "division by zero in div_up")
-            try:
-                return _check_int(self.text, function(*args))
-            except _DomainError as err:
-                raise ExpressionError(self.text, str(err)) from None
+            return self._call(node, values)
         if isinstance(node, ast.Compare):
-            left = self._eval(node.left, values)
-            for op, comparator in zip(node.ops, node.comparators, strict=True):
-                right = self._eval(comparator, values)
-                if not _COMPARE[type(op)](left, right):
-                    return False
-                left = right
-            return True
+            return self._compare(node, values)
         if isinstance(node, ast.BoolOp):
             results = (bool(self._eval(v, values)) for v in node.values)
             return all(results) if isinstance(node.op, ast.And) else any(results)
         raise AssertionError(f"unchecked node {ast.dump(node)}")  # _Checker refused it
+
+    def _scalar(self, name: str, values: Mapping[str, Value]) -> int | float:
+        """A value read by name in arithmetic: a vector passes only whole, by a bare name."""
+        value = self._lookup(name, values)
+        if isinstance(value, tuple):
+            raise ExpressionError(
+                self.text,
+                f"{name!r} is a vector {value}: pass it whole by its bare name, or an "
+                f"element as {name}[0]",
+            )
+        return value
+
+    def _binary(self, node: ast.BinOp, values: Mapping[str, Value]) -> Any:
+        symbol, apply = _BINARY[type(node.op)]
+        left, right = self._eval(node.left, values), self._eval(node.right, values)
+        if symbol in ("/", "//", "%") and right == 0:
+            raise ExpressionError(self.text, f"division by zero in {symbol}")
+        try:
+            return _check_int(self.text, apply(left, right))
+        except _DomainError as err:
+            raise ExpressionError(self.text, str(err)) from None
+
+    def _call(self, node: ast.Call, values: Mapping[str, Value]) -> int | float:
+        assert isinstance(node.func, ast.Name)
+        function, _ = _FUNCTIONS[node.func.id]
+        args = [self._eval(a, values) for a in node.args]
+        if node.func.id == "div_up" and args[1] == 0:
+            raise ExpressionError(self.text, "division by zero in div_up")
+        try:
+            return _check_int(self.text, function(*args))
+        except _DomainError as err:
+            raise ExpressionError(self.text, str(err)) from None
+
+    def _compare(self, node: ast.Compare, values: Mapping[str, Value]) -> bool:
+        """A chain `a < b <= c`, as in Python: each comparison on the previous right side."""
+        left = self._eval(node.left, values)
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            right = self._eval(comparator, values)
+            if not _COMPARE[type(op)](left, right):
+                return False
+            left = right
+        return True
 
     def _element(self, node: ast.Subscript, values: Mapping[str, Value]) -> int | float:
         """`name[index]`: one element of a vector value (the checker allowed a name only)."""

@@ -88,31 +88,29 @@ def _dispatch_doc(dispatch: KernelDispatch) -> dict[str, Any]:
 
 
 def _entry_doc(entry: KernelEntry, folder: Path) -> dict[str, Any]:
+    adapter = entry.adapter
+    # Each key that differs from its default, in this order (what a reader of the TOML sees).
+    optional: dict[str, Any] = {
+        "entry": entry.entry if entry.entry != "main" else None,
+        "overrides": _exprs_doc(entry.overrides or {}),
+        "spec": _exprs_doc(entry.spec or {}),
+        "padding": list(entry.padding),
+        "fold": entry.fold,
+        "exact": entry.exact,
+        "requires": [r.text for r in entry.requires],
+        "defines": dict(entry.defines),
+        "scratch": _exprs_doc(entry.scratch),
+        "masked_columns": entry.masked_columns,
+        "adapter": (
+            None
+            if adapter is None
+            else f"{adapter.file.relative_to(folder).as_posix()}:{adapter.name}"
+        ),
+    }
     doc: dict[str, Any] = {
         "file" if entry.kind == "wgsl" else entry.kind: entry.source.relative_to(folder).as_posix()
     }
-    if entry.entry != "main":
-        doc["entry"] = entry.entry
-    if entry.overrides:
-        doc["overrides"] = _exprs_doc(entry.overrides)
-    if entry.spec:
-        doc["spec"] = _exprs_doc(entry.spec)
-    if entry.padding:
-        doc["padding"] = list(entry.padding)
-    if entry.fold:
-        doc["fold"] = True
-    if entry.exact:
-        doc["exact"] = True
-    if entry.requires:
-        doc["requires"] = [r.text for r in entry.requires]
-    if entry.defines:
-        doc["defines"] = dict(entry.defines)
-    if entry.scratch:
-        doc["scratch"] = _exprs_doc(entry.scratch)
-    if entry.masked_columns is not None:
-        doc["masked_columns"] = entry.masked_columns
-    if entry.adapter is not None:
-        doc["adapter"] = f"{entry.adapter.file.relative_to(folder).as_posix()}:{entry.adapter.name}"
+    doc.update((key, value) for key, value in optional.items() if value)
     if len(entry.dispatches) == 1:
         doc.update(_dispatch_doc(entry.dispatches[0]))
     else:

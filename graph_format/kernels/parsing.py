@@ -12,10 +12,9 @@ from graph_format.kernels.adapters import AdapterRef
 from graph_format.kernels.binding import KernelDispatch, KernelEntry, _op_roles
 from graph_format.kernels.errors import ExpressionError, KernelManifestError, _shown, _suggest
 from graph_format.kernels.expressions import Expression
-from graph_format.kernels.extends import _inherited, _key_line, _section_keys
+from graph_format.kernels.extends import _extended_section, _inherited, _merged
 from graph_format.kernels.format import (
     _DISPATCH_KEYS,
-    _MEMBER_TABLES,
     _SECTION_KEYS,
     _SOURCE_KEYS,
     _WRONG_BACKEND,
@@ -68,6 +67,21 @@ class _Parser:
                 )
 
     def manifest(self, doc: dict[str, Any]) -> KernelManifest:
+        self.check_format(doc)
+        self.keys("", doc, ("format", *BACKENDS))
+        # The scratch roles each op's sections add, by (backend, op): any section of the
+        # op may bind them, so they are known before a section's bindings are checked.
+        self.shared = _shared_roles(doc)
+        entries: dict[tuple[Backend, str], KernelEntry] = {}
+        for backend in BACKENDS:
+            entries.update(self.sections(backend, self.table(backend, doc.get(backend, {}))))
+        if not entries:
+            raise self.fail(None, "names no slot; expected [webgpu.<slot>] or [vulkan.<slot>]")
+        self.check_masked_columns(entries)
+        return KernelManifest(self.path, _share_scratch(entries))
+
+    def check_format(self, doc: Mapping[str, Any]) -> None:
+        """The `format` line: present, and the one this version reads."""
         if "format" not in doc:
             raise self.fail(
                 "format", f'missing; the first line must be format = "{MANIFEST_FORMAT}"'
@@ -78,38 +92,27 @@ class _Parser:
                 f"expected {MANIFEST_FORMAT!r}, got {_shown(doc['format'])} (this version "
                 f"reads {MANIFEST_FORMAT} only)",
             )
-        self.keys("", doc, ("format", *BACKENDS))
-        # The scratch roles each op's sections add, by (backend, op): any section of the
-        # op may bind them, so they are known before a section's bindings are checked.
-        self.shared: dict[tuple[Backend, str], set[str]] = {}
-        for backend in BACKENDS:
-            sections = doc.get(backend, {})
-            for slot, section in sections.items() if isinstance(sections, dict) else ():
-                declared = section.get("scratch") if isinstance(section, dict) else None
-                if slot in SLOTS and isinstance(declared, dict):
-                    roles = self.shared.setdefault((backend, SLOTS[slot].op), set())
-                    roles.update(r for r in declared if r not in _op_roles(SLOTS[slot].op))
+
+    def sections(
+        self, backend: Backend, sections: Mapping[str, Any]
+    ) -> dict[tuple[Backend, str], KernelEntry]:
+        """The entries of one backend's sections, each with what it `extends` merged in."""
+        for slot in sections:
+            if slot not in SLOTS:
+                raise self.fail(
+                    f"{backend}.{slot}",
+                    f"unknown slot {slot!r}{_suggest(slot, SLOTS)}; expected a slot of "
+                    "`parity list` (graph_format/ops/*.toml)",
+                )
         entries: dict[tuple[Backend, str], KernelEntry] = {}
-        for backend in BACKENDS:
-            sections = self.table(backend, doc.get(backend, {}))
-            for slot in sections:
-                if slot not in SLOTS:
-                    raise self.fail(
-                        f"{backend}.{slot}",
-                        f"unknown slot {slot!r}{_suggest(slot, SLOTS)}; expected a slot of "
-                        "`parity list` (graph_format/ops/*.toml)",
-                    )
-            resolved: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
-            for slot in sections:
-                section, inherited = self.extended(backend, sections, slot, resolved, ())
-                try:
-                    entries[(backend, slot)] = self.entry(backend, SLOTS[slot], section)
-                except KernelManifestError as err:
-                    raise _inherited(err, f"{backend}.{slot}.", inherited) from None
-        if not entries:
-            raise self.fail(None, "names no slot; expected [webgpu.<slot>] or [vulkan.<slot>]")
-        self.check_masked_columns(entries)
-        return KernelManifest(self.path, _share_scratch(entries))
+        resolved: dict[str, tuple[dict[str, Any], dict[str, str]]] = {}
+        for slot in sections:
+            section, inherited = self.extended(backend, sections, slot, resolved, ())
+            try:
+                entries[(backend, slot)] = self.entry(backend, SLOTS[slot], section)
+            except KernelManifestError as err:
+                raise _inherited(err, f"{backend}.{slot}.", inherited) from None
+        return entries
 
     def check_masked_columns(self, entries: Mapping[tuple[Backend, str], KernelEntry]) -> None:
         """A softmax that reads the masked columns runs only after qk kernels writing them:
@@ -154,73 +157,67 @@ class _Parser:
         if EXTENDS_KEY not in section:
             resolved[slot] = (section, {})
             return resolved[slot]
-        where = f"{backend}.{slot}.{EXTENDS_KEY}"
-        line = _key_line(self.text, backend, slot, EXTENDS_KEY)
-        target = section[EXTENDS_KEY]
-        others = [s for s in sections if s != slot]
-        expected = (
-            f"expected the slot of another [{backend}.<slot>] section: "
-            f"{', '.join(others) or 'none in this manifest'}"
-        )
-        if not isinstance(target, str):
-            raise KernelManifestError(
-                self.path, f"{expected}, got {_shown(target)}", where=where, line=line
-            )
-        backend_of, dot, named = target.rpartition(".")
-        if dot and backend_of != backend:
-            raise KernelManifestError(
-                self.path,
-                f"a section extends one of its own backend: [{backend}.<slot>], got "
-                f"{target!r} (a {backend} kernel's keys do not fit another backend)",
-                where=where,
-                line=line,
-            )
-        if named not in sections:
-            raise KernelManifestError(
-                self.path,
-                f"no section [{backend}.{named}] in this manifest{_suggest(named, others)}; "
-                + expected,
-                where=where,
-                line=line,
-            )
         path = (*chain, slot)
-        if named in path:
-            start = path[path.index(named) :]
-            raise KernelManifestError(
-                self.path,
-                f"extends a section that extends it: {backend}.{' -> '.join((*start, named))}",
-                where=f"{backend}.{named}.{EXTENDS_KEY}",
-                line=_key_line(self.text, backend, named, EXTENDS_KEY),
-            )
+        named = _extended_section(self.path, self.text, backend, sections, path)
         base, base_from = self.extended(backend, sections, named, resolved, path)
-        merged = {
-            k: dict(v) if k in _MEMBER_TABLES and isinstance(v, dict) else v
-            for k, v in base.items()
-        }
-        inherited = {key: base_from.get(key, named) for key in _section_keys(base)}
-        own = {k: v for k, v in section.items() if k != EXTENDS_KEY}
-        if any(k in own for k in _SOURCE_KEYS[backend]):
-            for key in _SOURCE_KEYS[backend]:
-                merged.pop(key, None)
-                inherited.pop(key, None)
-        for key, value in own.items():
-            if (
-                key in _MEMBER_TABLES
-                and isinstance(value, dict)
-                and isinstance(merged.get(key), dict)
-            ):
-                merged[key] = {**merged[key], **value}
-                for member in value:
-                    inherited.pop(f"{key}.{member}", None)
-            else:
-                merged[key] = value
-                inherited = {k: v for k, v in inherited.items() if k.split(".")[0] != key}
-        resolved[slot] = (merged, inherited)
+        resolved[slot] = _merged(backend, section, named, base, base_from)
         return resolved[slot]
 
     def entry(self, backend: Backend, slot: SlotInterface, section: Any) -> KernelEntry:
         where = f"{backend}.{slot.name}"
         section = self.table(where, section)
+        source, kind = self.source(backend, where, section)
+        entry_point = section.get("entry", "main")
+        if not isinstance(entry_point, str) or not entry_point.isidentifier():
+            raise self.fail(
+                f"{where}.entry", f"expected a function name, got {_shown(entry_point)}"
+            )
+        overrides = self.exprs(where, "overrides", section, slot) if backend == "webgpu" else {}
+        spec = (
+            {_name_or_index(k): e for k, e in self.exprs(where, "spec", section, slot).items()}
+            if backend == "vulkan"
+            else {}
+        )
+        padding = section.get("padding", [])
+        if not isinstance(padding, list) or not all(isinstance(p, str) for p in padding):
+            raise self.fail(
+                f"{where}.padding", f"expected a list of member names, got {_shown(padding)}"
+            )
+        # In this order, the dispatches last: a section with several errors is told the
+        # same first one as ever.
+        fold = self.flag(where, section, "fold")
+        exact = self.flag(where, section, "exact")
+        requires = self.requires(where, section, slot)
+        adapter = (
+            self.adapter(f"{where}.adapter", section["adapter"]) if "adapter" in section else None
+        )
+        defines = self.defines(f"{where}.defines", section, kind)
+        scratch = self.scratch(backend, where, section, slot)
+        masked = self.masked_columns(where, section, slot)
+        return KernelEntry(
+            backend=backend,
+            slot=slot.name,
+            source=source,
+            kind=kind,
+            dispatches=self.dispatches(backend, where, section, slot, fold=fold),
+            entry=entry_point,
+            overrides=overrides if backend == "webgpu" else {},
+            spec=spec if backend == "vulkan" else {},
+            padding=tuple(padding),
+            fold=fold,
+            requires=requires,
+            adapter=adapter,
+            exact=exact,
+            defines=defines,
+            scratch=scratch,
+            masked_columns=masked,
+        )
+
+    def source(
+        self, backend: Backend, where: str, section: Mapping[str, Any]
+    ) -> tuple[Path, SourceKind]:
+        """The section's keys checked (another backend's key named as such), and its one
+        shader file with its kind."""
         for key in section:
             if (backend, key) in _WRONG_BACKEND:
                 raise self.fail(
@@ -237,46 +234,40 @@ class _Parser:
             )
         source_key = given[0]
         source = self.file(f"{where}.{source_key}", section[source_key])
-        kind: SourceKind = "wgsl" if source_key == "file" else cast(SourceKind, source_key)
-        entry_point = section.get("entry", "main")
-        if not isinstance(entry_point, str) or not entry_point.isidentifier():
-            raise self.fail(
-                f"{where}.entry", f"expected a function name, got {_shown(entry_point)}"
-            )
+        return source, "wgsl" if source_key == "file" else cast(SourceKind, source_key)
 
-        overrides = self.exprs(where, "overrides", section, slot) if backend == "webgpu" else {}
-        spec = (
-            {_name_or_index(k): e for k, e in self.exprs(where, "spec", section, slot).items()}
-            if backend == "vulkan"
-            else {}
-        )
-        padding = section.get("padding", [])
-        if not isinstance(padding, list) or not all(isinstance(p, str) for p in padding):
-            raise self.fail(
-                f"{where}.padding", f"expected a list of member names, got {_shown(padding)}"
-            )
-        fold = section.get("fold", False)
-        if not isinstance(fold, bool):
-            raise self.fail(f"{where}.fold", f"expected true or false, got {_shown(fold)}")
-        exact = section.get("exact", False)
-        if not isinstance(exact, bool):
-            raise self.fail(f"{where}.exact", f"expected true or false, got {_shown(exact)}")
+    def flag(self, where: str, section: Mapping[str, Any], key: str) -> bool:
+        """A true/false key of the section (false when absent)."""
+        value = section.get(key, False)
+        if not isinstance(value, bool):
+            raise self.fail(f"{where}.{key}", f"expected true or false, got {_shown(value)}")
+        return value
+
+    def requires(
+        self, where: str, section: Mapping[str, Any], slot: SlotInterface
+    ) -> tuple[Expression, ...]:
+        """The section's `requires` conditions."""
         requires = section.get("requires", [])
         if not isinstance(requires, list):
             raise self.fail(
                 f"{where}.requires", f"expected a list of conditions, got {_shown(requires)}"
             )
-        conditions = tuple(
+        return tuple(
             self.expr(f"{where}.requires[{i}]", text, slot, condition=True)
             for i, text in enumerate(requires)
         )
-        adapter = (
-            self.adapter(f"{where}.adapter", section["adapter"]) if "adapter" in section else None
-        )
-        defines = self.defines(f"{where}.defines", section, kind)
-        scratch = self.scratch(backend, where, section, slot)
-        masked = self.masked_columns(where, section, slot)
 
+    def dispatches(
+        self,
+        backend: Backend,
+        where: str,
+        section: Mapping[str, Any],
+        slot: SlotInterface,
+        *,
+        fold: bool,
+    ) -> tuple[KernelDispatch, ...]:
+        """The section's dispatch, or its `dispatch_list` (each inheriting the section's
+        keys); a folded kernel's counts are 1-D."""
         shared = self.dispatch(backend, where, section, slot, fallback=None)
         if "dispatch_list" in section:
             items = section["dispatch_list"]
@@ -306,24 +297,7 @@ class _Parser:
                     f"{where}{index}.dispatch",
                     "fold = true folds a 1-D count; an [x, y, z] grid is dispatched as written",
                 )
-        return KernelEntry(
-            backend=backend,
-            slot=slot.name,
-            source=source,
-            kind=kind,
-            dispatches=dispatches,
-            entry=entry_point,
-            overrides=overrides if backend == "webgpu" else {},
-            spec=spec if backend == "vulkan" else {},
-            padding=tuple(padding),
-            fold=fold,
-            requires=conditions,
-            adapter=adapter,
-            exact=exact,
-            defines=defines,
-            scratch=scratch,
-            masked_columns=masked,
-        )
+        return dispatches
 
     def scratch(
         self, backend: Backend, where: str, section: Mapping[str, Any], slot: SlotInterface
@@ -514,6 +488,20 @@ class _Parser:
 
 # A preprocessor macro's name, as GLSL's grammar has it.
 _MACRO = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _shared_roles(doc: Mapping[str, Any]) -> dict[tuple[Backend, str], set[str]]:
+    """The scratch roles each op's sections add (roles of no slot of the op), by
+    (backend, op)."""
+    shared: dict[tuple[Backend, str], set[str]] = {}
+    for backend in BACKENDS:
+        sections = doc.get(backend, {})
+        for slot, section in sections.items() if isinstance(sections, dict) else ():
+            declared = section.get("scratch") if isinstance(section, dict) else None
+            if slot in SLOTS and isinstance(declared, dict):
+                roles = shared.setdefault((backend, SLOTS[slot].op), set())
+                roles.update(r for r in declared if r not in _op_roles(SLOTS[slot].op))
+    return shared
 
 
 def _name_or_index(key: str) -> str | int:
