@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from graph_format import SLOTS, BackendUnavailable
 from harness.check.backends import ALL_BACKENDS, open_runtime
 from harness.families import FAMILIES, family_for_op
 from harness.gen.blocks import F16_SHARE, family_dtypes
-from harness.model import model_dtypes
+from harness.model import OpModel, model_dtypes
 from harness.run import console
 from harness.run.bundle import (
     REPO_SHADER_DIRS,
@@ -20,12 +21,10 @@ from harness.run.bundle import (
 from harness.run.profiles import PROFILES
 
 
-def list_command(args: argparse.Namespace) -> int:
-    """Print (or, with --json, dump) what can run here; returns 0."""
-    from harness.ops import MODELS
-
+def _op_kernels(models: Mapping[str, OpModel]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Op -> slot -> its project kernels' files (and which are missing) and its interface."""
     ops = {}
-    for op, model in sorted(MODELS.items()):
+    for op, model in sorted(models.items()):
         ops[op] = {
             name: {
                 "wgsl": f"wgsl/{spec.wgsl}.wgsl",
@@ -45,12 +44,26 @@ def list_command(args: argparse.Namespace) -> int:
             }
             for name, spec in model.kernels.items()
         }
+    return ops
+
+
+def _adapters() -> dict[str, Any]:
+    """Every backend (each WebGPU implementation, then Vulkan): its adapter, or why none."""
     adapters: dict[str, Any] = {}
-    for backend in ALL_BACKENDS:  # every WebGPU implementation, then Vulkan
+    for backend in ALL_BACKENDS:
         try:
             adapters[backend] = {"available": True, **open_runtime(backend).info()}
         except BackendUnavailable as err:
             adapters[backend] = {"available": False, "reason": str(err)}
+    return adapters
+
+
+def list_command(args: argparse.Namespace) -> int:
+    """Print (or, with --json, dump) what can run here; returns 0."""
+    from harness.ops import MODELS
+
+    ops = _op_kernels(MODELS)
+    adapters = _adapters()
     doc: dict[str, Any] = {
         "families": {
             name: {
