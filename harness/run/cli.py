@@ -616,7 +616,12 @@ def _print_tallies(summary: Summary) -> None:
         console.err(f"parity: {count} of {len(summary.findings)} findings unshrunk: {why}")
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_config(args: argparse.Namespace) -> RunConfig:
+    """`parity run`'s configuration from its arguments (and the profile's defaults).
+
+    Raises:
+        UsageError, KernelManifestError, ExpectationsError: bad arguments (exit 2).
+    """
     families = _families(args)
     profile = PROFILES[args.profile]
     try:
@@ -639,7 +644,7 @@ def _run(args: argparse.Namespace) -> int:
     }
     manifest = load_kernels(args.kernels) if args.kernels is not None else None
     check_exclusive(manifest, shader_dirs)
-    config = RunConfig(
+    return RunConfig(
         families=families,
         profile=args.profile,
         seed=args.seed,
@@ -663,12 +668,16 @@ def _run(args: argparse.Namespace) -> int:
         shrink_budget_s=args.shrink_budget,
         backends=_backends(args.webgpu),
     )
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _run_config(args)
     session = RunSession(config, log=console.err)
     try:
         session.start()
         console.err(
-            f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
-            f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
+            f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {config.shard}), "
+            f"families {','.join(config.families)}, profile {args.profile}, seed {args.seed}, "
             f"backends {','.join(config.backends)}, out {config.out}, "
             + (
                 "in this process"

@@ -62,12 +62,22 @@ def list_command(args: argparse.Namespace) -> int:
     """Print (or, with --json, dump) what can run here; returns 0."""
     from harness.ops import MODELS
 
-    ops = _op_kernels(MODELS)
+    doc = _list_doc(MODELS)
+    if args.json:
+        console.out(json.dumps(doc, indent=1, default=str))
+        return 0
+    _print_list(doc)
+    return 0
+
+
+def _list_doc(models: Mapping[str, OpModel]) -> dict[str, Any]:
+    """What `parity list --json` prints."""
+    ops = _op_kernels(models)
     adapters = _adapters()
     doc: dict[str, Any] = {
         "families": {
             name: {
-                "own_op": name if name in MODELS else None,
+                "own_op": name if name in models else None,
                 "ops": sorted(family.exercises),
                 # The dtypes its cases are drawn in (float16 for F16_SHARE of them, or of
                 # those whose own ops all take it).
@@ -104,9 +114,11 @@ def list_command(args: argparse.Namespace) -> int:
         "adapters": adapters,
         "validation": os.environ.get("VULKAN_PARITY_VALIDATION", "1"),
     }
-    if args.json:
-        console.out(json.dumps(doc, indent=1, default=str))
-        return 0
+    return doc
+
+
+def _print_list(doc: Mapping[str, Any]) -> None:
+    """`parity list`'s text: families, ops and their slots, profiles, adapters."""
     console.out("Case families (parity run --families):")
     for name, entry in doc["families"].items():
         dtypes = entry["dtypes"]
@@ -135,7 +147,7 @@ def list_command(args: argparse.Namespace) -> int:
             )
         )
     console.out("Adapters:")
-    for backend, info in adapters.items():
+    for backend, info in doc["adapters"].items():
         if info["available"]:
             driver = info.get("driver_info") or info.get("driver")
             console.out(
@@ -150,4 +162,3 @@ def list_command(args: argparse.Namespace) -> int:
             )
         else:
             console.out(f"  {backend:<13} UNAVAILABLE: {info['reason']}")
-    return 0
