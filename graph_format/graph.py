@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from graph_format.errors import GraphFormatError
-from graph_format.signatures import SIGNATURES, ArgSlot
+from graph_format.signatures import SIGNATURES, ArgSlot, OpSignature
 
 FORMAT_NAME = "vulkan-parity-graph"
 FORMAT_VERSION = 2
@@ -335,6 +335,29 @@ class _Parser:
         return GraphFormatError(f"{self.source}: {where}: {message}")
 
     def parse(self, doc: Any) -> Graph:
+        self.parse_header(doc)
+        values = self.parse_values(doc["values"])
+        written: dict[str, str] = {}  # value name -> where it was produced
+        for name, value in values.items():
+            if isinstance(value, TensorValue) and (value.constant is not None or value.state):
+                # A state tensor is state, initial data or not: a graph may list it as an output.
+                written[name] = "state" if value.state else "a constant"
+            elif isinstance(value, ScalarValue):
+                written[name] = "a literal"
+        inputs = self.parse_inputs(doc["inputs"], values, written)
+        ops: list[OpNode] = []
+        op_names: set[str] = set()
+        for i, entry in enumerate(doc["ops"]):
+            node = self.parse_op(f"ops[{i}]", entry, values, written)
+            if node.name in op_names:
+                raise self.fail(f"ops[{i}].name", f"duplicate op name {node.name!r}")
+            op_names.add(node.name)
+            ops.append(node)
+        outputs = self.parse_outputs(doc["outputs"], values, written)
+        return Graph(values, tuple(ops), tuple(inputs), tuple(outputs), dict(self.constants))
+
+    def parse_header(self, doc: Any) -> None:
+        """The document's format and version, and its four lists."""
         if not isinstance(doc, dict):
             raise self.fail("document", f"must be a JSON object, got {type(doc).__name__}")
         if doc.get("format") != FORMAT_NAME:
@@ -351,33 +374,20 @@ class _Parser:
             if not isinstance(doc.get(key), list):
                 raise self.fail(key, f"must be a list, got {type(doc.get(key)).__name__}")
 
+    def parse_values(self, entries: list[Any]) -> dict[str, Value]:
         values: dict[str, Value] = {}
-        for i, entry in enumerate(doc["values"]):
+        for i, entry in enumerate(entries):
             value = self.parse_value(f"values[{i}]", entry)
             if value.name in values:
                 raise self.fail(f"values[{i}].name", f"duplicate value name {value.name!r}")
             values[value.name] = value
+        return values
 
-        written: dict[str, str] = {}  # value name -> where it was produced
-        for name, value in values.items():
-            if isinstance(value, TensorValue) and (value.constant is not None or value.state):
-                # A state tensor is state, initial data or not: a graph may list it as an output.
-                written[name] = "state" if value.state else "a constant"
-            elif isinstance(value, ScalarValue):
-                written[name] = "a literal"
-        inputs = self.parse_inputs(doc["inputs"], values, written)
-
-        ops: list[OpNode] = []
-        op_names: set[str] = set()
-        for i, entry in enumerate(doc["ops"]):
-            node = self.parse_op(f"ops[{i}]", entry, values, written)
-            if node.name in op_names:
-                raise self.fail(f"ops[{i}].name", f"duplicate op name {node.name!r}")
-            op_names.add(node.name)
-            ops.append(node)
-
+    def parse_outputs(
+        self, entries: list[Any], values: Mapping[str, Value], written: Mapping[str, str]
+    ) -> list[str]:
         outputs: list[str] = []
-        for i, name in enumerate(doc["outputs"]):
+        for i, name in enumerate(entries):
             where = f"outputs[{i}]"
             value = self.lookup(where, name, values)
             if not isinstance(value, TensorValue):
@@ -387,7 +397,7 @@ class _Parser:
             outputs.append(name)
         if not outputs:
             raise self.fail("outputs", "a graph needs at least one output")
-        return Graph(values, tuple(ops), tuple(inputs), tuple(outputs), dict(self.constants))
+        return outputs
 
     def lookup(self, where: str, name: Any, values: Mapping[str, Value]) -> Value:
         if not isinstance(name, str):
@@ -498,13 +508,25 @@ class _Parser:
                 f"{where}.args.{slot.name}", slot, raw_args.get(slot.name), values, written
             )
 
-        raw_outputs = entry.get("outputs")
+        outputs = self.parse_op_outputs(where, name, sig, entry.get("outputs"), values, written)
+        return OpNode(name, op, args, outputs)
+
+    def parse_op_outputs(
+        self,
+        where: str,
+        name: str,
+        sig: OpSignature,
+        raw_outputs: Any,
+        values: Mapping[str, Value],
+        written: dict[str, str],
+    ) -> dict[str, str]:
+        """An op's outputs: exactly its schema's, each a value of its kind written once."""
         if not isinstance(raw_outputs, dict):
             raise self.fail(f"{where}.outputs", "must be an object")
         expected = [out for out, _ in sig.outputs]
         if sorted(raw_outputs) != sorted(expected):
             raise self.fail(
-                f"{where}.outputs", f"{op} writes {expected}, got {sorted(raw_outputs)}"
+                f"{where}.outputs", f"{sig.op} writes {expected}, got {sorted(raw_outputs)}"
             )
         outputs: dict[str, str] = {}
         for out, kind in sig.outputs:
@@ -519,7 +541,7 @@ class _Parser:
                 )
             written[target.name] = f"op {name!r}"
             outputs[out] = target.name
-        return OpNode(name, op, args, outputs)
+        return outputs
 
     def parse_arg(
         self,

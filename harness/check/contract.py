@@ -313,6 +313,21 @@ class ContractModel:
             contract = ModelStep(dict(live.dims), dict(live.symints), dispatches)
         except ParityError as err:
             contract = err
+        per_backend = self._backend_verdicts(live, own, refused)
+        if isinstance(contract, ModelStep):
+            live.host = {}  # this step's data is not state
+            self.state = live
+        return contract, per_backend
+
+    def _backend_verdicts(
+        self,
+        live: LiveState,
+        own: Mapping[str, list[ExpectedDispatch]],
+        refused: Mapping[str, Verdict],
+    ) -> dict[str, Verdict]:
+        """The verdict of each backend that runs a manifest's kernels, on a step the
+        contract's model got through: its own refusal, a grid or SymInt its kernels cannot
+        take, or its own dispatches."""
         per_backend: dict[str, Verdict] = {}
         for name, kernels in self.kernels.items():
             if name in refused:
@@ -326,10 +341,7 @@ class ContractModel:
                 )
             except ParityError as err:
                 per_backend[name] = err
-        if isinstance(contract, ModelStep):
-            live.host = {}  # this step's data is not state
-            self.state = live
-        return contract, per_backend
+        return per_backend
 
     def _read_inputs(self, inputs: Mapping[str, object], live: LiveState) -> None:
         """Check the step's inputs into `live` (dims, SymInts, host data of op inputs)."""

@@ -8,7 +8,7 @@ predict, classify each difference and say which side is to blame.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -261,82 +261,12 @@ def check_errors(
 
     out: list[Divergence] = []
     for name, err in failures.items():
-        want_here = want_of(name)
-        accepted = isinstance(want_here, ModelStep)
-        op = error_op(graph, err)
-        if isinstance(err, DeviceError):
-            out.append(
-                Divergence(
-                    step,
-                    Kind.CRASH,
-                    name,
-                    f"{name}: {err}",
-                    op=op,
-                    details={"messages": err.messages},
-                )
-            )
-        elif isinstance(err, KernelBuildError):
-            out.append(kernel_build_divergence(step, name, err))
-        elif isinstance(err, OpError):
-            out.append(op_crash(step, name, err))
-        elif not isinstance(err, ParityError):
-            out.append(Divergence(step, Kind.CRASH, name, f"{name} crashed: {_error_text(err)}"))
-        elif accepted:
-            details: dict[str, Any] = {"key": list(error_key(err)), "error": _error_text(err)}
-            message = f"{name} rejected a step the contract accepts: {_error_text(err)}"
-            origin = None
-            if isinstance(want_here, ModelStep) and err.live and op:
-                origin = upstream_origin(graph, want_here, err.live, op)
-            cause = None
-            if origin is not None:
-                details["upstream"] = origin
-                message += (
-                    f" (its input {origin['value']!r} was {origin['got']} where the contract "
-                    f"has {origin['expected']}: produced by {origin['op']!r})"
-                )
-                # The producer's bug, under the key it has where nothing refuses.
-                source = next(n for n in graph.ops if n.name == origin["op"])
-                dtype = key_dtype(op_dtype(graph, source))
-                cause = BugKey(source.op, str(Kind.CUR_DIMS), name, dtype=dtype)
-            out.append(
-                Divergence(
-                    step, Kind.ERROR_ASYMMETRY, name, message, op=op, details=details, cause=cause
-                )
-            )
-    refusing = [name for name in backends if isinstance(want_of(name), ParityError)]
-    if refusing:
-        wants = {name: error_key(cast(ParityError, want_of(name))) for name in refusing}
-        got = {name: error_key(failures[name]) if name in failures else None for name in refusing}
-        wrong = {name: got[name] != wants[name] for name in refusing}
-        wrong |= {name: False for name in backends if name not in wrong}
-        if any(wrong.values()):
-            # The op of a wrong backend's own error says most about its bug; else the
-            # contract's refusal names the op that should have refused.
-            named = [
-                *(
-                    error_op(graph, failures[n])
-                    for n, bad in wrong.items()
-                    if bad and n in failures
-                ),
-                *(_refusal_op(graph, want_of(n)) for n, bad in wrong.items() if bad),
-            ]
-            same = len({str(got[n]) for n in refusing}) == 1 and len(refusing) == len(backends)
-            shown = next(iter(wants.values())) if len(set(wants.values())) == 1 else wants
-            out.append(
-                Divergence(
-                    step,
-                    Kind.ERROR_ASYMMETRY,
-                    blame_from(wrong, same),
-                    f"expected rejection {shown}, got {got}",
-                    op=next((o for o in named if o), None),
-                    details={
-                        "expected": list(wants[refusing[0]])
-                        if len(set(wants.values())) == 1
-                        else {n: list(k) for n, k in wants.items()},
-                        "got": {k: list(v) if v else None for k, v in got.items()},
-                    },
-                )
-            )
+        found = _failure_divergence(step, graph, name, err, want_of(name))
+        if found is not None:
+            out.append(found)
+    wrong_refusal = _wrong_refusals(step, graph, failures, backends, want_of)
+    if wrong_refusal is not None:
+        out.append(wrong_refusal)
     for name in backends:
         if name in failures and dims_after[name] != dims_before[name]:
             changed = [t for t, d in dims_after[name].items() if d != dims_before[name][t]]
@@ -351,6 +281,93 @@ def check_errors(
                 )
             )
     return out
+
+
+def _failure_divergence(
+    step: int, graph: Graph, name: str, err: BaseException, want: ModelStep | ParityError
+) -> Divergence | None:
+    """What backend `name`'s exception on this step is: a crash, a build error, or a
+    refusal of a step the contract accepts; None for a refusal the contract predicts
+    (`_wrong_refusals` judges its reason)."""
+    op = error_op(graph, err)
+    if isinstance(err, DeviceError):
+        return Divergence(
+            step, Kind.CRASH, name, f"{name}: {err}", op=op, details={"messages": err.messages}
+        )
+    if isinstance(err, KernelBuildError):
+        return kernel_build_divergence(step, name, err)
+    if isinstance(err, OpError):
+        return op_crash(step, name, err)
+    if not isinstance(err, ParityError):
+        return Divergence(step, Kind.CRASH, name, f"{name} crashed: {_error_text(err)}")
+    if isinstance(want, ModelStep):
+        return _unexpected_rejection(step, graph, name, err, want, op)
+    return None
+
+
+def _unexpected_rejection(
+    step: int, graph: Graph, name: str, err: ParityError, want: ModelStep, op: str | None
+) -> Divergence:
+    """A refusal of a step the contract accepts, naming where a wrong input value was
+    produced when one was (`upstream_origin`): that producer's bug is its cause."""
+    details: dict[str, Any] = {"key": list(error_key(err)), "error": _error_text(err)}
+    message = f"{name} rejected a step the contract accepts: {_error_text(err)}"
+    origin = upstream_origin(graph, want, err.live, op) if err.live and op else None
+    cause = None
+    if origin is not None:
+        details["upstream"] = origin
+        message += (
+            f" (its input {origin['value']!r} was {origin['got']} where the contract "
+            f"has {origin['expected']}: produced by {origin['op']!r})"
+        )
+        # The producer's bug, under the key it has where nothing refuses.
+        source = next(n for n in graph.ops if n.name == origin["op"])
+        dtype = key_dtype(op_dtype(graph, source))
+        cause = BugKey(source.op, str(Kind.CUR_DIMS), name, dtype=dtype)
+    return Divergence(
+        step, Kind.ERROR_ASYMMETRY, name, message, op=op, details=details, cause=cause
+    )
+
+
+def _wrong_refusals(
+    step: int,
+    graph: Graph,
+    failures: Mapping[str, BaseException],
+    backends: Sequence[str],
+    want_of: Callable[[str], ModelStep | ParityError],
+) -> Divergence | None:
+    """The backends a predicted refusal went wrong on (no refusal, or another reason), as
+    one error asymmetry; None when every backend refused as predicted (or none was)."""
+    refusing = [name for name in backends if isinstance(want_of(name), ParityError)]
+    if not refusing:
+        return None
+    wants = {name: error_key(cast(ParityError, want_of(name))) for name in refusing}
+    got = {name: error_key(failures[name]) if name in failures else None for name in refusing}
+    wrong = {name: got[name] != wants[name] for name in refusing}
+    wrong |= {name: False for name in backends if name not in wrong}
+    if not any(wrong.values()):
+        return None
+    # The op of a wrong backend's own error says most about its bug; else the contract's
+    # refusal names the op that should have refused.
+    named = [
+        *(error_op(graph, failures[n]) for n, bad in wrong.items() if bad and n in failures),
+        *(_refusal_op(graph, want_of(n)) for n, bad in wrong.items() if bad),
+    ]
+    same = len({str(got[n]) for n in refusing}) == 1 and len(refusing) == len(backends)
+    one_want = len(set(wants.values())) == 1
+    return Divergence(
+        step,
+        Kind.ERROR_ASYMMETRY,
+        blame_from(wrong, same),
+        f"expected rejection {next(iter(wants.values())) if one_want else wants}, got {got}",
+        op=next((o for o in named if o), None),
+        details={
+            "expected": list(wants[refusing[0]])
+            if one_want
+            else {n: list(k) for n, k in wants.items()},
+            "got": {k: list(v) if v else None for k, v in got.items()},
+        },
+    )
 
 
 def _refusal_op(graph: Graph, want: ModelStep | ParityError) -> str | None:

@@ -203,19 +203,7 @@ def capture_evidence(
     divergences get a map of the tensor's allocation.
     """
     graph = case.graph
-    wanted: dict[int, set[str]] = {}
-    canary: dict[int, set[str]] = {}
-    # Tensors found between the tiers: their evidence shows the statistical bound they broke.
-    suspect: dict[int, set[str]] = {}
-    for d in divergences:
-        if not d.tensor or d.step < 0:
-            continue
-        if d.kind in ("numeric", "nan_inf", "bit_mismatch", "stale_read", "numeric_suspect"):
-            wanted.setdefault(d.step, set()).add(d.tensor)
-        if d.kind == "numeric_suspect":
-            suspect.setdefault(d.step, set()).add(d.tensor)
-        if d.kind in ("canary_write", "stale_read"):
-            canary.setdefault(d.step, set()).add(d.tensor)
+    wanted, canary, suspect = _evidence_wanted(divergences)
     evidence = Evidence()
     if (not wanted and not canary) or expected_build_error(graph) is not None:
         return evidence
@@ -246,16 +234,49 @@ def capture_evidence(
                     arithmetic=arithmetic,
                 )
             for tensor in sorted(canary.get(index, ())):
-                for name, res in results.items():
-                    raw = res.raw.get(tensor)
-                    if raw is None:
-                        continue
-                    offset, word = fill[tensor]
-                    words = raw[: len(raw) // 4 * 4].view(np.uint32)
-                    state = np.zeros(words.shape, np.uint8)
-                    state[offset // 4 :] = np.where(words[offset // 4 :] == word, 1, 2)
-                    evidence.arrays[f"canary/s{index}/{tensor}/{name}"] = state
+                _canary_evidence(evidence, index, tensor, results, fill)
     return evidence
+
+
+def _evidence_wanted(
+    divergences: Sequence[DivergenceRecord],
+) -> tuple[dict[int, set[str]], dict[int, set[str]], dict[int, set[str]]]:
+    """By step, the tensors whose numbers a bundle keeps, those whose allocation it maps
+    (canary findings), and those found between the tiers (their evidence shows the
+    statistical bound they broke)."""
+    wanted: dict[int, set[str]] = {}
+    canary: dict[int, set[str]] = {}
+    suspect: dict[int, set[str]] = {}
+    for d in divergences:
+        if not d.tensor or d.step < 0:
+            continue
+        if d.kind in ("numeric", "nan_inf", "bit_mismatch", "stale_read", "numeric_suspect"):
+            wanted.setdefault(d.step, set()).add(d.tensor)
+        if d.kind == "numeric_suspect":
+            suspect.setdefault(d.step, set()).add(d.tensor)
+        if d.kind in ("canary_write", "stale_read"):
+            canary.setdefault(d.step, set()).add(d.tensor)
+    return wanted, canary, suspect
+
+
+def _canary_evidence(
+    evidence: Evidence,
+    index: int,
+    tensor: str,
+    results: Mapping[str, StepResult],
+    fill: Mapping[str, tuple[int, int]],
+) -> None:
+    """A map of each backend's allocation of `tensor`: per u32 word, 0 the tensor's data,
+    1 canary intact, 2 canary overwritten."""
+    for name, res in results.items():
+        raw = res.raw.get(tensor)
+        if raw is None:
+            continue
+        offset, word = fill[tensor]
+        words = raw[: len(raw) // 4 * 4].view(np.uint32)
+        state = np.zeros(words.shape, np.uint8)
+        state[offset // 4 :] = np.where(words[offset // 4 :] == word, 1, 2)
+        evidence.arrays[f"canary/s{index}/{tensor}/{name}"] = state
 
 
 def _numeric_evidence(
@@ -284,21 +305,7 @@ def _numeric_evidence(
         if actual is None:
             continue
         ref, budget, scope = values.get(tensor), errors.get(tensor), "graph"
-        args: Args | None = None
-        if node is not None:
-            # The op's arguments as this backend computed them: graph inputs, constants and
-            # the intermediates it produced.
-            local: dict[str, np.ndarray] = {
-                n: np.asarray(v, np.float64) for n, v in inputs.items() if isinstance(v, np.ndarray)
-            }
-            for t in graph.tensors():
-                if t.constant is not None and not t.state:  # state: its initial data only
-                    local[t.name] = graph.constants[t.constant].astype(np.float64)
-            local.update({n: v.astype(np.float64) for n, v in observed.items()})
-            try:
-                args = op_args(graph, node, local, res.symints)
-            except Exception:
-                args = None  # e.g. a state tensor it does not read back
+        args = _backend_args(graph, node, inputs, observed, res.symints) if node else None
         if (
             node is not None
             and args is not None
@@ -307,16 +314,11 @@ def _numeric_evidence(
             # The op's reference on this backend's own inputs and its budget in the graph's
             # precision, as the per-op oracle judges it (`check_ops`): the f32 budget of an
             # f16 graph's op put the backend the oracle passed 5e4x over it on the page.
-            try:
-                model = model_for(node.op)
-                outs = model.reference(node, args)
-                own = (arithmetic or {}).get(name, {}).get(node.name, F32)
-                tiers = local_budgets(graph, node, args, outs, own)
-                budgets = tiers.statistical if statistical else tiers.hard
-                slot = next(s for s, out in node.outputs.items() if out == tensor)
-                ref, budget, scope = outs[slot], budgets[slot], "op"
-            except Exception:
-                pass  # fall back to the end-to-end reference
+            own = (arithmetic or {}).get(name, {}).get(node.name, F32)
+            judged_by_op = _op_judgement(graph, node, args, tensor, statistical, own)
+            if judged_by_op is not None:
+                ref, budget = judged_by_op
+                scope = "op"
         if ref is None or np.shape(ref) != actual.shape:
             continue
         budget_array = np.broadcast_to(
@@ -333,6 +335,51 @@ def _numeric_evidence(
     element = _worst_element(graph, node, index, tensor, judged)
     if element is not None:
         evidence.elements.append(element)
+
+
+def _backend_args(
+    graph: Graph,
+    node: OpNode,
+    inputs: Mapping[str, Any],
+    observed: Mapping[str, np.ndarray],
+    symints: Mapping[str, int],
+) -> Args | None:
+    """The op's arguments as one backend computed them: graph inputs, constants and the
+    intermediates it produced; None when they cannot be had (e.g. a state tensor it does not
+    read back)."""
+    local: dict[str, np.ndarray] = {
+        n: np.asarray(v, np.float64) for n, v in inputs.items() if isinstance(v, np.ndarray)
+    }
+    for t in graph.tensors():
+        if t.constant is not None and not t.state:  # state: its initial data only
+            local[t.name] = graph.constants[t.constant].astype(np.float64)
+    local.update({n: v.astype(np.float64) for n, v in observed.items()})
+    try:
+        return op_args(graph, node, local, symints)
+    except Exception:
+        return None
+
+
+def _op_judgement(
+    graph: Graph,
+    node: OpNode,
+    args: Args,
+    tensor: str,
+    statistical: bool,
+    arithmetic: Arithmetic,
+) -> tuple[Any, Any] | None:
+    """The op's reference for `tensor` and its budget in the backend's `arithmetic` (the
+    statistical tier's bound when `statistical`), or None when the op's model cannot give
+    them (the end-to-end reference stands)."""
+    try:
+        model = model_for(node.op)
+        outs = model.reference(node, args)
+        tiers = local_budgets(graph, node, args, outs, arithmetic)
+        budgets = tiers.statistical if statistical else tiers.hard
+        slot = next(s for s, out in node.outputs.items() if out == tensor)
+        return outs[slot], budgets[slot]
+    except Exception:
+        return None
 
 
 @dataclass

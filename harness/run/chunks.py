@@ -51,7 +51,7 @@ from harness.check import timing
 from harness.check.backends import BACKENDS, open_runtimes
 from harness.check.cold import RuntimeSpec, cold_check
 from harness.check.coverage import folds_under
-from harness.check.divergence import BugKey
+from harness.check.divergence import BugKey, Divergence
 from harness.check.history import History, Loop
 from harness.check.lockstep import CaseResult, LockstepRunner
 from harness.check.repeatability import Repeatability, classify
@@ -474,14 +474,70 @@ class ChunkRunner:
 
     def _check(self, state: _ChunkState, case: Case) -> None:
         """The Hypothesis test body: run, record, steer, fail on unexpected divergences."""
+        self._check_stop(state)
+        result, repeat = state.engine.checker.run(case)
+        records_started = time.perf_counter()
+        record, unexpected = self._case_record(state, case, result, repeat)
+        # A case found non-deterministic keeps that verdict on every replay, even one that
+        # happens to pass, so Hypothesis never sees it as flaky.
+        nondeterministic = repeat is not None and not repeat.deterministic
+        # The bug the case stands for: the key of its primary unexpected divergence
+        # (harness.check.divergence.BugKey), the same key the exception below and its finding use.
+        key = record.bug
+        if repeat is not None and nondeterministic:
+            key = BugKey.nondeterministic(repeat.backends)
+        failing = key is not None and bool(unexpected or nondeterministic)
+        # The first divergent case of each bug gets a provisional bundle at once, so that a
+        # run killed while Hypothesis shrinks still leaves a replayable finding. It is written
+        # (atomically) before the record that names it: a kill or a full disk mid-bundle
+        # leaves a record that names no bundle, never one naming a bundle that is not there.
+        state.seq += 1
+        timing.add("records", time.perf_counter() - records_started)
+        if key is not None and failing and key not in state.provisional:
+            bundle_id = _provisional_id(state.chunk, record)
+            path, _ = self._write_bundle(
+                state, bundle_id, case, record, shrunk=False, provisional=True
+            )
+            state.provisional[key] = record.provisional_bundle = path
+        records_started = time.perf_counter()
+        state.sink.case(record)
+        timing.add("records", time.perf_counter() - records_started)
+        if self.steer:
+            # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
+            for label, value in utilization_by_op_type(case, result).items():
+                target(min(value, 1e6), label=label)
+        if key is None or not failing:
+            return
+        state.unexpected_found = True
+        _remember(state, key, case, record, nondeterministic)
+        if state.target is None:
+            return  # searching: recorded; the search goes on
+        if key != state.target:
+            return  # shrinking another bug: to that shrink, this case passes
+        # The exception class stands for the bug key, so that Hypothesis only accepts
+        # shrinks that keep it (harness/check/verdict.py).
+        err = exception_for(key)(_only(result, unexpected), repeat)
+        state.raised[err] = (case, record)
+        raise err
+
+    def _check_stop(self, state: _ChunkState) -> None:
+        """Raise `_Halt` when a signal, the time budget or the bug's shrink budget says stop."""
         if self.stop.reason is not None and self.stop.reason != "time_budget":
             raise _Halt(self.stop.reason)
         if self.stop.out_of_time(grace=state.unexpected_found):
             raise _Halt("time_budget")
         if state.shrink_deadline is not None and time.monotonic() > state.shrink_deadline:
             raise _Halt(BUDGET_SPENT)
-        result, repeat = state.engine.checker.run(case)
-        records_started = time.perf_counter()
+
+    def _case_record(
+        self,
+        state: _ChunkState,
+        case: Case,
+        result: CaseResult,
+        repeat: Repeatability | None,
+    ) -> tuple[CaseRecord, list[Divergence]]:
+        """A run case's record (its divergences matched against the expectations), and its
+        unexpected divergences."""
         chunk = state.chunk
         record = case_record(case, result, chunk=chunk.id, family=chunk.family, seq=state.seq)
         record.max_workgroups_per_dim = chunk.max_workgroups_per_dim
@@ -495,58 +551,9 @@ class ChunkRunner:
             for d, r in zip(result.divergences, record.divergences, strict=True)
             if r.expected is None
         ]
-        # A case found non-deterministic keeps that verdict on every replay, even one that
-        # happens to pass, so Hypothesis never sees it as flaky.
-        nondeterministic = repeat is not None and not repeat.deterministic
         record.unexpected = len(unexpected)
         record.shard = str(self.config.shard)
-        # The bug the case stands for: the key of its primary unexpected divergence
-        # (harness.check.divergence.BugKey), the same key the exception below and its finding use.
-        key = record.bug
-        if repeat is not None and nondeterministic:
-            key = BugKey.nondeterministic(repeat.backends)
-        # The first divergent case of each bug gets a provisional bundle at once, so that a
-        # run killed while Hypothesis shrinks still leaves a replayable finding. It is written
-        # (atomically) before the record that names it: a kill or a full disk mid-bundle
-        # leaves a record that names no bundle, never one naming a bundle that is not there.
-        state.seq += 1
-        timing.add("records", time.perf_counter() - records_started)
-        if key is not None and (unexpected or nondeterministic) and key not in state.provisional:
-            bundle_id = _provisional_id(chunk, record)
-            path, _ = self._write_bundle(
-                state, bundle_id, case, record, shrunk=False, provisional=True
-            )
-            state.provisional[key] = record.provisional_bundle = path
-        records_started = time.perf_counter()
-        state.sink.case(record)
-        timing.add("records", time.perf_counter() - records_started)
-        if self.steer:
-            # Hunt for the worst cases: Hypothesis hill-climbs on each op type's error/budget.
-            for label, value in utilization_by_op_type(case, result).items():
-                target(min(value, 1e6), label=label)
-        if key is not None and (unexpected or nondeterministic):
-            state.unexpected_found = True
-            best = state.best.get(key)
-            if best is None or _size(case) < _size(best[0]):
-                state.best[key] = (case, record)
-                # The example this bug's shrink starts from: the smallest seen with it.
-                if state.target is None or key not in state.choices:
-                    choices = current_choices()
-                    if choices is not None:
-                        state.choices[key] = choices
-            for other in [] if nondeterministic else divergent_keys(record.divergences)[1:]:
-                seen = state.beside.get(other)
-                if seen is None or _size(case) < _size(seen[0]):
-                    state.beside[other] = (case, record)
-            if state.target is None:
-                return  # searching: recorded; the search goes on
-            if key != state.target:
-                return  # shrinking another bug: to that shrink, this case passes
-            # The exception class stands for the bug key, so that Hypothesis only accepts
-            # shrinks that keep it (harness/check/verdict.py).
-            err = exception_for(key)(_only(result, unexpected), repeat)
-            state.raised[err] = (case, record)
-            raise err
+        return record, unexpected
 
     def _findings(
         self,
@@ -585,14 +592,10 @@ class ChunkRunner:
             unshrunk = why or stopped
             if unshrunk is None and key in state.choices:
                 last = len(waiting) == 1  # no finding waits for it: no share to keep to
-                try:
-                    case, record, unshrunk = self._shrink(state, key, base, (case, record), last)
-                except (_Halt, KeyboardInterrupt) as halt:  # a signal, or the time budget
-                    if isinstance(halt, KeyboardInterrupt):  # a second signal
-                        self.stop.reason = self.stop.reason or "SIGINT"
-                    stopped = halt.reason if isinstance(halt, _Halt) else self.stop.reason
-                    case, record = state.best.get(key, (case, record))
-                    unshrunk = f"the run stopped while shrinking ({stopped})"
+                case, record, unshrunk, halted = self._shrink_or_halt(
+                    state, key, base, (case, record), last
+                )
+                stopped = halted or stopped
             elif unshrunk is None:
                 unshrunk = NOT_REPLAYED
             out.append(self._finding(state, case, record, unshrunk=unshrunk))
@@ -603,6 +606,25 @@ class ChunkRunner:
             if bug not in covered:
                 out.append(self._finding(state, case, record, unshrunk=BESIDE, bug=bug))
         return out, stopped
+
+    def _shrink_or_halt(
+        self,
+        state: _ChunkState,
+        key: BugKey,
+        base: settings,
+        found: tuple[Case, CaseRecord],
+        last: bool,
+    ) -> tuple[Case, CaseRecord, str | None, str | None]:
+        """`_shrink`, and why the run stopped when a signal or the time budget stopped it
+        while shrinking (the bug then keeps its smallest case seen, unshrunk), else None."""
+        try:
+            return (*self._shrink(state, key, base, found, last), None)
+        except (_Halt, KeyboardInterrupt) as halt:  # a signal, or the time budget
+            if isinstance(halt, KeyboardInterrupt):  # a second signal
+                self.stop.reason = self.stop.reason or "SIGINT"
+            stopped = halt.reason if isinstance(halt, _Halt) else self.stop.reason
+            case, record = state.best.get(key, found)
+            return case, record, f"the run stopped while shrinking ({stopped})", stopped
 
     def _shrink(
         self,
@@ -819,6 +841,25 @@ def chunk_record(
 def _bundle_name(finding: ChunkFinding) -> str:
     """A finding's id (its bundle folder's name), counted once however many chunks find it."""
     return finding_id(finding.case_id, finding.bug)
+
+
+def _remember(
+    state: _ChunkState, key: BugKey, case: Case, record: CaseRecord, nondeterministic: bool
+) -> None:
+    """A failing case kept when it is the smallest seen of its bug (with the choices its
+    shrink starts from) or of a bug that showed beside it."""
+    best = state.best.get(key)
+    if best is None or _size(case) < _size(best[0]):
+        state.best[key] = (case, record)
+        # The example this bug's shrink starts from: the smallest seen with it.
+        if state.target is None or key not in state.choices:
+            choices = current_choices()
+            if choices is not None:
+                state.choices[key] = choices
+    for other in [] if nondeterministic else divergent_keys(record.divergences)[1:]:
+        seen = state.beside.get(other)
+        if seen is None or _size(case) < _size(seen[0]):
+            state.beside[other] = (case, record)
 
 
 def _provisional_id(chunk: Chunk, record: CaseRecord) -> str:

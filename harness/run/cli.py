@@ -56,6 +56,7 @@ from harness.run.records import (
     CASES_FILE,
     OutputError,
     RecordError,
+    Summary,
 )
 from harness.run.regress import regress_command, replay_command
 from harness.run.report import load_run, render_report
@@ -591,21 +592,43 @@ def _adapters(text: str | None) -> tuple[int, ...]:
     return chosen
 
 
-def _run(args: argparse.Namespace) -> int:
+def _expectations(args: argparse.Namespace) -> Expectations:
+    """The known divergences a run matches: none (`--no-expectations`), the file given, or
+    the project's default file when it exists."""
+    if args.no_expectations:
+        return Expectations()
+    if args.expectations is not None:
+        return load_expectations(args.expectations)
+    if DEFAULT_FILE.exists():
+        return load_expectations(DEFAULT_FILE)
+    return Expectations()
+
+
+def _print_tallies(summary: Summary) -> None:
+    """Each family's cases, steps and time, and why findings are unshrunk, on stderr."""
+    for family, stats in summary.per_family.items():
+        console.err(
+            f"parity: family {family}: {stats.cases} cases, {stats.steps} steps, "
+            f"{stats.duration_s or 0.0:.1f} s"
+        )
+    unshrunk = Counter(f.unshrunk for f in summary.findings if f.unshrunk)
+    for why, count in sorted(unshrunk.items()):
+        console.err(f"parity: {count} of {len(summary.findings)} findings unshrunk: {why}")
+
+
+def _run_config(args: argparse.Namespace) -> RunConfig:
+    """`parity run`'s configuration from its arguments (and the profile's defaults).
+
+    Raises:
+        UsageError, KernelManifestError, ExpectationsError: bad arguments (exit 2).
+    """
     families = _families(args)
     profile = PROFILES[args.profile]
     try:
         shard = Shard.parse(args.shard)
     except ValueError as err:
         raise UsageError(str(err)) from None
-    if args.no_expectations:
-        expectations = Expectations()
-    elif args.expectations is not None:
-        expectations = load_expectations(args.expectations)
-    elif DEFAULT_FILE.exists():
-        expectations = load_expectations(DEFAULT_FILE)
-    else:
-        expectations = Expectations()
+    expectations = _expectations(args)
     database: Path | None = None
     if args.database is not None:
         database = Path(args.database)
@@ -621,7 +644,7 @@ def _run(args: argparse.Namespace) -> int:
     }
     manifest = load_kernels(args.kernels) if args.kernels is not None else None
     check_exclusive(manifest, shader_dirs)
-    config = RunConfig(
+    return RunConfig(
         families=families,
         profile=args.profile,
         seed=args.seed,
@@ -645,12 +668,16 @@ def _run(args: argparse.Namespace) -> int:
         shrink_budget_s=args.shrink_budget,
         backends=_backends(args.webgpu),
     )
+
+
+def _run(args: argparse.Namespace) -> int:
+    config = _run_config(args)
     session = RunSession(config, log=console.err)
     try:
         session.start()
         console.err(
-            f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {shard}), "
-            f"families {','.join(families)}, profile {args.profile}, seed {args.seed}, "
+            f"parity: {len(session.mine)} of {len(session.plan)} chunks (shard {config.shard}), "
+            f"families {','.join(config.families)}, profile {args.profile}, seed {args.seed}, "
             f"backends {','.join(config.backends)}, out {config.out}, "
             + (
                 "in this process"
@@ -667,14 +694,7 @@ def _run(args: argparse.Namespace) -> int:
         if session.output_failure is not None:
             # What was written stays as it is; the one error line names the first file.
             raise session.output_failure
-        for family, stats in summary.per_family.items():
-            console.err(
-                f"parity: family {family}: {stats.cases} cases, {stats.steps} steps, "
-                f"{stats.duration_s or 0.0:.1f} s"
-            )
-        unshrunk = Counter(f.unshrunk for f in summary.findings if f.unshrunk)
-        for why, count in sorted(unshrunk.items()):
-            console.err(f"parity: {count} of {len(summary.findings)} findings unshrunk: {why}")
+        _print_tallies(summary)
         # Last, the verdict's reasons (an empty required cell, what would fill it) and the
         # status in words: a CI log's tail says why the run failed.
         for line in session.verdict.console_lines():

@@ -90,12 +90,7 @@ def run_command(
         str(run.budgets.chunk_examples),
     ]
     if family is None:
-        if run.shard.count > 1:
-            words += ["--shard", str(run.shard)]
-        if run.budgets.time_budget_s is not None:
-            words += ["--time-budget", f"{run.budgets.time_budget_s:g}"]
-    if family is None and run.database is not None:
-        words += ["--database", _path_arg(run.database, run_dir)]
+        words += _whole_run_words(run, run_dir)
     else:
         words.append("--no-database")
     if run.expectations_file is None:
@@ -113,6 +108,21 @@ def run_command(
         words += ["--webgpu", ",".join(webgpu)]
     words += ["--out", shlex.quote(out)]
     return " ".join(words)
+
+
+def _whole_run_words(run: RunMeta, run_dir: Path) -> list[str]:
+    """The options of a whole run's command that a one-family search leaves out: its
+    shard, time budget and example database."""
+    words = []
+    if run.shard.count > 1:
+        words += ["--shard", str(run.shard)]
+    if run.budgets.time_budget_s is not None:
+        words += ["--time-budget", f"{run.budgets.time_budget_s:g}"]
+    if run.database is not None:
+        words += ["--database", _path_arg(run.database, run_dir)]
+    else:
+        words.append("--no-database")
+    return words
 
 
 def reproduce_commands(runs: Sequence[RunMeta], run_dir: Path) -> list[str]:

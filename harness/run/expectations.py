@@ -197,70 +197,85 @@ def load_expectations(path: str | Path) -> Expectations:
         raise ExpectationsError(f"{path}: 'known' must be an array of tables ([[known]])")
     entries: list[Expectation] = []
     seen: set[str] = set()
-    allowed = set(_REQUIRED) | set(_MATCH_FIELDS)
     for n, entry in enumerate(raw, 1):
         where = f"{path}: [[known]] entry {n}"
-        if not isinstance(entry, dict):
-            raise ExpectationsError(f"{where}: expected a table, got {type(entry).__name__}")
-        missing = [k for k in _REQUIRED if not entry.get(k)]
-        if missing:
-            raise ExpectationsError(
-                f"{where}: missing {missing}: every entry needs an id, the device and driver "
-                "it applies to ('*' for any), a reason and a link"
-            )
-        extra = set(entry) - allowed
-        if extra:
-            raise ExpectationsError(
-                f"{where} ({entry['id']!r}): unknown keys {sorted(extra)}; allowed: "
-                f"{sorted(allowed)}"
-            )
-        bad = {k: v for k, v in entry.items() if not isinstance(v, str)}
-        if bad:
-            raise ExpectationsError(f"{where} ({entry['id']!r}): values must be strings: {bad}")
+        _check_entry_keys(where, entry)
         if entry["id"] in seen:
             raise ExpectationsError(f"{where}: id {entry['id']!r} is used twice")
         seen.add(entry["id"])
-        if "kind" in entry and entry["kind"] not in {k.value for k in Kind}:
-            raise ExpectationsError(
-                f"{where} ({entry['id']!r}): kind must be one of {sorted(k.value for k in Kind)}, "
-                f"got {entry['kind']!r}"
-            )
-        if "band" in entry and entry["band"] not in _BANDS:
-            raise ExpectationsError(
-                f"{where} ({entry['id']!r}): band must be one of {list(_BANDS)}, "
-                f"got {entry['band']!r}"
-            )
-        if "dtype" in entry and entry["dtype"] not in _DTYPES:
-            raise ExpectationsError(
-                f"{where} ({entry['id']!r}): dtype must be one of {list(_DTYPES)}, "
-                f"got {entry['dtype']!r}"
-            )
-        if "blame" in entry and not _known_blame(entry["blame"]):
-            raise ExpectationsError(
-                f"{where} ({entry['id']!r}): blame must be one of {list(_BLAMES)} or several "
-                f"backends comma-separated (webgpu,webgpu-dawn), got {entry['blame']!r}"
-            )
-        for key, known in (("op", SIGNATURES), ("family", _families())):
-            if key in entry and entry[key] not in known:
-                # A name that is no op or family would match nothing, silently: refused.
-                close = difflib.get_close_matches(entry[key], list(known), n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                line = _line_of(text, n, key)
-                place = f"{path}:{line}" if line is not None else str(path)
-                what = "an op type" if key == "op" else "a case family"
-                raise ExpectationsError(
-                    f"{place}: [[known]] entry {n} ({entry['id']!r}): {key} {entry[key]!r} is "
-                    f"not {what}{hint}; expected {what} that `parity list` shows"
-                )
-        if "message" in entry:
-            try:
-                re.compile(entry["message"])
-            except re.error as err:
-                raise ExpectationsError(
-                    f"{where} ({entry['id']!r}): message is not a valid regular expression: {err}"
-                ) from None
+        _check_entry_values(where, entry)
+        _check_entry_names(path, text, n, entry)
         entries.append(Expectation(**entry))
     return Expectations(entries, str(path))
+
+
+def _check_entry_keys(where: str, entry: Any) -> None:
+    """An entry is a table of strings with every required key and no unknown one."""
+    if not isinstance(entry, dict):
+        raise ExpectationsError(f"{where}: expected a table, got {type(entry).__name__}")
+    missing = [k for k in _REQUIRED if not entry.get(k)]
+    if missing:
+        raise ExpectationsError(
+            f"{where}: missing {missing}: every entry needs an id, the device and driver "
+            "it applies to ('*' for any), a reason and a link"
+        )
+    allowed = set(_REQUIRED) | set(_MATCH_FIELDS)
+    extra = set(entry) - allowed
+    if extra:
+        raise ExpectationsError(
+            f"{where} ({entry['id']!r}): unknown keys {sorted(extra)}; allowed: {sorted(allowed)}"
+        )
+    bad = {k: v for k, v in entry.items() if not isinstance(v, str)}
+    if bad:
+        raise ExpectationsError(f"{where} ({entry['id']!r}): values must be strings: {bad}")
+
+
+def _check_entry_values(where: str, entry: Mapping[str, str]) -> None:
+    """An entry's kind, band, dtype and blame are values they can take, its message a
+    regular expression."""
+    if "kind" in entry and entry["kind"] not in {k.value for k in Kind}:
+        raise ExpectationsError(
+            f"{where} ({entry['id']!r}): kind must be one of {sorted(k.value for k in Kind)}, "
+            f"got {entry['kind']!r}"
+        )
+    if "band" in entry and entry["band"] not in _BANDS:
+        raise ExpectationsError(
+            f"{where} ({entry['id']!r}): band must be one of {list(_BANDS)}, got {entry['band']!r}"
+        )
+    if "dtype" in entry and entry["dtype"] not in _DTYPES:
+        raise ExpectationsError(
+            f"{where} ({entry['id']!r}): dtype must be one of {list(_DTYPES)}, "
+            f"got {entry['dtype']!r}"
+        )
+    if "blame" in entry and not _known_blame(entry["blame"]):
+        raise ExpectationsError(
+            f"{where} ({entry['id']!r}): blame must be one of {list(_BLAMES)} or several "
+            f"backends comma-separated (webgpu,webgpu-dawn), got {entry['blame']!r}"
+        )
+
+
+def _check_entry_names(path: Path, text: str, n: int, entry: Mapping[str, str]) -> None:
+    """An entry's op and family name ones that exist (a name that is no op or family would
+    match nothing, silently), with the line of the key; its message is a regular expression."""
+    for key, known in (("op", SIGNATURES), ("family", _families())):
+        if key in entry and entry[key] not in known:
+            close = difflib.get_close_matches(entry[key], list(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            line = _line_of(text, n, key)
+            place = f"{path}:{line}" if line is not None else str(path)
+            what = "an op type" if key == "op" else "a case family"
+            raise ExpectationsError(
+                f"{place}: [[known]] entry {n} ({entry['id']!r}): {key} {entry[key]!r} is "
+                f"not {what}{hint}; expected {what} that `parity list` shows"
+            )
+    if "message" in entry:
+        try:
+            re.compile(entry["message"])
+        except re.error as err:
+            raise ExpectationsError(
+                f"{path}: [[known]] entry {n} ({entry['id']!r}): message is not a valid "
+                f"regular expression: {err}"
+            ) from None
 
 
 def _families() -> Collection[str]:

@@ -175,59 +175,78 @@ def check_kernels_command(args: argparse.Namespace) -> int:
     failed = 0
     for backend in backends:
         for slot in manifest.slots(backend):
-            entry = manifest.entry(backend, slot)
-            assert entry is not None
-            where = f"{shown_path(entry.source)}: {backend}.{slot}"
-            # The slot's example graph may run other replaced slots too (a GEMV case holds a
-            # GEMM node): a runtime replacing this slot alone judges the slot on its own
-            # kernel, never on a neighbour's error.
-            alone_entries = {(backend, slot): entry}
-            if entry.masked_columns == MASKED_READ:  # with the qk kernels writing what it reads
-                for writer in MASK_WRITERS:
-                    found = manifest.entry(backend, writer)
-                    if found is not None:
-                        alone_entries[(backend, writer)] = found
-            alone = KernelManifest(manifest.path, alone_entries)
-            runtime = open_runtime(backend, manifest=alone, allow_adapters=True)
-            kernels = BackendKernels(backend, alone, DEFAULT_LIMIT)
-            case = example_case(slot, kernels)
-            if case is None:
-                console.err(
-                    f"parity check-kernels: {where}: not checked: no generated graph runs "
-                    "the slot with its requires met"
-                )
-                continue
-            try:
-                _build_and_run(runtime, case)
-            except KernelBuildError as err:
+            if not _check_slot(manifest, backend, slot):
                 failed += 1
-                head, _, rest = err.compiler.partition("\n")
-                while head.startswith(f"{slot}: "):  # `where` names the slot already
-                    head = head.removeprefix(f"{slot}: ")
-                if head.startswith(f"{backend}.{slot}."):  # a manifest key: file, table, key
-                    console.err(f"parity check-kernels: {shown_path(manifest.path)}: {head}")
-                else:
-                    console.err(f"parity check-kernels: {where}: {head}")
-                if rest.strip():
-                    console.err("\n".join("    " + line for line in rest.splitlines()))
-                continue
-            except KernelManifestError as err:
-                failed += 1
-                console.err(f"parity check-kernels: {err}")
-                continue
-            except GraphBuildError as err:
-                # The op refused the example (or its kernel's requires at load): the kernel
-                # was not built, so it is not checked.
-                console.err(f"parity check-kernels: {where}: not checked: {err}")
-                continue
-            except ParityError as err:
-                failed += 1
-                console.err(f"parity check-kernels: {where}: {type(err).__name__}: {err}")
-                continue
-            # A kernel computing in another arithmetic is judged by budgets derived for it.
-            arithmetic = f" (computes in {entry.precision})" if entry.precision != "f32" else ""
-            console.err(f"parity check-kernels: {where}: ok{arithmetic}")
     if failed:
         console.err(f"parity check-kernels: {failed} kernel(s) of {manifest.path} do not build")
         return ExitStatus.BAD_INPUT
     return ExitStatus.CLEAN
+
+
+def _alone(manifest: KernelManifest, backend: Backend, slot: str) -> KernelManifest:
+    """A manifest replacing `slot` alone (with the qk kernels writing what a softmax
+    reads): the slot's example graph may run other replaced slots too (a GEMV case holds a
+    GEMM node), and the slot is judged on its own kernel, never on a neighbour's error."""
+    entry = manifest.entry(backend, slot)
+    assert entry is not None
+    alone_entries = {(backend, slot): entry}
+    if entry.masked_columns == MASKED_READ:  # with the qk kernels writing what it reads
+        for writer in MASK_WRITERS:
+            found = manifest.entry(backend, writer)
+            if found is not None:
+                alone_entries[(backend, writer)] = found
+    return KernelManifest(manifest.path, alone_entries)
+
+
+def _check_slot(manifest: KernelManifest, backend: Backend, slot: str) -> bool:
+    """Build and run one replaced slot's kernel on its example case, with its line on
+    stderr; False when the kernel does not build (not checked is not a failure)."""
+    entry = manifest.entry(backend, slot)
+    assert entry is not None
+    where = f"{shown_path(entry.source)}: {backend}.{slot}"
+    alone = _alone(manifest, backend, slot)
+    runtime = open_runtime(backend, manifest=alone, allow_adapters=True)
+    kernels = BackendKernels(backend, alone, DEFAULT_LIMIT)
+    case = example_case(slot, kernels)
+    if case is None:
+        console.err(
+            f"parity check-kernels: {where}: not checked: no generated graph runs "
+            "the slot with its requires met"
+        )
+        return True
+    try:
+        _build_and_run(runtime, case)
+    except KernelBuildError as err:
+        _print_build_error(manifest, backend, slot, where, err)
+        return False
+    except KernelManifestError as err:
+        console.err(f"parity check-kernels: {err}")
+        return False
+    except GraphBuildError as err:
+        # The op refused the example (or its kernel's requires at load): the kernel
+        # was not built, so it is not checked.
+        console.err(f"parity check-kernels: {where}: not checked: {err}")
+        return True
+    except ParityError as err:
+        console.err(f"parity check-kernels: {where}: {type(err).__name__}: {err}")
+        return False
+    # A kernel computing in another arithmetic is judged by budgets derived for it.
+    arithmetic = f" (computes in {entry.precision})" if entry.precision != "f32" else ""
+    console.err(f"parity check-kernels: {where}: ok{arithmetic}")
+    return True
+
+
+def _print_build_error(
+    manifest: KernelManifest, backend: Backend, slot: str, where: str, err: KernelBuildError
+) -> None:
+    """A kernel that does not build: one line naming the file (the manifest's, for an error
+    of a manifest key), the slot and what is wrong, then the compiler's text indented."""
+    head, _, rest = err.compiler.partition("\n")
+    while head.startswith(f"{slot}: "):  # `where` names the slot already
+        head = head.removeprefix(f"{slot}: ")
+    if head.startswith(f"{backend}.{slot}."):  # a manifest key: file, table, key
+        console.err(f"parity check-kernels: {shown_path(manifest.path)}: {head}")
+    else:
+        console.err(f"parity check-kernels: {where}: {head}")
+    if rest.strip():
+        console.err("\n".join("    " + line for line in rest.splitlines()))

@@ -6,13 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from graph_format import SLOTS, BackendUnavailable
 from harness.check.backends import ALL_BACKENDS, open_runtime
 from harness.families import FAMILIES, family_for_op
 from harness.gen.blocks import F16_SHARE, family_dtypes
-from harness.model import model_dtypes
+from harness.model import OpModel, model_dtypes
 from harness.run import console
 from harness.run.bundle import (
     REPO_SHADER_DIRS,
@@ -20,12 +21,10 @@ from harness.run.bundle import (
 from harness.run.profiles import PROFILES
 
 
-def list_command(args: argparse.Namespace) -> int:
-    """Print (or, with --json, dump) what can run here; returns 0."""
-    from harness.ops import MODELS
-
+def _op_kernels(models: Mapping[str, OpModel]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Op -> slot -> its project kernels' files (and which are missing) and its interface."""
     ops = {}
-    for op, model in sorted(MODELS.items()):
+    for op, model in sorted(models.items()):
         ops[op] = {
             name: {
                 "wgsl": f"wgsl/{spec.wgsl}.wgsl",
@@ -45,16 +44,40 @@ def list_command(args: argparse.Namespace) -> int:
             }
             for name, spec in model.kernels.items()
         }
+    return ops
+
+
+def _adapters() -> dict[str, Any]:
+    """Every backend (each WebGPU implementation, then Vulkan): its adapter, or why none."""
     adapters: dict[str, Any] = {}
-    for backend in ALL_BACKENDS:  # every WebGPU implementation, then Vulkan
+    for backend in ALL_BACKENDS:
         try:
             adapters[backend] = {"available": True, **open_runtime(backend).info()}
         except BackendUnavailable as err:
             adapters[backend] = {"available": False, "reason": str(err)}
+    return adapters
+
+
+def list_command(args: argparse.Namespace) -> int:
+    """Print (or, with --json, dump) what can run here; returns 0."""
+    from harness.ops import MODELS
+
+    doc = _list_doc(MODELS)
+    if args.json:
+        console.out(json.dumps(doc, indent=1, default=str))
+        return 0
+    _print_list(doc)
+    return 0
+
+
+def _list_doc(models: Mapping[str, OpModel]) -> dict[str, Any]:
+    """What `parity list --json` prints."""
+    ops = _op_kernels(models)
+    adapters = _adapters()
     doc: dict[str, Any] = {
         "families": {
             name: {
-                "own_op": name if name in MODELS else None,
+                "own_op": name if name in models else None,
                 "ops": sorted(family.exercises),
                 # The dtypes its cases are drawn in (float16 for F16_SHARE of them, or of
                 # those whose own ops all take it).
@@ -91,9 +114,11 @@ def list_command(args: argparse.Namespace) -> int:
         "adapters": adapters,
         "validation": os.environ.get("VULKAN_PARITY_VALIDATION", "1"),
     }
-    if args.json:
-        console.out(json.dumps(doc, indent=1, default=str))
-        return 0
+    return doc
+
+
+def _print_list(doc: Mapping[str, Any]) -> None:
+    """`parity list`'s text: families, ops and their slots, profiles, adapters."""
     console.out("Case families (parity run --families):")
     for name, entry in doc["families"].items():
         dtypes = entry["dtypes"]
@@ -122,7 +147,7 @@ def list_command(args: argparse.Namespace) -> int:
             )
         )
     console.out("Adapters:")
-    for backend, info in adapters.items():
+    for backend, info in doc["adapters"].items():
         if info["available"]:
             driver = info.get("driver_info") or info.get("driver")
             console.out(
@@ -137,4 +162,3 @@ def list_command(args: argparse.Namespace) -> int:
             )
         else:
             console.out(f"  {backend:<13} UNAVAILABLE: {info['reason']}")
-    return 0

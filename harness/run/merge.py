@@ -89,6 +89,18 @@ def _merge_into(out: Path, shard_dirs: list[Path], allow_missing: bool) -> int:
         if data.merged:
             raise UsageError(f"{data.path}: is a merged report; merge shard folders instead")
         runs.append(data.runs[0])
+    _check_plans(shards, runs)
+    _check_shard_set(shards, runs, allow_missing)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise RunFolderError(f"--out {out}: cannot create it: {err.strerror or err}") from None
+    with RunFolderLock(out, command_line()):
+        return _write_merge(out, shards, runs)
+
+
+def _check_plans(shards: list[RunData], runs: list[RunMeta]) -> None:
+    """Every shard ran the first shard's plan (seed, families, budgets)."""
     first = runs[0]
     for data, run in zip(shards, runs, strict=True):
         if run.plan_digest != first.plan_digest:
@@ -98,10 +110,15 @@ def _merge_into(out: Path, shard_dirs: list[Path], allow_missing: bool) -> int:
                 f"{shards[0].path} (seed {first.seed}, families {first.families}, "
                 f"budgets {_budgets(first)})"
             )
+
+
+def _check_shard_set(shards: list[RunData], runs: list[RunMeta], allow_missing: bool) -> None:
+    """Each device's shards once each, and all of them (or a warning per device missing
+    some, with `allow_missing`)."""
     from harness.run.summary import device_label
 
     seen: dict[tuple[str, int], Path] = {}
-    count = first.shard.count
+    count = runs[0].shard.count
     for data, run in zip(shards, runs, strict=True):
         key = (device_label(run.adapters), run.shard.index)
         if key in seen:
@@ -120,12 +137,6 @@ def _merge_into(out: Path, shard_dirs: list[Path], allow_missing: bool) -> int:
             console.err(
                 f"parity merge: warning: shards {missing} of {count} on {device} are missing"
             )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise RunFolderError(f"--out {out}: cannot create it: {err.strerror or err}") from None
-    with RunFolderLock(out, command_line()):
-        return _write_merge(out, shards, runs)
 
 
 def _budgets(run: RunMeta) -> str:

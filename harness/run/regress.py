@@ -13,10 +13,7 @@ from pathlib import Path
 
 from harness.check.backends import open_runtime
 from harness.run import console
-from harness.run.bundle import (
-    load_bundle,
-    replay,
-)
+from harness.run.bundle import Bundle, ReplayOutcome, load_bundle, replay
 from harness.run.console import UsageError
 from harness.run.records import (
     plain,
@@ -50,6 +47,14 @@ def replay_command(args: argparse.Namespace) -> int:
                 indent=1,
             )
         )
+    _device_notes(bundle)
+    _replay_notes(bundle, outcome)
+    _verdict_lines(outcome, args.shaders, f"{time.monotonic() - started:.1f} s")
+    return outcome.exit_status
+
+
+def _device_notes(bundle: Bundle) -> None:
+    """A note per backend whose adapter or driver is not the one the bundle recorded."""
     recorded = bundle.doc.run.adapters
     now = {b: open_runtime(b).info() for b in bundle.backends}
     for b in bundle.backends:
@@ -63,6 +68,11 @@ def replay_command(args: argparse.Namespace) -> int:
                 f"({was.get('driver')}), replaying on {now[b].get('adapter')} "
                 f"({now[b].get('driver')})"
             )
+
+
+def _replay_notes(bundle: Bundle, outcome: ReplayOutcome) -> None:
+    """How the replay differs from the run that found the bundle: its workgroup limit, the
+    history it ran (or not), shaders and Python code that changed since."""
     if bundle.max_workgroups_per_dim is not None:
         console.err(
             f"parity replay: under a limit of {bundle.max_workgroups_per_dim} workgroups per "
@@ -94,27 +104,25 @@ def replay_command(args: argparse.Namespace) -> int:
         )
     elif outcome.python_mismatch is None:
         console.err("parity replay: note: the bundle records no source hashes (an older harness)")
+
+
+def _verdict_lines(outcome: ReplayOutcome, shaders: str, took: str) -> None:
+    """The replay's verdict against the bundle's bug, with what it diverges with."""
     sig = str(outcome.expected)
-    took = f"{time.monotonic() - started:.1f} s"
     if outcome.status == "fixed":
-        console.err(
-            f"parity replay: fixed: no divergence (was: {sig}) [{args.shaders} shaders, {took}]"
-        )
+        console.err(f"parity replay: fixed: no divergence (was: {sig}) [{shaders} shaders, {took}]")
     elif outcome.status == "still_failing":
-        console.err(
-            f"parity replay: still failing: same bug {sig} [{args.shaders} shaders, {took}]"
-        )
+        console.err(f"parity replay: still failing: same bug {sig} [{shaders} shaders, {took}]")
         for d in outcome.divergences[:10]:
             console.err(f"  step {d.step}: {d.kind} ({d.blame}) {d.message}")
     else:
         now_sig = "; ".join(str(s) for s in sorted(outcome.found))
         console.err(
             f"parity replay: diverges differently: was {sig}, now {now_sig} "
-            f"[{args.shaders} shaders, {took}]"
+            f"[{shaders} shaders, {took}]"
         )
         for d in outcome.divergences[:10]:  # what it diverges with now, not only its key
             console.err(f"  step {d.step}: {d.kind} ({d.blame}) {d.message}")
-    return outcome.exit_status
 
 
 def regress_command(args: argparse.Namespace) -> int:

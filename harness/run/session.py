@@ -304,21 +304,8 @@ class RunSession:
         previous = {
             sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
         }
-        status = "complete"
         try:
-            if self.pool is not None:
-                self.pool.begin(self.meta, self.stop.started)
-                self.pool.run(self)
-                for left in self._queue:  # every worker died and none could replace them
-                    reason = "not run: no worker was left to run it"
-                    self.errors.append(f"{left.id}: {reason}")
-                    record = chunk_record(left, self.config.shard, "error", reason=reason)
-                    self._write_chunk(record)
-                self._queue.clear()
-            else:
-                assert self.runner is not None
-                while (chunk := self.deal(0)) is not None:
-                    self.runner.run_chunk(chunk, self)
+            self._search()
         except KeyboardInterrupt:
             self.stop.reason = self.stop.reason or "interrupted"
         finally:
@@ -329,12 +316,7 @@ class RunSession:
             timing.merge(self.timings, self.pool.timings)
         else:
             timing.merge(self.timings, timing.take())
-        if self.output_failure is not None:
-            status = "error"
-        elif self.stop.reason is not None:
-            status = "time_budget" if self.stop.reason == "time_budget" else "interrupted"
-        elif self.errors:
-            status = "error"
+        status = self._status()
         self.verdict = self._judge(status)
         # A disk that would not take the run's output is exit 2, whatever the records say.
         self.exit_status = (
@@ -355,6 +337,32 @@ class RunSession:
             self.output_error(err)
         self.log(f"parity: {status}: {totals_text(self.totals.counts())}, {self.meta.duration_s} s")
         return status
+
+    def _search(self) -> None:
+        """Run the shard's chunks: on the workers, or one by one in this process."""
+        if self.pool is None:
+            assert self.runner is not None
+            while (chunk := self.deal(0)) is not None:
+                self.runner.run_chunk(chunk, self)
+            return
+        self.pool.begin(self.meta, self.stop.started)
+        self.pool.run(self)
+        for left in self._queue:  # every worker died and none could replace them
+            reason = "not run: no worker was left to run it"
+            self.errors.append(f"{left.id}: {reason}")
+            record = chunk_record(left, self.config.shard, "error", reason=reason)
+            self._write_chunk(record)
+        self._queue.clear()
+
+    def _status(self) -> str:
+        """The run's status once its search ended (see `run`)."""
+        if self.output_failure is not None:
+            return "error"
+        if self.stop.reason is not None:
+            return "time_budget" if self.stop.reason == "time_budget" else "interrupted"
+        if self.errors:
+            return "error"
+        return "complete"
 
     def _judge(self, status: str) -> Verdict:
         """The run's verdict (harness.run.exitrule), from its own tallies: never from the

@@ -106,6 +106,20 @@ class DistinctCase:
     families: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Tally:
+    """What the distinct cases add up to: the counts, each bug's group, each expectation's
+    matches, and the ops and families that ran."""
+
+    totals: Stats
+    per_family: dict[str, Stats]
+    per_op: dict[str, Stats] = field(default_factory=dict)
+    by_bug: dict[tuple[BugKey, str | None], BugGroup] = field(default_factory=dict)
+    matches: Counter[str] = field(default_factory=Counter)
+    ops_run: set[str] = field(default_factory=set)
+    families_run: set[str] = field(default_factory=set)
+
+
 def summarize(
     runs: Sequence[RunMeta], records: Sequence[Sequence[Record]], run_dir: Path | None = None
 ) -> Summary:
@@ -118,75 +132,14 @@ def summarize(
             as run.json records them).
     """
     first = runs[0]
-    cases = distinct_cases(runs, records)
     chunk_records = _chunk_records(records)
-
-    totals = Stats()
-    per_family: dict[str, Stats] = {family: Stats() for family in first.families}
-    per_op: dict[str, Stats] = {}
-    # What every run of every case exercised, as `parity run` merges it from its tallies.
-    coverage = Coverage()
-    for recs in records:
-        for each in recs:
-            if isinstance(each, CaseRecord):
-                coverage.merge(each.coverage)
-    by_bug: dict[tuple[BugKey, str | None], BugGroup] = {}
-    matches: Counter[str] = Counter()
-    ops_run: set[str] = set()
-    families_run: set[str] = set()
-
-    for c in cases:
-        r = c.record
-        for family in c.families:
-            families_run.add(family)
-            _count(per_family.setdefault(family, Stats()), r)
-        _count(totals, r)
-        for op in r.ops:
-            ops_run.add(op)
-            _count(per_op.setdefault(op, Stats()), r, only_op=op)
-        groups_hit: set[tuple[BugKey, str | None]] = set()
-        for d in r.divergences:
-            if d.expected:
-                matches[d.expected] += 1
-            # Known and unexpected occurrences of one bug are separate groups.
-            key = (d.bug, d.expected)
-            group = by_bug.setdefault(key, BugGroup(d.bug, d.expected, example=d.message))
-            group.divergences += 1
-            if d.regime not in group.regimes:
-                group.regimes.append(d.regime)
-            if key not in groups_hit:  # a case counts once per group, however many steps hit
-                groups_hit.add(key)
-                group.cases += 1
-
+    coverage = _coverage(records)
+    cases = distinct_cases(runs, records)
+    tally = _tally(cases, first.families)
     findings = _findings(runs, records, cases, chunk_records)
-    for f in findings:
-        for expected in [None] if f.unexpected else f.known:
-            found = by_bug.get((f.bug, expected))
-            if found is not None:
-                found.findings += 1
-                found.failures.append(f.id)
-
-    adapters_seen = [run.adapters for run in runs]
-    expectations = [
-        ExpectationStatus(
-            entry,
-            matches[entry.id],
-            entry_status(entry, matches[entry.id], adapters_seen, ops_run, families_run),
-        )
-        for entry in first.expectations
-    ]
-
-    chunk_status: dict[str, Counter[str]] = defaultdict(Counter)
-    for source, run in enumerate(runs):
-        for chunk_id in run.chunks:
-            rec = chunk_records.get((source, chunk_id))
-            family = chunk_id.rsplit("/", 1)[0]
-            chunk_status[family][rec.status if rec else "missing"] += 1
-    for family, counter in chunk_status.items():
-        per_family.setdefault(family, Stats()).chunks = dict(counter)
-    for family, seconds in _family_seconds(records, chunk_records).items():
-        per_family.setdefault(family, Stats()).duration_s = round(seconds, 2)
-
+    _credit_findings(tally.by_bug, findings)
+    expectations = _expectations(runs, tally)
+    _chunk_tallies(runs, records, chunk_records, tally.per_family)
     statuses = [run.status for run in runs]
     complete = all(s == "complete" for s in statuses) and all(
         (source, c) in chunk_records for source, run in enumerate(runs) for c in run.chunks
@@ -194,19 +147,15 @@ def summarize(
     shards = sorted({(run.shard.index, run.shard.count) for run in runs})
     # The exit rule (harness.run.exitrule) judges the required coverage cells only on a
     # complete run of every shard.
-    counts = {n for _, n in shards}
-    all_shards = not shards or (
-        len(counts) == 1 and {i for i, _ in shards} == set(range(1, next(iter(counts)) + 1))
-    )
     verdict = judge(
         profile=first.profile,
         plan=first.plan,
         adapters=first.adapters,
         coverage=coverage,
-        unexpected_cases=totals.unexpected_cases,
-        checked=complete and all_shards,
+        unexpected_cases=tally.totals.unexpected_cases,
+        checked=complete and _all_shards(shards),
     )
-    groups = sorted(by_bug.values(), key=lambda g: (g.expected is not None, -g.cases))
+    groups = sorted(tally.by_bug.values(), key=lambda g: (g.expected is not None, -g.cases))
     return Summary(
         status=_overall_status(statuses, complete),
         complete=complete,
@@ -217,43 +166,14 @@ def summarize(
         families=list(first.families),
         budgets=first.budgets,
         shards=[f"{i}/{n}" for i, n in shards],
-        runs=[
-            RunLine(
-                shard=str(run.shard),
-                device=device_label(run.adapters),
-                status=run.status,
-                exit_status=run.exit_status,
-                stop_reason=run.stop_reason,
-                errors=list(run.errors),
-                duration_s=run.duration_s,
-                started=run.started,
-                git=run.git,
-                shader_overrides=dict(run.shader_overrides),
-                jobs=run.jobs,
-                workers=list(run.workers),
-            )
-            for run in runs
-        ],
+        runs=[_run_line(run) for run in runs],
         adapters=first.adapters,
         adapter_sets=_distinct(run.adapters for run in runs),
         versions=first.versions,
         duration_s=round(sum(float(run.duration_s or 0.0) for run in runs), 2),
-        totals=Totals(
-            cases=totals.cases,
-            steps=totals.steps,
-            divergent_cases=totals.divergent_cases,
-            unexpected_cases=totals.unexpected_cases,
-            known_cases=totals.known_cases,
-            divergences=sum(totals.divergences.values()),
-            findings=len(findings),
-            unexpected_findings=sum(1 for f in findings if f.unexpected),
-            bugs=len(by_bug),
-            max_utilization=totals.max_utilization,
-            max_statistical_utilization=totals.max_statistical_utilization,
-            unavailable_cases=totals.unavailable_cases,
-        ),
-        per_family=per_family,
-        per_op=per_op,
+        totals=_totals(tally, findings),
+        per_family=tally.per_family,
+        per_op=tally.per_op,
         coverage={
             op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in sorted(per.items())}
             for op, per in sorted(coverage.cells.items())
@@ -266,6 +186,140 @@ def summarize(
         bugs=groups,
         findings=findings,
         expectations=expectations,
+    )
+
+
+def _coverage(records: Sequence[Sequence[Record]]) -> Coverage:
+    """What every run of every case exercised, as `parity run` merges it from its tallies."""
+    coverage = Coverage()
+    for recs in records:
+        for each in recs:
+            if isinstance(each, CaseRecord):
+                coverage.merge(each.coverage)
+    return coverage
+
+
+def _tally(cases: Sequence[DistinctCase], families: Sequence[str]) -> _Tally:
+    """The counts of the distinct cases: in total, per family and per op, per bug."""
+    tally = _Tally(Stats(), {family: Stats() for family in families})
+    for c in cases:
+        r = c.record
+        for family in c.families:
+            tally.families_run.add(family)
+            _count(tally.per_family.setdefault(family, Stats()), r)
+        _count(tally.totals, r)
+        for op in r.ops:
+            tally.ops_run.add(op)
+            _count(tally.per_op.setdefault(op, Stats()), r, only_op=op)
+        _group_divergences(tally, r)
+    return tally
+
+
+def _group_divergences(tally: _Tally, r: CaseRecord) -> None:
+    """A case's divergences added to their bug groups (known and unexpected occurrences of
+    one bug are separate groups) and to their expectations' matches."""
+    groups_hit: set[tuple[BugKey, str | None]] = set()
+    for d in r.divergences:
+        if d.expected:
+            tally.matches[d.expected] += 1
+        key = (d.bug, d.expected)
+        group = tally.by_bug.setdefault(key, BugGroup(d.bug, d.expected, example=d.message))
+        group.divergences += 1
+        if d.regime not in group.regimes:
+            group.regimes.append(d.regime)
+        if key not in groups_hit:  # a case counts once per group, however many steps hit
+            groups_hit.add(key)
+            group.cases += 1
+
+
+def _credit_findings(
+    by_bug: Mapping[tuple[BugKey, str | None], BugGroup], findings: Sequence[Finding]
+) -> None:
+    """Each finding counted in its bug's group (an unexpected one's, or each known one's)."""
+    for f in findings:
+        for expected in [None] if f.unexpected else f.known:
+            found = by_bug.get((f.bug, expected))
+            if found is not None:
+                found.findings += 1
+                found.failures.append(f.id)
+
+
+def _expectations(runs: Sequence[RunMeta], tally: _Tally) -> list[ExpectationStatus]:
+    """Each known-divergence entry with its match count and status."""
+    adapters_seen = [run.adapters for run in runs]
+    return [
+        ExpectationStatus(
+            entry,
+            tally.matches[entry.id],
+            entry_status(
+                entry, tally.matches[entry.id], adapters_seen, tally.ops_run, tally.families_run
+            ),
+        )
+        for entry in runs[0].expectations
+    ]
+
+
+def _chunk_tallies(
+    runs: Sequence[RunMeta],
+    records: Sequence[Sequence[Record]],
+    chunk_records: Mapping[tuple[int, str], ChunkRecord],
+    per_family: dict[str, Stats],
+) -> None:
+    """Each family's chunks by status ("missing": never recorded) and the time they ran."""
+    chunk_status: dict[str, Counter[str]] = defaultdict(Counter)
+    for source, run in enumerate(runs):
+        for chunk_id in run.chunks:
+            rec = chunk_records.get((source, chunk_id))
+            family = chunk_id.rsplit("/", 1)[0]
+            chunk_status[family][rec.status if rec else "missing"] += 1
+    for family, counter in chunk_status.items():
+        per_family.setdefault(family, Stats()).chunks = dict(counter)
+    for family, seconds in _family_seconds(records, chunk_records).items():
+        per_family.setdefault(family, Stats()).duration_s = round(seconds, 2)
+
+
+def _all_shards(shards: Sequence[tuple[int, int]]) -> bool:
+    """Whether the (index, count) shards are every shard of one split (or the run was not
+    split)."""
+    counts = {n for _, n in shards}
+    return not shards or (
+        len(counts) == 1 and {i for i, _ in shards} == set(range(1, next(iter(counts)) + 1))
+    )
+
+
+def _run_line(run: RunMeta) -> RunLine:
+    """One shard's line of the summary."""
+    return RunLine(
+        shard=str(run.shard),
+        device=device_label(run.adapters),
+        status=run.status,
+        exit_status=run.exit_status,
+        stop_reason=run.stop_reason,
+        errors=list(run.errors),
+        duration_s=run.duration_s,
+        started=run.started,
+        git=run.git,
+        shader_overrides=dict(run.shader_overrides),
+        jobs=run.jobs,
+        workers=list(run.workers),
+    )
+
+
+def _totals(tally: _Tally, findings: Sequence[Finding]) -> Totals:
+    totals = tally.totals
+    return Totals(
+        cases=totals.cases,
+        steps=totals.steps,
+        divergent_cases=totals.divergent_cases,
+        unexpected_cases=totals.unexpected_cases,
+        known_cases=totals.known_cases,
+        divergences=sum(totals.divergences.values()),
+        findings=len(findings),
+        unexpected_findings=sum(1 for f in findings if f.unexpected),
+        bugs=len(tally.by_bug),
+        max_utilization=totals.max_utilization,
+        max_statistical_utilization=totals.max_statistical_utilization,
+        unavailable_cases=totals.unavailable_cases,
     )
 
 
@@ -409,35 +463,80 @@ def _findings(
     Chunk findings of the same case and bug on one device are one finding
     (harness.run.findings.finding_id) listing every chunk that found it.
     """
-    by_case = {(c.device, c.record.case_id): c.record for c in cases}
-    by_key: dict[tuple[str, str], Finding] = {}
-    ids: set[str] = set()
+    found = _FindingSet(runs, {(c.device, c.record.case_id): c.record for c in cases})
+    ordered = sorted(chunk_records.items(), key=lambda kv: (kv[0][0], _chunk_order(kv[0][1])))
+    for (source, chunk), rec in ordered:
+        for f in rec.findings:
+            found.add(source, chunk, f, provisional=False)
+    for (source, chunk, bug), r in sorted(
+        _provisional(records, chunk_records).items(), key=lambda kv: kv[0][:2]
+    ):
+        own = bug == r.bug
+        provisional = ChunkFinding(
+            case_id=r.case_id,
+            unexpected=r.unexpected,
+            bundle=r.provisional_bundle if own else None,
+            bug=bug,
+            shrunk=False,
+            beside=None if own else r.bug,
+        )
+        found.add(source, chunk, provisional, provisional=True)
+    return list(found.by_key.values())
 
-    def add(source: int, chunk: str, found: ChunkFinding, provisional: bool) -> None:
-        device = device_label(runs[source].adapters)
-        record = by_case.get((device, found.case_id))
+
+def _provisional(
+    records: Sequence[Sequence[Record]], chunk_records: Mapping[tuple[int, str], ChunkRecord]
+) -> dict[tuple[int, str, BugKey], CaseRecord]:
+    """A chunk that never ended (a killed run): its smallest divergent case per bug, every
+    key of a case's unexpected divergences (harness.run.findings.divergent_keys), by
+    (shard source, chunk, bug)."""
+    best: dict[tuple[int, str, BugKey], CaseRecord] = {}
+    for source, recs in enumerate(records):
+        for r in recs:
+            if not isinstance(r, CaseRecord) or (source, r.chunk) in chunk_records:
+                continue
+            if not r.unexpected:
+                continue
+            # One provisional finding per bug, whatever regime it showed in: the case with a
+            # provisional bundle of it (replayable), else the smallest seen. A case's
+            # provisional bundle is of the key it stands for.
+            for bug in divergent_keys(r.divergences):
+                key = (source, r.chunk, bug)
+                rank = _provisional_rank(r, bug)
+                if key not in best or rank < _provisional_rank(best[key], bug):
+                    best[key] = r
+    return best
+
+
+class _FindingSet:
+    """The findings of a run, one per distinct case and bug on one device, by
+    (device, finding id)."""
+
+    def __init__(
+        self, runs: Sequence[RunMeta], by_case: Mapping[tuple[str, str], CaseRecord]
+    ) -> None:
+        self.runs = runs
+        self.by_case = by_case
+        self.by_key: dict[tuple[str, str], Finding] = {}
+        self.ids: set[str] = set()
+
+    def add(self, source: int, chunk: str, found: ChunkFinding, provisional: bool) -> None:
+        """A chunk's finding: a new one, or merged into the same case and bug's."""
+        device = device_label(self.runs[source].adapters)
+        record = self.by_case.get((device, found.case_id))
         # A version 1 chunk record names no bug: the one its case stands for.
         bug = found.bug or (record.bug if record is not None else None) or BugKey("-", "?", "?")
         base = finding_id(found.case_id, bug)
-        known = by_key.get((device, base))
+        known = self.by_key.get((device, base))
         if known is not None:
-            if chunk not in known.chunks:
-                known.chunks.append(chunk)
-            if source not in known.sources:
-                known.sources.append(source)
-            known.bundle = known.bundle or found.bundle
-            known.bundle_error = None if known.bundle else known.bundle_error or found.bundle_error
-            known.shrunk = known.shrunk or found.shrunk
-            known.unshrunk = None if known.shrunk else known.unshrunk or found.unshrunk
-            known.provisional = known.provisional and provisional
-            known.repeatability = known.repeatability or found.repeatability
+            _merge_finding(known, source, chunk, found, provisional)
             return
         # The same finding on another device (a merge of several devices' shards) gets its
         # own page, named like the bundle `parity merge` copies for it.
-        fid = base if base not in ids else f"{base}-s{source}"
-        ids.add(fid)
+        fid = base if base not in self.ids else f"{base}-s{source}"
+        self.ids.add(fid)
         divergences = record.divergences if record is not None else []
-        by_key[(device, base)] = Finding(
+        self.by_key[(device, base)] = Finding(
             id=fid,
             bug=bug,
             case_id=found.case_id,
@@ -460,39 +559,21 @@ def _findings(
             beside=found.beside,
         )
 
-    ordered = sorted(chunk_records.items(), key=lambda kv: (kv[0][0], _chunk_order(kv[0][1])))
-    for (source, chunk), rec in ordered:
-        for f in rec.findings:
-            add(source, chunk, f, provisional=False)
-    # A chunk that never ended (a killed run): its smallest divergent case per bug, every
-    # key of a case's unexpected divergences (harness.run.findings.divergent_keys).
-    best: dict[tuple[int, str, BugKey], CaseRecord] = {}
-    for source, recs in enumerate(records):
-        for r in recs:
-            if not isinstance(r, CaseRecord) or (source, r.chunk) in chunk_records:
-                continue
-            if not r.unexpected:
-                continue
-            # One provisional finding per bug, whatever regime it showed in: the case with a
-            # provisional bundle of it (replayable), else the smallest seen. A case's
-            # provisional bundle is of the key it stands for.
-            for bug in divergent_keys(r.divergences):
-                key = (source, r.chunk, bug)
-                rank = _provisional_rank(r, bug)
-                if key not in best or rank < _provisional_rank(best[key], bug):
-                    best[key] = r
-    for (source, chunk, bug), r in sorted(best.items(), key=lambda kv: kv[0][:2]):
-        own = bug == r.bug
-        found = ChunkFinding(
-            case_id=r.case_id,
-            unexpected=r.unexpected,
-            bundle=r.provisional_bundle if own else None,
-            bug=bug,
-            shrunk=False,
-            beside=None if own else r.bug,
-        )
-        add(source, chunk, found, provisional=True)
-    return list(by_key.values())
+
+def _merge_finding(
+    known: Finding, source: int, chunk: str, found: ChunkFinding, provisional: bool
+) -> None:
+    """Another chunk's finding of the same case and bug merged into `known`."""
+    if chunk not in known.chunks:
+        known.chunks.append(chunk)
+    if source not in known.sources:
+        known.sources.append(source)
+    known.bundle = known.bundle or found.bundle
+    known.bundle_error = None if known.bundle else known.bundle_error or found.bundle_error
+    known.shrunk = known.shrunk or found.shrunk
+    known.unshrunk = None if known.shrunk else known.unshrunk or found.unshrunk
+    known.provisional = known.provisional and provisional
+    known.repeatability = known.repeatability or found.repeatability
 
 
 def _provisional_rank(record: CaseRecord, bug: BugKey) -> tuple[int, tuple[int, int]]:
@@ -525,24 +606,14 @@ def junit_xml(summary: Summary, records: Sequence[Sequence[Record]]) -> str:
     the chunk never finished (a killed run), and is skipped when the time budget or a signal
     stopped the run before it.
     """
-    chunk_records = _chunk_records(records)
     suites = ET.Element("testsuites", name="parity")
-    by_family: dict[str, list[tuple[str, ChunkRecord | None, int]]] = {
-        f: [] for f in summary.families
-    }
     findings: dict[tuple[int, str], list[Finding]] = defaultdict(list)
     for f in summary.findings:
         # A finding fails every chunk that found it (a chunk id is unique on a device).
         for source in f.sources:
             for chunk in f.chunks:
                 findings[(source, chunk)].append(f)
-    for source, recs in enumerate(records):
-        ids = list(dict.fromkeys(r.chunk for r in recs))
-        for chunk in ids:
-            by_family.setdefault(chunk.rsplit("/", 1)[0], []).append(
-                (chunk, chunk_records.get((source, chunk)), source)
-            )
-    for family, chunks in by_family.items():
+    for family, chunks in _chunks_by_family(summary, records).items():
         suite = ET.SubElement(suites, "testsuite", name=f"parity.{family}")
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="profile", value=str(summary.profile))
@@ -558,33 +629,7 @@ def junit_xml(summary: Summary, records: Sequence[Sequence[Record]]) -> str:
                 time=str(rec.duration_s if rec else 0),
             )
             counts["tests"] += 1
-            if rec is None:
-                counts["errors"] += 1
-                ET.SubElement(
-                    case, "error", message="no result: the run stopped before this chunk ended"
-                )
-                continue
-            unexpected = [f for f in findings[(source, chunk)] if f.unexpected]
-            if rec.status == "skipped":
-                counts["skipped"] += 1
-                ET.SubElement(case, "skipped", message=f"not run: {rec.reason}")
-            elif rec.status == "error":
-                counts["errors"] += 1
-                ET.SubElement(case, "error", message=str(rec.reason))
-            elif unexpected:
-                counts["failures"] += 1
-                failure = ET.SubElement(
-                    case,
-                    "failure",
-                    message=f"{len(unexpected)} unexpected finding(s): "
-                    + ", ".join(str(f.bug) for f in unexpected),
-                )
-                failure.text = "\n".join(f"{f.id}: bundle {f.bundle}" for f in unexpected)
-            known = [f for f in findings[(source, chunk)] if not f.unexpected]
-            if known:
-                ET.SubElement(case, "system-out").text = "known: " + ", ".join(
-                    k for f in known for k in f.known
-                )
+            counts[_chunk_verdict(case, rec, findings[(source, chunk)])] += 1
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
     if summary.coverage_required and summary.coverage_checked:
@@ -601,3 +646,52 @@ def junit_xml(summary: Summary, records: Sequence[Sequence[Record]]) -> str:
             )
     ET.indent(suites)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suites, encoding="unicode")
+
+
+def _chunks_by_family(
+    summary: Summary, records: Sequence[Sequence[Record]]
+) -> dict[str, list[tuple[str, ChunkRecord | None, int]]]:
+    """Family -> (chunk id, its chunk record or None, shard source) of every chunk that
+    wrote a record, the summary's families first."""
+    chunk_records = _chunk_records(records)
+    by_family: dict[str, list[tuple[str, ChunkRecord | None, int]]] = {
+        f: [] for f in summary.families
+    }
+    for source, recs in enumerate(records):
+        ids = list(dict.fromkeys(r.chunk for r in recs))
+        for chunk in ids:
+            by_family.setdefault(chunk.rsplit("/", 1)[0], []).append(
+                (chunk, chunk_records.get((source, chunk)), source)
+            )
+    return by_family
+
+
+def _chunk_verdict(case: ET.Element, rec: ChunkRecord | None, findings: list[Finding]) -> str:
+    """A chunk's test case filled in (its error, skip or failure, its known findings); the
+    count it adds to ("errors", "skipped", "failures", or "passed")."""
+    if rec is None:
+        ET.SubElement(case, "error", message="no result: the run stopped before this chunk ended")
+        return "errors"
+    unexpected = [f for f in findings if f.unexpected]
+    verdict = "passed"
+    if rec.status == "skipped":
+        verdict = "skipped"
+        ET.SubElement(case, "skipped", message=f"not run: {rec.reason}")
+    elif rec.status == "error":
+        verdict = "errors"
+        ET.SubElement(case, "error", message=str(rec.reason))
+    elif unexpected:
+        verdict = "failures"
+        failure = ET.SubElement(
+            case,
+            "failure",
+            message=f"{len(unexpected)} unexpected finding(s): "
+            + ", ".join(str(f.bug) for f in unexpected),
+        )
+        failure.text = "\n".join(f"{f.id}: bundle {f.bundle}" for f in unexpected)
+    known = [f for f in findings if not f.unexpected]
+    if known:
+        ET.SubElement(case, "system-out").text = "known: " + ", ".join(
+            k for f in known for k in f.known
+        )
+    return verdict

@@ -328,18 +328,10 @@ class WorkerPool:
             pass
 
     def _handle(self, w: _Worker, message: tuple[Any, ...], starting: bool) -> None:
+        """One message of a worker (see `worker_main` for what each kind carries)."""
         kind = message[0]
         if kind == "case":
-            _, line, tally = message
-            w.cases += 1
-            w.line.cases += 1
-            if tally.bug is not None and tally.unexpected:
-                kept = w.seen.get(tally.bug)
-                if kept is None or (tally.provisional_bundle and not kept.provisional_bundle):
-                    w.seen[tally.bug] = tally
-                for other in tally.others:  # keys beside the case's own: the first case
-                    w.seen.setdefault(other, tally)
-            self.session.case_line(line, tally)
+            self._on_case(w, message)
         elif kind == "chunk":
             _, line, tally, figures, w.line.peak_rss_mb = message
             timing.merge(self.timings, figures)
@@ -353,30 +345,53 @@ class WorkerPool:
         elif kind == "log":
             self.session.log(message[1])
         elif kind == "ready":
-            _, pid, adapters = message
-            w.line.pid = pid
-            w.line.adapters = {b: str(info.get("adapter", "?")) for b, info in adapters.items()}
-            self._ready_adapters[w.line.index] = adapters
-            w.state = "idle"
-            if self._begin is not None:  # a replacement, started mid-run
-                self._send(w, ("begin", *self._begin))
+            self._on_ready(w, message)
         elif kind == "failed":
-            _, what, text = message
-            w.line.exit = f"failed to start: {text.splitlines()[-1] if text else what}"
-            w.state = "dead"
-            w.process.join(5.0)
-            if what == "BackendUnavailable" and w.line.adapter is not None:
-                given = f"worker {w.line.index} was given adapter {w.line.adapter}"
-                text = f"--adapters: {given}: {text}"
-            if starting and not self._begin:
-                raise _setup_error(what, text)
-            self.session.error(f"worker {w.line.index}: {w.line.exit}")
+            self._on_failed(w, message, starting)
         elif kind == "bye":
             _, figures, w.line.peak_rss_mb = message
             timing.merge(self.timings, figures)
             w.line.exit = "done"
             w.state = "dead"
             w.process.join(5.0)
+
+    def _on_case(self, w: _Worker, message: tuple[Any, ...]) -> None:
+        """A case ran: counted, and kept per bug for a chunk the worker may not finish (the
+        first case of each bug, or one with a provisional bundle)."""
+        _, line, tally = message
+        w.cases += 1
+        w.line.cases += 1
+        if tally.bug is not None and tally.unexpected:
+            kept = w.seen.get(tally.bug)
+            if kept is None or (tally.provisional_bundle and not kept.provisional_bundle):
+                w.seen[tally.bug] = tally
+            for other in tally.others:  # keys beside the case's own: the first case
+                w.seen.setdefault(other, tally)
+        self.session.case_line(line, tally)
+
+    def _on_ready(self, w: _Worker, message: tuple[Any, ...]) -> None:
+        """A worker opened its runtimes: its pid and adapters; a replacement begins at once."""
+        _, pid, adapters = message
+        w.line.pid = pid
+        w.line.adapters = {b: str(info.get("adapter", "?")) for b, info in adapters.items()}
+        self._ready_adapters[w.line.index] = adapters
+        w.state = "idle"
+        if self._begin is not None:  # a replacement, started mid-run
+            self._send(w, ("begin", *self._begin))
+
+    def _on_failed(self, w: _Worker, message: tuple[Any, ...], starting: bool) -> None:
+        """A worker could not open its runtimes: a set-up error while the pool starts, else
+        an error of the run."""
+        _, what, text = message
+        w.line.exit = f"failed to start: {text.splitlines()[-1] if text else what}"
+        w.state = "dead"
+        w.process.join(5.0)
+        if what == "BackendUnavailable" and w.line.adapter is not None:
+            given = f"worker {w.line.index} was given adapter {w.line.adapter}"
+            text = f"--adapters: {given}: {text}"
+        if starting and not self._begin:
+            raise _setup_error(what, text)
+        self.session.error(f"worker {w.line.index}: {w.line.exit}")
 
     def _died(self, w: _Worker, starting: bool) -> None:
         """A worker ended without saying goodbye: its chunk is recorded as lost."""
@@ -542,18 +557,7 @@ def worker_main(
     os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the parent alone, which passes it on
     stop = Stop(config.time_budget_s)
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stop.reason is not None and stop.reason != "time_budget":
-            raise KeyboardInterrupt  # a second signal: stop now
-        stop.reason = signal.Signals(signum).name
-
-    def on_output_error(signum: int, frame: FrameType | None) -> None:
-        if stop.reason in (None, "time_budget"):
-            stop.reason = OUTPUT_ERROR  # another process could not write: stop, like a signal
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGUSR1, on_output_error)
+    _install_signal_handlers(stop)
     os.environ[ADAPTER_VARIABLE] = str(adapter) if adapter is not None else f"spread:{index - 1}"
     if config.timings:
         timing.enable()
@@ -567,6 +571,31 @@ def worker_main(
         conn.send(("failed", "internal", traceback.format_exc()))
         return
     conn.send(("ready", os.getpid(), adapters))
+    _serve(conn, runner, stop, adapters)
+
+
+def _install_signal_handlers(stop: Stop) -> None:
+    """SIGINT/SIGTERM stop the worker after its current case (a second one: at once);
+    SIGUSR1 (another process could not write the run's output) stops it like a signal."""
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if stop.reason is not None and stop.reason != "time_budget":
+            raise KeyboardInterrupt  # a second signal: stop now
+        stop.reason = signal.Signals(signum).name
+
+    def on_output_error(signum: int, frame: FrameType | None) -> None:
+        if stop.reason in (None, "time_budget"):
+            stop.reason = OUTPUT_ERROR  # another process could not write: stop, like a signal
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, on_output_error)
+
+
+def _serve(
+    conn: Connection, runner: ChunkRunner, stop: Stop, adapters: dict[str, dict[str, Any]]
+) -> None:
+    """Run the chunks the parent deals until it says exit (or its pipe closes)."""
     sink = _PipeSink(conn)
     while True:
         try:

@@ -1,4 +1,4 @@
-"""Kernel manifests (graph_format/kernels.py): the format, its errors, the expression language,
+"""Kernel manifests (graph_format/kernels/): the format, its errors, the expression language,
 and the implicit entries of the project's own kernels against what those kernels declare."""
 
 from __future__ import annotations

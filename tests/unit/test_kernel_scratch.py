@@ -1,5 +1,5 @@
 """Scratch sized by the manifest and the causal attention's masked columns
-(graph_format/kernels.py): parsing, sharing between the slots of one op, sizing, and the
+(graph_format/kernels/): parsing, sharing between the slots of one op, sizing, and the
 one-line errors naming the file and what is wrong."""
 
 from __future__ import annotations

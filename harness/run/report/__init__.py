@@ -414,16 +414,7 @@ def _kernels_ran(
     run the slot. The bundle holds more shaders (every one the case's ops may pick, for
     replay): they are not listed."""
     backends = [b for b in BACKEND_ORDER if b in run.adapters]
-    ran: dict[str, dict[str, str]] = {}
-    for step in record.timeline if record is not None else ():
-        for backend, seen in step.backends.items():
-            for d in seen.dispatches:
-                if d.ran:
-                    ran.setdefault(d.kernel, {})[backend] = "ran"
-    for failed in divergences:
-        slot = failed.details.get("kernel") if failed.kind == "build_error" else None
-        if isinstance(slot, str) and slot:
-            ran.setdefault(slot, {}).setdefault(failed.blame, "did not build")
+    ran = _slots_ran(record, divergences)
     manifest = _bundle_manifest(bundle_dir)
     shaders = bundle.shaders if bundle is not None else {}
     kernels = bundle.kernels if bundle is not None else {}
@@ -435,42 +426,72 @@ def _kernels_ran(
             if status is None:
                 cells.append(None)
                 continue
-            api = cast(Backend, runtime_api(backend))
-            entry = manifest.entry(api, slot) if manifest is not None else None
-            replaced = (run.adapters.get(backend, {}).get("kernels") or {}).get(slot)
             cell: dict[str, Any] = {"status": status, "defines": {}, "adapter": None}
-            if entry is not None and manifest is not None:
-                rel = f"kernels/{entry.source.relative_to(manifest.folder).as_posix()}"
-                cell |= {
-                    "file": rel,
-                    "link": rel,
-                    "sha256": kernels.get(rel),
-                    "origin": f"manifest kernels/{MANIFEST_NAME}",
-                    "defines": entry.defines,
-                    "adapter": str(entry.adapter) if entry.adapter is not None else None,
-                    # The arithmetic it declares (`precision`) where not f32: its op's
-                    # budget was derived for it.
-                    "precision": entry.precision if entry.precision != "f32" else None,
-                }
-            elif replaced:  # no bundle to read it from: the run's own path
-                cell |= {
-                    "file": relative_path(replaced, run_dir),
-                    "link": None,
-                    "sha256": None,
-                    "origin": "manifest",
-                }
-            else:
-                stem = _PROJECT_STEMS.get((api, slot), slot)
-                rel = f"{SHADER_LANGUAGES[api]}/{stem}{_SHADER_SUFFIX[api]}"
-                cell |= {
-                    "file": rel,
-                    "link": f"shaders/{rel}" if rel in shaders else None,
-                    "sha256": shaders.get(rel),
-                    "origin": folder_source(run, backend, run_dir),
-                }
+            cell |= _kernel_file(run, run_dir, backend, slot, manifest, shaders, kernels)
             cells.append(cell)
         rows.append({"slot": slot, "cells": cells})
     return {"backends": backends, "rows": rows}
+
+
+def _slots_ran(
+    record: CaseRecord | None, divergences: Sequence[DivergenceRecord]
+) -> dict[str, dict[str, str]]:
+    """Slot -> backend -> "ran" (a dispatch of it ran in the case) or "did not build"."""
+    ran: dict[str, dict[str, str]] = {}
+    for step in record.timeline if record is not None else ():
+        for backend, seen in step.backends.items():
+            for d in seen.dispatches:
+                if d.ran:
+                    ran.setdefault(d.kernel, {})[backend] = "ran"
+    for failed in divergences:
+        slot = failed.details.get("kernel") if failed.kind == "build_error" else None
+        if isinstance(slot, str) and slot:
+            ran.setdefault(slot, {}).setdefault(failed.blame, "did not build")
+    return ran
+
+
+def _kernel_file(
+    run: RunMeta,
+    run_dir: Path,
+    backend: str,
+    slot: str,
+    manifest: KernelManifest | None,
+    shaders: Mapping[str, str],
+    kernels: Mapping[str, str],
+) -> dict[str, Any]:
+    """The kernel `backend` ran for `slot`: its file, link, sha256 and origin (and a
+    manifest kernel's defines and adapter)."""
+    api = cast(Backend, runtime_api(backend))
+    entry = manifest.entry(api, slot) if manifest is not None else None
+    replaced = (run.adapters.get(backend, {}).get("kernels") or {}).get(slot)
+    if entry is not None and manifest is not None:
+        rel = f"kernels/{entry.source.relative_to(manifest.folder).as_posix()}"
+        return {
+            "file": rel,
+            "link": rel,
+            "sha256": kernels.get(rel),
+            "origin": f"manifest kernels/{MANIFEST_NAME}",
+            "defines": entry.defines,
+            "adapter": str(entry.adapter) if entry.adapter is not None else None,
+            # The arithmetic it declares (`precision`) where not f32: its op's budget was
+            # derived for it.
+            "precision": entry.precision if entry.precision != "f32" else None,
+        }
+    if replaced:  # no bundle to read it from: the run's own path
+        return {
+            "file": relative_path(replaced, run_dir),
+            "link": None,
+            "sha256": None,
+            "origin": "manifest",
+        }
+    stem = _PROJECT_STEMS.get((api, slot), slot)
+    rel = f"{SHADER_LANGUAGES[api]}/{stem}{_SHADER_SUFFIX[api]}"
+    return {
+        "file": rel,
+        "link": f"shaders/{rel}" if rel in shaders else None,
+        "sha256": shaders.get(rel),
+        "origin": folder_source(run, backend, run_dir),
+    }
 
 
 # What each repeatability class (harness.check.repeatability) means, in words.
