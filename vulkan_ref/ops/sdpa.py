@@ -19,7 +19,8 @@ import math
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode, dtype_slot
 from graph_format.kernels import KernelRequirementError, masked_columns_unwritten
-from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.nodes import SymInt
 from vulkan_ref.ops import register
 
 WORKGROUP = 64
