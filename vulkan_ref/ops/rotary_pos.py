@@ -24,9 +24,8 @@ def _fail(node: OpNode, reason: str, message: str) -> InputError:
     return InputError(node.name, reason, f"vulkan: {node.name}: {message}")
 
 
-@register("apply_rotary_emb_pos")
-def add_rotary_emb_pos_node(graph: ComputeGraph, node: OpNode) -> None:
-    """Add the position rope node of `node`: angles from positions [S] and theta."""
+def _check_build(graph: ComputeGraph, node: OpNode) -> tuple[int, float, float]:
+    """Check dtypes and maximum sizes at load; returns D, theta_base and freq_scale."""
     xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
     positions = graph.tensor_arg(node, "positions")
     factors = graph.optional_tensor_arg(node, "freq_factors")
@@ -73,6 +72,17 @@ def add_rotary_emb_pos_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(node, f"xq_out must be {list(xq.max_sizes)}", tensor=xq_out.name)
     if xk_out.max_sizes != xk.max_sizes:
         raise graph.fail(node, f"xk_out must be {list(xk.max_sizes)}", tensor=xk_out.name)
+    return dim, base, scale
+
+
+@register("apply_rotary_emb_pos")
+def add_rotary_emb_pos_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the position rope node of `node`: angles from positions [S] and theta."""
+    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
+    positions = graph.tensor_arg(node, "positions")
+    factors = graph.optional_tensor_arg(node, "freq_factors")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    dim, base, scale = _check_build(graph, node)
 
     slot = graph.dtype_slot(node, "rotary_emb_pos", xq.dtype)
     # Without factors, a one-float dummy fills the role (read only when has_freq_factors is 1).
