@@ -412,7 +412,21 @@ def _resolve(
     entry: KernelEntry, kernel: CompiledKernel, scratch: Sequence[str], provides: Sequence[str]
 ) -> ResolvedKernel:
     reflection = kernel.reflection
-    _check_descriptors(entry, reflection)
+    source = entry.source
+    for b in reflection.bindings:
+        if b.set != 0:
+            raise kernel_failure(
+                entry,
+                f"binding {b.binding} ({binding_name(b)!r}) of {source} is in descriptor set "
+                f"{b.set}; the runtime binds set 0 only",
+            )
+        if b.kind not in ("storage_buffer", "uniform_buffer") or b.block is None:
+            raise kernel_failure(
+                entry,
+                f"binding {b.binding} ({binding_name(b)!r}) of {source} is a "
+                f"{b.kind.replace('_', ' ')} descriptor; the runtime binds storage and uniform "
+                "buffers only",
+            )
     declared = [(b.binding, binding_name(b)) for b in reflection.bindings]
     roles = {*entry.interface.tensors, *scratch}
     names: set[str] = set()
@@ -421,11 +435,60 @@ def _resolve(
         targets = entry.resolve_bindings(declared, dispatch=index, extra_roles=scratch)
         for b in reflection.bindings:
             _check_kind(entry, b, targets[b.binding], roles)
-        filled, filled_push = _resolve_members(entry, reflection, index, targets, provides)
-        bindings = _resolve_bindings(entry, reflection, targets, roles, filled)
-        for binding in bindings:
-            if binding.params is not None:
-                names |= binding.params.names
+        params_blocks = [b for b in reflection.bindings if targets[b.binding] == PARAMS_TARGET]
+        params_members = {
+            _member_name(m, i): _where(m, b.binding)
+            for b in params_blocks
+            for i, m in enumerate(b.block.members if b.block else ())
+        }
+        # Both blocks are resolved before either fails: a kernel's members without a value
+        # are named in one error, the params block's and the push block's together.
+        filled: dict[str, Expression | None] = {}
+        filled_push: dict[str, Expression | None] = {}
+        blocks: list[
+            tuple[Literal["params", "push"], dict[str, str], dict[str, Expression | None]]
+        ] = []
+        if params_blocks:
+            blocks.append(("params", params_members, filled))
+        if reflection.push_constants is not None:
+            members = reflection.push_constants.members
+            push_members = {_member_name(m, i): _where(m) for i, m in enumerate(members)}
+            blocks.append(("push", push_members, filled_push))
+        problems: list[str] = []
+        for block, declared_members, out in blocks:
+            try:
+                out.update(
+                    entry.resolve_members(
+                        list(declared_members),
+                        dispatch=index,
+                        block=block,
+                        extra_values=provides,
+                        layout=declared_members,
+                    )
+                )
+            except KernelInterfaceError as err:
+                problems.append(str(err).removeprefix(f"{entry.slot}: "))
+        if problems:
+            raise KernelInterfaceError(entry.slot, entry.source, "; and ".join(problems))
+        bindings = []
+        for b in reflection.bindings:
+            assert b.block is not None  # checked above
+            target = targets[b.binding]
+            if target in roles:
+                bindings.append(ResolvedBinding(b.binding, "storage", target))
+            elif target.endswith(META_SUFFIX):
+                bindings.append(ResolvedBinding(b.binding, "uniform", target))
+            else:
+                what = f"params (binding {b.binding})"
+                ours = {
+                    _member_name(m, i): filled[_member_name(m, i)]
+                    for i, m in enumerate(b.block.members)
+                }
+                layout = _layout(entry, what, b.block, ours)
+                names |= layout.names
+                bindings.append(
+                    ResolvedBinding(b.binding, "uniform", target, layout, _single_value(layout))
+                )
         push = None
         if reflection.push_constants is not None:
             push = _layout(entry, "push", reflection.push_constants, filled_push)
@@ -433,11 +496,26 @@ def _resolve(
         count = dispatch.count
         for expr in count if isinstance(count, tuple) else (count,):
             names |= expr.names
-        dispatches.append(ResolvedDispatch(bindings, push, count))
+        dispatches.append(ResolvedDispatch(tuple(bindings), push, count))
 
     local_ids = tuple(d.spec_id for d in reflection.local_size)
-    spec = _resolve_spec(entry, reflection, local_ids)
-    for _, expr in spec.values():
+    spec_declared = [  # the local size's own unnamed constants are listed as such
+        (s.id, s.name)
+        for s in reflection.spec_constants
+        if s.name is not None or s.id not in local_ids
+    ]
+    chosen = entry.resolve_spec(spec_declared, [i for i in local_ids if i is not None])
+    types = {s.id: s.type for s in reflection.spec_constants}
+    spec: dict[int, tuple[str, Expression]] = {}
+    for spec_id, expr in chosen.items():
+        glsl_type = "uint" if spec_id in local_ids else types.get(spec_id, "uint")
+        if glsl_type not in _SPEC_FORMATS:
+            raise kernel_failure(
+                entry,
+                f"specialization constant {spec_id} of {source} is a {glsl_type}; the runtime "
+                f"sets {', '.join(_SPEC_FORMATS)} constants",
+            )
+        spec[spec_id] = (_SPEC_FORMATS[glsl_type], expr)
         names |= expr.names
     for expr in entry.requires:
         names |= expr.names
@@ -454,126 +532,6 @@ def _resolve(
         tuple(dispatches),
         frozenset(names),
     )
-
-
-def _check_descriptors(entry: KernelEntry, reflection: SpirvReflection) -> None:
-    """Every binding is a storage or uniform buffer of descriptor set 0."""
-    source = entry.source
-    for b in reflection.bindings:
-        if b.set != 0:
-            raise kernel_failure(
-                entry,
-                f"binding {b.binding} ({binding_name(b)!r}) of {source} is in descriptor set "
-                f"{b.set}; the runtime binds set 0 only",
-            )
-        if b.kind not in ("storage_buffer", "uniform_buffer") or b.block is None:
-            raise kernel_failure(
-                entry,
-                f"binding {b.binding} ({binding_name(b)!r}) of {source} is a "
-                f"{b.kind.replace('_', ' ')} descriptor; the runtime binds storage and uniform "
-                "buffers only",
-            )
-
-
-def _resolve_members(
-    entry: KernelEntry,
-    reflection: SpirvReflection,
-    index: int,
-    targets: Mapping[int, str],
-    provides: Sequence[str],
-) -> tuple[dict[str, Expression | None], dict[str, Expression | None]]:
-    """The expression filling each member of dispatch `index`'s params blocks and of its
-    push constants (None: padding)."""
-    params_blocks = [b for b in reflection.bindings if targets[b.binding] == PARAMS_TARGET]
-    params_members = {
-        _member_name(m, i): _where(m, b.binding)
-        for b in params_blocks
-        for i, m in enumerate(b.block.members if b.block else ())
-    }
-    # Both blocks are resolved before either fails: a kernel's members without a value
-    # are named in one error, the params block's and the push block's together.
-    filled: dict[str, Expression | None] = {}
-    filled_push: dict[str, Expression | None] = {}
-    blocks: list[
-        tuple[Literal["params", "push"], dict[str, str], dict[str, Expression | None]]
-    ] = []
-    if params_blocks:
-        blocks.append(("params", params_members, filled))
-    if reflection.push_constants is not None:
-        members = reflection.push_constants.members
-        push_members = {_member_name(m, i): _where(m) for i, m in enumerate(members)}
-        blocks.append(("push", push_members, filled_push))
-    problems: list[str] = []
-    for block, declared_members, out in blocks:
-        try:
-            out.update(
-                entry.resolve_members(
-                    list(declared_members),
-                    dispatch=index,
-                    block=block,
-                    extra_values=provides,
-                    layout=declared_members,
-                )
-            )
-        except KernelInterfaceError as err:
-            problems.append(str(err).removeprefix(f"{entry.slot}: "))
-    if problems:
-        raise KernelInterfaceError(entry.slot, entry.source, "; and ".join(problems))
-    return filled, filled_push
-
-
-def _resolve_bindings(
-    entry: KernelEntry,
-    reflection: SpirvReflection,
-    targets: Mapping[int, str],
-    roles: set[str],
-    filled: Mapping[str, Expression | None],
-) -> tuple[ResolvedBinding, ...]:
-    """What fills each binding of one dispatch: a role's buffer, a TensorMeta or a params
-    block laid out from `filled`."""
-    bindings = []
-    for b in reflection.bindings:
-        assert b.block is not None  # checked by _check_descriptors
-        target = targets[b.binding]
-        if target in roles:
-            bindings.append(ResolvedBinding(b.binding, "storage", target))
-        elif target.endswith(META_SUFFIX):
-            bindings.append(ResolvedBinding(b.binding, "uniform", target))
-        else:
-            what = f"params (binding {b.binding})"
-            ours = {
-                _member_name(m, i): filled[_member_name(m, i)]
-                for i, m in enumerate(b.block.members)
-            }
-            layout = _layout(entry, what, b.block, ours)
-            bindings.append(
-                ResolvedBinding(b.binding, "uniform", target, layout, _single_value(layout))
-            )
-    return tuple(bindings)
-
-
-def _resolve_spec(
-    entry: KernelEntry, reflection: SpirvReflection, local_ids: tuple[int | None, ...]
-) -> dict[int, tuple[str, Expression]]:
-    """Each specialization constant the entry sets: its SpecValue format and expression."""
-    spec_declared = [  # the local size's own unnamed constants are listed as such
-        (s.id, s.name)
-        for s in reflection.spec_constants
-        if s.name is not None or s.id not in local_ids
-    ]
-    chosen = entry.resolve_spec(spec_declared, [i for i in local_ids if i is not None])
-    types = {s.id: s.type for s in reflection.spec_constants}
-    spec: dict[int, tuple[str, Expression]] = {}
-    for spec_id, expr in chosen.items():
-        glsl_type = "uint" if spec_id in local_ids else types.get(spec_id, "uint")
-        if glsl_type not in _SPEC_FORMATS:
-            raise kernel_failure(
-                entry,
-                f"specialization constant {spec_id} of {entry.source} is a {glsl_type}; the "
-                f"runtime sets {', '.join(_SPEC_FORMATS)} constants",
-            )
-        spec[spec_id] = (_SPEC_FORMATS[glsl_type], expr)
-    return spec
 
 
 def _check_kind(entry: KernelEntry, b: DescriptorBinding, target: str, roles: set[str]) -> None:
