@@ -40,18 +40,19 @@ SLOTS = (
 )
 
 
-def _check_build(graph: ComputeGraph, node: OpNode) -> None:
-    q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
-    k_cache, v_cache = graph.tensor_arg(node, "k_cache"), graph.tensor_arg(node, "v_cache")
-    out = graph.output(node, "out")
+def _check_kinds(
+    graph: ComputeGraph, node: OpNode, inputs: tuple[VTensor, ...], out: VTensor
+) -> None:
+    """Dtypes, ranks and state of (q, k, v, k_cache, v_cache) and out."""
+    q, *_, k_cache, v_cache = inputs
     # All float32 or all float16 (the `_f16` slots), as q's type says.
     dtype = q.dtype if q.dtype in FLOAT_DTYPES else "float32"
-    for tensor in (q, k, v, k_cache, v_cache, out):
+    for tensor in (*inputs, out):
         if tensor.dtype != dtype:
             raise graph.fail(
                 node, f"sdpa takes all {dtype}; {tensor.name!r} is {tensor.dtype}", tensor.name
             )
-    for tensor in (q, k, v, k_cache, v_cache):
+    for tensor in inputs:
         if len(tensor.max_sizes) != 4 or tensor.max_sizes[0] != 1:
             raise graph.fail(
                 node, f"{tensor.name!r} {list(tensor.max_sizes)} must be [1, ., ., .]", tensor.name
@@ -59,6 +60,13 @@ def _check_build(graph: ComputeGraph, node: OpNode) -> None:
     for tensor in (k_cache, v_cache):
         if not tensor.is_state:
             raise graph.fail(node, f"{tensor.name!r} must be a state tensor", tensor=tensor.name)
+
+
+def _check_build(graph: ComputeGraph, node: OpNode) -> None:
+    q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
+    k_cache, v_cache = graph.tensor_arg(node, "k_cache"), graph.tensor_arg(node, "v_cache")
+    out = graph.output(node, "out")
+    _check_kinds(graph, node, (q, k, v, k_cache, v_cache), out)
     if v.max_sizes != k.max_sizes:
         raise graph.fail(node, f"v {list(v.max_sizes)} differs from k {list(k.max_sizes)}", v.name)
     if k.max_sizes[1] != q.max_sizes[1] or k.max_sizes[3] != q.max_sizes[3]:
