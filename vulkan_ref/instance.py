@@ -153,44 +153,7 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
     """
     if validation is None:
         validation = validation_requested()
-    try:
-        layers = {p.layerName for p in vk.vkEnumerateInstanceLayerProperties()}
-    except (OSError, vk.VkError) as err:
-        raise BackendUnavailable(
-            f"vulkan: the Vulkan loader is not usable ({err}); install 'libvulkan1' and a "
-            "driver such as 'mesa-vulkan-drivers'"
-        ) from None
-    if validation and VALIDATION_LAYER not in layers:
-        raise BackendUnavailable(
-            f"vulkan: {VALIDATION_LAYER} was requested but is not installed; install "
-            "'vulkan-validationlayers' or set VULKAN_PARITY_VALIDATION=0"
-        )
-    messages: list[str] = []
-    keepalive: list[object] = []
-    app = vk.VkApplicationInfo(
-        pApplicationName="vulkan-parity",
-        pEngineName="vulkan_ref",
-        apiVersion=vk.VK_MAKE_VERSION(*VULKAN_API, 0),
-    )
-    layer_names = [VALIDATION_LAYER] if validation else []
-    ext_names = ["VK_EXT_debug_utils"] if validation else []
-    instance_info = vk.VkInstanceCreateInfo(
-        pApplicationInfo=app,
-        enabledLayerCount=len(layer_names),
-        ppEnabledLayerNames=layer_names,
-        enabledExtensionCount=len(ext_names),
-        ppEnabledExtensionNames=ext_names,
-    )
-    try:
-        instance = vk.vkCreateInstance(instance_info, None)
-    except vk.VkError as err:
-        raise BackendUnavailable(
-            f"vulkan: the Vulkan loader found no usable driver (vkCreateInstance: "
-            f"{type(err).__name__}){_driver_env()}; install 'mesa-vulkan-drivers' for "
-            "lavapipe, or your GPU's Vulkan driver"
-        ) from None
-    if validation:
-        keepalive.append(_install_messenger(instance, messages))
+    instance, messages, keepalive = _create_instance(validation)
 
     physical = _pick_physical_device(instance)
     families = vk.vkGetPhysicalDeviceQueueFamilyProperties(physical)
@@ -242,6 +205,54 @@ def get_context(validation: bool | None = None, robust: bool = False) -> VulkanC
         messages=messages,
         _keepalive=keepalive,
     )
+
+
+def _create_instance(validation: bool) -> tuple[CData, list[str], list[object]]:
+    """A Vulkan instance (with the validation layer and its messenger when asked for), the
+    list the messenger appends to, and the objects that must outlive the context.
+
+    Raises:
+        BackendUnavailable: no loader, no driver, or validation asked for but not installed.
+    """
+    try:
+        layers = {p.layerName for p in vk.vkEnumerateInstanceLayerProperties()}
+    except (OSError, vk.VkError) as err:
+        raise BackendUnavailable(
+            f"vulkan: the Vulkan loader is not usable ({err}); install 'libvulkan1' and a "
+            "driver such as 'mesa-vulkan-drivers'"
+        ) from None
+    if validation and VALIDATION_LAYER not in layers:
+        raise BackendUnavailable(
+            f"vulkan: {VALIDATION_LAYER} was requested but is not installed; install "
+            "'vulkan-validationlayers' or set VULKAN_PARITY_VALIDATION=0"
+        )
+    messages: list[str] = []
+    keepalive: list[object] = []
+    app = vk.VkApplicationInfo(
+        pApplicationName="vulkan-parity",
+        pEngineName="vulkan_ref",
+        apiVersion=vk.VK_MAKE_VERSION(*VULKAN_API, 0),
+    )
+    layer_names = [VALIDATION_LAYER] if validation else []
+    ext_names = ["VK_EXT_debug_utils"] if validation else []
+    instance_info = vk.VkInstanceCreateInfo(
+        pApplicationInfo=app,
+        enabledLayerCount=len(layer_names),
+        ppEnabledLayerNames=layer_names,
+        enabledExtensionCount=len(ext_names),
+        ppEnabledExtensionNames=ext_names,
+    )
+    try:
+        instance = vk.vkCreateInstance(instance_info, None)
+    except vk.VkError as err:
+        raise BackendUnavailable(
+            f"vulkan: the Vulkan loader found no usable driver (vkCreateInstance: "
+            f"{type(err).__name__}){_driver_env()}; install 'mesa-vulkan-drivers' for "
+            "lavapipe, or your GPU's Vulkan driver"
+        ) from None
+    if validation:
+        keepalive.append(_install_messenger(instance, messages))
+    return instance, messages, keepalive
 
 
 def _driver_env() -> str:

@@ -28,8 +28,9 @@ import vulkan as vk
 
 from graph_format import BackendUnavailable
 from vulkan_ref.cdata import CData
-from vulkan_ref.graph import ComputeGraph, DispatchNode, _fold
+from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.instance import VulkanContext
+from vulkan_ref.resize import fold
 
 # Records one dispatch (bind pipeline and descriptors, push constants, vkCmdDispatch).
 Recorder = Callable[[CData], None]  # called with the command buffer
@@ -181,7 +182,7 @@ def part_recorder(graph: ComputeGraph, node: DispatchNode, index: int) -> Record
     assert state.kernel is not None
     part = state.kernel.parts[index]
     pipeline = part.pipeline
-    grid = _fold(state.counts[index], graph.ctx.max_workgroup_count)
+    grid = fold(state.counts[index], graph.ctx.max_workgroup_count)
     push = state.push[index]
     size = part.push.size if part.push is not None else 0
 

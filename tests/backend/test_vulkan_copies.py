@@ -7,20 +7,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import vulkan_ref.graph as vulkan_graph
+import vulkan_ref.recording
+import vulkan_ref.staging
 from graph_format import Runtime
-from vulkan_ref.graph import _coalesce
+from vulkan_ref.staging import coalesce
 
 pytestmark = pytest.mark.gpu
 
 
 def test_coalesce_merges_ranges_at_most_gap_apart() -> None:
     pieces = [(300, 20), (0, 16), (16, 8), (40, 8), (1000, 4)]
-    runs, at = _coalesce(pieces, 16)
+    runs, at = coalesce(pieces, 16)
     assert runs == [(0, 48), (300, 320), (1000, 1004)]
     assert at == [(1, 0), (0, 0), (0, 16), (0, 40), (2, 0)]
     # Gap 0 merges only touching ranges: nothing between them is copied.
-    runs, at = _coalesce(pieces, 0)
+    runs, at = coalesce(pieces, 0)
     assert runs == [(0, 24), (40, 48), (300, 320), (1000, 1004)]
     assert at[2] == (0, 16)
 
@@ -32,16 +33,16 @@ def test_merged_copies_read_and_write_the_same_bytes(
 
     case, _ = golden_decoder()
     regions: list[int] = []
-    original = vulkan_graph._copy_regions
+    original = vulkan_ref.recording.copy_regions
 
     def counted(copies: list[tuple[int, int, int]]) -> object:
         regions.append(len(copies))
         return original(copies)
 
-    monkeypatch.setattr(vulkan_graph, "_copy_regions", counted)
+    monkeypatch.setattr(vulkan_ref.recording, "copy_regions", counted)
 
     def run(gap: int) -> tuple[list[dict[str, bytes]], list[int]]:
-        monkeypatch.setattr(vulkan_graph, "_MERGE_GAP", gap)
+        monkeypatch.setattr(vulkan_ref.staging, "_MERGE_GAP", gap)
         regions.clear()
         graph = vulkan.load(case.graph)
         names = sorted(graph.tensors)  # type: ignore[attr-defined]
@@ -55,7 +56,7 @@ def test_merged_copies_read_and_write_the_same_bytes(
             graph.close()
         return steps, list(regions)
 
-    merged, merged_regions = run(vulkan_graph._MERGE_GAP)
+    merged, merged_regions = run(vulkan_ref.staging._MERGE_GAP)
     separate, separate_regions = run(-1)
     assert merged == separate
     # Per step: the uploads (the first submit: every constant and guard), then the reads.

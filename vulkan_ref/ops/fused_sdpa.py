@@ -25,9 +25,8 @@ def _mask_broadcasts(mask: tuple[int, ...], scores: tuple[int, ...]) -> bool:
     return len(mask) == 4 and all(m in (1, s) for m, s in zip(mask, scores, strict=True))
 
 
-@register("fused_sdpa")
-def add_fused_sdpa_node(graph: ComputeGraph, node: OpNode) -> None:
-    """Add the three fused_sdpa dispatch nodes of `node`."""
+def _check_build(graph: ComputeGraph, node: OpNode) -> None:
+    """Check dtypes and maximum sizes at load."""
     q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
     mask = graph.optional_tensor_arg(node, "attn_mask")
     out = graph.output(node, "out")
@@ -52,6 +51,17 @@ def add_fused_sdpa_node(graph: ComputeGraph, node: OpNode) -> None:
         )
     if out.max_sizes != q.max_sizes:
         raise graph.fail(node, f"out must be {list(q.max_sizes)}", tensor=out.name)
+
+
+@register("fused_sdpa")
+def add_fused_sdpa_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the three fused_sdpa dispatch nodes of `node`."""
+    q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
+    mask = graph.optional_tensor_arg(node, "attn_mask")
+    out = graph.output(node, "out")
+    _check_build(graph, node)
+    batch, heads, max_q, dim = q.max_sizes
+    max_kv = k.max_sizes[2]
     has_scale = node.optional_arg("scale") is not None
     scale = float(graph.scalar_arg(node, "scale")) if has_scale else 1.0 / math.sqrt(dim)
     static: dict[str, int | float] = {

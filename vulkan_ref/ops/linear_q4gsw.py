@@ -17,10 +17,12 @@ GEMV's grid cap are specialization constants (from the values of those names).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
+from vulkan_ref.tensor import VTensor
 
 GEMM_WORKGROUP = 64
 GEMM_TILE = (4, 4)  # outputs per invocation: rows, columns
@@ -36,6 +38,86 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
     scales = graph.tensor_arg(node, "scales")
     bias = graph.optional_tensor_arg(node, "bias")
     out = graph.output(node, "out")
+    dtype, group_size, bits = _check_precision(graph, node, x, weight, scales, bias, out)
+    in_features, out_features, scales_width = _check_shapes(
+        graph, node, x, weight, scales, bias, out, group_size
+    )
+    has_gemv = in_features % 8 == 0 and group_size % 8 == 0
+
+    def live_m(g: ComputeGraph) -> int:
+        return math.prod(g.sizes_of(x)[:-1])  # every leading dim; 1 for a rank-1 x
+
+    rows, cols = GEMM_TILE
+    gemv_workgroups = min(-(-out_features // 2), GEMV_MAX_WORKGROUPS)
+
+    def gemm_values(g: ComputeGraph, slot: str) -> dict[str, int]:
+        m = live_m(g)
+        skip = has_gemv and m == 1
+        tiles = -(-m // rows) * -(-out_features // cols)
+        return {"m": m, "workgroups": 0 if skip else -(-tiles // GEMM_WORKGROUP)}
+
+    def gemv_values(g: ComputeGraph, slot: str) -> dict[str, int]:
+        m = live_m(g)
+        return {"m": m, "workgroups": gemv_workgroups if m == 1 else 0}
+
+    # Without a bias, a 4-byte dummy fills the bias role (read only when has_bias is 1).
+    dummy_sizes = (2,) if dtype == "float16" else (1,)
+    bias_tensor = (
+        bias if bias is not None else graph.create_scratch(node, "no_bias", dtype, dummy_sizes)
+    )
+    tensors = {"out": out, "x": x, "weight": weight, "scales": scales, "bias": bias_tensor}
+    static = {
+        "n": out_features,
+        "k": in_features,
+        "k_words": -(-in_features // 8),
+        "group_size": group_size,
+        "n_padded": scales_width,
+        "has_bias": int(bias is not None),
+        "gemv_workgroups": gemv_workgroups,
+        "workgroup_size": GEMM_WORKGROUP,
+    }
+    # accumulate_bits 16: the GEMM accumulating in f16 blocks (the GEMV stays f32-accumulating)
+    gemm_slot = "q4gsw_gemm_f16acc" if bits == 16 else graph.dtype_slot(node, "q4gsw_gemm", dtype)
+    gemv_slot = graph.dtype_slot(node, "q4gsw_gemv", dtype)
+    args = tuple(t.name for t in (out, x, weight, scales)) + ((bias.name,) if bias else ())
+    graph.add_dispatch_node(
+        DispatchNode(
+            op=node.name,
+            args=args,
+            resize_fn=_resize_fn(node.name, x, out, in_features, out_features),
+            slots={gemm_slot: gemm_slot},
+            tensors=tensors,
+            static=static,
+            values=gemm_values,
+        )
+    )
+    if has_gemv:
+        graph.add_dispatch_node(
+            DispatchNode(
+                op=node.name,
+                args=args,
+                slots={gemv_slot: gemv_slot},
+                tensors=tensors,
+                static={
+                    **static,
+                    "max_workgroups": GEMV_MAX_WORKGROUPS,
+                    "workgroup_size": GEMV_WORKGROUP,
+                },
+                values=gemv_values,
+            )
+        )
+
+
+def _check_precision(
+    graph: ComputeGraph,
+    node: OpNode,
+    x: VTensor,
+    weight: VTensor,
+    scales: VTensor,
+    bias: VTensor | None,
+    out: VTensor,
+) -> tuple[str, int, int | float]:
+    """The op's dtype, group_size and accumulate_bits, each tensor's dtype checked."""
     # x's float type is the op's precision: bias and out follow it, scales stay float32.
     dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
     expected = [(x, dtype), (weight, "uint8"), (scales, "float32")]
@@ -61,6 +143,20 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(
             node, f"accumulate_bits is {bits}; it must be 32, or 16 with float16 x ({dtype})"
         )
+    return dtype, group_size, bits
+
+
+def _check_shapes(
+    graph: ComputeGraph,
+    node: OpNode,
+    x: VTensor,
+    weight: VTensor,
+    scales: VTensor,
+    bias: VTensor | None,
+    out: VTensor,
+    group_size: int,
+) -> tuple[int, int, int]:
+    """K, N and the scales' padded width, each tensor's maximum sizes checked."""
     in_features = x.max_sizes[-1]
     packed_width = (in_features + 7) // 8 * 4
     if len(weight.max_sizes) != 2 or weight.max_sizes[1] != packed_width:
@@ -100,78 +196,23 @@ def add_linear_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
             f"{[*x.max_sizes[:-1], out_features]}",
             tensor=out.name,
         )
-    has_gemv = in_features % 8 == 0 and group_size % 8 == 0
+    return in_features, out_features, scales_width
 
-    def live_m(g: ComputeGraph) -> int:
-        return math.prod(g.sizes_of(x)[:-1])  # every leading dim; 1 for a rank-1 x
+
+def _resize_fn(
+    op: str, x: VTensor, out: VTensor, in_features: int, out_features: int
+) -> Callable[[ComputeGraph], None]:
+    """The GEMM node's resize function: out takes x's leading dims and N."""
 
     def resize_linear_q4gsw_node(g: ComputeGraph) -> None:
         sizes = g.sizes_of(x)
         if sizes[-1] != in_features:
             raise InputError(
-                node.name,
+                op,
                 "in_features",
-                f"vulkan: {node.name}: live width {sizes[-1]} of {x.name!r} differs from "
+                f"vulkan: {op}: live width {sizes[-1]} of {x.name!r} differs from "
                 f"in_features {in_features}",
             )
         g.virtual_resize(out, (*sizes[:-1], out_features))
 
-    rows, cols = GEMM_TILE
-    gemv_workgroups = min(-(-out_features // 2), GEMV_MAX_WORKGROUPS)
-
-    def gemm_values(g: ComputeGraph, slot: str) -> dict[str, int]:
-        m = live_m(g)
-        skip = has_gemv and m == 1
-        tiles = -(-m // rows) * -(-out_features // cols)
-        return {"m": m, "workgroups": 0 if skip else -(-tiles // GEMM_WORKGROUP)}
-
-    def gemv_values(g: ComputeGraph, slot: str) -> dict[str, int]:
-        m = live_m(g)
-        return {"m": m, "workgroups": gemv_workgroups if m == 1 else 0}
-
-    # Without a bias, a 4-byte dummy fills the bias role (read only when has_bias is 1).
-    dummy_sizes = (2,) if dtype == "float16" else (1,)
-    bias_tensor = (
-        bias if bias is not None else graph.create_scratch(node, "no_bias", dtype, dummy_sizes)
-    )
-    tensors = {"out": out, "x": x, "weight": weight, "scales": scales, "bias": bias_tensor}
-    static = {
-        "n": out_features,
-        "k": in_features,
-        "k_words": -(-in_features // 8),
-        "group_size": group_size,
-        "n_padded": scales_width,
-        "has_bias": int(bias is not None),
-        "gemv_workgroups": gemv_workgroups,
-        "workgroup_size": GEMM_WORKGROUP,
-    }
-    # accumulate_bits 16: the GEMM accumulating in f16 blocks (the GEMV stays f32-accumulating)
-    gemm_slot = "q4gsw_gemm_f16acc" if bits == 16 else graph.dtype_slot(node, "q4gsw_gemm", dtype)
-    gemv_slot = graph.dtype_slot(node, "q4gsw_gemv", dtype)
-    args = tuple(t.name for t in (out, x, weight, scales)) + ((bias.name,) if bias else ())
-    graph.add_dispatch_node(
-        DispatchNode(
-            op=node.name,
-            args=args,
-            resize_fn=resize_linear_q4gsw_node,
-            slots={gemm_slot: gemm_slot},
-            tensors=tensors,
-            static=static,
-            values=gemm_values,
-        )
-    )
-    if has_gemv:
-        graph.add_dispatch_node(
-            DispatchNode(
-                op=node.name,
-                args=args,
-                slots={gemv_slot: gemv_slot},
-                tensors=tensors,
-                static={
-                    **static,
-                    "max_workgroups": GEMV_MAX_WORKGROUPS,
-                    "workgroup_size": GEMV_WORKGROUP,
-                },
-                values=gemv_values,
-            )
-        )
+    return resize_linear_q4gsw_node

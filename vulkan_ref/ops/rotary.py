@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode
-from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.nodes import SymInt
 from vulkan_ref.ops import register
 from vulkan_ref.tensor import VTensor
 

@@ -16,6 +16,7 @@ import math
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
+from vulkan_ref.tensor import VTensor
 
 WORKGROUP = 64
 
@@ -24,16 +25,17 @@ def _fail(node: OpNode, reason: str, message: str) -> InputError:
     return InputError(node.name, reason, f"vulkan: {node.name}: {message}")
 
 
-@register("apply_rotary_emb_pos")
-def add_rotary_emb_pos_node(graph: ComputeGraph, node: OpNode) -> None:
-    """Add the position rope node of `node`: angles from positions [S] and theta."""
-    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
-    positions = graph.tensor_arg(node, "positions")
-    factors = graph.optional_tensor_arg(node, "freq_factors")
-    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
-    # q, k and the outputs all float32 or all float16 (the `_f16` slot), as xq's type says.
-    dtype = xq.dtype if xq.dtype in FLOAT_DTYPES else "float32"
-    for tensor in (xq, xk, xq_out, xk_out):
+def _check_dtypes(
+    graph: ComputeGraph,
+    node: OpNode,
+    rotated: tuple[VTensor, ...],
+    positions: VTensor,
+    factors: VTensor | None,
+) -> None:
+    """q, k and the outputs (`rotated`) all float32 or all float16 (the `_f16` slot), as
+    xq's type says; int32 positions; float32 factors."""
+    dtype = rotated[0].dtype if rotated[0].dtype in FLOAT_DTYPES else "float32"
+    for tensor in rotated:
         if tensor.dtype != dtype:
             raise graph.fail(
                 node,
@@ -44,6 +46,15 @@ def add_rotary_emb_pos_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(node, f"positions {positions.name!r} is not int32", positions.name)
     if factors is not None and factors.dtype != "float32":
         raise graph.fail(node, f"freq_factors {factors.name!r} is not float32", factors.name)
+
+
+def _check_build(graph: ComputeGraph, node: OpNode) -> tuple[int, float, float]:
+    """Check dtypes and maximum sizes at load; returns D, theta_base and freq_scale."""
+    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
+    positions = graph.tensor_arg(node, "positions")
+    factors = graph.optional_tensor_arg(node, "freq_factors")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    _check_dtypes(graph, node, (xq, xk, xq_out, xk_out), positions, factors)
     for tensor in (xq, xk):
         if len(tensor.max_sizes) != 4:
             raise graph.fail(node, f"{tensor.name!r} must have rank 4 [B, S, H, D]", tensor.name)
@@ -73,6 +84,17 @@ def add_rotary_emb_pos_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(node, f"xq_out must be {list(xq.max_sizes)}", tensor=xq_out.name)
     if xk_out.max_sizes != xk.max_sizes:
         raise graph.fail(node, f"xk_out must be {list(xk.max_sizes)}", tensor=xk_out.name)
+    return dim, base, scale
+
+
+@register("apply_rotary_emb_pos")
+def add_rotary_emb_pos_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the position rope node of `node`: angles from positions [S] and theta."""
+    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
+    positions = graph.tensor_arg(node, "positions")
+    factors = graph.optional_tensor_arg(node, "freq_factors")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    dim, base, scale = _check_build(graph, node)
 
     slot = graph.dtype_slot(node, "rotary_emb_pos", xq.dtype)
     # Without factors, a one-float dummy fills the role (read only when has_freq_factors is 1).

@@ -16,11 +16,14 @@ Scores `[Hq, S_max, C]` and the decode partials are private scratch tensors.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode, dtype_slot
 from graph_format.kernels import KernelRequirementError, masked_columns_unwritten
-from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.nodes import SymInt
 from vulkan_ref.ops import register
+from vulkan_ref.tensor import VTensor
 
 WORKGROUP = 64
 SPLIT_ROWS = 64  # cache rows per split of the decode route: sdpa_fd_split's local size
@@ -37,18 +40,19 @@ SLOTS = (
 )
 
 
-def _check_build(graph: ComputeGraph, node: OpNode) -> None:
-    q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
-    k_cache, v_cache = graph.tensor_arg(node, "k_cache"), graph.tensor_arg(node, "v_cache")
-    out = graph.output(node, "out")
+def _check_kinds(
+    graph: ComputeGraph, node: OpNode, inputs: tuple[VTensor, ...], out: VTensor
+) -> None:
+    """Dtypes, ranks and state of (q, k, v, k_cache, v_cache) and out."""
+    q, *_, k_cache, v_cache = inputs
     # All float32 or all float16 (the `_f16` slots), as q's type says.
     dtype = q.dtype if q.dtype in FLOAT_DTYPES else "float32"
-    for tensor in (q, k, v, k_cache, v_cache, out):
+    for tensor in (*inputs, out):
         if tensor.dtype != dtype:
             raise graph.fail(
                 node, f"sdpa takes all {dtype}; {tensor.name!r} is {tensor.dtype}", tensor.name
             )
-    for tensor in (q, k, v, k_cache, v_cache):
+    for tensor in inputs:
         if len(tensor.max_sizes) != 4 or tensor.max_sizes[0] != 1:
             raise graph.fail(
                 node, f"{tensor.name!r} {list(tensor.max_sizes)} must be [1, ., ., .]", tensor.name
@@ -56,6 +60,13 @@ def _check_build(graph: ComputeGraph, node: OpNode) -> None:
     for tensor in (k_cache, v_cache):
         if not tensor.is_state:
             raise graph.fail(node, f"{tensor.name!r} must be a state tensor", tensor=tensor.name)
+
+
+def _check_build(graph: ComputeGraph, node: OpNode) -> None:
+    q, k, v = (graph.tensor_arg(node, s) for s in ("q", "k", "v"))
+    k_cache, v_cache = graph.tensor_arg(node, "k_cache"), graph.tensor_arg(node, "v_cache")
+    out = graph.output(node, "out")
+    _check_kinds(graph, node, (q, k, v, k_cache, v_cache), out)
     if v.max_sizes != k.max_sizes:
         raise graph.fail(node, f"v {list(v.max_sizes)} differs from k {list(k.max_sizes)}", v.name)
     if k.max_sizes[1] != q.max_sizes[1] or k.max_sizes[3] != q.max_sizes[3]:
@@ -106,26 +117,9 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
     def seq(g: ComputeGraph) -> int:
         return g.sizes_of(q)[1]
 
-    def resize_sdpa_node(g: ComputeGraph) -> None:
-        qs, ks, vs = g.sizes_of(q), g.sizes_of(k), g.sizes_of(v)
-        s = qs[1]
-        if qs != (1, s, q_heads, dim) or ks != (1, s, kv_heads, dim) or vs != ks:
-            raise InputError(
-                node.name,
-                "shape",
-                f"vulkan: {node.name}: q {list(qs)}, k {list(ks)}, v {list(vs)} must be "
-                f"[1, S, {q_heads}, {dim}], [1, S, {kv_heads}, {dim}]",
-            )
-        if pos() < 0:
-            raise InputError(node.name, "input_pos", f"vulkan: {node.name}: input_pos {pos()} < 0")
-        if pos() + s > cache_rows:
-            raise InputError(
-                node.name,
-                "cache_overflow",
-                f"vulkan: {node.name}: rows {pos()}..{pos() + s - 1} do not fit the "
-                f"{cache_rows}-row cache",
-            )
-        g.virtual_resize(out, qs)
+    resize_sdpa_node = _resize_fn(
+        node.name, (q, k, v, out), pos, (q_heads, kv_heads, dim), cache_rows
+    )
 
     symint_args = (input_pos.name,) if isinstance(input_pos, SymInt) else ()
     args = (out.name, q.name, k.name, v.name, k_cache.name, v_cache.name, *symint_args)
@@ -141,22 +135,6 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
         "part_ml": part_ml,
     }
 
-    def workgroups(slot: str, s: int, context: int) -> int:
-        """The slot's count: the update always, one route's kernels per step."""
-        slot = slot.removesuffix(HALF_SUFFIX)
-        wg = WORKGROUP
-        if slot == "sdpa_update_cache":
-            return -(-s * kv_heads * dim // wg)
-        if s == 1:  # decode: the split-K route
-            if slot == "sdpa_fd_split":
-                return q_heads * -(-context // SPLIT_ROWS)
-            return q_heads if slot == "sdpa_fd_reduce" else 0
-        if slot == "sdpa_qk":  # prefill: the materialized route
-            return -(-q_heads * s * context // wg)
-        if slot == "sdpa_softmax":
-            return q_heads * s
-        return -(-s * q_heads * dim // wg) if slot == "sdpa_av" else 0
-
     def values(g: ComputeGraph, slot: str) -> dict[str, int]:
         s, start = seq(g), pos()
         context = start + s
@@ -165,14 +143,10 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
             "input_pos": start,
             "context": context,
             "num_splits": -(-context // SPLIT_ROWS),
-            "workgroups": workgroups(slot, s, context),
+            "workgroups": _workgroups(slot, s, context, q_heads, kv_heads, dim),
         }
 
-    qk_slot = graph.dtype_slot(node, "sdpa_qk", q.dtype)
-    qk_entry, softmax_entry = (graph.kernel_entry(s, s) for s in (qk_slot, "sdpa_softmax"))
-    unwritten = masked_columns_unwritten(qk_entry, softmax_entry)
-    if unwritten is not None:  # a manifest's softmax reading what this qk leaves unwritten
-        raise KernelRequirementError(node.name, "sdpa_softmax", unwritten, softmax_entry.source)
+    _check_softmax(graph, node, q.dtype)
     for slot in SLOTS:
         # In half precision every slot but the softmax, which works on the f32 scores in
         # both precisions, is its `_f16` variant.
@@ -190,3 +164,65 @@ def add_sdpa_with_kv_cache_node(graph: ComputeGraph, node: OpNode) -> None:
                 uniforms={"input_pos": pos_ubo},
             )
         )
+
+
+def _resize_fn(
+    op: str,
+    tensors: tuple[VTensor, VTensor, VTensor, VTensor],
+    pos: Callable[[], int],
+    heads: tuple[int, int, int],
+    cache_rows: int,
+) -> Callable[[ComputeGraph], None]:
+    """The resize function of an sdpa node named `op` of (q, k, v, out), with (query heads,
+    kv heads, head dim) and the cache's rows."""
+    q, k, v, out = tensors
+    q_heads, kv_heads, dim = heads
+
+    def resize_sdpa_node(g: ComputeGraph) -> None:
+        qs, ks, vs = g.sizes_of(q), g.sizes_of(k), g.sizes_of(v)
+        s = qs[1]
+        if qs != (1, s, q_heads, dim) or ks != (1, s, kv_heads, dim) or vs != ks:
+            raise InputError(
+                op,
+                "shape",
+                f"vulkan: {op}: q {list(qs)}, k {list(ks)}, v {list(vs)} must be "
+                f"[1, S, {q_heads}, {dim}], [1, S, {kv_heads}, {dim}]",
+            )
+        if pos() < 0:
+            raise InputError(op, "input_pos", f"vulkan: {op}: input_pos {pos()} < 0")
+        if pos() + s > cache_rows:
+            raise InputError(
+                op,
+                "cache_overflow",
+                f"vulkan: {op}: rows {pos()}..{pos() + s - 1} do not fit the "
+                f"{cache_rows}-row cache",
+            )
+        g.virtual_resize(out, qs)
+
+    return resize_sdpa_node
+
+
+def _workgroups(slot: str, s: int, context: int, q_heads: int, kv_heads: int, dim: int) -> int:
+    """The slot's count: the update always, one route's kernels per step."""
+    slot = slot.removesuffix(HALF_SUFFIX)
+    wg = WORKGROUP
+    if slot == "sdpa_update_cache":
+        return -(-s * kv_heads * dim // wg)
+    if s == 1:  # decode: the split-K route
+        if slot == "sdpa_fd_split":
+            return q_heads * -(-context // SPLIT_ROWS)
+        return q_heads if slot == "sdpa_fd_reduce" else 0
+    if slot == "sdpa_qk":  # prefill: the materialized route
+        return -(-q_heads * s * context // wg)
+    if slot == "sdpa_softmax":
+        return q_heads * s
+    return -(-s * q_heads * dim // wg) if slot == "sdpa_av" else 0
+
+
+def _check_softmax(graph: ComputeGraph, node: OpNode, dtype: str) -> None:
+    """A manifest's softmax must not read what the qk kernel leaves unwritten."""
+    qk_slot = graph.dtype_slot(node, "sdpa_qk", dtype)
+    qk_entry, softmax_entry = (graph.kernel_entry(s, s) for s in (qk_slot, "sdpa_softmax"))
+    unwritten = masked_columns_unwritten(qk_entry, softmax_entry)
+    if unwritten is not None:  # a manifest's softmax reading what this qk leaves unwritten
+        raise KernelRequirementError(node.name, "sdpa_softmax", unwritten, softmax_entry.source)

@@ -10,7 +10,8 @@ an int literal); the cache is a state tensor updated in place, the op has no out
 from __future__ import annotations
 
 from graph_format import InputError, OpNode
-from vulkan_ref.graph import ComputeGraph, DispatchNode, SymInt
+from vulkan_ref.graph import ComputeGraph, DispatchNode
+from vulkan_ref.nodes import SymInt
 from vulkan_ref.ops import register
 
 WORKGROUP = 64
