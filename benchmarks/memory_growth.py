@@ -78,11 +78,9 @@ def cache_counts(runtimes: list[Any]) -> dict[str, int]:
             held = getattr(pool, "_held", None)
             descriptors = getattr(held, "descriptors", None)
             counts["vulkan.descriptor_sets"] = len(getattr(descriptors, "_entries", ()))
-            from vulkan_ref.graph import _PIPELINE_CACHES
-
-            for cache in _PIPELINE_CACHES.values():
-                counts["vulkan.pipelines"] = len(cache._pipelines)
-                counts["vulkan.kernels"] = len(cache.kernels)
+            cache = getattr(runtime, "pipelines", None)
+            counts["vulkan.pipelines"] = len(getattr(cache, "_pipelines", ()))
+            counts["vulkan.kernels"] = len(getattr(cache, "kernels", ()))
     return counts
 
 

@@ -109,14 +109,6 @@ Values = Mapping[str, Value]
 # The per-dimension workgroup limit the graph honours: a value of every slot.
 MAX_WORKGROUPS_VALUE = BUILTIN_NAMES[0]
 
-_PIPELINE_CACHES: dict[int, PipelineCache] = {}
-
-
-def pipeline_cache(ctx: VulkanContext) -> PipelineCache:
-    """The pipeline cache shared by every graph of a context."""
-    return _PIPELINE_CACHES.setdefault(id(ctx), PipelineCache(ctx))
-
-
 INT32_RANGE = range(-(1 << 31), 1 << 31)
 
 
@@ -267,7 +259,9 @@ class SlotKernel:
             if workgroups == 0:
                 state = NodeState(self, (_SKIPPED,), (None,))
             else:
-                push = _push_data(part.push_data) if part.push_data is not None else None
+                # Made once per count: the state is kept in `states`.
+                data = part.push_data
+                push = vk.ffi.new("char[]", data) if data is not None else None
                 state = NodeState(self, ((workgroups, 1, 1),), (push,))
             self.states[workgroups] = state
         return state
@@ -381,7 +375,9 @@ class DispatchNode(ExecuteNode):
                     continue
                 push = part.push
                 pushes.append(
-                    None if push is None else _push_data(part.push_data or push.pack(values))
+                    None
+                    if push is None
+                    else graph.pipelines.push_data(part.push_data or push.pack(values))
                 )
                 params += [(ubo, ubo.layout.pack(values)) for ubo in part.params]
         except (ExpressionError, PackError) as err:
@@ -389,6 +385,8 @@ class DispatchNode(ExecuteNode):
         return NodeState(kernel, tuple(counts), tuple(pushes), tuple(params))
 
 
+# Cached for the process (two pure functions of the shipped slot table `SLOTS`, constant
+# after import): no runtime's state.
 @functools.cache
 def _vocabulary(slot: str) -> frozenset[str]:
     """The names of a slot's values."""
@@ -407,17 +405,6 @@ def _check_static(op: str, slots: tuple[str, ...], static: frozenset[str]) -> No
 
 
 _NO_VALUES: frozenset[str] = frozenset()
-_PUSH_DATA: dict[bytes, CData] = {}
-
-
-def _push_data(data: bytes) -> CData:
-    """Push-constant bytes as a cffi array, made once per content (the set is small)."""
-    found = _PUSH_DATA.get(data)
-    if found is None:
-        if len(_PUSH_DATA) > 4096:
-            _PUSH_DATA.clear()
-        found = _PUSH_DATA[data] = vk.ffi.new("char[]", data)
-    return found
 
 
 def _count(count: Expression | tuple[Expression, Expression, Expression], values: Values) -> WG:
@@ -558,6 +545,7 @@ class ComputeGraph:
         manifest: KernelManifest | None = None,
         allow_adapters: bool = False,
         impls: Mapping[str, OpImpl],
+        pipelines: PipelineCache | None = None,
     ) -> None:
         self.ctx = ctx
         self.pool = pool
@@ -571,7 +559,8 @@ class ComputeGraph:
         self.allow_adapters = allow_adapters
         # A limit below the device's, on every axis (None: the device's own).
         self.max_workgroups_per_dim = max_workgroups_per_dim
-        self.pipelines = pipeline_cache(ctx)
+        # The runtime's (a graph built without one owns its own)
+        self.pipelines = pipelines if pipelines is not None else PipelineCache(ctx)
         self._dispatch_nodes: list[DispatchNode] = []
         self._params_nodes: list[DispatchNode] = []  # nodes with params packed per resize
         self._entries: dict[tuple[str, str], KernelEntry] = {}  # by (slot, project stem)
@@ -820,7 +809,7 @@ class ComputeGraph:
             found = manifest.entry("vulkan", slot) if manifest is not None else None
             if found is None:
                 folder = self.glsl_dir or str(vulkan_ref.spirv.GLSL_DIR)
-                found = project_entry(slot, folder, stem)
+                found = project_entry(self.pipelines, slot, folder, stem)
             self._entries[(slot, stem)] = found
         return found
 

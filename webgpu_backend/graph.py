@@ -77,7 +77,7 @@ from graph_format.kernels import (
     scratch_sizes,
 )
 from webgpu_backend.binding import BACKEND, KernelCatalog
-from webgpu_backend.device import WebGPUDevice
+from webgpu_backend.device import PipelineCache, WebGPUDevice
 from webgpu_backend.nodes import (
     Dispatch,
     KernelRun,
@@ -146,8 +146,11 @@ class WebGPUGraph:
         *,
         pool: BufferPool,
         builders: Mapping[str, OpBuilder],
+        pipelines: PipelineCache | None = None,
     ) -> None:
         self.dev = dev
+        # The runtime's (a graph built without one owns its own)
+        self.pipelines = pipelines if pipelines is not None else PipelineCache(dev)
         self.pool = pool
         self.arena = Arena(pool)
         self.graph = graph
@@ -448,7 +451,7 @@ class WebGPUGraph:
                     f"workgroup {list(size)}, the device allows "
                     f"{self.dev.max_invocations_per_workgroup}",
                 )
-            pipeline = self.dev.pipeline(
+            pipeline = self.pipelines.pipeline(
                 slot, source, plan.digest, entry.source, plan.layout, constants, entry.entry
             )
             run = KernelRun(plan, pipeline, size, [], [], [], [])
