@@ -87,6 +87,10 @@ class PipelineCache:
         self._push: dict[bytes, CData] = {}
         self.kernels: dict[object, object] = {}
 
+    def __len__(self) -> int:
+        """How many pipelines it holds."""
+        return len(self._pipelines)
+
     def push_data(self, data: bytes) -> CData:
         """Push-constant bytes as a cffi array, made once per content (the set is small:
         bounded all the same)."""

@@ -87,6 +87,10 @@ class PipelineCache:
         self._layouts: dict[Layout, GpuLayout] = {}
         self._pipelines: dict[PipelineKey, Pipeline] = {}
 
+    def __len__(self) -> int:
+        """How many pipelines it holds."""
+        return len(self._pipelines)
+
     def layout(self, layout: Layout) -> GpuLayout:
         """The bind group and pipeline layout of bindings of these indices and kinds,
         cached."""
