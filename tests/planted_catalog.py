@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-import webgpu_backend.graph
 from graph_format import OpNode
 from harness import ops as harness_ops
 from harness.check.lockstep import LockstepRunner
@@ -31,6 +30,7 @@ from tests.plants import (
     shader_substitutions,
     vulkan_node_patch,
     webgpu_after_hook,
+    webgpu_grid_hook,
     webgpu_without_set_cur_dims,
 )
 from vulkan_ref.graph import ComputeGraph, DispatchNode
@@ -123,12 +123,10 @@ def _crash_below_max() -> AbstractContextManager[Any]:
 
 
 def _wasteful_grid() -> AbstractContextManager[Any]:
-    original = webgpu_backend.graph.fold_grid
+    def fold(real: Callable[[int, int], tuple[int, int, int]], count: int, limit: int) -> Any:
+        return (count, 2, 1) if count >= 3 else real(count, limit)
 
-    def fold(count: int, limit: int) -> tuple[int, int, int]:
-        return (count, 2, 1) if count >= 3 else original(count, limit)
-
-    return _patched(webgpu_backend.graph, "fold_grid", fold)
+    return webgpu_grid_hook(fold)
 
 
 def _skip_width_check() -> AbstractContextManager[Any]:

@@ -21,13 +21,12 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import vulkan_ref.pool
-import webgpu_backend.graph
 from graph_format import OpNode, Runtime
 from harness.check.backends import BACKENDS, open_runtimes
 from harness.check.lockstep import LockstepRunner
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
+from vulkan_ref.pool import DescriptorCache, descriptor_key
 from vulkan_ref.spirv import GLSL_DIR
 from webgpu_backend.graph import Dispatch, WebGPUGraph
 from webgpu_backend.shaders import WGSL_DIR
@@ -238,38 +237,57 @@ def webgpu_toggling_hook(op_type: str) -> Iterator[None]:
 
 
 @contextmanager
-def webgpu_fold_with_floor() -> Iterator[None]:
-    """Make WebGPU's 2-D grid fold count its rows with floor instead of ceil division, so a
-    folded count that is not a multiple of the row length loses its last workgroups."""
-    original = webgpu_backend.graph.fold_grid
+def webgpu_grid_hook(
+    planted: Callable[[Callable[[int, int], tuple[int, int, int]], int, int], tuple[int, int, int]],
+) -> Iterator[None]:
+    """Replace WebGPU's grid computation, the documented hook `WebGPUGraph.fold_grid`, with
+    `planted(the real one, count, max_per_dim)` for the duration of the block."""
+    original = WebGPUGraph.__dict__["fold_grid"]
+    real = WebGPUGraph.fold_grid
 
     def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
-        x, _, z = original(count, max_per_dim)
-        return (x, count // x, z)  # planted: floor
+        return planted(real, count, max_per_dim)
 
-    webgpu_backend.graph.fold_grid = fold_grid
+    WebGPUGraph.fold_grid = staticmethod(fold_grid)  # type: ignore[assignment]
     try:
         yield
     finally:
-        webgpu_backend.graph.fold_grid = original
+        WebGPUGraph.fold_grid = original
+
+
+@contextmanager
+def webgpu_fold_with_floor() -> Iterator[None]:
+    """Make WebGPU's 2-D grid fold count its rows with floor instead of ceil division, so a
+    folded count that is not a multiple of the row length loses its last workgroups."""
+
+    def fold_grid(
+        real: Callable[[int, int], tuple[int, int, int]], count: int, max_per_dim: int
+    ) -> tuple[int, int, int]:
+        x, _, z = real(count, max_per_dim)
+        return (x, count // x, z)  # planted: floor
+
+    with webgpu_grid_hook(fold_grid):
+        yield
 
 
 @contextmanager
 def vulkan_descriptor_sets_keyed_without_offset() -> Iterator[None]:
-    """Key Vulkan's descriptor-set cache by each binding's buffer and range but not its
-    offset: a graph that binds a recycled block at other offsets, with the same sizes, reuses
-    the set an earlier graph wrote, and reads and writes that graph's places. Whether a case
-    fails depends on what ran before it in the process (the runtime's pool and its cache)."""
-    original = vulkan_ref.pool._descriptor_key
+    """Key Vulkan's descriptor-set cache (the documented hook `DescriptorCache.key`) by each
+    binding's buffer and range but not its offset: a graph that binds a recycled block at
+    other offsets, with the same sizes, reuses the set an earlier graph wrote, and reads and
+    writes that graph's places. Whether a case fails depends on what ran before it in the
+    process (the runtime's pool and its cache)."""
+    original = DescriptorCache.__dict__["key"]
 
     def key(kinds: Any, ranges: Any) -> Any:
-        return (kinds, tuple((vulkan_ref.pool._address(r.handle), r.binding_size) for r in ranges))
+        layout, bound = descriptor_key(kinds, ranges)
+        return (layout, tuple((address, size) for address, _offset, size in bound))
 
-    vulkan_ref.pool._descriptor_key = key
+    DescriptorCache.key = staticmethod(key)  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        vulkan_ref.pool._descriptor_key = original
+        DescriptorCache.key = original  # type: ignore[method-assign]
 
 
 _SITECUSTOMIZE = """\
@@ -296,22 +314,21 @@ def plant_in_every_process(folder: Path, name: str) -> dict[str, str]:
 
 @contextmanager
 def webgpu_grid_one_short() -> Iterator[None]:
-    """Make WebGPU's grid computation (`fold_grid`, which sizes the physical grid of every
-    1-D dispatch of every op, folded or not) give one workgroup fewer than the count asked
-    for whenever it asks for more than one: a fault in a shared mechanism that every op with
-    a kernel shows, under the device's own limit as under a lowered one."""
-    original = webgpu_backend.graph.fold_grid
+    """Make WebGPU's grid computation (the hook `WebGPUGraph.fold_grid`, which sizes the
+    physical grid of every 1-D dispatch of every op, folded or not) give one workgroup fewer
+    than the count asked for whenever it asks for more than one: a fault in a shared
+    mechanism that every op with a kernel shows, under the device's own limit as under a
+    lowered one."""
 
-    def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
-        x, y, z = original(count, max_per_dim)
+    def fold_grid(
+        real: Callable[[int, int], tuple[int, int, int]], count: int, max_per_dim: int
+    ) -> tuple[int, int, int]:
+        x, y, z = real(count, max_per_dim)
         if count > 1 and y == 1:
             return (x - 1, y, z)  # planted: the last workgroup is dropped
         if count > 1:
             return (x, y - 1, z)  # planted: the last row of the fold is dropped
         return (x, y, z)
 
-    webgpu_backend.graph.fold_grid = fold_grid
-    try:
+    with webgpu_grid_hook(fold_grid):
         yield
-    finally:
-        webgpu_backend.graph.fold_grid = original

@@ -135,7 +135,13 @@ class WebGPUGraph:
     `add_input_check`, `set_cur_dims` and `set_symint`; the harness uses `execute`.
     The runtime hands the graph its op table (`builders`: `webgpu_backend.ops.OP_BUILDERS`),
     so this module does not import the op modules that import it.
+
+    `fold_grid` (`webgpu_backend.nodes.fold_grid`: the physical grid of a 1-D count) is a
+    documented hook (docs/design.md §2.2): a test replaces it on the class to plant a grid
+    bug that every op shows.
     """
+
+    fold_grid = staticmethod(fold_grid)
 
     def __init__(
         self,
@@ -637,7 +643,7 @@ class WebGPUGraph:
                     continue
                 if isinstance(count, int) and kernel.entry.fold:
                     try:
-                        grid = fold_grid(count, limit)
+                        grid = self.fold_grid(count, limit)
                     except ValueError as err:
                         raise InputError(
                             d.op, "grid_limit", f"webgpu: op {d.op!r}: {err}"

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import webgpu_backend.graph
 from graph_format import (
     GraphBuildError,
     GraphFormatError,
@@ -204,7 +203,7 @@ def test_the_grid_check_uses_the_lowered_limit(
     limited: LockstepRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A WebGPU that ignores the lowered limit dispatches 7 workgroups in one row.
-    monkeypatch.setattr(webgpu_backend.graph, "fold_grid", lambda count, limit: (count, 1, 1))
+    monkeypatch.setattr(WebGPUGraph, "fold_grid", staticmethod(lambda count, limit: (count, 1, 1)))
     result = limited.run(_rows_case(32, [7]))
     hits = [d for d in result.divergences if d.kind == Kind.PHYSICAL_GRID]
     assert [(d.blame, d.op) for d in hits] == [("webgpu", "norm")]
