@@ -51,13 +51,20 @@ def planted_shader_dirs(
         planted = folder / shipped.name
         if not planted.exists():
             shutil.copytree(shipped, planted)
-        for stem, old, new in swaps:
-            path = planted / f"{stem}{suffix}"
-            source = path.read_text()
-            assert old in source, f"{path.name} does not contain {old!r}"
-            path.write_text(source.replace(old, new))
+        apply_swaps(planted, suffix, swaps)
         dirs[api] = planted
     return dirs
+
+
+def apply_swaps(folder: Path, suffix: str, swaps: Sequence[Swap], *, once: bool = False) -> None:
+    """Apply each (stem, old, new) to `<folder>/<stem><suffix>`: `old` must occur (exactly
+    once with `once`), and every occurrence is replaced."""
+    for stem, old, new in swaps:
+        path = folder / f"{stem}{suffix}"
+        source = path.read_text()
+        found = source.count(old)
+        assert (found == 1) if once else (found > 0), f"{path}: the planted {old!r} does not apply"
+        path.write_text(source.replace(old, new))
 
 
 @contextmanager
