@@ -51,8 +51,9 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -139,8 +140,12 @@ class Backend:
     make_burn: Callable[[], Any]  # the clock warm-up kernel of this backend
 
 
-def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
-    """Open the requested runtimes on timing-capable devices; skip (and say) unavailable ones."""
+def open_backends(
+    names: Sequence[str], validation: bool, shader_dirs: Mapping[str, Path] | None = None
+) -> list[Backend]:
+    """Open the requested runtimes on timing-capable devices, each reading its API's folder
+    of `shader_dirs` (default: the repo's); skip (and say) unavailable ones."""
+    dirs = shader_dirs or {}
     out = []
     for name in names:
         try:
@@ -151,7 +156,7 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
                 from webgpu_backend.device import get_timing_device
 
                 dev = get_timing_device()
-                rt = WebGPURuntime(dev)
+                rt = WebGPURuntime(dev, shader_dir=dirs.get("webgpu"))
                 out.append(
                     Backend(
                         name,
@@ -173,7 +178,7 @@ def open_backends(names: Sequence[str], validation: bool) -> list[Backend]:
                 from vulkan_ref.profiling import timestamp_period_ns
 
                 ctx = get_context(validation, robust=name == "vulkan_robust")
-                rt = VulkanRuntime(ctx)
+                rt = VulkanRuntime(ctx, shader_dir=dirs.get("vulkan"))
                 info = rt.info() | {"timestamp_period_ns": timestamp_period_ns(ctx)}
                 out.append(
                     Backend(
@@ -220,30 +225,30 @@ WGSL_WORDS = r"const WORDS_PER_STEP: u32 = \d+u;"
 GLSL_WORDS = r"const uint WORDS_PER_STEP = \d+;"
 
 
-def set_gemv_source(variant: str | None, words: int | None) -> None:
+def gemv_source_dirs(variant: str | None, words: int | None) -> dict[str, Path]:
     """Tuning: rebuild the GEMV of both backends from another source or WORDS_PER_STEP.
 
     `variant` names a pair `benchmarks/shaders/gemv/<variant>.{wgsl,comp}` to use instead of
     wgsl/q4gsw_gemv.wgsl and glsl/q4gsw_gemv.comp (same bindings and contract); `words`
-    substitutes WORDS_PER_STEP in whichever source is used. The runtimes then compile the
-    patched text (WebGPU: through the loader the device uses; Vulkan: from a copy of glsl/ in
-    a temporary folder). Call before loading graphs.
+    substitutes WORDS_PER_STEP in whichever source is used. Returns copies of wgsl/ and glsl/
+    in a temporary folder with the patched GEMV (API -> folder), for the runtimes'
+    `shader_dir`.
     """
     import re
     import shutil
     import tempfile
-    from pathlib import Path
 
     import vulkan_ref.spirv as spirv
-    import webgpu_backend.device as wgpu_device
-    from webgpu_backend.shaders import load_wgsl
+    from webgpu_backend.shaders import WGSL_DIR
 
     if words is not None and not 1 <= words <= 16:
         raise SystemExit(f"bench: --gemv-words must lie in [1, 16], got {words}")
-    folder = Path(tempfile.mkdtemp(prefix="bench-glsl-")) / "glsl"
+    root = Path(tempfile.mkdtemp(prefix="bench-shaders-"))
+    folder, wgsl = root / "glsl", root / "wgsl"
     shutil.copytree(spirv.GLSL_DIR, folder)  # with include/, where includes resolve
+    shutil.copytree(WGSL_DIR, wgsl)
     gemv = folder / "q4gsw_gemv.comp"
-    source = load_wgsl("q4gsw_gemv")
+    source = (wgsl / "q4gsw_gemv.wgsl").read_text()
     if variant is not None:
         variants = Path(__file__).resolve().parent / "shaders" / "gemv"
         source = (variants / f"{variant}.wgsl").read_text()
@@ -260,16 +265,9 @@ def set_gemv_source(variant: str | None, words: int | None) -> None:
         if count != 1:
             raise SystemExit(f"bench: {GLSL_WORDS!r} not found once in the GEMV's GLSL")
 
-    def load(kernel: str, directory: Path | None = None) -> str:
-        return (
-            patched
-            if kernel == "q4gsw_gemv" and directory is None
-            else load_wgsl(kernel, directory)
-        )
-
-    wgpu_device.load_wgsl = load  # type: ignore[assignment]
+    (wgsl / "q4gsw_gemv.wgsl").write_text(patched)
     gemv.write_text(text)
-    spirv.GLSL_DIR = folder
+    return {"webgpu": wgsl, "vulkan": folder}
 
 
 def linear_graph(
@@ -350,7 +348,10 @@ def measure_ceiling(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Measure every shape on every backend; returns the results as plain data."""
-    backends = open_backends(args.backends.split(","), args.validation)
+    dirs = None
+    if args.gemv_words is not None or args.gemv_variant is not None:
+        dirs = gemv_source_dirs(args.gemv_variant, args.gemv_words)
+    backends = open_backends(args.backends.split(","), args.validation, dirs)
     if not backends:
         raise SystemExit("bench: no backend available")
     preset = args.preset
@@ -366,8 +367,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.shapes is not None and args.gemv_shapes is None:
         cfg["gemv_shapes"] = []  # the shapes asked for, not the preset's GEMV-only extras
     tune_gemv(args.gemv_lanes, args.gemv_max_workgroups)
-    if args.gemv_words is not None or args.gemv_variant is not None:
-        set_gemv_source(args.gemv_variant, args.gemv_words)
     print(f"bench: preset {preset}: {cfg}")
     burn = cfg["burn_passes"]
     b2b = args.back_to_back

@@ -72,17 +72,14 @@ def cache_counts(runtimes: list[Any]) -> dict[str, int]:
         pool = getattr(runtime, "pool", None)
         if runtime.name == "webgpu":
             counts["webgpu.bind_groups"] = len(getattr(pool, "_bind_groups", ()))
-            device = getattr(runtime, "device", None)
-            counts["webgpu.pipelines"] = len(getattr(device, "_pipelines", ()))
+            counts["webgpu.pipelines"] = len(getattr(runtime, "pipelines", ()))
         else:
             held = getattr(pool, "_held", None)
             descriptors = getattr(held, "descriptors", None)
             counts["vulkan.descriptor_sets"] = len(getattr(descriptors, "_entries", ()))
-            from vulkan_ref.graph import _PIPELINE_CACHES
-
-            for cache in _PIPELINE_CACHES.values():
-                counts["vulkan.pipelines"] = len(cache._pipelines)
-                counts["vulkan.kernels"] = len(cache.kernels)
+            cache = getattr(runtime, "pipelines", None)
+            counts["vulkan.pipelines"] = len(cache) if cache is not None else 0
+            counts["vulkan.kernels"] = len(getattr(cache, "kernels", ()))
     return counts
 
 

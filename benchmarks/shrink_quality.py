@@ -16,7 +16,7 @@ from harness.check.backends import open_runtimes
 from harness.check.lockstep import LockstepRunner
 from harness.check.shrinking import find_minimal
 from harness.check.verdict import CaseChecker
-from tests.planted_catalog import PLANTS
+from tests.planted_catalog import PLANTS, planted
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|---|---|---|")
     for plant in PLANTS:
         for search_seed in range(args.seeds):
-            checker = CaseChecker(runner, repeats=0)
-            with plant.plant():
+            with planted(plant, runner) as searching:
+                checker = CaseChecker(searching, repeats=0)
                 out = find_minimal(
                     plant.cases(),
                     checker.check,

@@ -11,6 +11,7 @@ backends, which reject such graphs with `GraphBuildError`.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import zipfile
@@ -204,6 +205,34 @@ class Graph:
         """The float element types its tensors use (`float16` marks a half-precision graph,
         which needs a device with f16 shaders and 16-bit storage on both backends)."""
         return frozenset(t.dtype for t in self.tensors() if t.is_float)
+
+    def op_dtype(self, node: OpNode) -> str:
+        """The precision `node` runs in: `float16` when any float tensor it reads or writes
+        is float16 (its kernels are then the `_f16` slots), else `float32`. Worked out once
+        per graph for its own nodes (a graph is immutable, and every step of a case asks
+        for every op's precision several times); a node that is not the graph's own (by
+        identity) on every call."""
+        known = self._op_dtypes.get(node.name)
+        if known is not None and known[0] is node:
+            return known[1]
+        return self._node_dtype(node)
+
+    @functools.cached_property
+    def _op_dtypes(self) -> dict[str, tuple[OpNode, str]]:
+        # Held by the graph (`cached_property` writes the instance's __dict__, past the
+        # frozen dataclass's __setattr__), so it goes with the graph.
+        return {op.name: (op, self._node_dtype(op)) for op in self.ops}
+
+    def _node_dtype(self, node: OpNode) -> str:
+        for arg in node.args.values():
+            for name in arg if isinstance(arg, tuple) else (arg,) if arg is not None else ():
+                if self._is_half(name):
+                    return "float16"
+        return "float16" if any(self._is_half(n) for n in node.outputs.values()) else "float32"
+
+    def _is_half(self, name: str) -> bool:
+        value = self.values.get(name)
+        return isinstance(value, TensorValue) and value.dtype == "float16"
 
     def scalar(self, name: str) -> int | float:
         """The literal value of the int or float value called `name`."""

@@ -167,6 +167,12 @@ class Runtime(Protocol):
         """Build `graph` on the device; raises GraphBuildError when an op rejects it."""
         ...
 
+    def close(self) -> None:
+        """Free what the runtime made and cached (its memory, pipelines, compiled kernels;
+        idempotent), after its graphs are closed. A runtime's caches are its own: two
+        runtimes in one process share only the device."""
+        ...
+
 
 # The environment variable that picks the adapter a runtime opens (`parity run --jobs N`
 # sets it in each worker). Unset: the runtime's own default. `I`: the adapter at index I of

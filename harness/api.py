@@ -312,11 +312,16 @@ def run_case(
     Raises:
         BackendUnavailable: a runtime cannot be opened (the message says what to install).
     """
-    if runtimes is None:
-        from harness.check.backends import open_runtimes
+    if runtimes is not None:
+        return LockstepRunner(runtimes, canaries=canaries, per_op=per_op).run(case)
+    from harness.check.backends import open_runtimes
 
-        runtimes = open_runtimes()
-    return LockstepRunner(runtimes, canaries=canaries, per_op=per_op).run(case)
+    opened = open_runtimes()
+    try:
+        return LockstepRunner(opened, canaries=canaries, per_op=per_op).run(case)
+    finally:  # the runtimes opened here, and what they cached, go with the call
+        for runtime in opened:
+            runtime.close()
 
 
 def check_case(case: Case, runtimes: Sequence[Runtime] | None = None) -> CaseResult:

@@ -64,15 +64,12 @@ def plant_wgsl(dest: Path, plants: Mapping[str, Sequence[tuple[str, str]]]) -> P
     folder."""
     if dest.exists():
         return dest
+    from tests.plants import apply_swaps  # here: tests.plants imports both backends
+
     tmp = dest.with_name(dest.name + f".{os.getpid()}.tmp")
     shutil.copytree(REPO / "wgsl", tmp)
-    for name, swaps in plants.items():
-        path = tmp / name
-        text = path.read_text()
-        for old, new in swaps:
-            assert text.count(old) == 1, f"{path}: the planted substitution no longer applies"
-            text = text.replace(old, new)
-        path.write_text(text)
+    swaps = [(Path(name).stem, old, new) for name, pairs in plants.items() for old, new in pairs]
+    apply_swaps(tmp, ".wgsl", swaps, once=True)
     tmp.rename(dest)
     return dest
 

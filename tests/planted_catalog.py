@@ -1,35 +1,37 @@
 """A catalog of planted bugs, one per failure class, for the shrinking tests and benchmark.
 
-Each entry names the case strategy to search, a context manager that plants the bug for the
-duration of the search, and the bug key the minimal case must keep: (class, op type,
-blamed side, order of magnitude for numeric findings).
+Each entry names the case strategy to search, how the bug is planted for the duration of
+the search (a context manager, or shader swaps that fresh runtimes load from a planted copy
+of the shader folders: `planted`), and the bug key the minimal case must keep: (class, op
+type, blamed side, order of magnitude for numeric findings).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
 
-import webgpu_backend.graph
 from graph_format import OpNode
 from harness import ops as harness_ops
+from harness.check.lockstep import LockstepRunner
 from harness.families import cases
 from harness.gen.blocks import invalid_steps
 from harness.gen.case import Case
 from harness.ops.binary import binary_cases
 from harness.ops.rms_norm import rms_norm_cases
 from tests.plants import (
-    glsl_substitution,
+    Swap,
     push_too_much,
+    shader_substitutions,
     vulkan_node_patch,
     webgpu_after_hook,
+    webgpu_grid_hook,
     webgpu_without_set_cur_dims,
-    wgsl_substitution,
 )
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from webgpu_backend.graph import Dispatch, WebGPUGraph
@@ -37,7 +39,8 @@ from webgpu_backend.graph import Dispatch, WebGPUGraph
 
 @dataclass(frozen=True)
 class Plant:
-    """A planted bug and what finding it must produce."""
+    """A planted bug and what finding it must produce; `wgsl` and `glsl` are its shader
+    swaps (tests/plants.py `Swap`), for a bug planted in the kernels."""
 
     name: str
     cases: Callable[[], st.SearchStrategy[Case]]
@@ -45,6 +48,20 @@ class Plant:
     kind: str
     op_type: str
     blame: str
+    wgsl: tuple[Swap, ...] = ()
+    glsl: tuple[Swap, ...] = ()
+
+
+@contextmanager
+def planted(plant: Plant, runner: LockstepRunner) -> Iterator[LockstepRunner]:
+    """The runner to search with while `plant` is planted: `runner`, or for a bug in the
+    kernels one over fresh runtimes built from the planted shader folders."""
+    with plant.plant():
+        if plant.wgsl or plant.glsl:
+            with shader_substitutions(plant.wgsl, plant.glsl) as searching:
+                yield searching
+        else:
+            yield runner
 
 
 @contextmanager
@@ -72,33 +89,21 @@ def _always_broadcast() -> AbstractContextManager[Any]:
     return vulkan_node_patch("add", broadcast)
 
 
-def _write_past_end() -> AbstractContextManager[Any]:
-    return wgsl_substitution("binary_flat", "if (i >= params.numel)", "if (i > params.numel)")
-
-
-def _read_past_end() -> AbstractContextManager[Any]:
-    # The last element copies b's element past its live end (a copy keeps the poison's tag
-    # on every device; see harness/check/oracles.py).
-    return wgsl_substitution(
-        "binary_flat", "a[i] + b[i]", "select(a[i] + b[i], b[i + 1u], i + 1u == params.numel)"
-    )
-
-
-@contextmanager
-def _mean_over_width_plus_one() -> Iterator[None]:
-    # A small systematic error: the mean of squares divides by W + 1.
-    with ExitStack() as stack:
-        for stem in ("rms_norm", "rms_norm_vec4"):
-            stack.enter_context(glsl_substitution(stem, "/ float(width)", "/ float(width + 1)"))
-        yield
-
-
-@contextmanager
-def _nan_from_rsqrt() -> Iterator[None]:
-    with ExitStack() as stack:
-        for stem in ("rms_norm", "rms_norm_vec4"):
-            stack.enter_context(wgsl_substitution(stem, "+ params.eps)", "- 1.0)"))
-        yield
+_WRITE_PAST_END: tuple[Swap, ...] = (
+    ("binary_flat", "if (i >= params.numel)", "if (i > params.numel)"),
+)
+# The last element copies b's element past its live end (a copy keeps the poison's tag on
+# every device; see harness/check/oracles.py).
+_READ_PAST_END: tuple[Swap, ...] = (
+    ("binary_flat", "a[i] + b[i]", "select(a[i] + b[i], b[i + 1u], i + 1u == params.numel)"),
+)
+# A small systematic error: the mean of squares divides by W + 1.
+_MEAN_OVER_WIDTH_PLUS_ONE: tuple[Swap, ...] = tuple(
+    (stem, "/ float(width)", "/ float(width + 1)") for stem in ("rms_norm", "rms_norm_vec4")
+)
+_NAN_FROM_RSQRT: tuple[Swap, ...] = tuple(
+    (stem, "+ params.eps)", "- 1.0)") for stem in ("rms_norm", "rms_norm_vec4")
+)
 
 
 def _push_too_much() -> AbstractContextManager[Any]:
@@ -118,12 +123,10 @@ def _crash_below_max() -> AbstractContextManager[Any]:
 
 
 def _wasteful_grid() -> AbstractContextManager[Any]:
-    original = webgpu_backend.graph.fold_grid
+    def fold(real: Callable[[int, int], tuple[int, int, int]], count: int, limit: int) -> Any:
+        return (count, 2, 1) if count >= 3 else real(count, limit)
 
-    def fold(count: int, limit: int) -> tuple[int, int, int]:
-        return (count, 2, 1) if count >= 3 else original(count, limit)
-
-    return _patched(webgpu_backend.graph, "fold_grid", fold)
+    return webgpu_grid_hook(fold)
 
 
 def _skip_width_check() -> AbstractContextManager[Any]:
@@ -210,25 +213,41 @@ PLANTS = [
     Plant(
         "write past the live end",
         lambda: binary_cases("add"),
-        _write_past_end,
+        nullcontext,
         "canary_write",
         "add",
         "webgpu",
+        wgsl=_WRITE_PAST_END,
     ),
     Plant(
         "read past the live end",
         # Narrow cases only: a wide case below its max (filtered) does not shrink back to a
         # narrow one, whose earlier draws the filter may reject.
         lambda: _below_max(binary_cases("add", wide=False), "b"),
-        _read_past_end,
+        nullcontext,
         "stale_read",
         "add",
         "webgpu",
+        wgsl=_READ_PAST_END,
     ),
     Plant(
-        "mean over W+1", rms_norm_cases, _mean_over_width_plus_one, "numeric", "rms_norm", "vulkan"
+        "mean over W+1",
+        rms_norm_cases,
+        nullcontext,
+        "numeric",
+        "rms_norm",
+        "vulkan",
+        glsl=_MEAN_OVER_WIDTH_PLUS_ONE,
     ),
-    Plant("NaN from rsqrt", rms_norm_cases, _nan_from_rsqrt, "nan_inf", "rms_norm", "webgpu"),
+    Plant(
+        "NaN from rsqrt",
+        rms_norm_cases,
+        nullcontext,
+        "nan_inf",
+        "rms_norm",
+        "webgpu",
+        wgsl=_NAN_FROM_RSQRT,
+    ),
     Plant("validation message", rms_norm_cases, _push_too_much, "validation", "-", "vulkan"),
     Plant("crash below max", rms_norm_cases, _crash_below_max, "crash", "-", "vulkan"),
     Plant(

@@ -1,8 +1,12 @@
 """Planting bugs in a backend for a test, and nowhere else.
 
-Each context manager changes one backend's behaviour for the duration of a `with` block
-(shader text substitution, or a wrapped resize hook / dispatch node) and clears the pipeline
-caches on the way in and out, so that no planted pipeline outlives the test.
+A shader plant is planted through the runtimes' public seam: a copy of the shader folder
+with the text changed (`planted_shader_dirs`, what `shader_dir` and `parity run --wgsl-dir`
+/ `--glsl-dir` take), loaded by fresh runtimes that are closed afterwards
+(`planted_runtimes`; `wgsl_substitution` and `glsl_substitution` yield a lockstep runner
+over them), so no planted kernel reaches another runtime's caches. The other context
+managers change one backend's behaviour for the duration of a `with` block (a wrapped
+resize hook or dispatch node).
 """
 
 from __future__ import annotations
@@ -12,66 +16,93 @@ import os
 import shutil
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
-import vulkan_ref.graph
-import vulkan_ref.pool
-import vulkan_ref.spirv
-import webgpu_backend.graph
-import webgpu_backend.shaders
-from graph_format import OpNode
+from graph_format import OpNode, Runtime
+from harness.check.backends import BACKENDS, open_runtimes
+from harness.check.lockstep import LockstepRunner
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.pipeline import ComputePipeline, PipelineCache, ShaderKey
-from webgpu_backend.device import get_device
+from vulkan_ref.pool import DescriptorCache, descriptor_key
+from vulkan_ref.spirv import GLSL_DIR
 from webgpu_backend.graph import Dispatch, WebGPUGraph
+from webgpu_backend.shaders import WGSL_DIR
+
+# A shader plant: (kernel stem, text of its file, what replaces that text).
+Swap = tuple[str, str, str]
+_SHADER_FOLDERS = {"webgpu": (WGSL_DIR, ".wgsl"), "vulkan": (GLSL_DIR, ".comp")}
 
 
-def _clear_webgpu_caches() -> None:
-    get_device().forget_kernels()
+def planted_shader_dirs(
+    folder: Path, wgsl: Sequence[Swap] = (), glsl: Sequence[Swap] = ()
+) -> dict[str, Path]:
+    """Copies of the repo's `wgsl/` (with `wgsl`'s swaps applied) and `glsl/` (with
+    `glsl`'s) under `folder`, for the languages that have swaps: API -> folder, what a
+    runtime's `shader_dir` and `parity run --wgsl-dir/--glsl-dir` take. Each swap's old
+    text must occur in its file."""
+    dirs: dict[str, Path] = {}
+    for api, swaps in (("webgpu", wgsl), ("vulkan", glsl)):
+        if not swaps:
+            continue
+        shipped, suffix = _SHADER_FOLDERS[api]
+        planted = folder / shipped.name
+        if not planted.exists():
+            shutil.copytree(shipped, planted)
+        apply_swaps(planted, suffix, swaps)
+        dirs[api] = planted
+    return dirs
 
 
-@contextmanager
-def wgsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
-    """Load `wgsl/<stem>.wgsl` with `old` replaced by `new` (which must occur)."""
-    original = webgpu_backend.shaders.load_wgsl
-
-    def load(kernel: str, directory: Any = None) -> str:
-        source = original(kernel, directory)
-        if kernel == stem:
-            assert old in source, f"{stem}.wgsl does not contain {old!r}"
-            source = source.replace(old, new)
-        return source
-
-    _clear_webgpu_caches()
-    webgpu_backend.shaders.load_wgsl = load  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        webgpu_backend.shaders.load_wgsl = original
-        _clear_webgpu_caches()
-
-
-@contextmanager
-def glsl_substitution(stem: str, old: str, new: str) -> Iterator[None]:
-    """Compile `glsl/<stem>.comp` with `old` replaced by `new` (which must occur)."""
-    original_dir = vulkan_ref.spirv.GLSL_DIR
-    with tempfile.TemporaryDirectory() as tmp:
-        planted = Path(tmp) / "glsl"
-        shutil.copytree(original_dir, planted)
-        path = planted / f"{stem}.comp"
+def apply_swaps(folder: Path, suffix: str, swaps: Sequence[Swap], *, once: bool = False) -> None:
+    """Apply each (stem, old, new) to `<folder>/<stem><suffix>`: `old` must occur (exactly
+    once with `once`), and every occurrence is replaced."""
+    for stem, old, new in swaps:
+        path = folder / f"{stem}{suffix}"
         source = path.read_text()
-        assert old in source, f"{stem}.comp does not contain {old!r}"
+        found = source.count(old)
+        assert (found == 1) if once else (found > 0), f"{path}: the planted {old!r} does not apply"
         path.write_text(source.replace(old, new))
-        vulkan_ref.graph._PIPELINE_CACHES.clear()
-        vulkan_ref.spirv.GLSL_DIR = planted
+
+
+@contextmanager
+def planted_runtimes(
+    wgsl: Sequence[Swap] = (), glsl: Sequence[Swap] = (), backends: Sequence[str] = BACKENDS
+) -> Iterator[list[Runtime]]:
+    """Fresh runtimes of `backends` built from planted copies of the shader folders
+    (`planted_shader_dirs`), closed on the way out: the plant lives in these runtimes and
+    nowhere else."""
+    with tempfile.TemporaryDirectory() as tmp:
+        runtimes = open_runtimes(backends, planted_shader_dirs(Path(tmp), wgsl, glsl))
         try:
-            yield
+            yield runtimes
         finally:
-            vulkan_ref.spirv.GLSL_DIR = original_dir
-            vulkan_ref.graph._PIPELINE_CACHES.clear()
+            for runtime in runtimes:
+                runtime.close()
+
+
+@contextmanager
+def shader_substitutions(
+    wgsl: Sequence[Swap] = (), glsl: Sequence[Swap] = ()
+) -> Iterator[LockstepRunner]:
+    """A lockstep runner over both runtimes built from planted shader folders
+    (`planted_runtimes`)."""
+    with planted_runtimes(wgsl, glsl) as runtimes:
+        yield LockstepRunner(runtimes)
+
+
+def wgsl_substitution(stem: str, old: str, new: str) -> AbstractContextManager[LockstepRunner]:
+    """A lockstep runner whose WebGPU runtime loads `wgsl/<stem>.wgsl` with `old` replaced
+    by `new` (which must occur), from a copy of the folder (`--wgsl-dir`)."""
+    return shader_substitutions(wgsl=[(stem, old, new)])
+
+
+def glsl_substitution(stem: str, old: str, new: str) -> AbstractContextManager[LockstepRunner]:
+    """A lockstep runner whose Vulkan runtime compiles `glsl/<stem>.comp` with `old`
+    replaced by `new` (which must occur), from a copy of the folder (`--glsl-dir`)."""
+    return shader_substitutions(glsl=[(stem, old, new)])
 
 
 @contextmanager
@@ -166,21 +197,21 @@ def push_too_much(graph: ComputeGraph, node: DispatchNode) -> None:
 
 
 @contextmanager
-def vulkan_pipelines_without_push_range() -> Iterator[None]:
-    """Build every Vulkan pipeline with a layout that leaves out the push constants its
-    kernel reads."""
+def vulkan_pipelines_without_push_range() -> Iterator[LockstepRunner]:
+    """A lockstep runner over fresh runtimes whose Vulkan pipelines are built with a layout
+    that leaves out the push constants their kernels read (fresh: a runtime that built its
+    pipelines before keeps them)."""
     original = PipelineCache.get
 
     def get(self: PipelineCache, key: ShaderKey, code: bytes) -> ComputePipeline:
         return original(self, dataclasses.replace(key, push_constant_size=0), code)
 
-    vulkan_ref.graph._PIPELINE_CACHES.clear()
     PipelineCache.get = get  # type: ignore[method-assign]
     try:
-        yield
+        with planted_runtimes() as runtimes:
+            yield LockstepRunner(runtimes)
     finally:
         PipelineCache.get = original  # type: ignore[method-assign]
-        vulkan_ref.graph._PIPELINE_CACHES.clear()
 
 
 @contextmanager
@@ -213,38 +244,57 @@ def webgpu_toggling_hook(op_type: str) -> Iterator[None]:
 
 
 @contextmanager
-def webgpu_fold_with_floor() -> Iterator[None]:
-    """Make WebGPU's 2-D grid fold count its rows with floor instead of ceil division, so a
-    folded count that is not a multiple of the row length loses its last workgroups."""
-    original = webgpu_backend.graph.fold_grid
+def webgpu_grid_hook(
+    planted: Callable[[Callable[[int, int], tuple[int, int, int]], int, int], tuple[int, int, int]],
+) -> Iterator[None]:
+    """Replace WebGPU's grid computation, the documented hook `WebGPUGraph.fold_grid`, with
+    `planted(the real one, count, max_per_dim)` for the duration of the block."""
+    original = WebGPUGraph.__dict__["fold_grid"]
+    real = WebGPUGraph.fold_grid
 
     def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
-        x, _, z = original(count, max_per_dim)
-        return (x, count // x, z)  # planted: floor
+        return planted(real, count, max_per_dim)
 
-    webgpu_backend.graph.fold_grid = fold_grid
+    WebGPUGraph.fold_grid = staticmethod(fold_grid)  # type: ignore[assignment]
     try:
         yield
     finally:
-        webgpu_backend.graph.fold_grid = original
+        WebGPUGraph.fold_grid = original
+
+
+@contextmanager
+def webgpu_fold_with_floor() -> Iterator[None]:
+    """Make WebGPU's 2-D grid fold count its rows with floor instead of ceil division, so a
+    folded count that is not a multiple of the row length loses its last workgroups."""
+
+    def fold_grid(
+        real: Callable[[int, int], tuple[int, int, int]], count: int, max_per_dim: int
+    ) -> tuple[int, int, int]:
+        x, _, z = real(count, max_per_dim)
+        return (x, count // x, z)  # planted: floor
+
+    with webgpu_grid_hook(fold_grid):
+        yield
 
 
 @contextmanager
 def vulkan_descriptor_sets_keyed_without_offset() -> Iterator[None]:
-    """Key Vulkan's descriptor-set cache by each binding's buffer and range but not its
-    offset: a graph that binds a recycled block at other offsets, with the same sizes, reuses
-    the set an earlier graph wrote, and reads and writes that graph's places. Whether a case
-    fails depends on what ran before it in the process (the runtime's pool and its cache)."""
-    original = vulkan_ref.pool._descriptor_key
+    """Key Vulkan's descriptor-set cache (the documented hook `DescriptorCache.key`) by each
+    binding's buffer and range but not its offset: a graph that binds a recycled block at
+    other offsets, with the same sizes, reuses the set an earlier graph wrote, and reads and
+    writes that graph's places. Whether a case fails depends on what ran before it in the
+    process (the runtime's pool and its cache)."""
+    original = DescriptorCache.__dict__["key"]
 
     def key(kinds: Any, ranges: Any) -> Any:
-        return (kinds, tuple((vulkan_ref.pool._address(r.handle), r.binding_size) for r in ranges))
+        layout, bound = descriptor_key(kinds, ranges)
+        return (layout, tuple((address, size) for address, _offset, size in bound))
 
-    vulkan_ref.pool._descriptor_key = key
+    DescriptorCache.key = staticmethod(key)  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        vulkan_ref.pool._descriptor_key = original
+        DescriptorCache.key = original  # type: ignore[method-assign]
 
 
 _SITECUSTOMIZE = """\
@@ -271,22 +321,21 @@ def plant_in_every_process(folder: Path, name: str) -> dict[str, str]:
 
 @contextmanager
 def webgpu_grid_one_short() -> Iterator[None]:
-    """Make WebGPU's grid computation (`fold_grid`, which sizes the physical grid of every
-    1-D dispatch of every op, folded or not) give one workgroup fewer than the count asked
-    for whenever it asks for more than one: a fault in a shared mechanism that every op with
-    a kernel shows, under the device's own limit as under a lowered one."""
-    original = webgpu_backend.graph.fold_grid
+    """Make WebGPU's grid computation (the hook `WebGPUGraph.fold_grid`, which sizes the
+    physical grid of every 1-D dispatch of every op, folded or not) give one workgroup fewer
+    than the count asked for whenever it asks for more than one: a fault in a shared
+    mechanism that every op with a kernel shows, under the device's own limit as under a
+    lowered one."""
 
-    def fold_grid(count: int, max_per_dim: int) -> tuple[int, int, int]:
-        x, y, z = original(count, max_per_dim)
+    def fold_grid(
+        real: Callable[[int, int], tuple[int, int, int]], count: int, max_per_dim: int
+    ) -> tuple[int, int, int]:
+        x, y, z = real(count, max_per_dim)
         if count > 1 and y == 1:
             return (x - 1, y, z)  # planted: the last workgroup is dropped
         if count > 1:
             return (x, y - 1, z)  # planted: the last row of the fold is dropped
         return (x, y, z)
 
-    webgpu_backend.graph.fold_grid = fold_grid
-    try:
+    with webgpu_grid_hook(fold_grid):
         yield
-    finally:
-        webgpu_backend.graph.fold_grid = original

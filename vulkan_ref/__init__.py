@@ -16,6 +16,7 @@ from graph_format.kernels import KernelManifest, KernelManifestError
 from vulkan_ref.graph import ComputeGraph
 from vulkan_ref.instance import VulkanContext, get_context
 from vulkan_ref.ops import OP_IMPLS
+from vulkan_ref.pipeline import PipelineCache
 from vulkan_ref.pool import MemoryPool
 
 __all__ = ["ComputeGraph", "VulkanRuntime"]
@@ -40,6 +41,9 @@ class VulkanRuntime:
     Attributes:
         pool: the memory, descriptor sets and submit objects every graph of this runtime
             shares (`vulkan_ref.pool`); released when the runtime and its graphs are dropped.
+        pipelines: the shader modules, pipelines and compiled kernels every graph of this
+            runtime shares (`vulkan_ref.pipeline.PipelineCache`), no other runtime's: two
+            runtimes on one context share only the device. Destroyed by `close`.
 
     Raises:
         ValueError: a limit below 1 or above the device's.
@@ -80,6 +84,14 @@ class VulkanRuntime:
             )
         self.max_workgroups_per_dim = max_workgroups_per_dim
         self.pool = MemoryPool(self.context)
+        self.pipelines = PipelineCache(self.context)
+
+    def close(self) -> None:
+        """Free what this runtime made and cached: its memory, descriptor sets, pipelines
+        and compiled kernels (idempotent). Close its graphs first: a graph of a closed
+        runtime cannot execute. The context (the process's device) stays open."""
+        self.pool.close()
+        self.pipelines.close()
 
     def info(self) -> dict[str, Any]:
         """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour;
@@ -117,4 +129,5 @@ class VulkanRuntime:
             manifest=self.manifest,
             allow_adapters=self.allow_adapters,
             impls=OP_IMPLS,
+            pipelines=self.pipelines,
         )

@@ -3,7 +3,7 @@
 A kernel is a `KernelEntry` (`graph_format.kernels`): a manifest's `[vulkan.<slot>]` table,
 or the implicit entry of the project's own kernel (`builtin_entry`, source
 `glsl/<stem>.comp` or the same file in a `--glsl-dir` folder). Binding it takes four steps,
-the first three once per kernel and context (cached in the context's `PipelineCache`):
+the first three once per kernel and runtime (cached in the runtime's `PipelineCache`):
 
 1. **Compile or read** its SPIR-V: GLSL with `vulkan_ref.spirv` (`-O -g`: names kept), or a
    precompiled module (`spirv = "x.spv"`) as it is.
@@ -92,17 +92,15 @@ def kernel_failure(
     return kind("vulkan", entry.slot, str(entry.source), message, op=op)
 
 
-_PROJECT_ENTRIES: dict[tuple[str, str, str], KernelEntry] = {}
-
-
-def project_entry(slot: str, folder: str, stem: str) -> KernelEntry:
-    """The implicit entry of the project's kernel of `slot`, `<folder>/<stem>.comp` (one
-    object per slot and file, so what is resolved from it is cached)."""
-    key = (slot, folder, stem)
-    found = _PROJECT_ENTRIES.get(key)
-    if found is None:
-        source = Path(folder) / f"{stem}.comp"
-        found = _PROJECT_ENTRIES[key] = builtin_entry("vulkan", slot, source)
+def project_entry(cache: PipelineCache, slot: str, folder: str, stem: str) -> KernelEntry:
+    """The implicit entry of the project's kernel of `slot`, `<folder>/<stem>.comp`: one
+    object per slot and file in the runtime's `cache`, so that what is resolved from it is
+    cached there."""
+    key = ("entry", slot, folder, stem)
+    found = cache.kernels.get(key)
+    if not isinstance(found, KernelEntry):
+        found = builtin_entry("vulkan", slot, Path(folder) / f"{stem}.comp")
+        cache.kernels[key] = found
     return found
 
 

@@ -94,13 +94,6 @@ from vulkan_ref.recording import CommandRecorder
 from vulkan_ref.staging import Staging, StagingPlan
 from vulkan_ref.tensor import VTensor
 
-_PIPELINE_CACHES: dict[int, PipelineCache] = {}
-
-
-def pipeline_cache(ctx: VulkanContext) -> PipelineCache:
-    """The pipeline cache shared by every graph of a context."""
-    return _PIPELINE_CACHES.setdefault(id(ctx), PipelineCache(ctx))
-
 
 @dataclass
 class ExecuteNode:
@@ -176,7 +169,7 @@ class DispatchNode(ExecuteNode):
             if found is None:
                 raise ValueError(f"{self.op}: picked slot {slot!r}, not one of {list(self.slots)}")
             kernel = found
-        return evaluate(self.op, kernel, self.values(graph, slot))
+        return evaluate(self.op, kernel, self.values(graph, slot), graph.pipelines.push_data)
 
 
 # What adds one op of a graph to it (`vulkan_ref.ops` registers one per op type).
@@ -204,6 +197,7 @@ class ComputeGraph:
         manifest: KernelManifest | None = None,
         allow_adapters: bool = False,
         impls: Mapping[str, OpImpl],
+        pipelines: PipelineCache | None = None,
     ) -> None:
         self.ctx = ctx
         self.pool = pool
@@ -217,7 +211,8 @@ class ComputeGraph:
         self.allow_adapters = allow_adapters
         # A limit below the device's, on every axis (None: the device's own).
         self.max_workgroups_per_dim = max_workgroups_per_dim
-        self.pipelines = pipeline_cache(ctx)
+        # The runtime's (a graph built without one owns its own)
+        self.pipelines = pipelines if pipelines is not None else PipelineCache(ctx)
         self._dispatch_nodes: list[DispatchNode] = []
         self._params_nodes: list[DispatchNode] = []  # nodes with params packed per resize
         self._entries: dict[tuple[str, str], KernelEntry] = {}  # by (slot, project stem)
@@ -463,7 +458,7 @@ class ComputeGraph:
             found = manifest.entry("vulkan", slot) if manifest is not None else None
             if found is None:
                 folder = self.glsl_dir or str(vulkan_ref.spirv.GLSL_DIR)
-                found = project_entry(slot, folder, stem)
+                found = project_entry(self.pipelines, slot, folder, stem)
             self._entries[(slot, stem)] = found
         return found
 

@@ -137,6 +137,8 @@ _DEVICE_TYPES = {
 _PREFERENCE = {"DiscreteGPU": 0, "IntegratedGPU": 1, "VirtualGPU": 2, "CPU": 3}
 
 
+# The process's contexts, one per pair of settings: a context is the device every runtime
+# shares, and holds nothing a runtime made (docs/design.md §2.2).
 @functools.cache
 def get_context(validation: bool | None = None, robust: bool = False) -> VulkanContext:
     """The process-wide Vulkan context (created on first use), one per pair of settings.

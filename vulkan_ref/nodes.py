@@ -143,7 +143,9 @@ class SlotKernel:
             if workgroups == 0:
                 state = NodeState(self, (SKIPPED,), (None,))
             else:
-                push = _push_data(part.push_data) if part.push_data is not None else None
+                # Made once per count: the state is kept in `states`.
+                data = part.push_data
+                push = vk.ffi.new("char[]", data) if data is not None else None
                 state = NodeState(self, ((workgroups, 1, 1),), (push,))
             self.states[workgroups] = state
         return state
@@ -172,8 +174,15 @@ class Stateful(Protocol):
     state: NodeState
 
 
-def evaluate(op: str, kernel: SlotKernel, live: Mapping[str, Value]) -> NodeState:
-    """The state of `kernel`, the slot a node of `op` picked, for the op's live values."""
+def evaluate(
+    op: str,
+    kernel: SlotKernel,
+    live: Mapping[str, Value],
+    push_data: Callable[[bytes], CData],
+) -> NodeState:
+    """The state of `kernel`, the slot a node of `op` picked, for the op's live values
+    (`push_data`: push-constant bytes as the cffi array a command takes, made once per
+    content: the runtime's `PipelineCache.push_data`)."""
     if not kernel.checked:
         _check_vocabulary(op, kernel, live)
     states = kernel.states
@@ -189,12 +198,14 @@ def evaluate(op: str, kernel: SlotKernel, live: Mapping[str, Value]) -> NodeStat
     if kernel.adapter is not None:
         values.update(_adapter_values(op, kernel, values))
     try:
-        return _evaluate_parts(op, kernel, values)
+        return _evaluate_parts(op, kernel, values, push_data)
     except (ExpressionError, PackError) as err:
         raise kernel_failure(entry, entry.failure_text(err), op, values=True) from None
 
 
-def _evaluate_parts(op: str, kernel: SlotKernel, values: Values) -> NodeState:
+def _evaluate_parts(
+    op: str, kernel: SlotKernel, values: Values, push_data: Callable[[bytes], CData]
+) -> NodeState:
     """A kernel's live `requires` checked, then its counts, push constants and params."""
     entry = kernel.entry
     for condition in kernel.live_requires:
@@ -216,11 +227,13 @@ def _evaluate_parts(op: str, kernel: SlotKernel, values: Values) -> NodeState:
             pushes.append(None)
             continue
         push = part.push
-        pushes.append(None if push is None else _push_data(part.push_data or push.pack(values)))
+        pushes.append(None if push is None else push_data(part.push_data or push.pack(values)))
         params += [(ubo, ubo.layout.pack(values)) for ubo in part.params]
     return NodeState(kernel, tuple(counts), tuple(pushes), tuple(params))
 
 
+# Cached for the process (two pure functions of the shipped slot table `SLOTS`, constant
+# after import): no runtime's state.
 @functools.cache
 def vocabulary(slot: str) -> frozenset[str]:
     """The names of a slot's values."""
@@ -239,17 +252,6 @@ def check_static(op: str, slots: tuple[str, ...], static: frozenset[str]) -> Non
 
 
 NO_VALUES: frozenset[str] = frozenset()
-_PUSH_DATA: dict[bytes, CData] = {}
-
-
-def _push_data(data: bytes) -> CData:
-    """Push-constant bytes as a cffi array, made once per content (the set is small)."""
-    found = _PUSH_DATA.get(data)
-    if found is None:
-        if len(_PUSH_DATA) > 4096:
-            _PUSH_DATA.clear()
-        found = _PUSH_DATA[data] = vk.ffi.new("char[]", data)
-    return found
 
 
 def _count(count: Expression | tuple[Expression, Expression, Expression], values: Values) -> WG:

@@ -1,4 +1,4 @@
-"""Compute pipelines for the Vulkan reference runtime, cached per context.
+"""Compute pipelines for the Vulkan reference runtime, cached per runtime.
 
 Everything a pipeline is made of comes from the kernel itself, reflected from its SPIR-V
 (`vulkan_ref.binding`): the descriptor set 0 layout (each binding's number and kind, as the
@@ -69,10 +69,14 @@ class ComputePipeline:
 
 
 class PipelineCache:
-    """Shader modules, set layouts and pipelines of one context, created once each.
+    """Shader modules, set layouts and pipelines of one runtime on its context, created once
+    each, and destroyed by `close`.
 
-    `kernels` is where `vulkan_ref.binding` keeps the compiled and reflected kernels and
-    their resolutions for this context (cleared with the pipelines).
+    A runtime owns one (`VulkanRuntime.pipelines`) and hands it to every graph it loads, so
+    that two runtimes in one process share no Vulkan object and no compiled kernel, and
+    closing a runtime destroys what it created. `kernels` is where `vulkan_ref.binding`
+    keeps the project kernels' entries, the compiled and reflected kernels and their
+    resolutions for this runtime (cleared with the pipelines).
     """
 
     def __init__(self, ctx: VulkanContext) -> None:
@@ -80,7 +84,39 @@ class PipelineCache:
         self._modules: dict[str, CData] = {}  # by sha256 of the SPIR-V
         self._set_layouts: dict[DescriptorLayout, CData] = {}
         self._pipelines: dict[ShaderKey, ComputePipeline] = {}
+        self._push: dict[bytes, CData] = {}
         self.kernels: dict[object, object] = {}
+
+    def __len__(self) -> int:
+        """How many pipelines it holds."""
+        return len(self._pipelines)
+
+    def push_data(self, data: bytes) -> CData:
+        """Push-constant bytes as a cffi array, made once per content (the set is small:
+        bounded all the same)."""
+        found = self._push.get(data)
+        if found is None:
+            if len(self._push) > 4096:
+                self._push.clear()
+            found = self._push[data] = vk.ffi.new("char[]", data)
+        return found
+
+    def close(self) -> None:
+        """Destroy every pipeline, pipeline layout, set layout and shader module, and forget
+        the kernels (idempotent). Close the graphs that use them first."""
+        device = self.ctx.device
+        for pipeline in self._pipelines.values():
+            vk.vkDestroyPipeline(device, pipeline.handle, None)
+            vk.vkDestroyPipelineLayout(device, pipeline.layout, None)
+        for set_layout in self._set_layouts.values():
+            vk.vkDestroyDescriptorSetLayout(device, set_layout, None)
+        for module in self._modules.values():
+            vk.vkDestroyShaderModule(device, module, None)
+        self._pipelines.clear()
+        self._set_layouts.clear()
+        self._modules.clear()
+        self._push.clear()
+        self.kernels.clear()
 
     def set_layout(self, descriptors: DescriptorLayout) -> CData:
         """The descriptor set layout for these (binding, kind) descriptors."""

@@ -158,6 +158,9 @@ class DescriptorCache:
     counted and never evicted; beyond `capacity` entries the least recently used idle set
     is rewritten for the next miss of the same layout instead of allocating a new one. Sets
     come from descriptor pools created as needed and kept until `close`.
+
+    `key` (`descriptor_key`) is a documented hook (docs/design.md §2.2): a test replaces it
+    on the class to plant a cache keyed too loosely.
     """
 
     def __init__(self, ctx: VulkanContext, capacity: int = 2048) -> None:
@@ -170,6 +173,11 @@ class DescriptorCache:
         self.hits = 0
         self.misses = 0
 
+    @staticmethod
+    def key(kinds: DescriptorLayout, ranges: Sequence[BoundRange]) -> DescriptorKey:
+        """The cache key of a set (`descriptor_key`)."""
+        return descriptor_key(kinds, ranges)
+
     def acquire(
         self, requests: Sequence[tuple[DescriptorLayout, CData, Sequence[BoundRange]]]
     ) -> list[tuple[DescriptorKey, CData]]:
@@ -180,7 +188,7 @@ class DescriptorCache:
         misses: dict[DescriptorKey, tuple[DescriptorLayout, CData, Sequence[BoundRange]]]
         misses = {}
         for kinds, layout, ranges in requests:
-            key = _descriptor_key(kinds, ranges)
+            key = self.key(kinds, ranges)
             out.append((key, None))
             entry = self._entries.get(key)
             if entry is not None:
@@ -504,7 +512,7 @@ class MemoryPool:
         self._finalizer()
 
 
-def _descriptor_key(kinds: DescriptorLayout, ranges: Sequence[BoundRange]) -> DescriptorKey:
+def descriptor_key(kinds: DescriptorLayout, ranges: Sequence[BoundRange]) -> DescriptorKey:
     """The cache key of a set: its layout and the (buffer, offset, range) of every binding
     (all three: two sets that differ in any of them bind different memory)."""
     return (kinds, tuple((_address(r.handle), r.offset, r.binding_size) for r in ranges))

@@ -404,7 +404,7 @@ def cache_dir() -> Path:
     return (Path(env) if env else ROOT / ".cache" / "reflect") / "spirv"
 
 
-@functools.cache
+@functools.cache  # the tool on PATH and its build: the process's environment
 def _spirv_cross() -> tuple[str, str]:
     """(executable, a key of its build: sha256 of the binary)."""
     exe = shutil.which("spirv-cross")
@@ -416,6 +416,9 @@ def _spirv_cross() -> tuple[str, str]:
     return exe, hashlib.sha256(Path(exe).read_bytes()).hexdigest()[:16]
 
 
+# (sha256 of a module, entry point) -> its reflection or spirv-cross's refusal. Kept for the
+# process: a pure function of the module's bytes (and the tool's build, fixed for the
+# process), the same for any runtime (docs/design.md §2.2).
 _MEMORY: dict[tuple[str, str | None], SpirvReflection] = {}
 _REFUSED: dict[tuple[str, str | None], str] = {}
 # Threads reflect one module at a time each: one lock per module and entry point.

@@ -63,7 +63,10 @@ class ShaderCompileError(KernelBuildError):
 
 
 # Sources glslc refused in this process, by cache key: a broken kernel is refused again at
-# once (a search that shrinks a case with it loads the graph hundreds of times).
+# once (a search that shrinks a case with it loads the graph hundreds of times). Kept for the
+# process, as the SPIR-V cache on disk is: the key covers every input (each file's bytes,
+# the defines, the flags, the compiler's version), so the answer is the same for any runtime
+# (docs/design.md §2.2).
 _REFUSED: dict[str, tuple[Path, int, str]] = {}
 # One lock per cache key, so that two threads never run glslc on the same source.
 _KEYS_LOCK = threading.Lock()
@@ -118,7 +121,7 @@ def cache_dir() -> Path:
     return root / "vulkan-parity" / "spirv"
 
 
-@functools.cache
+@functools.cache  # the tool on PATH and its version: the process's environment
 def _glslc() -> tuple[str, str]:
     exe = shutil.which("glslc")
     if exe is None:

@@ -15,7 +15,7 @@ from typing import Any
 from graph_format import Graph, GraphBuildError
 from graph_format.kernels import KernelManifest, KernelManifestError
 from webgpu_backend.binding import KernelCatalog
-from webgpu_backend.device import WebGPUDevice, get_device
+from webgpu_backend.device import PipelineCache, WebGPUDevice, get_device
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import OP_BUILDERS
 from webgpu_backend.pool import BufferPool
@@ -47,6 +47,10 @@ class WebGPURuntime:
     Attributes:
         pool: the buffers and bind groups every graph of this runtime shares
             (`webgpu_backend.pool`); released when the runtime and its graphs are dropped.
+        pipelines: the layouts and pipelines every graph of this runtime shares
+            (`webgpu_backend.device.PipelineCache`), and `catalog` the kernel sources and
+            their plans: no other runtime's, two runtimes on one device share only the
+            device. Dropped by `close`.
 
     Raises:
         ValueError: a limit below 1 or above the device's.
@@ -93,6 +97,15 @@ class WebGPURuntime:
             )
         self.max_workgroups_per_dim = max_workgroups_per_dim
         self.pool = BufferPool(self.device.gpu)
+        self.pipelines = PipelineCache(self.device)
+
+    def close(self) -> None:
+        """Free what this runtime made and cached: its buffers, bind groups, pipelines and
+        kernel plans (idempotent). Close its graphs first. The device (the process's) stays
+        open."""
+        self.pool.close()
+        self.pipelines.close()
+        self.catalog.close()
 
     def info(self) -> dict[str, Any]:
         """Adapter facts for reports; `max_workgroups_per_dim` is the limit graphs honour,
@@ -132,4 +145,5 @@ class WebGPURuntime:
             self.max_workgroups_per_dim,
             pool=self.pool,
             builders=OP_BUILDERS,
+            pipelines=self.pipelines,
         )

@@ -525,13 +525,17 @@ class KernelCatalog:
         return entry
 
     def source(self, entry: KernelEntry, stem: str) -> str:
-        """The WGSL text of `entry` (a project kernel through `shaders.load_wgsl`).
+        """The WGSL text of `entry` (a project kernel through `shaders.load_wgsl`), read
+        once for the runtime's life.
 
         Raises:
             KernelManifestError: a manifest's file cannot be read.
         """
         if entry.builtin:
-            return shaders.load_wgsl(stem, self.shader_dir)
+            found = self._sources.get(entry.source)
+            if found is None:
+                found = self._sources[entry.source] = shaders.load_wgsl(stem, self.shader_dir)
+            return found
         text = self._sources.get(entry.source)
         if text is None:
             try:
@@ -582,6 +586,12 @@ class KernelCatalog:
             )
             self._plans[key] = plan
         return plan
+
+    def close(self) -> None:
+        """Forget the sources and plans read so far (the runtime's `close`)."""
+        self._builtin.clear()
+        self._sources.clear()
+        self._plans.clear()
 
     def replaced(self) -> dict[str, str]:
         """Slot -> source file of every slot the manifest replaces on webgpu."""

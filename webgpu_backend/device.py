@@ -1,19 +1,21 @@
 """The WebGPU device as the runtime sees it: an implementation of the device seam
-(`webgpu_backend.gpu`), its limits, and the per-device pipeline cache.
+(`webgpu_backend.gpu`) and its limits, and the per-runtime pipeline cache.
 
-One device per implementation serves every graph of a process: pipelines are expensive to
-create (about 0.1 s each on lavapipe), so they are cached per device, keyed by the kernel's
-source text (its sha256), entry point, bind group layout (as the kernel's reflected bindings
-resolve it) and override constants, and shared across graphs and Hypothesis examples. Keying
-by source rather than by kernel name lets graphs built from another shader folder (a repro
-bundle's copies, a user's manifest) live in the same process without picking up each
+One device per implementation serves every runtime of a process (opening one costs seconds:
+a node host, a browser). What a runtime makes on it is its own: pipelines are expensive to
+create (about 0.1 s each on lavapipe), so each runtime caches them (`PipelineCache`), keyed
+by the kernel's source text (its sha256), entry point, bind group layout (as the kernel's
+reflected bindings resolve it) and override constants, and shares them across its graphs
+and Hypothesis examples; two runtimes share none, and closing a runtime drops its cache.
+Keying by source rather than by kernel name lets graphs built from another shader folder (a
+repro bundle's copies, a user's manifest) live in one runtime without picking up each
 other's modules.
 """
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +37,13 @@ class Pipeline:
 
 @dataclass
 class WebGPUDevice:
-    """An implementation's device, its limits and its caches of layouts and pipelines."""
+    """An implementation's device and its limits."""
 
     gpu: Implementation
     max_workgroups_per_dim: int = 0
     max_invocations_per_workgroup: int = 0
     # Why float16 graphs cannot run here ("" when the device has `shader-f16`).
     f16_unavailable: str = ""
-    _layouts: dict[Layout, GpuLayout] = field(default_factory=dict)
-    _pipelines: dict[PipelineKey, Pipeline] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         limits = self.gpu.limits
@@ -77,12 +77,26 @@ class WebGPUDevice:
             **facts.extra,
         }
 
+
+class PipelineCache:
+    """The bind group layouts and compute pipelines one runtime made on its device, created
+    once each (`WebGPURuntime.pipelines`, handed to every graph it loads)."""
+
+    def __init__(self, device: WebGPUDevice) -> None:
+        self.device = device
+        self._layouts: dict[Layout, GpuLayout] = {}
+        self._pipelines: dict[PipelineKey, Pipeline] = {}
+
+    def __len__(self) -> int:
+        """How many pipelines it holds."""
+        return len(self._pipelines)
+
     def layout(self, layout: Layout) -> GpuLayout:
         """The bind group and pipeline layout of bindings of these indices and kinds,
         cached."""
         made = self._layouts.get(layout)
         if made is None:
-            made = self._layouts[layout] = self.gpu.create_layout(layout)
+            made = self._layouts[layout] = self.device.gpu.create_layout(layout)
         return made
 
     def pipeline(
@@ -107,15 +121,16 @@ class WebGPUDevice:
         if cached is not None:
             return cached
         made = self.layout(layout)
-        pipeline = self.gpu.create_pipeline(kernel, source, path, made, constants, entry_point)
+        pipeline = self.device.gpu.create_pipeline(
+            kernel, source, path, made, constants, entry_point
+        )
         self._pipelines[key] = Pipeline(kernel, pipeline, made)
         return self._pipelines[key]
 
-    def forget_kernels(self) -> None:
-        """Drop every cached pipeline (and the implementation's shader modules): tests that
-        swap a kernel's source under one name."""
+    def close(self) -> None:
+        """Drop every cached layout and pipeline (idempotent); graphs holding one keep it."""
+        self._layouts.clear()
         self._pipelines.clear()
-        self.gpu.forget_modules()
 
 
 def get_device(implementation: str = "wgpu") -> WebGPUDevice:
@@ -129,6 +144,10 @@ def get_device(implementation: str = "wgpu") -> WebGPUDevice:
     return _device(implementation)
 
 
+# The process's devices, the one state kept for the process: a device is the handle every
+# runtime of an implementation shares (opening one costs seconds), and holds nothing a
+# runtime made or cached (`PipelineCache`, `BufferPool` and the kernel catalog are each
+# runtime's own).
 @functools.cache
 def _device(implementation: str) -> WebGPUDevice:
     # Cached by the name alone: `get_device()` and `get_device("wgpu")` are one device.
@@ -142,7 +161,7 @@ def get_timing_device() -> WebGPUDevice:
 
     Opt-in (benchmarks, `webgpu_backend.profiling`): parity runs keep `get_device`, which
     requests no optional feature but `shader-f16`. Build graphs for timing on this device
-    (`WebGPURuntime(get_timing_device())`); its pipelines are cached separately.
+    (`WebGPURuntime(get_timing_device())`).
 
     Raises:
         BackendUnavailable: no adapter, or the adapter does not offer `timestamp-query`.

@@ -77,7 +77,7 @@ from graph_format.kernels import (
     scratch_sizes,
 )
 from webgpu_backend.binding import BACKEND, KernelCatalog
-from webgpu_backend.device import WebGPUDevice
+from webgpu_backend.device import PipelineCache, WebGPUDevice
 from webgpu_backend.nodes import (
     Dispatch,
     KernelRun,
@@ -135,7 +135,13 @@ class WebGPUGraph:
     `add_input_check`, `set_cur_dims` and `set_symint`; the harness uses `execute`.
     The runtime hands the graph its op table (`builders`: `webgpu_backend.ops.OP_BUILDERS`),
     so this module does not import the op modules that import it.
+
+    `fold_grid` (`webgpu_backend.nodes.fold_grid`: the physical grid of a 1-D count) is a
+    documented hook (docs/design.md §2.2): a test replaces it on the class to plant a grid
+    bug that every op shows.
     """
+
+    fold_grid = staticmethod(fold_grid)
 
     def __init__(
         self,
@@ -146,8 +152,11 @@ class WebGPUGraph:
         *,
         pool: BufferPool,
         builders: Mapping[str, OpBuilder],
+        pipelines: PipelineCache | None = None,
     ) -> None:
         self.dev = dev
+        # The runtime's (a graph built without one owns its own)
+        self.pipelines = pipelines if pipelines is not None else PipelineCache(dev)
         self.pool = pool
         self.arena = Arena(pool)
         self.graph = graph
@@ -448,7 +457,7 @@ class WebGPUGraph:
                     f"workgroup {list(size)}, the device allows "
                     f"{self.dev.max_invocations_per_workgroup}",
                 )
-            pipeline = self.dev.pipeline(
+            pipeline = self.pipelines.pipeline(
                 slot, source, plan.digest, entry.source, plan.layout, constants, entry.entry
             )
             run = KernelRun(plan, pipeline, size, [], [], [], [])
@@ -634,7 +643,7 @@ class WebGPUGraph:
                     continue
                 if isinstance(count, int) and kernel.entry.fold:
                     try:
-                        grid = fold_grid(count, limit)
+                        grid = self.fold_grid(count, limit)
                     except ValueError as err:
                         raise InputError(
                             d.op, "grid_limit", f"webgpu: op {d.op!r}: {err}"

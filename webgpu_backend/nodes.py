@@ -95,7 +95,9 @@ class KernelRun:
         return self._bind_group
 
 
-# (slot, names fixed at load, names handed per step) an op module was seen to offer right
+# (slot, names fixed at load, names handed per step) an op module was seen to offer right.
+# Kept for the process: a check of the op modules' code against the shipped slot table, the
+# same for every runtime (no runtime's state; docs/design.md §2.2).
 _VALUES_CHECKED: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
 
 

@@ -410,7 +410,7 @@ def cache_dir() -> Path:
     return (Path(env) if env else ROOT / ".cache" / "reflect") / "wgsl"
 
 
-@functools.cache
+@functools.cache  # node on PATH: the process's environment
 def _node() -> str:
     exe = shutil.which("node")
     if exe is None:
@@ -426,7 +426,7 @@ def _package_json() -> Path:
     return NODE_PREFIX / "node_modules" / "wgsl_reflect" / "package.json"
 
 
-@functools.cache
+@functools.cache  # the process's environment, checked once
 def require_tool() -> None:
     """Raise ReflectionUnavailable, saying what is missing, unless node and the pinned npm
     package are both installed and node runs the shim (once per process: an empty request):
@@ -446,7 +446,7 @@ def require_tool() -> None:
     _run_shim([])
 
 
-@functools.cache
+@functools.cache  # the installed shim and package: the process's environment
 def _tool_key() -> str:
     """What besides the source decides a reflection: the shim and the installed package."""
     package = _package_json()
@@ -455,7 +455,9 @@ def _tool_key() -> str:
 
 
 # sha256 of a source -> its reflection (named after the first file it was read from), or the
-# parser's refusal (message, line, column).
+# parser's refusal (message, line, column). Kept for the process: a pure function of the
+# source text (and the shim and package, fixed for the process), the same for any runtime
+# (docs/design.md §2.2).
 _MEMORY: dict[str, WgslReflection] = {}
 _REFUSED: dict[str, tuple[str, int | None, int | None]] = {}
 # Sources a thread is reflecting now (sha256 -> set once done), and the lock over these maps.

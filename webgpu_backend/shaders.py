@@ -1,12 +1,12 @@
 """The one place that knows where WGSL kernels live: `wgsl/<kernel>.wgsl` at the repo root.
 
 A graph may be built from another folder of WGSL files with the same names (a repro
-bundle's own copies, or a planted bug in a test); `load_wgsl` takes that folder.
+bundle's own copies, or a planted bug in a test); `load_wgsl` takes that folder. It reads the
+file on every call: each runtime keeps what it read (`binding.KernelCatalog`).
 """
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 WGSL_DIR = Path(__file__).resolve().parents[1] / "wgsl"
@@ -16,7 +16,6 @@ class ShaderNotFound(FileNotFoundError):
     """A kernel name with no WGSL file."""
 
 
-@functools.cache
 def load_wgsl(kernel: str, directory: Path | None = None) -> str:
     """The source of kernel `kernel`, from `directory` (default: the repo's `wgsl/`).
 

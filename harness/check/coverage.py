@@ -114,7 +114,7 @@ def is_half_precision_cell(cell: str) -> bool:
     )
 
 
-@functools.cache
+@functools.cache  # a pure function of the op models, registered at import
 def _half_precision_variants() -> frozenset[str]:
     """Every kernel variant that binds an f16 tensor (its kernels run only in f16 graphs)."""
     return frozenset(

@@ -58,7 +58,6 @@ raise from their `_check_inputs`, before any resize. `ContractModel.step` runs e
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -421,14 +420,6 @@ def model_dtypes(op: str) -> tuple[str, ...]:
     return dtypes
 
 
-# Graph (by id) -> (a weak reference to it, op name -> (its node, its precision)). A graph
-# is immutable and every step of a case asks for every op's precision several times (the
-# reference, each backend's per-op check, coverage): worked out once per graph, for all its
-# ops at once. The entry goes with its graph; a node that is not the graph's own (by
-# identity) is worked out on every call.
-_OP_DTYPES: dict[int, tuple[weakref.ref[Graph], dict[str, tuple[OpNode, str]]]] = {}
-
-
 def workgroups_regime(kernel: str, count: int) -> str:
     """The coverage tag (harness/check/coverage.py) of kernel variant `kernel` dispatched over
     at least `count` workgroups of its own size: a cell an op model may require."""
@@ -437,31 +428,9 @@ def workgroups_regime(kernel: str, count: int) -> str:
 
 def op_dtype(graph: Graph, node: OpNode) -> str:
     """The precision `node` runs in: `float16` when any float tensor it reads or writes is
-    float16 (its kernels are then the `_f16` slots), else `float32`."""
-    key = id(graph)
-    entry = _OP_DTYPES.get(key)
-    if entry is None or entry[0]() is not graph:
-
-        def forget(ref: weakref.ref[Graph]) -> None:
-            if _OP_DTYPES.get(key, (None,))[0] is ref:
-                del _OP_DTYPES[key]
-
-        known = {op.name: (op, _op_dtype(graph, op)) for op in graph.ops}
-        entry = (weakref.ref(graph, forget), known)
-        _OP_DTYPES[key] = entry
-    cached = entry[1].get(node.name)
-    if cached is not None and cached[0] is node:
-        return cached[1]
-    return _op_dtype(graph, node)
-
-
-def _op_dtype(graph: Graph, node: OpNode) -> str:
-    names = [*arg_values(node), *node.outputs.values()]
-    for name in names:
-        value = graph.values.get(name)
-        if isinstance(value, TensorValue) and value.dtype == "float16":
-            return "float16"
-    return "float32"
+    float16 (its kernels are then the `_f16` slots), else `float32` (`Graph.op_dtype`,
+    worked out once per graph and kept by the graph)."""
+    return graph.op_dtype(node)
 
 
 class BudgetError(Exception):

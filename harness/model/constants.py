@@ -17,7 +17,10 @@ import numpy as np
 
 T = TypeVar("T")
 
-# (key, id of every array) -> (a weak reference to every array, the remembered value).
+# (key, id of every array) -> (a weak reference to every array, the remembered value). Kept
+# for the process: a memo of a pure function of read-only arrays, each hit checked against
+# the arrays themselves (the weak references), never an id alone, and each entry dropped
+# with its arrays.
 _MEMO: dict[tuple[Hashable, ...], tuple[tuple[weakref.ref[np.ndarray], ...], Any]] = {}
 
 

@@ -977,6 +977,7 @@ def replay(
     manifest = bundle.manifest(allow_adapters)
     loops = bundle_history(bundle) if history else []
     given = [rt.name for rt in runtimes] if runtimes is not None else []
+    opened: list[Runtime] = []  # the runtimes opened here, closed on the way out
     if (
         runtimes is None
         or given != list(bundle.backends)
@@ -986,19 +987,25 @@ def replay(
     ):
         dirs = bundle.shader_dirs() if shaders == "bundle" else None
         try:
-            runtimes = open_runtimes(bundle.backends, dirs, limit, manifest, allow_adapters)
+            runtimes = opened = open_runtimes(
+                bundle.backends, dirs, limit, manifest, allow_adapters
+            )
         except ValueError as err:  # a limit this device cannot lower to
             raise BundleError(
                 f"{bundle.path / 'bundle.json'}: max_workgroups_per_dim: {err}"
             ) from None
     if shaders == "worktree":
         mismatch = shader_differences(bundle)
-    if loops:
-        try:
-            run_loops({rt.name: rt for rt in runtimes}, loops)
-        except HistoryError as err:
-            raise BundleError(f"{bundle.path / HISTORY_DIR}: {err}") from None
-    result: CaseResult = LockstepRunner(runtimes).run(bundle.case)
+    try:
+        if loops:
+            try:
+                run_loops({rt.name: rt for rt in runtimes}, loops)
+            except HistoryError as err:
+                raise BundleError(f"{bundle.path / HISTORY_DIR}: {err}") from None
+        result: CaseResult = LockstepRunner(runtimes).run(bundle.case)
+    finally:
+        for runtime in opened:
+            runtime.close()
     found_records = [divergence_record(d, bundle.case) for d in result.divergences]
     found = {d.bug for d in found_records}
     if not found:

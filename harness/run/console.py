@@ -12,6 +12,7 @@ class UsageError(Exception):
 
 
 # Streams found closed (a reader such as `head` that stopped reading): output is dropped.
+# The process's own stdout and stderr, so the process's state.
 _closed_streams: set[str] = set()
 
 

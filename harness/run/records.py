@@ -197,6 +197,7 @@ class _Mismatch(Exception):
         self.problem = problem  # a message of its own (a field deeper inside), if any
 
 
+# Kept for the process: a pure function of the record classes (constant after import).
 _HINTS: dict[type, dict[str, Any]] = {}
 
 

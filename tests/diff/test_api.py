@@ -10,7 +10,7 @@ import pytest
 
 from graph_format import Runtime
 from harness import DivergenceFound, check_case, run_case, single_op_graph
-from tests.plants import glsl_substitution
+from tests.plants import planted_runtimes
 
 pytestmark = pytest.mark.gpu
 
@@ -35,9 +35,9 @@ def test_check_case_fails_on_a_planted_bug(runtimes: list[Runtime]) -> None:
         constants={"weight"},
     )
     assert run_case(case, runtimes).ok
-    plant = glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd")
-    with plant, pytest.raises(DivergenceFound) as info:
-        check_case(case, runtimes)
+    plant = planted_runtimes(glsl=[("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd")])
+    with plant as planted, pytest.raises(DivergenceFound) as info:
+        check_case(case, planted)
     kinds = {(str(d.kind), d.blame) for d in info.value.result.divergences}
     assert ("numeric", "vulkan") in kinds
 

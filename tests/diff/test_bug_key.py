@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from harness.check.divergence import BugKey
-from harness.check.lockstep import LockstepRunner
 from harness.check.verdict import DivergenceFound, assert_parity, exception_for
 from harness.run.bundle import load_bundle, replay, write_bundle
 from harness.run.expectations import Expectation
@@ -27,11 +26,9 @@ from tests.plants import glsl_substitution
 pytestmark = pytest.mark.gpu
 
 
-def test_shrinking_grouping_replay_and_expectations_share_one_key(
-    runner: LockstepRunner, tmp_path: Path
-) -> None:
+def test_shrinking_grouping_replay_and_expectations_share_one_key(tmp_path: Path) -> None:
     case = rms_norm_case()
-    with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd"):
+    with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd") as runner:
         result = runner.run(case)
         main = result.primary()
         assert main is not None

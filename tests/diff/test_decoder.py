@@ -119,12 +119,12 @@ def test_an_f16_session_with_f16_caches(runner: LockstepRunner) -> None:
 
 
 @pytest.mark.gpu
-def test_kv_write_at_the_wrong_position_is_found_at_its_op(runner: LockstepRunner) -> None:
+def test_kv_write_at_the_wrong_position_is_found_at_its_op() -> None:
     case = session_case()
     case.steps = case.steps[:3]
     with wgsl_substitution(
         "sdpa_update_cache", "params.input_pos + s;", "params.input_pos + s + 1u;"
-    ):
+    ) as runner:
         result = runner.run(case)
     assert result.divergences and {d.blame for d in result.divergences} == {"webgpu"}
     first = result.first_divergence()

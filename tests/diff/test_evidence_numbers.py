@@ -8,8 +8,7 @@ oracle's rule, so they must give back the oracle's utilization for every backend
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ from harness.gen.case import Case
 from harness.model.numerics import compare
 from harness.run.bundle import capture_evidence
 from harness.run.records import divergence_record
-from tests.plants import glsl_substitution
+from tests.plants import shader_substitutions
 
 pytestmark = pytest.mark.gpu
 
@@ -32,12 +31,8 @@ F16_ACCUMULATION = (
 )
 
 
-@contextmanager
-def _planted() -> Iterator[None]:
-    with ExitStack() as stack:
-        for old, new in F16_ACCUMULATION:
-            stack.enter_context(glsl_substitution("rms_norm_f16", old, new))
-        yield
+def _planted() -> AbstractContextManager[LockstepRunner]:
+    return shader_substitutions(glsl=[("rms_norm_f16", old, new) for old, new in F16_ACCUMULATION])
 
 
 def _case() -> Case:
@@ -50,9 +45,9 @@ def _case() -> Case:
     return Case(b.build(), steps, name="rms_norm_f16")
 
 
-def test_evidence_gives_every_backend_the_oracle_s_utilization(runner: LockstepRunner) -> None:
+def test_evidence_gives_every_backend_the_oracle_s_utilization() -> None:
     case = _case()
-    with _planted():
+    with _planted() as runner:
         result = runner.run(case)
         records = [divergence_record(d, case) for d in result.divergences]
         evidence = capture_evidence(runner.runtimes, case, records)

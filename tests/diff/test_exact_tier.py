@@ -40,13 +40,13 @@ def test_the_project_kernels_round_alike(runner: LockstepRunner) -> None:
     assert result.bits == {"rms_norm|rms_norm_vec4|webgpu~vulkan": (0, 0)}
 
 
-def test_an_accumulation_order_change_is_a_bit_mismatch(runner: LockstepRunner) -> None:
+def test_an_accumulation_order_change_is_a_bit_mismatch() -> None:
     # Each lane sums its texel's squares in reverse order: as accurate, rounded otherwise.
     with wgsl_substitution(
         "rms_norm_vec4",
         "acc += dot(v, v);",
         "acc += v.w * v.w + v.z * v.z + v.y * v.y + v.x * v.x;",
-    ):
+    ) as runner:
         result = runner.run(wide_rms_norm_case())
     kinds = {(str(d.kind), d.op) for d in result.divergences}
     assert kinds == {("bit_mismatch", "norm")}, [d.message for d in result.divergences]
@@ -56,13 +56,13 @@ def test_an_accumulation_order_change_is_a_bit_mismatch(runner: LockstepRunner) 
     assert hit.details["pairs"][0]["ulps"] > 0 and hit.details["pairs"][0]["allowed_ulps"] == 0
 
 
-def test_a_scale_off_by_a_few_ulps_is_blamed_on_its_backend(runner: LockstepRunner) -> None:
+def test_a_scale_off_by_a_few_ulps_is_blamed_on_its_backend() -> None:
     # Vulkan's rstd is 2^-20 too large: ~8 ULPs on every element, all away from the reference.
     with glsl_substitution(
         "rms_norm_vec4",
         "+ pc.eps);",
         "+ pc.eps) * (1.0 + 1.0 / 1048576.0);",
-    ):
+    ) as runner:
         result = runner.run(wide_rms_norm_case())
     assert result.max_utilization < 0.1
     assert {d.bug_key() for d in result.divergences} == {

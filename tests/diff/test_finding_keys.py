@@ -9,6 +9,7 @@ key in its bundle, so that its replay looks for it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 
 import vulkan_ref.ops as vulkan_ops
 import webgpu_backend.ops as webgpu_ops
-from graph_format import OpNode, Runtime
+from graph_format import OpNode
 from harness.check.backends import open_runtimes
 from harness.check.divergence import BugKey, Kind
 from harness.check.lockstep import LockstepRunner
@@ -30,10 +31,9 @@ from harness.run.chunks import ChunkRunner, RunConfig, Stop
 from harness.run.plan import Chunk
 from tests.chunk_support import RecordingSink
 from tests.plants import (
-    glsl_substitution,
+    planted_shader_dirs,
     vulkan_node_patch,
     webgpu_after_hook,
-    wgsl_substitution,
 )
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from webgpu_backend.graph import WebGPUGraph
@@ -63,7 +63,12 @@ def _norm_then_silu(draw: st.DrawFn) -> Case:
     return Case(b.build(), [{"x": data}], name="norm_then_silu")
 
 
-def _run_chunk(out: Path, monkeypatch: pytest.MonkeyPatch, examples: int = 8) -> RecordingSink:
+def _run_chunk(
+    out: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    examples: int = 8,
+    shader_dirs: Mapping[str, Path] | None = None,
+) -> RecordingSink:
     family = Family("norm_then_silu", _norm_then_silu, frozenset({"rms_norm", "silu"}))
     monkeypatch.setattr(chunks, "FAMILIES", {**chunks.FAMILIES, family.name: family})
     config = RunConfig(
@@ -74,6 +79,7 @@ def _run_chunk(out: Path, monkeypatch: pytest.MonkeyPatch, examples: int = 8) ->
         chunk_examples=examples,
         out=out,
         repeats=1,
+        shader_dirs=shader_dirs or {},
     )
     runner = ChunkRunner(config, Stop())
     sink = RecordingSink()
@@ -82,37 +88,41 @@ def _run_chunk(out: Path, monkeypatch: pytest.MonkeyPatch, examples: int = 8) ->
 
 
 def test_a_key_that_only_shows_beside_another_is_a_finding_with_its_bundle(
-    runtimes: list[Runtime], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with glsl_substitution(*RMS_NORM_DROPS_WEIGHT), wgsl_substitution(*SILU_ONE_PERCENT_HIGH):
-        sink = _run_chunk(tmp_path, monkeypatch)
-        assert not sink.errors
-        # Every divergent case shows both bugs, the Vulkan rms_norm first.
-        keys = {d.bug for r in sink.cases for d in r.divergences}
-        ops = {(k.op_type, k.kind, k.blame) for k in keys}
-        assert ops == {("rms_norm", "numeric", "vulkan"), ("silu", "numeric", "webgpu")}
-        assert {r.bug.op_type for r in sink.cases if r.bug is not None} == {"rms_norm"}
+    planted = planted_shader_dirs(
+        tmp_path / "planted", wgsl=[SILU_ONE_PERCENT_HIGH], glsl=[RMS_NORM_DROPS_WEIGHT]
+    )
+    out = tmp_path / "run"
+    # The plant lives in the run's shader folders (--wgsl-dir, --glsl-dir).
+    sink = _run_chunk(out, monkeypatch, shader_dirs=planted)
+    assert not sink.errors
+    # Every divergent case shows both bugs, the Vulkan rms_norm first.
+    keys = {d.bug for r in sink.cases for d in r.divergences}
+    ops = {(k.op_type, k.kind, k.blame) for k in keys}
+    assert ops == {("rms_norm", "numeric", "vulkan"), ("silu", "numeric", "webgpu")}
+    assert {r.bug.op_type for r in sink.cases if r.bug is not None} == {"rms_norm"}
 
-        (record,) = sink.chunks
-        by_op = {f.bug.op_type: f for f in record.findings if f.bug is not None}
-        assert set(by_op) == {"rms_norm", "silu"}, record.findings
-        primary, beside = by_op["rms_norm"], by_op["silu"]
-        assert primary.shrunk and primary.beside is None
-        # Found beside the rms_norm key, bundled as found: its case was shrunk by the other.
-        assert not beside.shrunk and beside.beside == primary.bug
-        assert beside.bug in keys and beside.bundle is not None
-        bundle = load_bundle(tmp_path / beside.bundle)
-        assert bundle.bug == beside.bug
-        outcome = replay(bundle, runtimes=runtimes)
-        assert outcome.status == "still_failing" and outcome.expected == beside.bug
+    (record,) = sink.chunks
+    by_op = {f.bug.op_type: f for f in record.findings if f.bug is not None}
+    assert set(by_op) == {"rms_norm", "silu"}, record.findings
+    primary, beside = by_op["rms_norm"], by_op["silu"]
+    assert primary.shrunk and primary.beside is None
+    # Found beside the rms_norm key, bundled as found: its case was shrunk by the other.
+    assert not beside.shrunk and beside.beside == primary.bug
+    assert beside.bug in keys and beside.bundle is not None
+    bundle = load_bundle(out / beside.bundle)
+    assert bundle.bug == beside.bug
+    outcome = replay(bundle)  # on the bundle's copies of the planted shaders
+    assert outcome.status == "still_failing" and outcome.expected == beside.bug
 
 
 def test_a_key_beside_another_that_is_a_case_s_own_elsewhere_is_not_doubled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With only the silu bug, the silu key is each case's own: one shrunk finding."""
-    with wgsl_substitution(*SILU_ONE_PERCENT_HIGH):
-        sink = _run_chunk(tmp_path, monkeypatch)
+    planted = planted_shader_dirs(tmp_path / "planted", wgsl=[SILU_ONE_PERCENT_HIGH])
+    sink = _run_chunk(tmp_path / "run", monkeypatch, shader_dirs=planted)
     (record,) = sink.chunks
     assert [(f.bug.op_type if f.bug else None, f.shrunk) for f in record.findings] == [
         ("silu", True)

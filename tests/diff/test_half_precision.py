@@ -9,8 +9,7 @@ rms_norm family's own search."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ from harness.check.verdict import CaseChecker
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 from harness.ops.rms_norm import rms_norm_cases
-from tests.plants import glsl_substitution, wgsl_substitution
+from tests.plants import shader_substitutions, wgsl_substitution
 
 pytestmark = pytest.mark.gpu
 
@@ -108,12 +107,8 @@ F16_ACCUMULATION = (
 )
 
 
-@contextmanager
-def _f16_accumulating_rms_norm() -> Iterator[None]:
-    with ExitStack() as stack:
-        for old, new in F16_ACCUMULATION:
-            stack.enter_context(glsl_substitution("rms_norm_f16", old, new))
-        yield
+def _f16_accumulating_rms_norm() -> AbstractContextManager[LockstepRunner]:
+    return shader_substitutions(glsl=[("rms_norm_f16", old, new) for old, new in F16_ACCUMULATION])
 
 
 def _wide_rms_norm_case(dtype: str) -> Case:
@@ -130,20 +125,20 @@ def _wide_rms_norm_case(dtype: str) -> Case:
 
 def test_an_f16_kernel_accumulating_in_f16_is_found_and_blamed(runner: LockstepRunner) -> None:
     assert runner.run(_wide_rms_norm_case("float16")).ok  # f32 accumulation survives
-    with _f16_accumulating_rms_norm():
-        result = runner.run(_wide_rms_norm_case("float16"))
-        assert runner.run(_wide_rms_norm_case("float32")).ok  # only the f16 kernel changed
+    with _f16_accumulating_rms_norm() as planted:
+        result = planted.run(_wide_rms_norm_case("float16"))
+        assert planted.run(_wide_rms_norm_case("float32")).ok  # only the f16 kernel changed
     assert result.divergences
     keys = {d.bug_key() for d in result.divergences}
     assert keys == {BugKey("rms_norm", "numeric", "vulkan", "x1000", "float16")}, keys
 
 
 @pytest.mark.slow
-def test_generation_finds_the_f16_accumulation_and_keeps_it_f16(runner: LockstepRunner) -> None:
+def test_generation_finds_the_f16_accumulation_and_keeps_it_f16() -> None:
     """The rms_norm family's f16 cases (a quarter, half of them with large rows) reach the
     bug, and shrinking keeps the case f16: an fp32 case cannot show it."""
-    checker = CaseChecker(runner, repeats=0)
-    with _f16_accumulating_rms_norm():
+    with _f16_accumulating_rms_norm() as runner:
+        checker = CaseChecker(runner, repeats=0)
         outcome = find_minimal(rms_norm_cases(), checker.check, max_examples=150)
     assert outcome.bug is not None, "never found"
     assert (outcome.bug.op_type, outcome.bug.blame, outcome.bug.dtype) == (
@@ -169,8 +164,8 @@ def test_an_f16_read_of_slack_poison_is_a_stale_read(runner: LockstepRunner) -> 
     # A copy of the element (no arithmetic, which may turn a NaN canonical).
     sum_ = "f16(f32(a[i]) + f32(b[i]))"
     read_past = f"select({sum_}, b[i + 2u], i + 1u == params.numel)"
-    with wgsl_substitution("binary_flat_f16", sum_, read_past):
-        result = runner.run(case)
+    with wgsl_substitution("binary_flat_f16", sum_, read_past) as planted:
+        result = planted.run(case)
     stale = [d for d in result.divergences if d.kind == "stale_read"]
     assert stale and {(d.blame, d.op_type, d.dtype) for d in stale} == {
         ("webgpu", "add", "float16")

@@ -5,8 +5,7 @@ accumulating in f16 where its contract says f32) is found, blamed and keyed as a
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from harness.check.lockstep import LockstepRunner
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 from harness.model import q4
-from tests.plants import glsl_substitution, wgsl_substitution
+from tests.plants import shader_substitutions, wgsl_substitution
 
 pytestmark = pytest.mark.gpu
 
@@ -78,12 +77,9 @@ F16_ACCUMULATION = (
 )
 
 
-@contextmanager
-def _f16_accumulating_gemv() -> Iterator[None]:
-    with ExitStack() as stack:
-        for old, new in F16_ACCUMULATION:
-            stack.enter_context(glsl_substitution("q4gsw_gemv_f16", old, new))
-        yield
+def _f16_accumulating_gemv() -> AbstractContextManager[LockstepRunner]:
+    swaps = [("q4gsw_gemv_f16", old, new) for old, new in F16_ACCUMULATION]
+    return shader_substitutions(glsl=swaps)
 
 
 def _swamping_gemv_case(dtype: str) -> Case:
@@ -114,9 +110,9 @@ def _swamping_gemv_case(dtype: str) -> Case:
 
 def test_an_f16_gemv_accumulating_in_f16_is_found_and_blamed(runner: LockstepRunner) -> None:
     assert runner.run(_swamping_gemv_case("float16")).ok  # f32 accumulation keeps the tail
-    with _f16_accumulating_gemv():
-        result = runner.run(_swamping_gemv_case("float16"))
-        assert runner.run(_swamping_gemv_case("float32")).ok  # only the f16 kernel changed
+    with _f16_accumulating_gemv() as planted:
+        result = planted.run(_swamping_gemv_case("float16"))
+        assert planted.run(_swamping_gemv_case("float32")).ok  # only the f16 kernel changed
     device = str(result.adapters.get("vulkan", {}).get("adapter", ""))
     if not result.divergences and "llvmpipe" not in device:
         # Measured on an NVIDIA H100 (driver 580.159.04, 2026-11-26): the planted kernel's
@@ -217,8 +213,8 @@ def test_the_budget_catches_an_unblocked_f16_sum(runner: LockstepRunner) -> None
         "q4gsw_gemm_f16acc",
         "if (word % BLOCK_WORDS == BLOCK_WORDS - 1u || word + 1u == params.k_words) {",
         "if (word + 1u == params.k_words) {",
-    ):
-        result = runner.run(case)
+    ) as planted:
+        result = planted.run(case)
     assert result.divergences
     assert {(d.op_type, d.blame, d.dtype) for d in result.divergences} == {
         ("linear_q4gsw", "webgpu", "float16")

@@ -216,9 +216,9 @@ def test_detects_vulkan_gemv_not_gated_on_m(
     assert not [d for d in result.divergences if d.blame != "vulkan"]
 
 
-def test_detects_gemv_nibble_offset_by_numerics(runner: LockstepRunner) -> None:
+def test_detects_gemv_nibble_offset_by_numerics() -> None:
     # The bug: nibble 0 of every word decodes as (nibble - 7) instead of (nibble - 8).
-    with wgsl_substitution("q4gsw_gemv", "8388616.0", "8388615.0"):
+    with wgsl_substitution("q4gsw_gemv", "8388616.0", "8388615.0") as runner:
         result = runner.run(_planted_case())
     numeric = _found(result, Kind.NUMERIC, "webgpu")
     assert {d.step for d in numeric} == {0, 4}, result.divergences  # the M == 1 steps

@@ -57,18 +57,18 @@ def test_neg_inf_masks_run_clean(runner: LockstepRunner) -> None:
             assert "mask=-inf" in cell["regimes"], backend
 
 
-def test_masked_key_let_through_is_caught(runner: LockstepRunner) -> None:
+def test_masked_key_let_through_is_caught() -> None:
     """A kernel that clamps the mask (to -8: each masked key keeps a weight ~e^-8 of an
     unmasked one) on one backend: a numeric finding blamed on it, not hidden by the -inf
     rule's zero error terms."""
     case = _masked_attention([1, 1, 6, 10])
     with wgsl_substitution(
         "fused_sdpa_scores_masked", "+ attn_mask[m];", "+ max(attn_mask[m], -8.0);"
-    ):
+    ) as runner:
         webgpu = runner.run(case).divergences
     with glsl_substitution(
         "fused_sdpa_scores_masked", "+ t_attn_mask[m];", "+ max(t_attn_mask[m], -8.0);"
-    ):
+    ) as runner:
         vulkan = runner.run(case).divergences
     for blamed, found in (("webgpu", webgpu), ("vulkan", vulkan)):
         kinds = {d.kind for d in found if d.blame == blamed}

@@ -367,21 +367,21 @@ def test_planted_config_cases_are_clean(runner: LockstepRunner) -> None:
         assert result.ok, [d.message for d in result.divergences]
 
 
-def test_softmax_over_the_query_length_is_caught(runner: LockstepRunner) -> None:
+def test_softmax_over_the_query_length_is_caught() -> None:
     """The Vulkan softmax normalizes over S columns instead of L: the bug of a kernel that
     was only ever run with equal query and key lengths (the kv-cache attention's)."""
     with glsl_substitution(
         "fused_sdpa_softmax", "const uint n = k_meta.sizes.y;", "const uint n = q_meta.sizes.y;"
-    ):
+    ) as runner:
         kinds = _kinds_blamed(runner, _fused_sdpa_case(), "vulkan")
     assert kinds & {Kind.NUMERIC, Kind.NAN_INF, Kind.STALE_READ}, kinds
 
 
-def test_mask_read_without_its_broadcast_is_caught(runner: LockstepRunner) -> None:
+def test_mask_read_without_its_broadcast_is_caught() -> None:
     """WebGPU reads the mask as if it were the full [B, H, S, L] (no broadcast strides)."""
     full = "let m = (bh / params.heads) * ms.x + (bh % params.heads) * ms.y + s * ms.z + l * ms.w;"
     dense = "let m = row * params.kv_len + l + 0u * ms.x;"
-    with wgsl_substitution("fused_sdpa_scores_masked", full, dense):
+    with wgsl_substitution("fused_sdpa_scores_masked", full, dense) as runner:
         kinds = _kinds_blamed(runner, _fused_sdpa_case(), "webgpu")
     assert kinds & {Kind.NUMERIC, Kind.NAN_INF, Kind.STALE_READ}, kinds
 

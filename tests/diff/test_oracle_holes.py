@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import webgpu_backend.graph
 from graph_format import (
     GraphBuildError,
     GraphFormatError,
@@ -106,8 +105,8 @@ def test_exception_at_load_is_a_crash(
 # ---------------------------------------------------------------------------- kernels
 
 
-def test_wgsl_kernel_that_does_not_compile_is_a_build_error(runner: LockstepRunner) -> None:
-    with wgsl_substitution("rms_norm_vec4", "let row", "lett row"):
+def test_wgsl_kernel_that_does_not_compile_is_a_build_error() -> None:
+    with wgsl_substitution("rms_norm_vec4", "let row", "lett row") as runner:
         hits = assert_found(runner, rms_norm_case(), Kind.BUILD_ERROR, "webgpu")
     (hit,) = hits
     assert (hit.step, hit.op, hit.op_type) == (-1, "norm", "rms_norm")
@@ -119,17 +118,18 @@ def test_wgsl_kernel_that_does_not_compile_is_a_build_error(runner: LockstepRunn
     assert hit.details["shader"].endswith("rms_norm_vec4.wgsl")
 
 
-def test_wgsl_kernel_that_does_not_validate_is_a_build_error(runner: LockstepRunner) -> None:
+def test_wgsl_kernel_that_does_not_validate_is_a_build_error() -> None:
     # Parses, but an f32 is stored into a u32: naga's validator refuses it.
-    with wgsl_substitution("rms_norm_vec4", "let row = ", "let row: u32 = 1.5 + f32"):
+    with wgsl_substitution("rms_norm_vec4", "let row = ", "let row: u32 = 1.5 + f32") as runner:
         (hit,) = assert_found(runner, rms_norm_case(), Kind.BUILD_ERROR, "webgpu")
     assert "Caused by" in hit.details["compiler"]
 
 
-def test_glsl_kernel_that_does_not_compile_is_a_build_error(runner: LockstepRunner) -> None:
+def test_glsl_kernel_that_does_not_compile_is_a_build_error() -> None:
     # The broken variant is not the one the case's sizes pick (width 64 runs rms_norm_vec4):
     # every variant is built at load, so it is found anyway.
-    with glsl_substitution("rms_norm", "void main()", "void main() { undeclared = 1; }\nvoid m()"):
+    plant = ("rms_norm", "void main()", "void main() { undeclared = 1; }\nvoid m()")
+    with glsl_substitution(*plant) as runner:
         result = runner.run(rms_norm_case())
     (hit,) = result.divergences
     assert (hit.kind, hit.blame, hit.step, hit.op) == (Kind.BUILD_ERROR, "vulkan", -1, "norm")
@@ -137,23 +137,21 @@ def test_glsl_kernel_that_does_not_compile_is_a_build_error(runner: LockstepRunn
     assert "undeclared" in hit.message
 
 
-def test_vulkan_pipeline_that_does_not_validate_is_a_build_error(runner: LockstepRunner) -> None:
+def test_vulkan_pipeline_that_does_not_validate_is_a_build_error() -> None:
     # The pipeline layout leaves out the push constant the shader reads: the validation
     # layer refuses the pipeline when it is created (at load), not at any dispatch.
-    with vulkan_pipelines_without_push_range():
+    with vulkan_pipelines_without_push_range() as runner:
         result = runner.run(rms_norm_case())
     (hit,) = result.divergences
     assert (hit.kind, hit.blame, hit.step, hit.op) == (Kind.BUILD_ERROR, "vulkan", -1, "norm")
     assert "VUID-VkComputePipelineCreateInfo-layout" in hit.details["compiler"]
 
 
-def test_a_second_validation_context_leaves_the_first_its_messages(
-    runner: LockstepRunner,
-) -> None:
+def test_a_second_validation_context_leaves_the_first_its_messages() -> None:
     # A benchmark's robust Vulkan context (a second instance with the validation layer) in
     # the same process: the pipeline the parity runtime's layer refuses is still found.
     get_context(validation=True, robust=True)
-    test_vulkan_pipeline_that_does_not_validate_is_a_build_error(runner)
+    test_vulkan_pipeline_that_does_not_validate_is_a_build_error()
 
 
 # ---------------------------------------------------------------------------- workgroup limit
@@ -205,7 +203,7 @@ def test_the_grid_check_uses_the_lowered_limit(
     limited: LockstepRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A WebGPU that ignores the lowered limit dispatches 7 workgroups in one row.
-    monkeypatch.setattr(webgpu_backend.graph, "fold_grid", lambda count, limit: (count, 1, 1))
+    monkeypatch.setattr(WebGPUGraph, "fold_grid", staticmethod(lambda count, limit: (count, 1, 1)))
     result = limited.run(_rows_case(32, [7]))
     hits = [d for d in result.divergences if d.kind == Kind.PHYSICAL_GRID]
     assert [(d.blame, d.op) for d in hits] == [("webgpu", "norm")]

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-import webgpu_backend.graph
 from graph_format import OpNode
 from harness import ops as harness_ops
 from harness.check.divergence import Divergence, Kind
@@ -96,13 +95,14 @@ def test_dispatch_count_left_at_max_is_caught(runner: LockstepRunner) -> None:
     assert hits[0].op == "norm" and hits[0].step == 1
 
 
-def test_over_dispatch_without_a_guard_writes_into_the_slack(runner: LockstepRunner) -> None:
+def test_over_dispatch_without_a_guard_writes_into_the_slack() -> None:
     # With the row guard gone, the workgroups past the live rows normalize the slack of x.
     def keep_max(graph: WebGPUGraph, node: OpNode, dispatches: list[Dispatch]) -> None:
         dispatches[0].count = int(np.prod(graph.arg_tensor(node, "x").dims[:-1]))
 
     guard = "if (row >= params.num_rows) {\n        return;\n    }"
-    with wgsl_substitution("rms_norm_vec4", guard, ""), webgpu_after_hook("rms_norm", keep_max):
+    planted = wgsl_substitution("rms_norm_vec4", guard, "")
+    with planted as runner, webgpu_after_hook("rms_norm", keep_max):
         hits = assert_found(runner, rms_norm_case(), Kind.CANARY_WRITE, "webgpu")
     assert hits[0].tensor == "norm.out"
     assert hits[0].details["first_element"] == 3 * 64  # the first row past the live ones
@@ -115,9 +115,9 @@ def test_output_cur_dims_not_updated_is_caught(runner: LockstepRunner) -> None:
     assert hits[0].details["expected"] == [1, 3, 64]
 
 
-def test_wrong_vulkan_math_is_caught(runner: LockstepRunner) -> None:
+def test_wrong_vulkan_math_is_caught() -> None:
     # The vec4 kernel forgets the weight.
-    with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd"):
+    with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd") as runner:
         hits = assert_found(runner, rms_norm_case(), Kind.NUMERIC, "vulkan")
     assert hits[0].op == "norm"
     assert hits[0].factor is not None and hits[0].factor > 1e3
@@ -156,8 +156,9 @@ def test_wrong_contract_model_is_blamed_on_the_model(
     assert_found(runner, rms_norm_case(), Kind.DISPATCH, "model")
 
 
-def test_write_past_the_live_end_is_caught(runner: LockstepRunner) -> None:
-    with wgsl_substitution("binary_flat", "if (i >= params.numel)", "if (i > params.numel)"):
+def test_write_past_the_live_end_is_caught() -> None:
+    plant = ("binary_flat", "if (i >= params.numel)", "if (i > params.numel)")
+    with wgsl_substitution(*plant) as runner:
         hits = assert_found(runner, add_case(), Kind.CANARY_WRITE, "webgpu")
     assert hits[0].tensor == "sum.out" and hits[0].details["first_element"] == 32
 
@@ -168,8 +169,8 @@ def test_write_past_the_live_end_is_caught(runner: LockstepRunner) -> None:
 READ_PAST_END = "select(a[i] + b[i], b[i + 1u], i + 1u == params.numel)"
 
 
-def test_stale_read_is_caught(runner: LockstepRunner) -> None:
-    with wgsl_substitution("binary_flat", "a[i] + b[i]", READ_PAST_END):
+def test_stale_read_is_caught() -> None:
+    with wgsl_substitution("binary_flat", "a[i] + b[i]", READ_PAST_END) as runner:
         hits = assert_found(runner, add_case(), Kind.STALE_READ, "webgpu")
     assert hits[0].tensor == "sum.out"
     assert hits[0].details["origins"][0][0] == "b"
@@ -214,7 +215,7 @@ def test_crash_is_caught(runner: LockstepRunner, monkeypatch: pytest.MonkeyPatch
 def test_wasteful_physical_grid_is_caught(
     runner: LockstepRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(webgpu_backend.graph, "fold_grid", lambda count, limit: (count, 2, 1))
+    monkeypatch.setattr(WebGPUGraph, "fold_grid", staticmethod(lambda count, limit: (count, 2, 1)))
     assert_found(runner, rms_norm_case(), Kind.PHYSICAL_GRID, "webgpu")
 
 

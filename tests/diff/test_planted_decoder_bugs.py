@@ -176,9 +176,9 @@ def test_refused_overflow_keeps_the_caches(runner: LockstepRunner) -> None:
     ids=["vulkan_row_plus_1", "webgpu_row_minus_1"],
 )
 def test_kv_write_at_the_wrong_position_is_caught(
-    runner: LockstepRunner, backend: str, session: list[tuple[int, int]], plant: Any
+    backend: str, session: list[tuple[int, int]], plant: Any
 ) -> None:
-    with plant():
+    with plant() as runner:
         result = runner.run(kv_session(session))
     found = summary(result)
     assert result.divergences, "the planted cache write went unnoticed"

@@ -23,7 +23,7 @@ from harness.check.divergence import Kind
 from harness.check.lockstep import LockstepRunner
 from harness.gen.builder import GraphBuilder
 from tests.diff.test_planted_bugs import READ_PAST_END, add_case, find
-from tests.plants import glsl_substitution, wgsl_substitution
+from tests.plants import planted_runtimes
 from vulkan_ref.instance import validation_requested
 
 pytestmark = pytest.mark.gpu
@@ -58,11 +58,13 @@ READ_PAST_LIVE_END = {
 }
 
 
-def plant(backend: str, plants: dict[str, tuple[str, str, str]]) -> AbstractContextManager[None]:
-    """The shader substitution of `plants[backend]` in that backend's shader language."""
-    stem, old, new = plants[backend]
-    substitute = wgsl_substitution if backend == "webgpu" else glsl_substitution
-    return substitute(stem, old, new)
+def plant(
+    backend: str, plants: dict[str, tuple[str, str, str]]
+) -> AbstractContextManager[list[Runtime]]:
+    """Fresh runtimes (fresh pools) with the shader substitution of `plants[backend]` in
+    that backend's shader language (a planted copy of its shader folder)."""
+    swaps = [plants[backend]]
+    return planted_runtimes(**({"wgsl": swaps} if backend == "webgpu" else {"glsl": swaps}))
 
 
 def pool_stats(runtime: Runtime) -> dict[str, int]:
@@ -85,12 +87,14 @@ def fresh_runner() -> Iterator[LockstepRunner]:
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_write_past_the_allocation_is_caught(fresh_runner: LockstepRunner, backend: str) -> None:
+def test_write_past_the_allocation_is_caught(backend: str) -> None:
     # Without guards inside the binding, lavapipe (and wgpu everywhere) drops this write.
-    fresh_runner.run(add_case())  # the planted case runs on reused memory
-    before = pool_stats(fresh_runner.runtimes[BACKENDS.index(backend)])
-    with plant(backend, WRITE_PAST_ALLOCATION):
+    with plant(backend, WRITE_PAST_ALLOCATION) as runtimes:
+        fresh_runner = LockstepRunner(runtimes)
+        fresh_runner.run(add_case())  # the case then runs again on reused memory
+        before = pool_stats(fresh_runner.runtimes[BACKENDS.index(backend)])
         result = fresh_runner.run(add_case())
+        after = pool_stats(fresh_runner.runtimes[BACKENDS.index(backend)])
     hits = find(result.divergences, Kind.CANARY_WRITE, backend)
     assert hits, [(str(d.kind), d.blame, d.message) for d in result.divergences]
     assert [(d.step, d.tensor, d.op) for d in hits] == [(0, "sum.out", "sum")]
@@ -98,16 +102,14 @@ def test_write_past_the_allocation_is_caught(fresh_runner: LockstepRunner, backe
     assert "past the allocation of 'sum.out'" in hits[0].message
     # The guard was re-poisoned: the next steps (which write nothing extra) are clean.
     assert all(d.step == 0 for d in result.divergences), result.divergences
-    after = pool_stats(fresh_runner.runtimes[BACKENDS.index(backend)])
     assert after["allocations"] == before["allocations"]  # same pooled memory
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_guard_damage_is_reported_per_step_in_the_step_result(backend: str) -> None:
-    runtime = open_runtime(backend)
     rng = np.random.default_rng(5)
-    with plant(backend, WRITE_PAST_ALLOCATION):
-        graph = runtime.load(add_case().graph)
+    with plant(backend, WRITE_PAST_ALLOCATION) as runtimes:
+        graph = runtimes[BACKENDS.index(backend)].load(add_case().graph)
         try:
             full = {n: rng.standard_normal((4, 16)).astype(np.float32) for n in ("a", "b")}
             half = {n: rng.standard_normal((2, 16)).astype(np.float32) for n in ("a", "b")}
@@ -119,16 +121,18 @@ def test_guard_damage_is_reported_per_step_in_the_step_result(backend: str) -> N
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_stale_read_is_caught_on_reused_memory(fresh_runner: LockstepRunner, backend: str) -> None:
-    fresh_runner.run(add_case())
-    before = pool_stats(fresh_runner.runtimes[BACKENDS.index(backend)])
-    with plant(backend, READ_PAST_LIVE_END):
+def test_stale_read_is_caught_on_reused_memory(backend: str) -> None:
+    with plant(backend, READ_PAST_LIVE_END) as runtimes:
+        fresh_runner = LockstepRunner(runtimes)
+        fresh_runner.run(add_case())  # the case then runs again on reused memory
+        before = pool_stats(fresh_runner.runtimes[BACKENDS.index(backend)])
         result = fresh_runner.run(add_case())
+        after = pool_stats(fresh_runner.runtimes[BACKENDS.index(backend)])
     hits = find(result.divergences, Kind.STALE_READ, backend)
     assert hits, [(str(d.kind), d.blame, d.message) for d in result.divergences]
     assert hits[0].tensor == "sum.out"
     assert hits[0].details["origins"][0][0] == "b"
-    assert pool_stats(fresh_runner.runtimes[BACKENDS.index(backend)]) == before
+    assert after == before
 
 
 def _sdpa_graph() -> Graph:

@@ -125,10 +125,10 @@ PLANTS = {
 
 
 @pytest.mark.parametrize("plant", PLANTS)
-def test_angle_bug_is_found_and_blamed(plant: str, runner: LockstepRunner) -> None:
+def test_angle_bug_is_found_and_blamed(plant: str) -> None:
     """A one-line angle bug in one backend's kernel: a numeric divergence blamed on it."""
     make, blamed = PLANTS[plant]
-    with make():
+    with make() as runner:
         result = runner.run(session_case("float32", with_factors=False))
     found = [d for d in result.divergences if d.kind is Kind.NUMERIC]
     assert found, result.divergences

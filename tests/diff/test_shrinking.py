@@ -11,15 +11,15 @@ import pytest
 from harness.check.lockstep import LockstepRunner
 from harness.check.shrinking import find_minimal
 from harness.check.verdict import CaseChecker
-from tests.planted_catalog import PLANTS, Plant
+from tests.planted_catalog import PLANTS, Plant, planted
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 @pytest.mark.parametrize("plant", PLANTS, ids=lambda p: p.name.replace(" ", "-"))
 def test_planted_bug_shrinks_to_a_minimal_case(runner: LockstepRunner, plant: Plant) -> None:
-    checker = CaseChecker(runner, repeats=0)
-    with plant.plant():
+    with planted(plant, runner) as searching:
+        checker = CaseChecker(searching, repeats=0)
         outcome = find_minimal(plant.cases(), checker.check, max_examples=150)
     assert outcome.bug is not None, f"{plant.name}: never found"
     bug = outcome.bug

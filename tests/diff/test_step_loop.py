@@ -22,7 +22,6 @@ import pytest
 import harness.check.steps
 from graph_format import Runtime, StepResult, TensorValue
 from harness.check.contract import ContractModel, ModelStep, expected_build_error
-from harness.check.lockstep import LockstepRunner
 from harness.check.oracles import canary_fill
 from harness.check.reference import ReferenceEvaluator
 from harness.check.repeatability import run_hash
@@ -162,9 +161,9 @@ def _assert_same_evidence(new: Evidence, old: Evidence) -> None:
     assert new.elements == old.elements
 
 
-def test_numeric_evidence_is_what_the_old_loop_gave(runner: LockstepRunner) -> None:
+def test_numeric_evidence_is_what_the_old_loop_gave() -> None:
     case = rms_norm_case()
-    with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd"):
+    with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd") as runner:
         result = runner.run(case)
         records = [divergence_record(d, case) for d in result.divergences]
         assert {r.kind for r in records} >= {"numeric"}
@@ -182,11 +181,9 @@ def test_numeric_evidence_is_what_the_old_loop_gave(runner: LockstepRunner) -> N
     ],
     ids=["canary_write", "stale_read"],
 )
-def test_canary_evidence_is_what_the_old_loop_gave(
-    runner: LockstepRunner, plant: tuple[str, str, str]
-) -> None:
+def test_canary_evidence_is_what_the_old_loop_gave(plant: tuple[str, str, str]) -> None:
     case = add_case()
-    with wgsl_substitution(*plant):
+    with wgsl_substitution(*plant) as runner:
         result = runner.run(case)
         records = [divergence_record(d, case) for d in result.divergences]
         new = capture_evidence(runner.runtimes, case, records)
@@ -195,9 +192,7 @@ def test_canary_evidence_is_what_the_old_loop_gave(
     _assert_same_evidence(new, old)
 
 
-def test_the_three_consumers_share_one_loop(
-    runner: LockstepRunner, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_three_consumers_share_one_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each consumer's steps come from StepLoop.steps, and every graph it loads is closed."""
     calls: list[tuple[tuple[str, ...], tuple[str, ...], bool]] = []
     opened: list[StepLoop] = []
@@ -215,7 +210,7 @@ def test_the_three_consumers_share_one_loop(
     monkeypatch.setattr(harness.check.steps.StepLoop, "steps", steps)
     monkeypatch.setattr(harness.check.steps.StepLoop, "__enter__", enter)
     case = rms_norm_case()
-    with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd"):
+    with glsl_substitution("rms_norm_vec4", "* rstd * t_weight[i]", "* rstd") as runner:
         result = runner.run(case)
         records = [divergence_record(d, case) for d in result.divergences]
         assert len(calls) == 1 and calls[0][2], "the lockstep run fills canaries"

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import weakref
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import harness.model
 from graph_format import FLOAT_DTYPES, Graph, OpNode, dtype_slot
 from harness.check.coverage import available_cells, dtype_regime, is_half_precision_cell
 from harness.check.divergence import BugKey, Divergence, Kind
@@ -81,20 +81,17 @@ def test_op_dtype_is_worked_out_once_per_graph_and_node(monkeypatch: pytest.Monk
     # a node of the same name that is not `half`'s: its arguments name no f16 tensor there
     foreign = dataclasses.replace(node, args={"a": "elsewhere", "b": "elsewhere"}, outputs={})
     looked_up: list[str] = []
-    real_arg_values = harness.model.arg_values
-    monkeypatch.setattr(
-        harness.model, "arg_values", lambda n: looked_up.append(n.name) or real_arg_values(n)
-    )
+    real = Graph._node_dtype
+    monkeypatch.setattr(Graph, "_node_dtype", lambda g, n: looked_up.append(n.name) or real(g, n))
     for _ in range(3):
         assert op_dtype(half, node) == "float16"
         assert op_dtype(full, full_node) == "float32"
         assert op_dtype(half, foreign) == "float32"  # not `half`'s own node: never cached
     assert looked_up.count(node.name) == 2 + 3  # once per graph, then the foreign node
-    assert id(half) in harness.model._OP_DTYPES
-    key = id(half)
+    held = weakref.ref(half)
     del half, node
     gc.collect()
-    assert key not in harness.model._OP_DTYPES
+    assert held() is None  # what was remembered went with the graph
 
 
 def test_a_model_s_half_budget_replaces_the_default_store(monkeypatch: pytest.MonkeyPatch) -> None:

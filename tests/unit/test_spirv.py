@@ -14,10 +14,9 @@ def test_compile_error_names_file_and_line(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "broken.comp").write_text(
         "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { undeclared = 1; }\n"
     )
-    monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
     monkeypatch.setenv("VULKAN_PARITY_CACHE", str(tmp_path / "cache"))
     with pytest.raises(ShaderCompileError) as info:
-        compile_glsl("broken")
+        compile_glsl("broken", glsl_dir=tmp_path)
     message = str(info.value)
     assert "broken.comp:3:" in message and "undeclared" in message
 
@@ -25,20 +24,18 @@ def test_compile_error_names_file_and_line(tmp_path: Path, monkeypatch: pytest.M
 def test_cache_is_keyed_by_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { }\n"
     (tmp_path / "k.comp").write_text(source)
-    monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
     monkeypatch.setenv("VULKAN_PARITY_CACHE", str(tmp_path / "cache"))
-    first = compile_glsl("k")
+    first = compile_glsl("k", glsl_dir=tmp_path)
     assert len(list((tmp_path / "cache").glob("k-*.spv"))) == 1
-    assert compile_glsl("k") == first
+    assert compile_glsl("k", glsl_dir=tmp_path) == first
     (tmp_path / "k.comp").write_text(source.replace("{ }", "{ barrier(); }"))
-    compile_glsl("k")
+    compile_glsl("k", glsl_dir=tmp_path)
     assert len(list((tmp_path / "cache").glob("k-*.spv"))) == 2
 
 
 def test_missing_shader_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
     with pytest.raises(FileNotFoundError, match="nope"):
-        compile_glsl("nope")
+        compile_glsl("nope", glsl_dir=tmp_path)
 
 
 def test_cache_lives_in_the_users_cache_folder(
@@ -66,6 +63,7 @@ def test_a_cache_that_cannot_be_written_only_costs_time(
         "#version 450\nlayout(local_size_x = 1) in;\nvoid main() { }\n"
     )
     (tmp_path / "not-a-folder").write_text("")
-    monkeypatch.setattr(spirv, "GLSL_DIR", tmp_path)
     monkeypatch.setenv("VULKAN_PARITY_CACHE", str(tmp_path / "not-a-folder" / "cache"))
-    assert compile_glsl("k")[:4] == b"\x03\x02\x23\x07"  # the SPIR-V magic number
+    assert (
+        compile_glsl("k", glsl_dir=tmp_path)[:4] == b"\x03\x02\x23\x07"
+    )  # the SPIR-V magic number

@@ -214,9 +214,6 @@ class Implementation(ABC):
                 the last step) or a lost device, with the implementation's messages.
         """
 
-    def forget_modules(self) -> None:  # noqa: B027 - a host keyed by digest has none to drop
-        """Drop cached shader modules (tests that swap a kernel's source under one name)."""
-
     def close(self) -> None:  # noqa: B027 - the in-process one has nothing to stop
         """Release the device (a remote implementation stops its host)."""
 
@@ -233,9 +230,10 @@ def open_implementation(name: str = "wgpu") -> Implementation:
     return _open(name)
 
 
+# One device per implementation and process (`webgpu_backend.device`: it holds no runtime's
+# cache), cached by the name alone.
 @functools.cache
 def _open(name: str) -> Implementation:
-    # Cached by the name alone: one device per implementation and process.
     opened: Implementation
     if name == "wgpu":
         from webgpu_backend.gpu.wgpu_native import WgpuImplementation

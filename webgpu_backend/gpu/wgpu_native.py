@@ -206,10 +206,6 @@ class WgpuImplementation(Implementation):
             self._modules[source] = module
         return module
 
-    def forget_modules(self) -> None:
-        """Drop the shader modules (tests that swap a kernel's source under one name)."""
-        self._modules.clear()
-
     def create_bind_group(self, layout: GpuLayout, entries: Sequence[BindEntry]) -> GpuBindGroup:
         """See `Implementation.create_bind_group`."""
         group = self.device.create_bind_group(
