@@ -18,12 +18,11 @@ unavailable, never as a failed run.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graph_format import F16_SUFFIX, Graph, OpNode, TensorValue
+from graph_format import F16_SUFFIX, Graph, OpNode
 from harness.check.contract import ContractModel, ModelStep
 from harness.gen.case import Case
 from harness.model import LiveState, op_dtype, workgroups_regime
@@ -66,16 +65,9 @@ def transition(previous: int | None, value: int) -> str:
 
 
 def regime_size(node: OpNode, live: LiveState) -> int:
-    """The op's regime size: its model's choice, or its first tensor's leading-dims product."""
-    model = model_for(node.op)
-    custom = getattr(model, "regime_size", None)
-    if custom is not None:
-        return int(custom(node, live))
-    for arg in node.args.values():
-        if isinstance(arg, str) and isinstance(live.graph.values.get(arg), TensorValue):
-            dims = live.dims[arg]
-            return math.prod(dims[:-1]) if len(dims) > 1 else dims[0]
-    return 1
+    """The op's regime size (its model's `regime_size`: by default its first tensor's
+    leading-dims product)."""
+    return int(model_for(node.op).regime_size(node, live))
 
 
 def op_regimes(
@@ -85,9 +77,7 @@ def op_regimes(
     size = regime_size(node, live)
     tags = size_regimes(size, regime_size(node, max_live)) | {transition(previous, size)}
     tags.add(dtype_regime(op_dtype(live.graph, node)))
-    extra = getattr(model_for(node.op), "regimes", None)
-    if extra is not None:
-        tags |= set(extra(node, live))
+    tags |= set(model_for(node.op).regimes(node, live))
     return size, tags
 
 

@@ -110,7 +110,7 @@ def kernel_stems(graph: Graph) -> dict[str, set[str]]:
     out: dict[str, set[str]] = {"webgpu": set(), "vulkan": set()}
     for node in graph.ops:
         model = MODELS.get(node.op)
-        for spec in getattr(model, "kernels", {}).values():
+        for spec in model.kernels.values() if model is not None else ():
             out["webgpu"].add(spec.wgsl)
             out["vulkan"].add(spec.glsl)
     return out
