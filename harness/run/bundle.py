@@ -63,6 +63,7 @@ from harness.check.reference import ReferenceEvaluator, op_args
 from harness.check.steps import StepLoop, grid_limit, intermediates
 from harness.gen.case import Case
 from harness.model import Args, local_budgets
+from harness.model.numerics import utilization_map
 from harness.ops import MODELS, model_for
 from harness.run.commands import (
     COMMANDS_CWD,
@@ -86,7 +87,6 @@ from harness.run.records import (
     write_json,
     writing,
 )
-from harness.run.report.images import utilization
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REPO_SHADER_DIRS = {"webgpu": REPO_ROOT / "wgsl", "vulkan": REPO_ROOT / "glsl"}
@@ -355,7 +355,7 @@ def _worst_element(
     `_input_view`), all at that one index.
     """
     utils = {
-        name: utilization(j.actual, j.reference, j.budget)
+        name: utilization_map(j.actual, j.reference, j.budget)
         for name, j in judged.items()
         if j.actual.size
     }

@@ -52,7 +52,7 @@ from graph_format.kernels import (
 )
 from harness.check.backends import ALL_BACKENDS, SHADER_LANGUAGES
 from harness.check.divergence import blame_meaning
-from harness.model.numerics import compare
+from harness.model.numerics import compare, utilization_map
 from harness.ops import MODELS
 from harness.run.commands import (
     COMMANDS_CWD,
@@ -659,7 +659,7 @@ def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
         # elements compared by value, those of another class counted apart); the per-element
         # map only draws them.
         judged = compare(actual, ref, budget)
-        util = images.utilization(actual, ref, budget)
+        util = utilization_map(actual, ref, budget)
         finite = util[np.isfinite(util)]
         worst = judged.worst_index
         if worst is None:  # nothing compared by value: the first element of another class
@@ -722,7 +722,7 @@ def _row_plots(group: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         )
         m["values_plot"] = images.values_plot(actual, reference, budget, m["backend"], start)
         m["error_plot"] = images.error_plot(actual, reference, budget, m["backend"], start)
-        m["row_over"] = int(np.sum(~(images.utilization(actual, reference, budget) <= 1.0)))
+        m["row_over"] = int(np.sum(~(utilization_map(actual, reference, budget) <= 1.0)))
 
 
 def _canaries(
