@@ -35,6 +35,11 @@ MULTIPLES = (4, 8, 64)
 WORKGROUP_STEPS = (2, 4)
 
 
+# Coverage as records hold it (`Coverage.to_json`): op type -> backend -> "regimes",
+# "variants" (and "foreign", "unfolding" where some ran) -> sorted names.
+CoverageCells = dict[str, dict[str, dict[str, list[str]]]]
+
+
 def size_regimes(value: int, max_value: int) -> set[str]:
     """Regime tags of a live size against its max."""
     tags = {"size=1"} if value == 1 else set()
@@ -176,7 +181,7 @@ class Coverage:
                     cell.get("unfolding", ()),
                 )
 
-    def to_json(self) -> dict[str, dict[str, dict[str, list[str]]]]:
+    def to_json(self) -> CoverageCells:
         """Plain data with sorted lists."""
         return {
             op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in backends.items()}

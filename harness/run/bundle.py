@@ -78,11 +78,13 @@ from harness.run.records import (
     BundleRun,
     CaseRecord,
     DivergenceRecord,
+    ElementInput,
+    ElementValues,
+    EvidenceElement,
     OutputError,
     RecordError,
     RunMeta,
     divergence_record,
-    plain,
     read_bundle_doc,
     write_json,
     writing,
@@ -187,7 +189,7 @@ class Evidence:
     bundle.json's `evidence` (see `_worst_element`)."""
 
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
-    elements: list[dict[str, Any]] = field(default_factory=list)
+    elements: list[EvidenceElement] = field(default_factory=list)
 
 
 def capture_evidence(
@@ -346,13 +348,11 @@ def _worst_element(
     index: int,
     tensor: str,
     judged: Mapping[str, _Judged],
-) -> dict[str, Any] | None:
-    """The element of `tensor` furthest over its budget on any backend, and the values there.
-
-    Returns plain data for bundle.json's `evidence`: `step`, `tensor`, `op`, `op_type`,
-    `shape`, `index`, `worst_on` (the backend where it is worst) and per backend `actual`,
-    `reference`, `budget`, `error`, `utilization`, `reference_scope` and `inputs` (see
-    `_input_view`), all at that one index.
+) -> EvidenceElement | None:
+    """The element of `tensor` furthest over its budget on any backend (by
+    `numerics.utilization_map`, the oracle's rule; an element of another class than the
+    reference first), and the values there on each backend, with the op's inputs around it
+    (see `_input_view`): an entry of bundle.json's `evidence`.
     """
     utils = {
         name: utilization_map(j.actual, j.reference, j.budget)
@@ -376,29 +376,20 @@ def _worst_element(
             if value is None:
                 continue
             label = ", ".join(arg) if isinstance(arg, tuple) else str(arg)
-            inputs.append({"slot": slot, "name": label, **_input_view(value, j.actual.shape, at)})
-        backends[name] = {
-            "actual": actual,
-            "reference": ref,
-            "budget": float(j.budget[at]),
-            "error": abs(actual - ref),
-            "utilization": float(util[at]),
-            "reference_scope": j.scope,
-            "inputs": inputs,
-        }
-    view: dict[str, Any] = plain(
-        {
-            "step": index,
-            "tensor": tensor,
-            "op": node.name if node is not None else None,
-            "op_type": node.op if node is not None else None,
-            "shape": list(judged[worst_on].actual.shape),
-            "index": list(at),
-            "worst_on": worst_on,
-            "backends": backends,
-        }
+            inputs.append(_input_view(slot, label, value, j.actual.shape, at))
+        backends[name] = ElementValues(
+            actual, ref, float(j.budget[at]), abs(actual - ref), float(util[at]), j.scope, inputs
+        )
+    return EvidenceElement(
+        step=index,
+        tensor=tensor,
+        shape=list(judged[worst_on].actual.shape),
+        index=list(at),
+        worst_on=worst_on,
+        backends=backends,
+        op=node.name if node is not None else None,
+        op_type=node.op if node is not None else None,
     )
-    return view
 
 
 def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
@@ -407,8 +398,11 @@ def _broadcasts(shape: tuple[int, ...], to: tuple[int, ...]) -> bool:
     )
 
 
-def _input_view(value: Any, out_shape: tuple[int, ...], at: tuple[int, ...]) -> dict[str, Any]:
-    """The values of one op argument around output element `at`, for the failure page.
+def _input_view(
+    slot: str, name: str, value: Any, out_shape: tuple[int, ...], at: tuple[int, ...]
+) -> ElementInput:
+    """The values of one op argument (`slot`, passed `name`) around output element `at`,
+    for the failure page.
 
     Which input elements feed an output element depends on the op, so this shows a row
     chosen by shape, and says how (`where`): an input of the output's shape, or one that
@@ -420,12 +414,10 @@ def _input_view(value: Any, out_shape: tuple[int, ...], at: tuple[int, ...]) -> 
     Scalars and SymInts are shown as they are.
     """
     if isinstance(value, tuple):
-        return {"where": "value", "selection": "", "values": list(value), "highlight": None,
-                "start": 0, "length": len(value)}  # fmt: skip
+        return ElementInput(slot, name, "value", "", list(value), None, 0, len(value))
     a = np.asarray(value)
     if a.ndim == 0:
-        return {"where": "value", "selection": "", "values": [a.item()], "highlight": None,
-                "start": 0, "length": 1}  # fmt: skip
+        return ElementInput(slot, name, "value", "", [a.item()], None, 0, 1)
     n = len(out_shape)
     column: int | None = None
     if _broadcasts(a.shape, out_shape):
@@ -445,14 +437,16 @@ def _input_view(value: Any, out_shape: tuple[int, ...], at: tuple[int, ...]) -> 
         start = max(0, min(column - INPUT_WINDOW // 2, row.size - INPUT_WINDOW))
     stop = min(row.size, start + INPUT_WINDOW)
     flat = " flattened" if a.ndim - len(lead) > 1 else ""
-    return {
-        "where": where + flat,
-        "selection": "[" + "".join(f"{i}, " for i in lead) + f"{start}:{stop}]",
-        "values": row[start:stop].tolist(),
-        "highlight": None if column is None else column - start,
-        "start": start,
-        "length": int(row.size),
-    }
+    return ElementInput(
+        slot,
+        name,
+        where + flat,
+        "[" + "".join(f"{i}, " for i in lead) + f"{start}:{stop}]",
+        row[start:stop].tolist(),
+        None if column is None else column - start,
+        start,
+        int(row.size),
+    )
 
 
 # ---------------------------------------------------------------------------- writing

@@ -70,5 +70,5 @@ def test_evidence_gives_every_backend_the_oracle_s_utilization(runner: LockstepR
         assert math.isclose(judged.utilization, verdict, rel_tol=1e-9), (backend, verdict)
     assert step.backends["webgpu"].utilization[f"norm:{tensor}"] <= 1.0
     (element,) = evidence.elements
-    assert element["worst_on"] == "vulkan"
-    assert element["backends"]["webgpu"]["utilization"] <= 1.0  # not over where it passed
+    assert element.worst_on == "vulkan"
+    assert element.backends["webgpu"].utilization <= 1.0  # not over where it passed

@@ -196,7 +196,7 @@ def test_a_chunk_classes_its_findings_and_bundles_the_history(
         assert doc.repeatability is not None
         if str(finding.bug) == BUG:
             assert doc.history == {"folder": "history", "loops": 1, "cases": 1}
-            assert doc.repeatability["cold"]["reproduced"] is True
+            assert doc.repeatability.cold["reproduced"] is True
         else:
             assert doc.history is None and not (folder / "history").exists()
         proc = parity("replay", folder, env=planted)
