@@ -398,6 +398,23 @@ DETAILS: dict[str, type[Details]] = {
 }
 
 
+def details_of(kind: str, details: Details) -> Details:
+    """`details` checked against its kind's class (`DETAILS`); none (`Details()`) becomes
+    that class's empty one, so a divergence's details are always its kind's.
+
+    Raises:
+        TypeError: details of another kind's class (a harness bug).
+    """
+    want = DETAILS.get(str(kind), Details)
+    if type(details) is Details:
+        return want()
+    if not isinstance(details, want):
+        raise TypeError(
+            f"a {kind} divergence's details must be {want.__name__}, got {type(details).__name__}"
+        )
+    return details
+
+
 @dataclass
 class Divergence:
     """One finding of one step.
@@ -434,6 +451,9 @@ class Divergence:
     op_type: str | None = None
     dtype: str | None = None
     cause: BugKey | None = None
+
+    def __post_init__(self) -> None:
+        self.details = details_of(self.kind, self.details)
 
     def bug_key(self) -> BugKey:
         """The bug this divergence shows (see `BugKey`): its `cause`'s, when it has one."""

@@ -75,6 +75,7 @@ from harness.run.records import (
     BUNDLE_FORMAT,
     OUTPUT_ERRNOS,
     BundleDoc,
+    BundleHistory,
     BundleRun,
     CaseRecord,
     DivergenceRecord,
@@ -628,11 +629,7 @@ def _write_history(folder: Path, loops: Sequence[Loop]) -> None:
     `history/` (harness.check.history.save_loops) and bundle.json's `history` entry."""
     save_loops(folder / HISTORY_DIR, loops)
     doc = read_bundle_doc(folder / "bundle.json")
-    doc.history = {
-        "folder": HISTORY_DIR,
-        "loops": len(loops),
-        "cases": len({id(entry.case) for entry in loops}),
-    }
+    doc.history = BundleHistory(HISTORY_DIR, len(loops), len({id(entry.case) for entry in loops}))
     write_json(folder / "bundle.json", doc)
     (folder / "README.md").write_text(_readme(doc))
 
@@ -691,8 +688,8 @@ def _readme(doc: BundleDoc) -> str:
     if doc.history:
         lines += [
             "This finding is history-dependent: its bug showed only after what ran before it "
-            f"in the worker. `{doc.history.get('folder', HISTORY_DIR)}/` keeps "
-            f"{doc.history.get('loops', '?')} loop(s) of that history (shrunk), which `parity "
+            f"in the worker. `{doc.history.folder}/` keeps "
+            f"{doc.history.loops} loop(s) of that history (shrunk), which `parity "
             "replay` runs, in order and on fresh runtimes, before the case (`--no-history`: "
             "the case alone).",
             "",
@@ -957,7 +954,7 @@ def bundle_history(bundle: Bundle) -> list[Loop]:
     """
     if not bundle.doc.history:
         return []
-    folder = bundle.path / str(bundle.doc.history.get("folder", HISTORY_DIR))
+    folder = bundle.path / bundle.doc.history.folder
     try:
         return load_loops(folder)
     except HistoryError as err:

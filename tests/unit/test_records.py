@@ -19,6 +19,7 @@ from harness.check.divergence import (
     CrashDetails,
     CurDimsDetails,
     DispatchDetails,
+    Divergence,
     FirstDivergent,
     GridDetails,
     Kind,
@@ -264,3 +265,11 @@ def test_a_kept_bundle_reads_typed() -> None:
     assert isinstance(d.details, NumericDetails) and d.details.scope in ("op", "graph")
     assert d.details.element == d.details.worst_index is not None
     assert all(isinstance(e, EvidenceElement) for e in doc.evidence)
+
+
+def test_a_divergence_s_details_are_its_kind_s() -> None:
+    """No details become the kind's empty ones; another kind's are a harness bug."""
+    crash = Divergence(0, Kind.CRASH, "webgpu", "webgpu crashed")
+    assert crash.details == CrashDetails() and Divergence(0, Kind.DEGENERATE, "case", "").details
+    with pytest.raises(TypeError, match="numeric divergence's details must be NumericDetails"):
+        Divergence(0, Kind.NUMERIC, "webgpu", "", details=CrashDetails(stage="x"))

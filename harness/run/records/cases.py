@@ -26,6 +26,7 @@ from harness.check.divergence import (
     FirstDivergent,
     Kind,
     LoggedDispatch,
+    details_of,
     key_dtype,
 )
 from harness.check.lockstep import CaseResult, StepRecord
@@ -64,6 +65,9 @@ class DivergenceRecord:
     regime: str = ""
     dtype: str = ""
     cause: BugKey | None = None
+
+    def __post_init__(self) -> None:
+        self.details = details_of(self.kind, self.details)
 
     @property
     def bug(self) -> BugKey:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.check.coverage import CoverageCells
 from harness.check.divergence import BugKey, FirstDivergent
 from harness.check.repeatability import Repeatability
 from harness.run.expectations import Expectation
@@ -215,6 +216,16 @@ class EvidenceElement:
 
 
 @dataclass
+class BundleHistory:
+    """Where a history-dependent finding's history lies in its bundle (`folder`, relative to
+    it: harness.check.history's files), its `loops` and its distinct `cases`."""
+
+    folder: str = "history"
+    loops: int = 0
+    cases: int = 0
+
+
+@dataclass
 class BundleDoc:
     """A bundle's `bundle.json` (see harness.run.bundle for the folder around it).
 
@@ -266,7 +277,7 @@ class BundleDoc:
     commands_cwd: str = ""
     commands: list[str] = field(default_factory=list)
     beside: BugKey | None = None
-    history: dict[str, Any] | None = None
+    history: BundleHistory | None = None
 
     def __post_init__(self) -> None:
         if self.bug is None:
@@ -457,7 +468,7 @@ class Summary:
     duration_s: float = 0.0
     per_family: dict[str, Stats] = field(default_factory=dict)
     per_op: dict[str, Stats] = field(default_factory=dict)
-    coverage: dict[str, Any] = field(default_factory=dict)
+    coverage: CoverageCells = field(default_factory=dict)
     coverage_required: dict[str, list[str]] = field(default_factory=dict)
     coverage_checked: bool = False
     coverage_missing: list[list[str]] = field(default_factory=list)
