@@ -18,7 +18,7 @@ from harness.check.lockstep import LockstepRunner
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 from harness.model.numerics import compare
-from harness.run.bundle import capture_evidence
+from harness.run.evidence import capture_evidence
 from harness.run.records import divergence_record
 from tests.plants import glsl_substitution
 

@@ -28,7 +28,7 @@ from harness.check.reference import ReferenceEvaluator
 from harness.check.repeatability import run_hash
 from harness.check.steps import StepLoop, StepRun
 from harness.gen.case import Case
-from harness.run.bundle import Evidence, _numeric_evidence, capture_evidence
+from harness.run.evidence import Evidence, _numeric_evidence, capture_evidence
 from harness.run.records import DivergenceRecord, divergence_record, plain
 from tests.diff.test_decoder import session_case
 from tests.diff.test_planted_bugs import READ_PAST_END, add_case, rms_norm_case

@@ -13,13 +13,13 @@ import numpy as np
 
 from harness.gen.case import Case
 from harness.run.bundle import (
-    _input_view,
     existing_bundle,
     load_bundle,
     python_differences,
     source_digests,
     write_bundle,
 )
+from harness.run.evidence import _input_view
 from harness.run.findings import finding_id
 from harness.run.plan import Shard
 from harness.run.records import BUNDLE_FORMAT, Budgets, CaseRecord, RunMeta, read_bundle_doc

@@ -170,7 +170,7 @@ class BundleRun:
 
 @dataclass
 class ElementInput:
-    """The values of one op argument around a worst element (harness.run.bundle's
+    """The values of one op argument around a worst element (harness.run.evidence's
     `_input_view`): `where` says how they were picked, `selection` which they are (an
     index expression), `highlight` the position of the one at the element's own position
     (None: none is), `start` the first's index in its row of `length` values."""
