@@ -7,6 +7,7 @@ re-running it, so no runtime is needed).
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ from harness.run.evidence import _input_view
 from harness.run.findings import finding_id
 from harness.run.plan import Shard
 from harness.run.records import BUNDLE_FORMAT, Budgets, CaseRecord, RunMeta, read_bundle_doc
+from harness.run.report import images
 
 KEPT = Path(__file__).resolve().parents[1] / "regressions" / "rms-norm-drops-weight"
 
@@ -83,3 +85,19 @@ def test_input_rows_around_the_worst_element() -> None:
     assert rows.where == "row of the output's column" and rows.values == [120, 121, 122, 123]
     assert _input_view("n", "n", 5, out_shape, at).values == [5]
     assert _input_view("s", "s", (2, 3), out_shape, at).values == [2, 3]
+
+
+def test_the_evidence_takes_the_oracle_s_rule_not_the_report_s() -> None:
+    """One utilization rule (`numerics.utilization_map`, `compare` per element): what a bundle
+    writes does not read the report's drawing code (its worst element came from
+    `report/images.utilization`, a second copy of the rule), and the report has no rule of
+    its own left."""
+    for module in ("bundle", "evidence"):
+        path = Path(__file__).resolve().parents[2] / "harness" / "run" / f"{module}.py"
+        imported = {
+            node.module
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and node.module
+        }
+        assert not {m for m in imported if m.startswith("harness.run.report")}, module
+    assert not hasattr(images, "utilization")
