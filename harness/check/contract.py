@@ -363,9 +363,7 @@ class ContractModel:
                 live.host[name] = np.asarray(value)
         # Host-side checks of op inputs (token ids) come before any resize, as on the backends.
         for node in graph.ops:
-            check_host = getattr(model_for(node.op), "check_host", None)
-            if check_host is not None:
-                check_host(node, live)
+            model_for(node.op).check_host(node, live)
 
     @staticmethod
     def _check_symints(live: LiveState) -> None:

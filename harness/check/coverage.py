@@ -18,12 +18,11 @@ unavailable, never as a failed run.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graph_format import F16_SUFFIX, Graph, OpNode, TensorValue
+from graph_format import F16_SUFFIX, Graph, OpNode
 from harness.check.contract import ContractModel, ModelStep
 from harness.gen.case import Case
 from harness.model import LiveState, op_dtype, workgroups_regime
@@ -34,6 +33,11 @@ MULTIPLES = (4, 8, 64)
 # Workgroup counts a kernel variant's dispatch reached (`<variant>:workgroups>=N`): bugs past
 # the first workgroup of a kernel's own size (its index arithmetic, a stride, a guard).
 WORKGROUP_STEPS = (2, 4)
+
+
+# Coverage as records hold it (`Coverage.to_json`): op type -> backend -> "regimes",
+# "variants" (and "foreign", "unfolding" where some ran) -> sorted names.
+CoverageCells = dict[str, dict[str, dict[str, list[str]]]]
 
 
 def size_regimes(value: int, max_value: int) -> set[str]:
@@ -66,16 +70,9 @@ def transition(previous: int | None, value: int) -> str:
 
 
 def regime_size(node: OpNode, live: LiveState) -> int:
-    """The op's regime size: its model's choice, or its first tensor's leading-dims product."""
-    model = model_for(node.op)
-    custom = getattr(model, "regime_size", None)
-    if custom is not None:
-        return int(custom(node, live))
-    for arg in node.args.values():
-        if isinstance(arg, str) and isinstance(live.graph.values.get(arg), TensorValue):
-            dims = live.dims[arg]
-            return math.prod(dims[:-1]) if len(dims) > 1 else dims[0]
-    return 1
+    """The op's regime size (its model's `regime_size`: by default its first tensor's
+    leading-dims product)."""
+    return int(model_for(node.op).regime_size(node, live))
 
 
 def op_regimes(
@@ -85,9 +82,7 @@ def op_regimes(
     size = regime_size(node, live)
     tags = size_regimes(size, regime_size(node, max_live)) | {transition(previous, size)}
     tags.add(dtype_regime(op_dtype(live.graph, node)))
-    extra = getattr(model_for(node.op), "regimes", None)
-    if extra is not None:
-        tags |= set(extra(node, live))
+    tags |= set(model_for(node.op).regimes(node, live))
     return size, tags
 
 
@@ -186,7 +181,7 @@ class Coverage:
                     cell.get("unfolding", ()),
                 )
 
-    def to_json(self) -> dict[str, dict[str, dict[str, list[str]]]]:
+    def to_json(self) -> CoverageCells:
         """Plain data with sorted lists."""
         return {
             op: {b: {k: sorted(v) for k, v in cell.items()} for b, cell in backends.items()}

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from graph_format import runtime_api
 
@@ -156,6 +156,265 @@ def key_dtype(dtype: str | None) -> str:
     return "float16" if dtype == "float16" else ""
 
 
+# ---------------------------------------------------------------------------- details
+# What a divergence carries besides its message, one class per kind (`DETAILS`): what the
+# report, the bundles and the first-divergent-op rule read, by attribute. JSON leaves out
+# what is not set (`Details.to_json`), and records read them back by their kind.
+
+
+@dataclass
+class Details:
+    """A divergence's structured evidence: the base of each kind's details, and the details
+    of a kind that has none (a degenerate case)."""
+
+    @property
+    def element(self) -> int | list[int] | None:
+        """The element the finding points at (an index, or a flat position), if any."""
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        """Its fields that are set (None left out)."""
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None
+        }
+
+
+@dataclass
+class NumericDetails(Details):
+    """`numeric`, `nan_inf` and `numeric_suspect`: where the comparison was worst.
+
+    Attributes:
+        scope: "op" (the op's reference on the backend's own inputs) or "graph" (the graph's
+            output against the end-to-end reference).
+        worst_index: the element furthest over its budget (None: nothing compared by value).
+        hard_utilization, statistical_utilization: a `numeric_suspect`'s error over its
+            rigorous budget (within it) and over the statistical tier's bound (over it).
+    """
+
+    scope: str = "op"
+    worst_index: list[int] | None = None
+    max_abs_error: float = 0.0
+    hard_utilization: float | None = None
+    statistical_utilization: float | None = None
+
+    @property
+    def element(self) -> list[int] | None:
+        """The worst element."""
+        return self.worst_index
+
+
+@dataclass
+class BitPair:
+    """One pair of backends of a `bit_mismatch`: how far apart their outputs were (ULPs, at
+    how many elements, the first at flat index `first`) against what its kernels allow."""
+
+    pair: list[str]
+    ulps: int
+    allowed_ulps: int
+    differing: int
+    first: int
+    kernels: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BitDetails(Details):
+    """`bit_mismatch`: every pair of backends whose outputs differ beyond their declared
+    ULPs on bit-identical inputs; `worst_index` the first differing flat index."""
+
+    scope: str = "exact"
+    worst_index: int | None = None
+    pairs: list[BitPair] = field(default_factory=list)
+
+    @property
+    def element(self) -> int | None:
+        """The first differing element (flat index)."""
+        return self.worst_index
+
+
+@dataclass
+class CanaryDetails(Details):
+    """`canary_write`: `words` written past the live size (with the first element and up to
+    256 of them, the live and the largest element count), or past the whole allocation,
+    into the guard after it (`past_allocation`)."""
+
+    words: int = 0
+    past_allocation: bool | None = None
+    first_element: int | None = None
+    elements: list[int] | None = None
+    live_numel: int | None = None
+    max_numel: int | None = None
+
+    @property
+    def element(self) -> int | None:
+        """The first element written past the live size."""
+        return self.first_element
+
+
+@dataclass
+class StaleReadDetails(Details):
+    """`stale_read`: live elements holding slack poison (how many, the first flat index and
+    up to 256 of them), and where the poison came from: [tensor, step] pairs."""
+
+    elements: int = 0
+    first: int = 0
+    indices: list[int] = field(default_factory=list)
+    origins: list[list[str | int]] = field(default_factory=list)
+
+    @property
+    def element(self) -> int:
+        """The first poisoned element (flat index)."""
+        return self.first
+
+
+@dataclass
+class LoggedDispatch:
+    """One entry of a dispatch log, as the contract model predicted it or a backend ran it.
+
+    Attributes:
+        wg: workgroup size; `count`: logical workgroup count; `ran`: not skipped.
+        grid: the physical grid a backend handed the API (None for the model's).
+    """
+
+    op: str
+    kernel: str
+    wg: list[int]
+    count: list[int]
+    ran: bool
+    grid: list[int] | None = None
+
+    def logical(self) -> tuple[str, tuple[int, ...], tuple[int, ...], bool]:
+        """What must match across the backends and the model."""
+        return (self.kernel, tuple(self.wg), tuple(self.count), self.ran)
+
+
+@dataclass
+class DispatchDetails(Details):
+    """`dispatch`: one op's dispatch slots as the contract has them and as each backend ran
+    them; `expected_by_manifest`, per backend running a manifest's kernels, what that
+    manifest predicts instead."""
+
+    expected: list[LoggedDispatch] = field(default_factory=list)
+    got: dict[str, list[LoggedDispatch]] = field(default_factory=dict)
+    expected_by_manifest: dict[str, list[LoggedDispatch]] | None = None
+
+
+@dataclass
+class CurDimsDetails(Details):
+    """`cur_dims`: a tensor's live dims (or a SymInt's value) as the contract has it and as
+    each backend reported it."""
+
+    expected: list[int] | int | None = None
+    got: dict[str, list[int] | int | None] = field(default_factory=dict)
+
+
+@dataclass
+class Upstream:
+    """Where a wrong value an op refused was produced: the producing op (`op`, `op_type`),
+    the value, and what the contract and the backend had for it (dims or an int)."""
+
+    op: str
+    op_type: str
+    value: str
+    expected: list[int] | int
+    got: list[int] | int
+
+
+@dataclass
+class AsymmetryDetails(Details):
+    """`error_asymmetry`: a refusal of a step the contract accepts (its error `key` and text,
+    and the `upstream` op that produced the wrong value it refused, when one did), or a
+    refusal the contract predicts that a backend did otherwise (`expected` key, or one per
+    backend, and each backend's `got`)."""
+
+    key: list[str | int | None] | None = None
+    error: str | None = None
+    upstream: Upstream | None = None
+    expected: list[str | int | None] | dict[str, list[str | int | None]] | None = None
+    got: dict[str, list[str | int | None] | None] | None = None
+
+
+@dataclass
+class BuildErrorDetails(Details):
+    """`build_error`: a load the contract predicts otherwise (`expected` error or None for
+    success, and each backend's outcome, `got`), or a kernel that does not build (`kernel`,
+    `shader`, the `compiler`'s output) or whose manifest fails on a step's values
+    (`manifest_values`)."""
+
+    expected: str | None = None
+    got: dict[str, str] | None = None
+    kernel: str | None = None
+    shader: str | None = None
+    compiler: str | None = None
+    manifest_values: str | None = None
+
+
+@dataclass
+class CrashDetails(Details):
+    """`crash`: an op's own code failing (`stage`, `error`), or a lost device's `messages`."""
+
+    stage: str | None = None
+    error: str | None = None
+    messages: list[str] | None = None
+
+
+@dataclass
+class StateDetails(Details):
+    """`state_after_reject`: the tensors whose live dims a rejected step changed."""
+
+    tensors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GridDetails(Details):
+    """`physical_grid`: the grid a backend dispatched for a logical workgroup count."""
+
+    grid: list[int] = field(default_factory=list)
+    logical: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ValidationDetails(Details):
+    """`validation`: the validation layer's (or API's) message."""
+
+    message: str = ""
+
+
+# Each kind's details class (a kind not named has none: `Details`).
+DETAILS: dict[str, type[Details]] = {
+    Kind.NUMERIC: NumericDetails,
+    Kind.NAN_INF: NumericDetails,
+    Kind.NUMERIC_SUSPECT: NumericDetails,
+    Kind.BIT_MISMATCH: BitDetails,
+    Kind.CANARY_WRITE: CanaryDetails,
+    Kind.STALE_READ: StaleReadDetails,
+    Kind.DISPATCH: DispatchDetails,
+    Kind.CUR_DIMS: CurDimsDetails,
+    Kind.ERROR_ASYMMETRY: AsymmetryDetails,
+    Kind.BUILD_ERROR: BuildErrorDetails,
+    Kind.CRASH: CrashDetails,
+    Kind.STATE_AFTER_REJECT: StateDetails,
+    Kind.PHYSICAL_GRID: GridDetails,
+    Kind.VALIDATION: ValidationDetails,
+}
+
+
+def details_of(kind: str, details: Details) -> Details:
+    """`details` checked against its kind's class (`DETAILS`); none (`Details()`) becomes
+    that class's empty one, so a divergence's details are always its kind's.
+
+    Raises:
+        TypeError: details of another kind's class (a harness bug).
+    """
+    want = DETAILS.get(str(kind), Details)
+    if type(details) is Details:
+        return want()
+    if not isinstance(details, want):
+        raise TypeError(
+            f"a {kind} divergence's details must be {want.__name__}, got {type(details).__name__}"
+        )
+    return details
+
+
 @dataclass
 class Divergence:
     """One finding of one step.
@@ -188,10 +447,13 @@ class Divergence:
     op: str | None = None
     tensor: str | None = None
     factor: float | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+    details: Details = field(default_factory=Details)
     op_type: str | None = None
     dtype: str | None = None
     cause: BugKey | None = None
+
+    def __post_init__(self) -> None:
+        self.details = details_of(self.kind, self.details)
 
     def bug_key(self) -> BugKey:
         """The bug this divergence shows (see `BugKey`): its `cause`'s, when it has one."""
@@ -201,10 +463,62 @@ class Divergence:
 
     def to_json(self) -> dict[str, Any]:
         """Plain-data form for JSONL records."""
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
         data["kind"] = str(self.kind)
+        data["details"] = self.details.to_json()
         data["cause"] = str(self.cause) if self.cause is not None else None
         return data
+
+
+class Found(Protocol):
+    """What `FirstDivergent.of` reads of a divergence: a `Divergence` or a record of one."""
+
+    @property
+    def step(self) -> int: ...
+    @property
+    def op(self) -> str | None: ...
+    @property
+    def op_type(self) -> str | None: ...
+    @property
+    def tensor(self) -> str | None: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def blame(self) -> str: ...
+    @property
+    def details(self) -> Details: ...
+
+
+@dataclass
+class FirstDivergent:
+    """The first (step, op, tensor, element) that left its budget while its inputs were
+    within theirs, as a case record and its failure page name it.
+
+    An op that refused a step because an input produced upstream was wrong (a `sym_size`
+    that read stale dims, consumed by a `view_copy`) points at the op that produced it,
+    with `refused_by` naming the op that raised.
+    """
+
+    step: int
+    op: str | None
+    op_type: str | None
+    tensor: str | None
+    element: int | list[int] | None
+    kind: str
+    blame: str
+    refused_by: str | None = None
+
+    @classmethod
+    def of(cls, d: Found) -> FirstDivergent:
+        """The first divergent op a divergence points at (upstream, for a refusal of a
+        wrong value produced upstream)."""
+        upstream = d.details.upstream if isinstance(d.details, AsymmetryDetails) else None
+        if upstream is not None:
+            return cls(
+                d.step, upstream.op, upstream.op_type, upstream.value, d.details.element,
+                str(d.kind), d.blame, refused_by=d.op,
+            )  # fmt: skip
+        return cls(d.step, d.op, d.op_type, d.tensor, d.details.element, str(d.kind), d.blame)
 
 
 def blame_from(wrong: dict[str, bool], agree_with_each_other: bool = False) -> str:

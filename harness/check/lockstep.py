@@ -38,7 +38,7 @@ from graph_format.kernels import KernelEntry, KernelRequirementError
 from harness.check import oracles, timing
 from harness.check.contract import ModelStep, coarsest_arithmetic, expected_build_error
 from harness.check.coverage import Coverage, max_state, op_regimes, workgroups_regimes
-from harness.check.divergence import Divergence, Kind, primary
+from harness.check.divergence import Divergence, FirstDivergent, Kind, primary
 from harness.check.reference import ReferenceEvaluator
 from harness.check.steps import StepLoop, StepRun, backend_kernels, intermediates, states
 from harness.gen.case import Case, StepInputs
@@ -129,39 +129,13 @@ class CaseResult:
         """The divergence that stands for the case (see `harness.check.divergence.primary`)."""
         return primary(self.divergences) if self.divergences else None
 
-    def first_divergence(self) -> dict[str, Any] | None:
+    def first_divergence(self) -> FirstDivergent | None:
         """The first (step, op, tensor, element) that left its budget while its inputs were
-        within theirs: the earliest op-level finding in graph order (each op is judged on
-        its own inputs, so the ops before it in that step were within budget).
-
-        An op that refused a step because an input produced upstream was wrong (a
-        `sym_size` that read stale dims, consumed by a `view_copy`) points at the op that
-        produced it, with `refused_by` naming the op that raised."""
+        within theirs (`FirstDivergent`): the earliest op-level finding in graph order (each
+        op is judged on its own inputs, so the ops before it in that step were within
+        budget)."""
         with_op = [d for d in self.divergences if d.op]
-        if not with_op:
-            return None
-        d = primary(with_op)
-        element = d.details.get(
-            "worst_index", d.details.get("first_element", d.details.get("first"))
-        )
-        first = {
-            "step": d.step,
-            "op": d.op,
-            "op_type": d.op_type,
-            "tensor": d.tensor,
-            "element": element,
-            "kind": str(d.kind),
-            "blame": d.blame,
-        }
-        upstream = d.details.get("upstream")
-        if upstream:
-            first |= {
-                "op": upstream["op"],
-                "op_type": upstream["op_type"],
-                "tensor": upstream["value"],
-                "refused_by": d.op,
-            }
-        return first
+        return FirstDivergent.of(primary(with_op)) if with_op else None
 
 
 class LockstepRunner:

@@ -34,9 +34,24 @@ from graph_format import (
 from harness.check.contract import KERNELS_OWN_WORKGROUP, ModelStep
 from harness.check.divergence import (
     MODEL,
+    AsymmetryDetails,
+    BitDetails,
+    BitPair,
     BugKey,
+    BuildErrorDetails,
+    CanaryDetails,
+    CrashDetails,
+    CurDimsDetails,
+    DispatchDetails,
     Divergence,
+    GridDetails,
     Kind,
+    LoggedDispatch,
+    NumericDetails,
+    StaleReadDetails,
+    StateDetails,
+    Upstream,
+    ValidationDetails,
     blame_from,
     blame_of,
     blamed_backends,
@@ -89,7 +104,7 @@ def _op_order(graph: Graph) -> dict[str, int]:
 
 def upstream_origin(
     graph: Graph, expected: ModelStep, live: Mapping[str, Any], op: str
-) -> dict[str, Any] | None:
+) -> Upstream | None:
     """Where a wrong value that made `op` refuse an accepted step was produced.
 
     `live` holds the values the backend had when it refused (`ParityError.live`). If an
@@ -101,7 +116,7 @@ def upstream_origin(
     nodes = {node.name: node for node in graph.ops}
     seen: set[str] = set()
 
-    def wrong_input(name: str) -> dict[str, Any] | None:
+    def wrong_input(name: str) -> Upstream | None:
         node = nodes[name]
         seen.add(name)
         for value in arg_values(node):
@@ -117,13 +132,9 @@ def upstream_origin(
             if got is None or want is None or source is None or source in seen:
                 continue
             if _plain_value(got) != _plain_value(want):
-                return wrong_input(source) or {
-                    "op": source,
-                    "op_type": nodes[source].op,
-                    "value": value,
-                    "expected": _plain_value(want),
-                    "got": _plain_value(got),
-                }
+                return wrong_input(source) or Upstream(
+                    source, nodes[source].op, value, _plain_value(want), _plain_value(got)
+                )
         return None
 
     return wrong_input(op) if op in nodes else None
@@ -168,7 +179,7 @@ def check_build(
             blame_from(wrong, len(set(got.values())) == 1),
             f"load: expected {expected if expected else 'success'}, got {got}",
             op=expected.op if expected else next(iter(refused), None),
-            details={"expected": str(expected) if expected else None, "got": got},
+            details=BuildErrorDetails(expected=str(expected) if expected else None, got=got),
         )
     )
     return out
@@ -183,7 +194,7 @@ def op_crash(step: int, backend: str, err: OpError) -> Divergence:
         backend,
         f"{backend}: op {err.op!r} ({err.op_type}) crashed {where}: {err.error}",
         op=err.op,
-        details={"stage": err.stage, "error": err.error},
+        details=CrashDetails(stage=err.stage, error=err.error),
     )
 
 
@@ -198,7 +209,9 @@ def kernel_build_divergence(step: int, backend: str, err: KernelBuildError) -> D
             f"{backend}: kernel {err.kernel!r}: its manifest fails on this step's values: "
             f"{err.compiler.removeprefix(f'{err.kernel}: ')}",
             op=err.op,
-            details={"kernel": err.kernel, "shader": err.shader, "manifest_values": err.compiler},
+            details=BuildErrorDetails(
+                kernel=err.kernel, shader=err.shader, manifest_values=err.compiler
+            ),
         )
     return Divergence(
         step,
@@ -207,7 +220,7 @@ def kernel_build_divergence(step: int, backend: str, err: KernelBuildError) -> D
         f"{backend}: kernel {err.kernel!r} does not build: {compiler_headline(err.compiler)} "
         "(the whole compiler output is in the details)",
         op=err.op,
-        details={"kernel": err.kernel, "shader": err.shader, "compiler": err.compiler},
+        details=BuildErrorDetails(kernel=err.kernel, shader=err.shader, compiler=err.compiler),
     )
 
 
@@ -277,7 +290,7 @@ def check_errors(
                     name,
                     f"{name} rejected the step but changed live dims of {changed}",
                     op=error_op(graph, failures[name]) or _refusal_op(graph, want_of(name)),
-                    details={"tensors": changed},
+                    details=StateDetails(changed),
                 )
             )
     return out
@@ -292,7 +305,12 @@ def _failure_divergence(
     op = error_op(graph, err)
     if isinstance(err, DeviceError):
         return Divergence(
-            step, Kind.CRASH, name, f"{name}: {err}", op=op, details={"messages": err.messages}
+            step,
+            Kind.CRASH,
+            name,
+            f"{name}: {err}",
+            op=op,
+            details=CrashDetails(messages=list(err.messages)),
         )
     if isinstance(err, KernelBuildError):
         return kernel_build_divergence(step, name, err)
@@ -310,18 +328,18 @@ def _unexpected_rejection(
 ) -> Divergence:
     """A refusal of a step the contract accepts, naming where a wrong input value was
     produced when one was (`upstream_origin`): that producer's bug is its cause."""
-    details: dict[str, Any] = {"key": list(error_key(err)), "error": _error_text(err)}
+    details = AsymmetryDetails(key=list(error_key(err)), error=_error_text(err))
     message = f"{name} rejected a step the contract accepts: {_error_text(err)}"
     origin = upstream_origin(graph, want, err.live, op) if err.live and op else None
     cause = None
     if origin is not None:
-        details["upstream"] = origin
+        details.upstream = origin
         message += (
-            f" (its input {origin['value']!r} was {origin['got']} where the contract "
-            f"has {origin['expected']}: produced by {origin['op']!r})"
+            f" (its input {origin.value!r} was {origin.got} where the contract "
+            f"has {origin.expected}: produced by {origin.op!r})"
         )
         # The producer's bug, under the key it has where nothing refuses.
-        source = next(n for n in graph.ops if n.name == origin["op"])
+        source = next(n for n in graph.ops if n.name == origin.op)
         dtype = key_dtype(op_dtype(graph, source))
         cause = BugKey(source.op, str(Kind.CUR_DIMS), name, dtype=dtype)
     return Divergence(
@@ -361,12 +379,12 @@ def _wrong_refusals(
         blame_from(wrong, same),
         f"expected rejection {next(iter(wants.values())) if one_want else wants}, got {got}",
         op=next((o for o in named if o), None),
-        details={
-            "expected": list(wants[refusing[0]])
+        details=AsymmetryDetails(
+            expected=list(wants[refusing[0]])
             if one_want
             else {n: list(k) for n, k in wants.items()},
-            "got": {k: list(v) if v else None for k, v in got.items()},
-        },
+            got={k: list(v) if v else None for k, v in got.items()},
+        ),
     )
 
 
@@ -376,6 +394,16 @@ def _refusal_op(graph: Graph, want: ModelStep | ParityError) -> str | None:
 
 
 # ---------------------------------------------------------------------------- metadata
+
+
+def _logged(entry: ExpectedDispatch) -> LoggedDispatch:
+    """A dispatch log entry as a divergence's details hold it."""
+    return LoggedDispatch(**dispatch_json(entry))
+
+
+def _index(index: tuple[int, ...] | None) -> list[int] | None:
+    """An element's index as its details hold it (a list, as JSON reads it back)."""
+    return list(index) if index is not None else None
 
 
 def dispatch_json(entry: ExpectedDispatch) -> dict[str, Any]:
@@ -424,7 +452,7 @@ def check_metadata(
                     + ", ".join(f"{n} {list(d)}" for n, d in got.items()),
                     op=writer(graph, tensor),
                     tensor=tensor,
-                    details={"expected": list(want), "got": {n: list(d) for n, d in got.items()}},
+                    details=CurDimsDetails(list(want), {n: list(d) for n, d in got.items()}),
                 )
             )
     # SymInts are live metadata too (input_pos, a sym_size of a live dim).
@@ -441,7 +469,7 @@ def check_metadata(
                     + ", ".join(f"{n} {v}" for n, v in got_int.items()),
                     op=producer(graph, symint),
                     tensor=symint,
-                    details={"expected": value, "got": got_int},
+                    details=CurDimsDetails(value, dict(got_int)),
                 )
             )
     own = {name: want for name, want in (expected_by or {}).items() if isinstance(want, ModelStep)}
@@ -464,7 +492,7 @@ def check_metadata(
         if not any(wrong.values()):
             continue
         foreign = {
-            name: [dispatch_json(d) for d in wants_by_op[name].get(op, [])]
+            name: [_logged(d) for d in wants_by_op[name].get(op, [])]
             for name in own
             if name in results
         }
@@ -476,11 +504,11 @@ def check_metadata(
                 f"dispatches of {op!r}: contract {_brief(want_slots)}, "
                 + ", ".join(f"{n} {_brief(e)}" for n, e in got_slots.items()),
                 op=op,
-                details={
-                    "expected": [dispatch_json(d) for d in want_slots],
-                    "got": {n: [dispatch_json(d) for d in e] for n, e in got_slots.items()},
-                }
-                | ({"expected_by_manifest": foreign} if foreign else {}),
+                details=DispatchDetails(
+                    [_logged(d) for d in want_slots],
+                    {n: [_logged(d) for d in e] for n, e in got_slots.items()},
+                    foreign or None,
+                ),
             )
         )
     return out
@@ -521,7 +549,7 @@ def check_grids(
                         f"{name}: {d.op}/{d.kernel} grid {d.physical_grid} for logical "
                         f"{d.logical_count} (limit {limit}/dim)",
                         op=d.op,
-                        details={"grid": list(d.physical_grid), "logical": list(d.logical_count)},
+                        details=GridDetails(list(d.physical_grid), list(d.logical_count)),
                     )
                 )
     return out
@@ -530,7 +558,7 @@ def check_grids(
 def check_validation(step: int, results: Mapping[str, StepResult]) -> list[Divergence]:
     """Any validation message is a finding."""
     return [
-        Divergence(step, Kind.VALIDATION, name, f"{name}: {msg}", details={"message": msg})
+        Divergence(step, Kind.VALIDATION, name, f"{name}: {msg}", details=ValidationDetails(msg))
         for name, res in results.items()
         for msg in res.validation_messages
     ]
@@ -607,7 +635,7 @@ def check_canaries(
                     "the guard that follows it)",
                     op=writer(graph, tensor) or owner or consumer(graph, tensor),
                     tensor=tensor,
-                    details={"words": written, "past_allocation": True},
+                    details=CanaryDetails(written, past_allocation=True),
                 )
             )
         read = {
@@ -681,13 +709,13 @@ def _slack_writes(
                 f"(first at element {elements[0]}; live numel {live_numel})",
                 op=writer(graph, tensor),
                 tensor=tensor,
-                details={
-                    "words": int(hit.size),
-                    "first_element": elements[0],
-                    "elements": elements[:256],
-                    "live_numel": live_numel,
-                    "max_numel": int(np.prod(graph.tensor(tensor).dims)),
-                },
+                details=CanaryDetails(
+                    int(hit.size),
+                    first_element=elements[0],
+                    elements=elements[:256],
+                    live_numel=live_numel,
+                    max_numel=int(np.prod(graph.tensor(tensor).dims)),
+                ),
             )
         )
     return out
@@ -732,12 +760,12 @@ def _stale_reads(
                 f"(from {sources}); first flat index {int(poisoned[0])}",
                 op=writer(graph, tensor),
                 tensor=tensor,
-                details={
-                    "elements": int(poisoned.size),
-                    "first": int(poisoned[0]),
-                    "indices": [int(i) for i in poisoned[:256]],
-                    "origins": [list(o) for o in named],
-                },
+                details=StaleReadDetails(
+                    int(poisoned.size),
+                    int(poisoned[0]),
+                    [int(i) for i in poisoned[:256]],
+                    [list(o) for o in named],
+                ),
             )
         )
     return out
@@ -781,11 +809,7 @@ def numeric_divergence(
         op=op,
         tensor=tensor,
         factor=cmp.utilization if np.isfinite(cmp.utilization) else None,
-        details={
-            "scope": scope,
-            "worst_index": cmp.worst_index,
-            "max_abs_error": cmp.max_abs_error,
-        },
+        details=NumericDetails(scope, _index(cmp.worst_index), cmp.max_abs_error),
     )
 
 
@@ -804,13 +828,13 @@ def suspect_divergence(
         op=op,
         tensor=tensor,
         factor=statistical.utilization,
-        details={
-            "scope": "op",
-            "worst_index": statistical.worst_index,
-            "max_abs_error": statistical.max_abs_error,
-            "hard_utilization": hard.utilization,
-            "statistical_utilization": statistical.utilization,
-        },
+        details=NumericDetails(
+            "op",
+            _index(statistical.worst_index),
+            statistical.max_abs_error,
+            hard_utilization=hard.utilization,
+            statistical_utilization=statistical.utilization,
+        ),
     )
 
 
@@ -989,7 +1013,8 @@ def merge_blame(divergences: list[Divergence], backends: Sequence[str]) -> list[
         if d.kind not in (Kind.NUMERIC, Kind.NAN_INF, Kind.NUMERIC_SUSPECT):
             rest.append(d)
             continue
-        key = (d.kind, d.op, d.tensor, d.details.get("scope"))
+        scope = d.details.scope if isinstance(d.details, NumericDetails) else None
+        key = (d.kind, d.op, d.tensor, scope)
         if key in merged and merged[key].blame != d.blame:
             first = merged[key]
             if first.blame != MODEL:
@@ -1291,7 +1316,7 @@ def check_exact(
         if previous is not None:
             previous.blame = blame
             previous.message += f"; {message}"
-            previous.details["pairs"].append(_pair_details(c, allowed))
+            cast(BitDetails, previous.details).pairs.append(_pair_details(c, allowed))
             continue
         found[(c.op, c.tensor)] = Divergence(
             step,
@@ -1300,24 +1325,13 @@ def check_exact(
             message,
             op=c.op,
             tensor=c.tensor,
-            details={
-                "scope": "exact",
-                "worst_index": c.first,
-                "pairs": [_pair_details(c, allowed)],
-            },
+            details=BitDetails(worst_index=c.first, pairs=[_pair_details(c, allowed)]),
         )
     return list(found.values())
 
 
-def _pair_details(c: BitComparison, allowed: int) -> dict[str, Any]:
-    return {
-        "pair": list(c.pair),
-        "ulps": c.ulps,
-        "allowed_ulps": allowed,
-        "differing": c.differing,
-        "first": c.first,
-        "kernels": list(c.kernels),
-    }
+def _pair_details(c: BitComparison, allowed: int) -> BitPair:
+    return BitPair(list(c.pair), c.ulps, allowed, c.differing, c.first, list(c.kernels))
 
 
 def _farther(

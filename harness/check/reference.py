@@ -318,9 +318,8 @@ class ReferenceEvaluator:
             np.add(base[slot], moved, out=moved)  # base first, as before (NaN payloads)
             return moved
 
-        probe_reference = getattr(model, "probe_reference", None)
         probe_slots = {*model.activations, *before}
-        batched = probe_reference is not None and set(carried) <= probe_slots
+        batched = model.batches_probes and set(carried) <= probe_slots
         largest = max(
             [np.size(args[slot]) for slot in probe_slots if isinstance(args.get(slot), np.ndarray)]
             + [np.size(outputs[slot]) for slot in tensor_outs]
@@ -331,14 +330,13 @@ class ReferenceEvaluator:
             stop = min(start + chunk, 2 * PROBES)
             moved = {slot: moves(slot, start, stop) for slot in carried}
             if batched:
-                assert probe_reference is not None
                 batch = dict(args)
                 for slot in probe_slots:
                     value = moved.get(slot, before.get(slot, args.get(slot)))
                     if slot not in moved and isinstance(value, np.ndarray):
                         value = np.repeat(value[None], stop - start, axis=0)  # a copy each
                     batch[slot] = value
-                outs = probe_reference(node, batch)
+                outs = model.probe_reference(node, batch)
                 changes = {slot: _change(outs[slot], outputs[slot]) for slot in tensor_outs}
                 changes.update({slot: _change(batch[slot], args[slot]) for slot in before})
             else:

@@ -33,8 +33,8 @@ class Repeatability:
     """The repeatability class of one case and its evidence."""
 
     # "deterministic" | "history-dependent" | "nondeterministic:<backend>" |
-    # "nondeterministic:both"
-    kind: str
+    # "nondeterministic:both" (written `class`)
+    kind: str = field(metadata={"json": "class"})
     hashes: dict[str, list[str]] = field(default_factory=dict)  # backend -> one hash per run
     # The cold re-run's evidence (`harness.check.cold.ColdVerdict.to_json()`), when it ran.
     cold: dict[str, Any] | None = None

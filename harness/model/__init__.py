@@ -2,7 +2,9 @@
 
 The harness's model of an op is the third implementation of docs/design.md §2, independent of
 both backends. Each op's module in `harness/ops/` defines it and registers it here with
-`register(op, model)` when imported (`harness.ops` imports every such module); a model holds
+`register(op, model)` when imported (`harness.ops` imports every such module). Each model
+subclasses `OpModel`, whose optional hooks (`dtypes`, `pr_regimes`, `probe_reference`,
+`half_budget`, `regime_size`, `regimes`, `check_host`) have defaults; a model holds
 - `check`: what a backend must refuse at load (`GraphBuildError` with the same op and tensor);
 - `resize`: output live dims (and SymInts) from input live dims, or the rejection both
   backends must raise (`ResizeError`/`InputError` with the same key);
@@ -58,9 +60,10 @@ raise from their `_check_inputs`, before any resize. `ContractModel.step` runs e
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -276,51 +279,57 @@ def numel(dims: Dims) -> int:
     return math.prod(dims)
 
 
-class OpModel(Protocol):
-    """The harness's contract model, reference and budget of one op type."""
+class OpModel(ABC):
+    """The harness's contract model, reference and budget of one op type: the base class of
+    every op's model in `harness/ops/`.
+
+    A model defines the abstract methods and the class attributes `kernels`, `activations`
+    and `required_regimes`; the optional hooks below have defaults that a model overrides
+    where its op needs more (`dtypes`, `pr_regimes`, `probe_reference`, `half_budget`,
+    `regime_size`, `regimes`, `check_host`).
+    """
 
     kernels: dict[str, KernelSpec]
+    # The tensor argument slots that carry the data flowing through a model, new every step
+    # (graph inputs or other ops' outputs); the op's other tensor slots hold what a model
+    # loads once: weights, scales, rotation tables, caches (tests/golden_cases.py feeds
+    # these as graph inputs, the rest as constants).
+    activations: tuple[str, ...]
+    # The coverage regimes (harness/check/coverage.py: `size=1`, `step=grow`, the tags of
+    # `regimes`...) where this op's resize bugs live: a nightly run that exercises the op
+    # must reach each of them, and every kernel of `kernels`, on every backend
+    # (harness/run/profiles.py derives its required cells from these two).
+    required_regimes: tuple[str, ...]
+    # Those of `required_regimes` (the long paths: a GEMV's main loop, a long decode) that a
+    # pr run of the op's family must reach too (harness/run/profiles.py).
+    pr_regimes: tuple[str, ...] = ()
+    # The float element types the op's kernels take: `float16` only for an op with its f16
+    # kernel slots (`<slot>_f16`); only then do case families draw f16 for it.
+    dtypes: tuple[str, ...] = ("float32",)
 
-    @property
-    def activations(self) -> tuple[str, ...]:
-        """The tensor argument slots that carry the data flowing through a model, new every
-        step (graph inputs or other ops' outputs); the op's other tensor slots hold what a
-        model loads once: weights, scales, rotation tables, caches. A class attribute in the
-        op's model (tests/golden_cases.py feeds these as graph inputs, the rest as
-        constants)."""
-        ...
-
-    @property
-    def required_regimes(self) -> tuple[str, ...]:
-        """The coverage regimes (harness/check/coverage.py: `size=1`, `step=grow`, the tags
-        of the model's own `regimes`...) where this op's resize bugs live: a nightly run that
-        exercises the op must reach each of them, and every kernel of `kernels`, on every
-        backend (harness/run/profiles.py derives its required cells from these two). A
-        class attribute in the op's model."""
-        ...
-
+    @abstractmethod
     def check(self, node: OpNode, graph: Graph) -> None:
         """Raise the GraphBuildError both backends must raise at load, if any."""
-        ...
 
+    @abstractmethod
     def resize(self, node: OpNode, live: LiveState) -> None:
         """Set the outputs' live dims in `live`, or raise the rejection both must raise."""
-        ...
 
+    @abstractmethod
     def dispatches(self, node: OpNode, live: LiveState) -> list[ExpectedDispatch]:
         """The op's dispatch slots for the (already resized) live state."""
-        ...
 
+    @abstractmethod
     def kernel_values(self, node: OpNode, live: LiveState, slot: str) -> dict[str, Value]:
         """The values the op offers a kernel of `slot` (one of `kernels`) for the (already
         resized) live state: every name the slot's interface declares but `workgroups`,
         which `slot_values` takes from `dispatches`."""
-        ...
 
+    @abstractmethod
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         """Float64 outputs by output slot; state tensors in `args` are updated in place."""
-        ...
 
+    @abstractmethod
     def budget(
         self, node: OpNode, args: Args, outputs: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
@@ -334,7 +343,57 @@ class OpModel(Protocol):
             args: the float64 inputs the reference was given.
             outputs: the reference outputs.
         """
-        ...
+
+    # ------------------------------------------------------------------ optional hooks
+
+    def probe_reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
+        """The reference of many argument sets at once (the module docstring says how);
+        an op that has one overrides this, often as `probe_reference = reference`."""
+        raise NotImplementedError(f"{type(self).__qualname__} has no probe_reference")
+
+    @property
+    def batches_probes(self) -> bool:
+        """Whether the model overrides `probe_reference` (else the reference evaluator
+        calls `reference` once per probe)."""
+        return type(self).probe_reference is not OpModel.probe_reference
+
+    def half_budget(
+        self,
+        node: OpNode,
+        args: Args,
+        outputs: Mapping[str, np.ndarray],
+        budgets: Mapping[str, np.ndarray],
+    ) -> dict[str, np.ndarray]:
+        """The op's budgets in half precision from its f32 `budgets`: by default each
+        output's with its rounding to f16 added (`f16_store`); state slots as they are.
+        A model overrides it where that differs (a copy stores exactly; an f16-accumulating
+        kernel rounds more)."""
+        return {
+            slot: np.asarray(f16_store(budget, outputs[slot]))
+            if slot in node.outputs
+            else np.asarray(budget)
+            for slot, budget in budgets.items()
+        }
+
+    def regime_size(self, node: OpNode, live: LiveState) -> int:
+        """The op's regime size (harness/check/coverage.py): by default the leading-dims
+        product of its first tensor argument (its only dim for a vector)."""
+        for arg in node.args.values():
+            if isinstance(arg, str) and isinstance(live.graph.values.get(arg), TensorValue):
+                dims = live.dims[arg]
+                return math.prod(dims[:-1]) if len(dims) > 1 else dims[0]
+        return 1
+
+    def regimes(self, node: OpNode, live: LiveState) -> set[str]:
+        """The op's own coverage tags for the (resized) live state, beside the size, step
+        and dtype ones every op gets; none by default."""
+        return set()
+
+    def check_host(self, node: OpNode, live: LiveState) -> None:
+        """Check this step's host data (`live.host`: token ids against the vocabulary),
+        raising the `InputError` both backends raise before any resize; nothing to check by
+        default."""
+        return None
 
 
 # op type -> its model; filled by `register` as `harness.ops` imports each op's module.
@@ -416,8 +475,7 @@ def model_dtypes(op: str) -> tuple[str, ...]:
     model = model_for(op)
     if not model.kernels:
         return FLOAT_DTYPES
-    dtypes: tuple[str, ...] = getattr(model, "dtypes", ("float32",))
-    return dtypes
+    return model.dtypes
 
 
 def workgroups_regime(kernel: str, count: int) -> str:
@@ -516,13 +574,7 @@ def _budget(
     """`local_budget` under the error model in force (`harness.model.numerics.error_model`)."""
     budgets = dict(model.budget(node, args, outputs))
     if op_dtype(graph, node) == "float16":
-        half = getattr(model, "half_budget", None)
-        if half is not None:
-            budgets = dict(half(node, args, outputs, budgets))
-        else:
-            for slot, name in node.outputs.items():
-                if isinstance(graph.values[name], TensorValue):
-                    budgets[slot] = np.asarray(f16_store(budgets[slot], outputs[slot]))
+        budgets = dict(model.half_budget(node, args, outputs, budgets))
     for slot, budget in budgets.items():
         reference = outputs.get(slot, args.get(slot))
         if isinstance(reference, np.ndarray):

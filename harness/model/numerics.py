@@ -336,18 +336,12 @@ def _compare_masked(actual: np.ndarray, reference: np.ndarray, budget: np.ndarra
     ref = np.asarray(reference, np.float64)
     bud = np.broadcast_to(np.asarray(budget, np.float64), ref.shape)
     act_bad = ~np.isfinite(act)
-    ref_bad = ~np.isfinite(ref)
     mismatch = class_mismatch(act, ref)
     nan_mismatch = int(np.count_nonzero(mismatch))
     finite_where_special = int(np.count_nonzero(mismatch & ~act_bad))
-    finite = ~(act_bad | ref_bad)
-    if not finite.any():
+    if not (~act_bad & np.isfinite(ref)).any():  # nothing compared by value
         return Comparison(0.0, 0.0, None, nan_mismatch, True, finite_where_special)
-    with np.errstate(invalid="ignore"):  # inf - inf at elements compared by class
-        err = np.where(finite, np.abs(act - ref), 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(err == 0, 0.0, err / np.where(bud > 0, bud, 0.0))
-    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    err, ratio = _by_value(act, ref, bud)
     worst = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
     return Comparison(
         utilization=float(ratio[worst]),
@@ -357,3 +351,27 @@ def _compare_masked(actual: np.ndarray, reference: np.ndarray, budget: np.ndarra
         shape_ok=True,
         finite_where_special=finite_where_special,
     )
+
+
+def _by_value(act: np.ndarray, ref: np.ndarray, bud: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """|error| and |error| / budget of the elements compared by value (both finite; 0 at
+    the others): no error is within any budget, an error within none where the budget is
+    0, negative or NaN (inf)."""
+    finite = np.isfinite(act) & np.isfinite(ref)
+    with np.errstate(invalid="ignore"):  # inf - inf at elements compared by class
+        err = np.where(finite, np.abs(act - ref), 0.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(err == 0, 0.0, err / np.where(bud > 0, bud, 0.0))
+    return err, np.where(np.isnan(ratio), np.inf, ratio)
+
+
+def utilization_map(actual: np.ndarray, reference: np.ndarray, budget: np.ndarray) -> np.ndarray:
+    """`compare`'s rule per element, for the evidence and the report's pictures: |error| /
+    budget where the element is compared by value (its largest value is `compare`'s
+    utilization), inf where the two differ in class (`class_mismatch`, which `compare`
+    counts apart), 0 where both are the same non-finite class."""
+    act = np.asarray(actual, np.float64)
+    ref = np.asarray(reference, np.float64)
+    _, ratio = _by_value(act, ref, np.broadcast_to(np.asarray(budget, np.float64), ref.shape))
+    out: np.ndarray = np.where(class_mismatch(act, ref), np.inf, ratio)
+    return out

@@ -36,6 +36,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     kernels,
     numel,
@@ -98,7 +99,7 @@ def quotient_budget(x: np.ndarray, result: np.ndarray) -> np.ndarray:
     return bound + np.where(unspecified, np.abs(result), 0.0)
 
 
-class UnaryActivationModel:
+class UnaryActivationModel(OpModel):
     """Contract, reference and budget of sigmoid or silu."""
 
     activations = ("x",)
@@ -154,7 +155,7 @@ class UnaryActivationModel:
         return {"out": quotient_budget(args["x"], outputs["out"])}
 
 
-class SiluMulModel:
+class SiluMulModel(OpModel):
     """Contract, reference and budget of the fused silu(gate) * up."""
 
     activations = ("gate", "up")

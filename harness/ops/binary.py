@@ -50,6 +50,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     kernels,
     numel,
@@ -93,7 +94,7 @@ def _broadcast_strides(dims: Dims, out: Dims) -> tuple[int, ...]:
     return tuple(0 if size == 1 else stride for size, stride in zip(sizes, strides, strict=True))
 
 
-class BinaryModel:
+class BinaryModel(OpModel):
     """Contract, reference and budget of an elementwise binary op."""
 
     activations = ("a", "b")

@@ -46,6 +46,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     int_literal,
     kernels,
@@ -86,7 +87,7 @@ def dequantize_rows(
     return values * group
 
 
-class EmbeddingQ4gswModel:
+class EmbeddingQ4gswModel(OpModel):
     """Contract, reference and budget of embedding_q4gsw."""
 
     activations = ("indices",)

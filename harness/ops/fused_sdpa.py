@@ -38,6 +38,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     kernels,
     numel,
@@ -71,7 +72,7 @@ def causal_mask(seq: int, kv_len: int) -> np.ndarray:
     return np.where(hidden, -np.inf, 0.0).astype(np.float32)
 
 
-class FusedSdpaModel:
+class FusedSdpaModel(OpModel):
     """Contract, reference and budget of fused_sdpa."""
 
     activations = ("q", "k", "v", "attn_mask")

@@ -84,6 +84,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     int_literal,
     kernels,
@@ -139,7 +140,7 @@ def gemv_main_loop(m: int, k: int, group_size: int) -> bool:
     return m == 1 and gemv_eligible(k, group_size) and k // 8 >= GEMV_MAIN_LOOP_MIN_WORDS
 
 
-class LinearQ4gswModel:
+class LinearQ4gswModel(OpModel):
     """Contract, reference and budget of linear_q4gsw."""
 
     # M = 1 (the GEMV) and M at its max, crossed both ways; the GEMV's main loop (K > 1536,

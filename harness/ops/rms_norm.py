@@ -34,6 +34,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     kernels,
     numel,
     register,
@@ -50,7 +51,7 @@ LONG_WIDTH = 4096  # `width>=4096`: a row of 16 passes of the 64 lanes (vec4) or
 LONG_WIDTHS = (2048, 4096, 4098, 8191, 8192)
 
 
-class RmsNormModel:
+class RmsNormModel(OpModel):
     """Contract, reference and budget of rms_norm."""
 
     activations = ("x",)

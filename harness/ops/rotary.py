@@ -55,6 +55,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     kernels,
     numel,
@@ -80,7 +81,7 @@ def _rotate_budget(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: np.ndarray) -
     return bound
 
 
-class _RotaryBase:
+class _RotaryBase(OpModel):
     """What both rotary models share: the q/k shapes, their checks and the dispatch."""
 
     op = ""

@@ -42,6 +42,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     kernels,
     numel,
@@ -70,7 +71,7 @@ def _interleave(first: np.ndarray, second: np.ndarray) -> np.ndarray:
     return np.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)
 
 
-class InterleavedRotaryModel:
+class InterleavedRotaryModel(OpModel):
     """Contract, reference and budget of apply_rotary_emb_interleaved."""
 
     activations = ("x",)

@@ -51,6 +51,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     kernels,
     numel,
@@ -188,7 +189,7 @@ def _op_floats(node: OpNode, args: Args) -> tuple[float, float, np.ndarray | Non
     )
 
 
-class PositionRotaryModel:
+class PositionRotaryModel(OpModel):
     """Contract, reference and budget of apply_rotary_emb_pos (angles from positions)."""
 
     op = OP

@@ -60,6 +60,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     kernels,
     op_dtype,
@@ -86,7 +87,7 @@ def default_scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
 
 
-class SdpaModel:
+class SdpaModel(OpModel):
     """Contract, reference and budget of sdpa_with_kv_cache."""
 
     # S = 1 (the decode route) and the max, the cache's start and end, contexts around the

@@ -33,6 +33,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     div_up,
     kernels,
     register,
@@ -45,7 +46,7 @@ from harness.ops.view import view_as
 WORKGROUP = (64, 1, 1)
 
 
-class UpdateCacheModel:
+class UpdateCacheModel(OpModel):
     """Contract, reference and budget of update_cache."""
 
     activations = ("value",)

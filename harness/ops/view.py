@@ -49,6 +49,7 @@ from harness.model import (
     ExpectedDispatch,
     KernelSpec,
     LiveState,
+    OpModel,
     check_dims,
     div_up,
     int_literal,
@@ -71,7 +72,7 @@ def _is_infer(live: LiveState, name: str) -> bool:
     return isinstance(value, ScalarValue) and int(value.value) == INFER
 
 
-class ViewCopyModel:
+class ViewCopyModel(OpModel):
     """Contract, reference and budget of view_copy."""
 
     activations = ("x",)
@@ -172,7 +173,7 @@ class ViewCopyModel:
         return dict(budgets)
 
 
-class SymSizeModel:
+class SymSizeModel(OpModel):
     """Contract and reference of sym_size (no kernels, no budget: it yields an int)."""
 
     activations = ("x",)

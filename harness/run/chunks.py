@@ -542,7 +542,7 @@ class ChunkRunner:
         record = case_record(case, result, chunk=chunk.id, family=chunk.family, seq=state.seq)
         record.max_workgroups_per_dim = chunk.max_workgroups_per_dim
         if repeat is not None:
-            record.repeatability = repeat.to_json()
+            record.repeatability = repeat
         adapters = state.engine.runner.adapters
         for d in record.divergences:
             d.expected = self.config.expectations.match(d, chunk.family, adapters)
@@ -708,7 +708,7 @@ class ChunkRunner:
                     started = time.monotonic()
                     repeat, history = self._cold(state, case, key, repeat)
                     self.shrink_spent += time.monotonic() - started
-                record.repeatability = repeat.to_json()
+                record.repeatability = repeat
             bundle, bundle_error = self._write_bundle(
                 state,
                 bundle_id,
@@ -735,7 +735,7 @@ class ChunkRunner:
             shrunk=shrunk,
             bug=key,
             unexpected=record.unexpected,
-            repeatability=(record.repeatability or {}).get("class"),
+            repeatability=record.repeatability.kind if record.repeatability else None,
             beside=record.bug if key != record.bug else None,
             bundle_error=bundle_error,
             unshrunk=unshrunk,

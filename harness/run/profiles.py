@@ -110,7 +110,7 @@ _FOLD_CELLS: dict[str, tuple[str, ...]] = {
 # that a share of its family's cases reaches within pr's time (harness/ops/linear_q4gsw.py).
 # pr requires them of a family that ran its whole budget (30 examples), beside the fold.
 _PR_REGIMES: dict[str, tuple[str, ...]] = {
-    op: tuple(getattr(model, "pr_regimes", ())) for op, model in sorted(MODELS.items())
+    op: tuple(model.pr_regimes) for op, model in sorted(MODELS.items())
 }
 _PR_CELLS: dict[str, tuple[str, ...]] = {
     op: (*_FOLD_CELLS.get(op, ()), *_PR_REGIMES[op])

@@ -129,7 +129,7 @@ def test_kv_write_at_the_wrong_position_is_found_at_its_op() -> None:
     assert result.divergences and {d.blame for d in result.divergences} == {"webgpu"}
     first = result.first_divergence()
     assert first is not None
-    assert (first["step"], first["op"], first["kind"]) == (0, "layers.0.attention", "numeric")
+    assert (first.step, first.op, first.kind) == (0, "layers.0.attention", "numeric")
     caches = {d.tensor for d in result.divergences if d.step == 0 and d.kind == Kind.NUMERIC}
     assert {"layers.0.k_cache", "layers.0.v_cache"} <= caches
 
@@ -142,7 +142,7 @@ def test_stale_input_pos_in_a_hook_is_found_at_its_op(runner: LockstepRunner) ->
         result = runner.run(case)
     assert result.divergences and {d.blame for d in result.divergences} == {"webgpu"}
     first = result.first_divergence()
-    assert first is not None and (first["step"], first["op"]) == (1, "layers.0.attention")
+    assert first is not None and (first.step, first.op) == (1, "layers.0.attention")
     # Later layers were judged on their own (wrong) inputs and stayed within budget: the
     # finding is where the bug is, not everywhere downstream.
     assert all(

@@ -17,7 +17,7 @@ from harness.check.lockstep import LockstepRunner
 from harness.gen.builder import GraphBuilder
 from harness.gen.case import Case
 from harness.model.numerics import compare
-from harness.run.bundle import capture_evidence
+from harness.run.evidence import capture_evidence
 from harness.run.records import divergence_record
 from tests.plants import shader_substitutions
 
@@ -65,5 +65,5 @@ def test_evidence_gives_every_backend_the_oracle_s_utilization() -> None:
         assert math.isclose(judged.utilization, verdict, rel_tol=1e-9), (backend, verdict)
     assert step.backends["webgpu"].utilization[f"norm:{tensor}"] <= 1.0
     (element,) = evidence.elements
-    assert element["worst_on"] == "vulkan"
-    assert element["backends"]["webgpu"]["utilization"] <= 1.0  # not over where it passed
+    assert element.worst_on == "vulkan"
+    assert element.backends["webgpu"].utilization <= 1.0  # not over where it passed

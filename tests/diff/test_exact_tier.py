@@ -63,7 +63,7 @@ def test_an_accumulation_order_change_is_a_bit_mismatch() -> None:
     assert result.max_utilization < 0.1  # far under budget: the numeric tier cannot see it
     hit = result.divergences[0]
     assert hit.blame in ("webgpu", "vulkan")  # by the reference: either may round nearer
-    assert hit.details["pairs"][0]["ulps"] > 0 and hit.details["pairs"][0]["allowed_ulps"] == 0
+    assert hit.details.pairs[0].ulps > 0 and hit.details.pairs[0].allowed_ulps == 0
 
 
 def test_a_scale_off_by_a_few_ulps_is_blamed_on_its_backend() -> None:

@@ -176,7 +176,7 @@ def test_an_exception_in_a_resize_hook_is_a_crash_of_its_op(
     (crash,) = result.divergences  # the step after it runs as the contract says
     assert (crash.step, crash.kind, crash.blame, crash.op) == (1, Kind.CRASH, backend, "norm")
     assert crash.bug_key() == BugKey("rms_norm", "crash", backend)
-    assert "StopIteration" in crash.message and crash.details["stage"] == "resize"
+    assert "StopIteration" in crash.message and crash.details.stage == "resize"
 
 
 @pytest.mark.parametrize("backend", ["webgpu", "vulkan"])
@@ -269,6 +269,6 @@ def test_a_refusal_downstream_under_a_grid_limit_counts_as_its_producer_s_bug(
     assert full is not None and full.bug_key() == BugKey("view_copy", "cur_dims", "vulkan")
     refusal = under.primary()
     assert refusal is not None and refusal.kind == Kind.ERROR_ASYMMETRY
-    assert (refusal.op, refusal.details["upstream"]["op"]) == ("norm", "view")
+    assert (refusal.op, refusal.details.upstream.op) == ("norm", "view")
     assert refusal.bug_key() == full.bug_key()
     assert {d.bug_key() for d in under.divergences} == {full.bug_key()}

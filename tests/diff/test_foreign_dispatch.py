@@ -135,7 +135,7 @@ def test_counts_other_than_the_manifest_declares_are_blamed_on_that_backend(
     result = foreign.run(_rope_case())
     dispatch = [d for d in result.divergences if d.kind == Kind.DISPATCH]
     assert dispatch and {d.blame for d in dispatch} == {"webgpu"}, result.divergences
-    assert "expected_by_manifest" in dispatch[0].details
+    assert dispatch[0].details.expected_by_manifest
 
 
 def _with_requires(folder: Path, requirement: str) -> KernelManifest:

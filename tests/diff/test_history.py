@@ -35,7 +35,7 @@ from harness.run import chunks
 from harness.run.bundle import load_bundle, replay, write_bundle
 from harness.run.chunks import ChunkRunner, RunConfig, Stop
 from harness.run.plan import Chunk
-from harness.run.records import RunMeta, case_record
+from harness.run.records import BundleHistory, RunMeta, case_record
 from tests.chunk_support import RecordingSink
 from tests.cli_support import parity
 from tests.plants import plant_in_every_process, vulkan_descriptor_sets_keyed_without_offset
@@ -155,7 +155,7 @@ def test_its_bundle_replays_as_still_failing_in_a_fresh_process(
         history=verdict.loops,
     )
     bundle = load_bundle(folder)
-    assert bundle.doc.history == {"folder": "history", "loops": 1, "cases": 1}
+    assert bundle.doc.history == BundleHistory("history", 1, 1)
     assert "history-dependent" in (folder / "README.md").read_text()
     # A fresh process, as a user would replay it: still failing, after its history.
     proc = parity("replay", folder, env=planted)
@@ -195,8 +195,8 @@ def test_a_chunk_classes_its_findings_and_bundles_the_history(
         doc = load_bundle(folder).doc
         assert doc.repeatability is not None
         if str(finding.bug) == BUG:
-            assert doc.history == {"folder": "history", "loops": 1, "cases": 1}
-            assert doc.repeatability["cold"]["reproduced"] is True
+            assert doc.history == BundleHistory("history", 1, 1)
+            assert doc.repeatability.cold["reproduced"] is True
         else:
             assert doc.history is None and not (folder / "history").exists()
         proc = parity("replay", folder, env=planted)

@@ -77,9 +77,9 @@ def test_a_literal_tint_refuses_is_a_build_error_of_dawn_alone(
     assert (finding.kind, finding.blame) == (Kind.BUILD_ERROR, "webgpu-dawn")
     # Tint's own words, with the line and column of the literal in the planted file; the
     # other implementation (Naga) and Vulkan loaded the graph.
-    assert finding.details["kernel"] == "add_flat" and finding.op == "add"
-    assert f"{planted_dir / 'binary_flat.wgsl'}:15:21 error: value " in finding.details["compiler"]
-    assert "cannot be represented as 'f32'" in finding.details["compiler"]
+    assert finding.details.kernel == "add_flat" and finding.op == "add"
+    assert f"{planted_dir / 'binary_flat.wgsl'}:15:21 error: value " in finding.details.compiler
+    assert "cannot be represented as 'f32'" in finding.details.compiler
     assert "only webgpu-dawn shows it" in blame_meaning(finding.blame, names)
 
 

@@ -22,7 +22,7 @@ from graph_format import (
     Runtime,
 )
 from harness.check.backends import open_runtime, open_runtimes
-from harness.check.divergence import BugKey, Kind
+from harness.check.divergence import BugKey, Kind, Upstream
 from harness.check.lockstep import LockstepRunner
 from harness.check.verdict import assert_parity
 from harness.gen.builder import GraphBuilder
@@ -110,19 +110,19 @@ def test_wgsl_kernel_that_does_not_compile_is_a_build_error() -> None:
         hits = assert_found(runner, rms_norm_case(), Kind.BUILD_ERROR, "webgpu")
     (hit,) = hits
     assert (hit.step, hit.op, hit.op_type) == (-1, "norm", "rms_norm")
-    compiler = hit.details["compiler"]
+    compiler = hit.details.compiler
     # naga's whole chain, with the line and column and the offending source line.
     assert "Caused by" in compiler and "lett row" in compiler
     assert re.search(r"wgsl:\d+:\d+", compiler)
     assert "parsing error" in hit.message and re.search(r"at wgsl:\d+:\d+", hit.message)
-    assert hit.details["shader"].endswith("rms_norm_vec4.wgsl")
+    assert hit.details.shader.endswith("rms_norm_vec4.wgsl")
 
 
 def test_wgsl_kernel_that_does_not_validate_is_a_build_error() -> None:
     # Parses, but an f32 is stored into a u32: naga's validator refuses it.
     with wgsl_substitution("rms_norm_vec4", "let row = ", "let row: u32 = 1.5 + f32") as runner:
         (hit,) = assert_found(runner, rms_norm_case(), Kind.BUILD_ERROR, "webgpu")
-    assert "Caused by" in hit.details["compiler"]
+    assert "Caused by" in hit.details.compiler
 
 
 def test_glsl_kernel_that_does_not_compile_is_a_build_error() -> None:
@@ -133,7 +133,7 @@ def test_glsl_kernel_that_does_not_compile_is_a_build_error() -> None:
         result = runner.run(rms_norm_case())
     (hit,) = result.divergences
     assert (hit.kind, hit.blame, hit.step, hit.op) == (Kind.BUILD_ERROR, "vulkan", -1, "norm")
-    assert re.search(r"rms_norm\.comp:\d+: error: 'undeclared'", hit.details["compiler"])
+    assert re.search(r"rms_norm\.comp:\d+: error: 'undeclared'", hit.details.compiler)
     assert "undeclared" in hit.message
 
 
@@ -144,7 +144,7 @@ def test_vulkan_pipeline_that_does_not_validate_is_a_build_error() -> None:
         result = runner.run(rms_norm_case())
     (hit,) = result.divergences
     assert (hit.kind, hit.blame, hit.step, hit.op) == (Kind.BUILD_ERROR, "vulkan", -1, "norm")
-    assert "VUID-VkComputePipelineCreateInfo-layout" in hit.details["compiler"]
+    assert "VUID-VkComputePipelineCreateInfo-layout" in hit.details.compiler
 
 
 def test_a_second_validation_context_leaves_the_first_its_messages() -> None:
@@ -270,16 +270,10 @@ def test_refusal_of_a_wrong_upstream_value_points_at_its_producer(
         (1, "webgpu", "view", "view_copy"),
         (2, "webgpu", "view", "view_copy"),
     ]
-    assert hits[0].details["upstream"] == {
-        "op": "rows",
-        "op_type": "sym_size",
-        "value": "rows.out",
-        "expected": 2,
-        "got": 4,
-    }
+    assert hits[0].details.upstream == Upstream("rows", "sym_size", "rows.out", 2, 4)
     first = result.first_divergence()
     assert first is not None
-    assert (first["step"], first["op"], first["op_type"], first["refused_by"]) == (
+    assert (first.step, first.op, first.op_type, first.refused_by) == (
         1,
         "rows",
         "sym_size",
@@ -295,6 +289,6 @@ def test_a_refusal_of_its_own_names_no_upstream(runner: LockstepRunner) -> None:
     with webgpu_after_hook("view_copy", refuse):
         result = runner.run(_view_case())
     (hit,) = [d for d in result.divergences if d.kind == Kind.ERROR_ASYMMETRY]
-    assert (hit.op, hit.op_type) == ("view", "view_copy") and "upstream" not in hit.details
+    assert (hit.op, hit.op_type) == ("view", "view_copy") and hit.details.upstream is None
     first = result.first_divergence()
-    assert first is not None and first["op"] == "view" and "refused_by" not in first
+    assert first is not None and first.op == "view" and first.refused_by is None

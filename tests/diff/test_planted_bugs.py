@@ -105,14 +105,14 @@ def test_over_dispatch_without_a_guard_writes_into_the_slack() -> None:
     with planted as runner, webgpu_after_hook("rms_norm", keep_max):
         hits = assert_found(runner, rms_norm_case(), Kind.CANARY_WRITE, "webgpu")
     assert hits[0].tensor == "norm.out"
-    assert hits[0].details["first_element"] == 3 * 64  # the first row past the live ones
+    assert hits[0].details.first_element == 3 * 64  # the first row past the live ones
 
 
 def test_output_cur_dims_not_updated_is_caught(runner: LockstepRunner) -> None:
     with webgpu_without_set_cur_dims("rms_norm"):
         hits = assert_found(runner, rms_norm_case(), Kind.CUR_DIMS, "webgpu")
     assert hits[0].tensor == "norm.out"
-    assert hits[0].details["expected"] == [1, 3, 64]
+    assert hits[0].details.expected == [1, 3, 64]
 
 
 def test_wrong_vulkan_math_is_caught() -> None:
@@ -160,7 +160,7 @@ def test_write_past_the_live_end_is_caught() -> None:
     plant = ("binary_flat", "if (i >= params.numel)", "if (i > params.numel)")
     with wgsl_substitution(*plant) as runner:
         hits = assert_found(runner, add_case(), Kind.CANARY_WRITE, "webgpu")
-    assert hits[0].tensor == "sum.out" and hits[0].details["first_element"] == 32
+    assert hits[0].tensor == "sum.out" and hits[0].details.first_element == 32
 
 
 # The last live element copies b's element one past its live end: poison from b's slack. A
@@ -173,7 +173,7 @@ def test_stale_read_is_caught() -> None:
     with wgsl_substitution("binary_flat", "a[i] + b[i]", READ_PAST_END) as runner:
         hits = assert_found(runner, add_case(), Kind.STALE_READ, "webgpu")
     assert hits[0].tensor == "sum.out"
-    assert hits[0].details["origins"][0][0] == "b"
+    assert hits[0].details.origins[0][0] == "b"
 
 
 def test_validation_message_is_caught(runner: LockstepRunner) -> None:
@@ -201,7 +201,7 @@ def test_rejection_that_changes_state_is_caught(
     case = rms_norm_case()
     case.steps.append({"x": np.ones((1, 2, 32), np.float32)})
     hits = assert_found(runner, case, Kind.STATE_AFTER_REJECT, "webgpu")
-    assert "x" in hits[0].details["tensors"]
+    assert "x" in hits[0].details.tensors
 
 
 def test_crash_is_caught(runner: LockstepRunner, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from graph_format import Graph, LoadedGraph, Runtime
 from harness.check.backends import open_runtime, open_runtimes
-from harness.check.divergence import Kind
+from harness.check.divergence import CanaryDetails, Kind
 from harness.check.lockstep import LockstepRunner
 from harness.gen.builder import GraphBuilder
 from tests.diff.test_planted_bugs import READ_PAST_END, add_case, find
@@ -98,7 +98,7 @@ def test_write_past_the_allocation_is_caught(backend: str) -> None:
     hits = find(result.divergences, Kind.CANARY_WRITE, backend)
     assert hits, [(str(d.kind), d.blame, d.message) for d in result.divergences]
     assert [(d.step, d.tensor, d.op) for d in hits] == [(0, "sum.out", "sum")]
-    assert hits[0].details == {"words": 4, "past_allocation": True}
+    assert hits[0].details == CanaryDetails(4, past_allocation=True)
     assert "past the allocation of 'sum.out'" in hits[0].message
     # The guard was re-poisoned: the next steps (which write nothing extra) are clean.
     assert all(d.step == 0 for d in result.divergences), result.divergences
@@ -131,7 +131,7 @@ def test_stale_read_is_caught_on_reused_memory(backend: str) -> None:
     hits = find(result.divergences, Kind.STALE_READ, backend)
     assert hits, [(str(d.kind), d.blame, d.message) for d in result.divergences]
     assert hits[0].tensor == "sum.out"
-    assert hits[0].details["origins"][0][0] == "b"
+    assert hits[0].details.origins[0][0] == "b"
     assert after == before
 
 

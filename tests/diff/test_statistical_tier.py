@@ -60,7 +60,7 @@ def test_one_wrong_weight_code_at_long_k_is_a_numeric_suspect(planted_folder: Pa
     ]
     for d in found:
         # Within the rigorous budget (the hard tier alone let it pass), over the bound.
-        assert d.details["hard_utilization"] < 1.0 < d.details["statistical_utilization"]
+        assert d.details.hard_utilization < 1.0 < d.details.statistical_utilization
 
 
 def test_a_pr_run_finds_a_wrong_code_on_the_long_path_as_a_suspect(

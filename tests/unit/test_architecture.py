@@ -43,6 +43,7 @@ from harness.families import FAMILIES
 from harness.families.random import random_graph_cases
 from harness.gen.case import Case
 from harness.gen.graphgen import GENERATORS, emitted_ops
+from harness.model import OpModel
 from harness.ops import MODELS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -395,6 +396,14 @@ def test_every_op_has_a_model_both_backends_a_family_and_a_generator() -> None:
         if have - ops
     ]
     assert not problems, "registries disagree:\n" + "\n".join(problems)
+
+
+def test_every_op_model_is_an_op_model() -> None:
+    """Every registered model subclasses `OpModel`, so its optional hooks are methods with
+    defaults (no `getattr(model, "hook", None)` lookups stand in for them)."""
+    assert {op for op, m in MODELS.items() if not isinstance(m, OpModel)} == set()
+    assert {op for op, m in MODELS.items() if m.batches_probes} >= {"rms_norm", "add"}
+    assert not MODELS["sym_size"].batches_probes
 
 
 def test_every_models_activations_are_tensor_slots_of_its_schema() -> None:

@@ -17,6 +17,7 @@ from graph_format import (
     ResizeError,
 )
 from harness.check.contract import ContractModel, ModelStep
+from harness.check.divergence import Upstream
 from harness.check.oracles import compiler_headline, error_op, upstream_origin
 from harness.gen.builder import GraphBuilder
 from harness.run.chunks import describe
@@ -155,17 +156,13 @@ def test_a_wrong_upstream_value_is_traced_to_the_op_that_produced_it() -> None:
     right = {**expected.cur_dims, **expected.symints}
     assert upstream_origin(graph, expected, right, "view") is None
     stale_sym = {**right, "rows.out": 4}
-    assert upstream_origin(graph, expected, stale_sym, "view") == {
-        "op": "rows",
-        "op_type": "sym_size",
-        "value": "rows.out",
-        "expected": 2,
-        "got": 4,
-    }
+    assert upstream_origin(graph, expected, stale_sym, "view") == Upstream(
+        "rows", "sym_size", "rows.out", 2, 4
+    )
     # The SymInt is wrong because norm's output was: the chain ends at norm.
     stale_norm = {**stale_sym, "norm.out": (4, 6)}
     origin = upstream_origin(graph, expected, stale_norm, "view")
-    assert origin is not None and (origin["op"], origin["value"]) == ("norm", "norm.out")
+    assert origin is not None and (origin.op, origin.value) == ("norm", "norm.out")
 
 
 NAGA = """Validation Error

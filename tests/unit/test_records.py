@@ -9,7 +9,28 @@ from typing import Any
 
 import pytest
 
-from harness.check.divergence import BugKey
+from harness.check.divergence import (
+    AsymmetryDetails,
+    BitDetails,
+    BitPair,
+    BugKey,
+    BuildErrorDetails,
+    CanaryDetails,
+    CrashDetails,
+    CurDimsDetails,
+    DispatchDetails,
+    Divergence,
+    FirstDivergent,
+    GridDetails,
+    Kind,
+    LoggedDispatch,
+    NumericDetails,
+    StaleReadDetails,
+    StateDetails,
+    Upstream,
+    ValidationDetails,
+)
+from harness.check.repeatability import Repeatability
 from harness.run.bundle import load_bundle
 from harness.run.expectations import Expectation
 from harness.run.plan import Chunk, Shard
@@ -18,6 +39,7 @@ from harness.run.records import (
     CaseRecord,
     ChunkFinding,
     ChunkRecord,
+    EvidenceElement,
     MergeMeta,
     RecordError,
     RecordWriter,
@@ -29,6 +51,7 @@ from harness.run.records import (
     read_records,
     read_run_meta,
     record_from_json,
+    record_line,
     write_json,
 )
 from tests.unit.test_report import _case, _divergence, _run_meta, _summarize
@@ -165,3 +188,88 @@ def test_an_unknown_bundle_format_is_named(tmp_path: Path) -> None:
     (tmp_path / "bundle.json").write_text(json.dumps(doc))
     with pytest.raises(RecordError, match=r"bundle.json: format must be one of"):
         read_bundle_doc(tmp_path / "bundle.json")
+
+
+# ---------------------------------------------------------------------------- typed payloads
+
+# One divergence of every kind that carries details, as the oracles make them.
+TYPED_DETAILS = {
+    "numeric": NumericDetails("op", [1, 2], 0.5),
+    "numeric_suspect": NumericDetails("op", [0], 1e-6, hard_utilization=0.2,
+                                      statistical_utilization=3.0),
+    "bit_mismatch": BitDetails(worst_index=7, pairs=[BitPair(["webgpu", "vulkan"], 3, 0, 2, 7,
+                                                             ["rms_norm"])]),
+    "canary_write": CanaryDetails(4, first_element=12, elements=[12, 13], live_numel=12,
+                                  max_numel=64),
+    "stale_read": StaleReadDetails(2, 5, [5, 6], [["b", 1]]),
+    "dispatch": DispatchDetails(
+        [LoggedDispatch("add", "add_flat", [64, 1, 1], [1, 1, 1], True)],
+        {"webgpu": [LoggedDispatch("add", "add_flat", [64, 1, 1], [2, 1, 1], True)]},
+        {"webgpu": []},
+    ),
+    "cur_dims": CurDimsDetails([2, 6], {"webgpu": [4, 6], "vulkan": [2, 6]}),
+    "error_asymmetry": AsymmetryDetails(
+        key=["InputError", "view", "numel"], error="InputError: no",
+        upstream=Upstream("rows", "sym_size", "rows.out", 2, 4),
+    ),
+    "build_error": BuildErrorDetails(kernel="add_flat", shader="add.wgsl", compiler="error: x"),
+    "crash": CrashDetails(messages=["device lost"]),
+    "state_after_reject": StateDetails(["x"]),
+    "physical_grid": GridDetails([70000, 1, 1], [70000, 1, 1]),
+    "validation": ValidationDetails("VUID-1"),
+}  # fmt: skip
+
+
+def test_every_kind_s_details_round_trip_typed(tmp_path: Path) -> None:
+    """What a divergence carries reads back as its kind's class (`DETAILS`), attribute for
+    attribute, through cases.jsonl; what is not set is not written."""
+    assert set(TYPED_DETAILS) | {"nan_inf", "degenerate"} == {str(k) for k in Kind}
+    divergences = [
+        _divergence(kind=kind, details=plain(details)) for kind, details in TYPED_DETAILS.items()
+    ]
+    writer = RecordWriter(tmp_path / "cases.jsonl")
+    writer.write(record_from_json(_case("rms_norm/0", "c", divergences)))
+    writer.close()
+    (case,) = read_records(tmp_path / "cases.jsonl")
+    assert isinstance(case, CaseRecord)
+    assert {d.kind: d.details for d in case.divergences} == TYPED_DETAILS
+    line = json.loads((tmp_path / "cases.jsonl").read_text())
+    assert line["divergences"][0]["details"] == {
+        "scope": "op", "worst_index": [1, 2], "max_abs_error": 0.5
+    }  # fmt: skip
+
+
+def test_first_divergent_and_repeatability_round_trip_typed(tmp_path: Path) -> None:
+    """A case's first divergent op and repeatability are records of their own, written as
+    before (`class`, not `kind`), and old records' plain objects read as them."""
+    record = _case("rms_norm/0", "c", [_divergence()])
+    record["first_divergent"] = {"step": 0, "op": "rows", "op_type": "sym_size",
+                                 "tensor": "rows.out", "element": None, "kind": "error_asymmetry",
+                                 "blame": "webgpu", "refused_by": "view"}  # fmt: skip
+    record["repeatability"] = {"class": "deterministic", "hashes": {"webgpu": ["a", "a"]}}
+    typed = record_from_json(record)
+    assert isinstance(typed, CaseRecord)
+    assert typed.first_divergent == FirstDivergent(
+        0, "rows", "sym_size", "rows.out", None, "error_asymmetry", "webgpu", refused_by="view"
+    )
+    assert typed.repeatability == Repeatability("deterministic", {"webgpu": ["a", "a"]})
+    again = json.loads(record_line(typed))
+    assert again["repeatability"] == record["repeatability"]
+    assert record_from_json(again) == typed
+
+
+def test_a_kept_bundle_reads_typed() -> None:
+    """A bundle written before the payloads were typed (tests/regressions) reads as them."""
+    doc = read_bundle_doc(KEPT / "bundle.json")
+    (d,) = [d for d in doc.divergences if d.kind == "numeric"][:1]
+    assert isinstance(d.details, NumericDetails) and d.details.scope in ("op", "graph")
+    assert d.details.element == d.details.worst_index is not None
+    assert all(isinstance(e, EvidenceElement) for e in doc.evidence)
+
+
+def test_a_divergence_s_details_are_its_kind_s() -> None:
+    """No details become the kind's empty ones; another kind's are a harness bug."""
+    crash = Divergence(0, Kind.CRASH, "webgpu", "webgpu crashed")
+    assert crash.details == CrashDetails() and Divergence(0, Kind.DEGENERATE, "case", "").details
+    with pytest.raises(TypeError, match="numeric divergence's details must be NumericDetails"):
+        Divergence(0, Kind.NUMERIC, "webgpu", "", details=CrashDetails(stage="x"))

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from harness.check.divergence import BugKey
-from harness.model.numerics import class_mismatch, compare
+from harness.model.numerics import class_mismatch, compare, utilization_map
 from harness.run.cli import _parser
 from harness.run.commands import finding_commands, reproduce_commands
 from harness.run.expectations import ExpectationsError, entry_status, load_expectations
@@ -595,7 +595,7 @@ def test_utilization_treats_nan_policy_like_the_oracle() -> None:
     actual = np.array([1.0, np.nan, np.inf, 2.0])
     reference = np.array([1.0, 1.0, np.inf, 1.0])
     budget = np.array([0.1, 0.1, 0.1, 0.5])
-    assert images.utilization(actual, reference, budget).tolist() == [0.0, np.inf, 0.0, 2.0]
+    assert utilization_map(actual, reference, budget).tolist() == [0.0, np.inf, 0.0, 2.0]
 
 
 def test_the_drawn_utilization_peaks_where_the_oracle_s_does() -> None:
@@ -611,7 +611,7 @@ def test_the_drawn_utilization_peaks_where_the_oracle_s_does() -> None:
             at = rng.integers(0, 24, rng.integers(0, 4))
             array[at] = rng.choice(specials, at.size)
         reference[rng.integers(0, 24, rng.integers(0, 2))] = np.inf
-        drawn = images.utilization(actual, reference, budget)
+        drawn = utilization_map(actual, reference, budget)
         judged = compare(actual, reference, budget)
         by_value = ~class_mismatch(actual, reference)
         assert np.max(drawn[by_value], initial=0.0) == judged.utilization

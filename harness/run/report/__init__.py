@@ -51,8 +51,14 @@ from graph_format.kernels import (
     load_manifest,
 )
 from harness.check.backends import ALL_BACKENDS, SHADER_LANGUAGES
-from harness.check.divergence import blame_meaning
-from harness.model.numerics import compare
+from harness.check.divergence import (
+    BuildErrorDetails,
+    FirstDivergent,
+    NumericDetails,
+    blame_meaning,
+)
+from harness.check.repeatability import Repeatability
+from harness.model.numerics import compare, utilization_map
 from harness.ops import MODELS
 from harness.run.commands import (
     COMMANDS_CWD,
@@ -69,6 +75,7 @@ from harness.run.records import (
     BundleDoc,
     CaseRecord,
     DivergenceRecord,
+    EvidenceElement,
     Finding,
     LoggedDispatch,
     MergeMeta,
@@ -350,13 +357,15 @@ def _failure_page(
     repeatability = from_bundle or (record.repeatability if record is not None else None)
     repeat_source = "the bundle's re-runs" if from_bundle else "the run"
     if not repeatability and finding.repeatability:
-        repeatability = {"class": finding.repeatability}
+        repeatability = Repeatability(finding.repeatability)
+    first, first_source = _first_divergent(record, divergences) if record else (None, "")
     return _ENV.get_template("failure.html.j2").render(
         s=summary,
         f=finding,
         r=record,
         divergences=divergences,
-        first=_first_divergent(record, divergences) if record is not None else None,
+        first=first,
+        first_source=first_source,
         repeatability=repeatability,
         repeat_words=_repeatability_words(repeatability),
         repeat_source=repeat_source,
@@ -444,7 +453,7 @@ def _slots_ran(
                 if d.ran:
                     ran.setdefault(d.kernel, {})[backend] = "ran"
     for failed in divergences:
-        slot = failed.details.get("kernel") if failed.kind == "build_error" else None
+        slot = failed.details.kernel if isinstance(failed.details, BuildErrorDetails) else None
         if isinstance(slot, str) and slot:
             ran.setdefault(slot, {}).setdefault(failed.blame, "did not build")
     return ran
@@ -504,12 +513,12 @@ _REPEAT_CLASSES = {
 }
 
 
-def _repeatability_words(repeatability: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def _repeatability_words(repeatability: Repeatability | None) -> dict[str, Any] | None:
     """A repeatability record (its class and per-backend hashes of each re-run) in words:
     what the class means and, per backend, how many re-runs gave how many distinct results."""
     if not repeatability:
         return None
-    kind = str(repeatability.get("class", "?"))
+    kind = repeatability.kind
     meaning = _REPEAT_CLASSES.get(kind)
     if meaning is None and kind.startswith("nondeterministic:"):
         which = kind.partition(":")[2]
@@ -520,11 +529,10 @@ def _repeatability_words(repeatability: Mapping[str, Any] | None) -> dict[str, A
             "so a replay may not show the same values"
         )
     lines = []
-    hashes = repeatability.get("hashes") or {}
-    for backend, runs in sorted(hashes.items()) if isinstance(hashes, Mapping) else ():
-        if not isinstance(runs, list) or not runs:
+    for backend, runs in sorted(repeatability.hashes.items()):
+        if not runs:
             continue
-        counts = Counter(str(h) for h in runs)
+        counts = Counter(runs)
         if len(counts) == 1:
             text = f"{len(runs)} re-run{'s' if len(runs) != 1 else ''}, all bit-identical"
         else:
@@ -547,68 +555,45 @@ def _no_bundle(run: RunMeta, finding: Finding) -> str:
     return f"it could not be written ({ended})"
 
 
-def _element_view(element: Mapping[str, Any]) -> dict[str, Any]:
+def _element_view(element: EvidenceElement) -> dict[str, Any]:
     """A worst element of bundle.json's `evidence` for the page: backends in report order,
     and one row per input, or one per backend where the backends' inputs differ."""
     order = {b: i for i, b in enumerate(BACKEND_ORDER)}
-    backends = sorted(element.get("backends", {}).items(), key=lambda kv: order.get(kv[0], 9))
+    backends = sorted(element.backends.items(), key=lambda kv: order.get(kv[0], 9))
     inputs: list[dict[str, Any]] = []
-    slots = [i["slot"] for _, b in backends for i in b.get("inputs", [])]
+    slots = [i.slot for _, b in backends for i in b.inputs]
     for slot in dict.fromkeys(slots):
-        views = [
-            (name, i) for name, b in backends for i in b.get("inputs", []) if i["slot"] == slot
-        ]
+        views = [(name, i) for name, b in backends for i in b.inputs if i.slot == slot]
         if len(views) == len(backends) and all(v == views[0][1] for _, v in views):
-            inputs.append({"backend": "all", **views[0][1]})
+            inputs.append({"backend": "all", "input": views[0][1]})
         else:
-            inputs += [{"backend": name, **view} for name, view in views]
-    return {**element, "backends": backends, "inputs": inputs}
+            inputs += [{"backend": name, "input": view} for name, view in views]
+    return {"e": element, "backends": backends, "inputs": inputs}
 
 
 def _first_divergent(
     record: CaseRecord, divergences: Sequence[DivergenceRecord]
-) -> dict[str, Any] | None:
-    """The harness's own record of the first divergent op, else the earliest divergence.
+) -> tuple[FirstDivergent | None, str]:
+    """The harness's own record of the first divergent op, else the earliest divergence's
+    (`FirstDivergent.of`), and which of the two it is.
 
     Earliest = lowest step, then the op's position in that step's contract dispatch order
     (graph order), then per-op findings before end-to-end ones.
     """
     if record.first_divergent:
-        return {"source": "harness", **record.first_divergent}
+        return record.first_divergent, "harness"
     if not divergences:
-        return None
+        return None, ""
     order: dict[tuple[int, str], int] = {}
     for step in record.timeline:
         for k, dispatch in enumerate(step.model.dispatches):
             order.setdefault((step.index, dispatch.op), k)
 
     def key(d: DivergenceRecord) -> tuple[int, int, int]:
-        return (
-            d.step,
-            order.get((d.step, str(d.op)), 1 << 20),
-            0 if d.details.get("scope") == "op" else 1,
-        )
+        per_op = isinstance(d.details, NumericDetails) and d.details.scope == "op"
+        return (d.step, order.get((d.step, str(d.op)), 1 << 20), 0 if per_op else 1)
 
-    d = min(divergences, key=key)
-    first = {
-        "source": "earliest divergence",
-        "step": d.step,
-        "op": d.op,
-        "op_type": d.op_type,
-        "tensor": d.tensor,
-        "element": d.details.get("worst_index") or d.details.get("first_element"),
-        "kind": d.kind,
-        "blame": d.blame,
-    }
-    upstream = d.details.get("upstream")
-    if upstream:  # an op refused a wrong value: where that value was produced
-        first |= {
-            "op": upstream.get("op"),
-            "op_type": upstream.get("op_type"),
-            "tensor": upstream.get("value"),
-            "refused_by": d.op,
-        }
-    return first
+    return FirstDivergent.of(min(divergences, key=key)), "earliest divergence"
 
 
 def _step_view(step: TimelineStep) -> dict[str, Any]:
@@ -683,7 +668,7 @@ def _heatmaps(arrays: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
         # elements compared by value, those of another class counted apart); the per-element
         # map only draws them.
         judged = compare(actual, ref, budget)
-        util = images.utilization(actual, ref, budget)
+        util = utilization_map(actual, ref, budget)
         finite = util[np.isfinite(util)]
         worst = judged.worst_index
         if worst is None:  # nothing compared by value: the first element of another class
@@ -746,7 +731,7 @@ def _row_plots(group: dict[str, Any], arrays: Mapping[str, np.ndarray]) -> None:
         )
         m["values_plot"] = images.values_plot(actual, reference, budget, m["backend"], start)
         m["error_plot"] = images.error_plot(actual, reference, budget, m["backend"], start)
-        m["row_over"] = int(np.sum(~(images.utilization(actual, reference, budget) <= 1.0)))
+        m["row_over"] = int(np.sum(~(utilization_map(actual, reference, budget) <= 1.0)))
 
 
 def _canaries(

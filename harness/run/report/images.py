@@ -18,7 +18,7 @@ import zlib
 
 import numpy as np
 
-from harness.model.numerics import class_mismatch
+from harness.model.numerics import class_mismatch, utilization_map
 
 MAX_ROWS = 128
 MAX_COLS = 256
@@ -69,22 +69,6 @@ def pool_max(a: np.ndarray, max_rows: int = MAX_ROWS, max_cols: int = MAX_COLS) 
         axis=(1, 3)
     )
     return pooled
-
-
-def utilization(actual: np.ndarray, reference: np.ndarray, budget: np.ndarray) -> np.ndarray:
-    """|actual - reference| / budget per element, for drawing: the ratio whose largest
-    value over the elements compared by value is `numerics.compare`'s utilization (0 where
-    there is no error, inf where the budget is not positive and the error is); inf where the
-    two differ in class (`class_mismatch`, which `compare` counts apart), 0 where both are
-    the same non-finite class. The page's numbers come from `compare` itself."""
-    act = np.asarray(actual, np.float64)
-    ref = np.asarray(reference, np.float64)
-    bud = np.asarray(budget, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        err = np.abs(act - ref)
-        util = np.where(bud > 0, err / np.where(bud > 0, bud, 1.0), np.where(err > 0, np.inf, 0))
-    special = ~np.isfinite(act) | ~np.isfinite(ref)
-    return np.where(class_mismatch(act, ref), np.inf, np.where(special, 0.0, util))
 
 
 def heatmap(util: np.ndarray) -> bytes:
@@ -252,7 +236,7 @@ def error_plot(
     reference is not) is a red dot of class `over`."""
     act, ref, bud = (np.asarray(a, np.float64).ravel() for a in (actual, reference, budget))
     backend = html.escape(backend)  # it goes into the page as markup
-    util = utilization(act, ref, bud)
+    util = utilization_map(act, ref, bud)
     with np.errstate(invalid="ignore"):
         err = np.abs(act - ref)
     # As the oracle judges them (`class_mismatch`): another class is infinitely wrong, the
