@@ -113,13 +113,11 @@ DIVISOR_LIMIT = F32.divisor_limit
 
 
 # Half precision (IEEE binary16), for kernels that store (or compute) in f16: the unit
-# roundoff, the largest finite value (a result above it rounds to inf, so generated data
-# keeps every intermediate below it), and half the spacing of the f16 subnormals, 2^-24 / 2:
-# the absolute error of rounding a result below the smallest normal 2^-14 to the nearest
-# subnormal, which relative error cannot describe. (Subnormal f16 results are kept by the
-# f32 -> f16 conversions the kernels store with, on both APIs.)
+# roundoff, and half the spacing of the f16 subnormals, 2^-24 / 2: the absolute error of
+# rounding a result below the smallest normal 2^-14 to the nearest subnormal, which relative
+# error cannot describe. (Subnormal f16 results are kept by the f32 -> f16 conversions the
+# kernels store with, on both APIs; the largest finite value is `F16.largest`.)
 U16 = F16.u
-F16_MAX = F16.largest
 SUBNORMAL_HALF_SPACING16 = 2.0**-25
 
 
