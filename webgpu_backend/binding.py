@@ -49,8 +49,10 @@ from graph_format.kernels import (
 )
 from webgpu_backend import shaders
 from webgpu_backend.reflection import (
+    EntryPoint,
     Override,
     ResourceBinding,
+    WgslReflection,
     WgslType,
     WorkgroupDim,
     reflect_wgsl,
@@ -367,32 +369,77 @@ def plan_kernel(
             offers).
     """
     reflection = reflect_wgsl(source, str(entry.source))
+    point, workgroup = _entry_point(entry, reflection)
+    declared = _declared_bindings(entry, reflection, point)
+    planned = _plan_bindings(entry, declared, dispatch, extra_roles)
+    packers = _packers(entry, declared, dispatch, extra_values)
+    return KernelPlan(
+        entry=entry,
+        dispatch=dispatch,
+        source=source,
+        digest=reflection.sha256,
+        bindings=planned,
+        packers=packers,
+        overrides=_passed_overrides(entry, reflection),
+        workgroup=workgroup,
+        declared_overrides=reflection.overrides,
+    )
 
-    def fail(message: str) -> KernelInterfaceError:
-        return KernelInterfaceError(entry.slot, entry.source, message)
 
+def _fail(entry: KernelEntry, message: str) -> KernelInterfaceError:
+    """An interface error naming the entry's slot and kernel file."""
+    return KernelInterfaceError(entry.slot, entry.source, message)
+
+
+def _entry_point(
+    entry: KernelEntry, reflection: WgslReflection
+) -> tuple[EntryPoint, tuple[WorkgroupDim, WorkgroupDim, WorkgroupDim]]:
+    """The entry's compute entry point and its @workgroup_size, which it must declare."""
     compute = [e.name for e in reflection.entry_points if e.stage == "compute"]
     if entry.entry not in compute:
-        raise fail(
+        raise _fail(
+            entry,
             f"entry: {entry.source} has no compute entry point {entry.entry!r} (declared: "
-            f"{', '.join(compute) or 'none'})"
+            f"{', '.join(compute) or 'none'})",
         )
     point = reflection.entry_point(entry.entry)
     if point.workgroup_size is None:
-        raise fail(f"{entry.source}: entry point {entry.entry!r} declares no @workgroup_size")
+        raise _fail(
+            entry, f"{entry.source}: entry point {entry.entry!r} declares no @workgroup_size"
+        )
+    return point, point.workgroup_size
+
+
+def _declared_bindings(
+    entry: KernelEntry, reflection: WgslReflection, point: EntryPoint
+) -> list[ResourceBinding]:
+    """The bindings the entry point uses: buffers of @group(0), what the runtime binds."""
     used = set(point.resources)
     declared = [b for b in reflection.bindings if (b.group, b.binding) in used]
     for b in declared:
         if b.group != 0:
-            raise fail(
+            raise _fail(
+                entry,
                 f"binding {b.binding} {b.name!r} of {entry.source} is in @group({b.group}); "
-                "the webgpu runtime binds @group(0) only"
+                "the webgpu runtime binds @group(0) only",
             )
         if b.kind is None:
-            raise fail(
+            raise _fail(
+                entry,
                 f"binding {b.binding} {b.name!r} of {entry.source} is a {b.resource}; a kernel "
-                "of a slot binds buffers only"
+                "of a slot binds buffers only",
             )
+    return declared
+
+
+def _plan_bindings(
+    entry: KernelEntry,
+    declared: Sequence[ResourceBinding],
+    dispatch: int,
+    extra_roles: Collection[str],
+) -> tuple[PlannedBinding, ...]:
+    """Each binding's target: a uniform takes the params, a storage binding a role (a role
+    written in the dispatch bound once)."""
     targets = entry.resolve_bindings(
         [(b.binding, b.name) for b in declared], dispatch=dispatch, extra_roles=extra_roles
     )
@@ -403,36 +450,48 @@ def plan_kernel(
         kind = cast(BindingKind, b.kind)
         if (kind == "uniform") != (target == PARAMS_TARGET):
             want = "a uniform packed from values ('params')" if kind == "uniform" else "a role"
-            raise fail(
+            raise _fail(
+                entry,
                 f"binding {b.binding} {b.name!r} of {entry.source} is {_kind_text(kind)} "
-                f"({b.type.name}) but is given {target!r}; it takes {want}"
+                f"({b.type.name}) but is given {target!r}; it takes {want}",
             )
         if kind != "uniform":
             if target in access and "storage_rw" in (access[target], kind):
-                raise fail(
+                raise _fail(
+                    entry,
                     f"binding {b.binding} {b.name!r} of {entry.source} binds role {target!r} "
                     "a second time, and one of them writes it (a buffer written in a dispatch "
                     "is bound once; an out-of-place kernel writes a role of its own, sized in "
-                    'the manifest: scratch.<role> = "<bytes>")'
+                    'the manifest: scratch.<role> = "<bytes>")',
                 )
             access[target] = kind
         planned.append(PlannedBinding(b.binding, b.name, kind, target))
+    return tuple(planned)
 
+
+def _packers(
+    entry: KernelEntry,
+    declared: Sequence[ResourceBinding],
+    dispatch: int,
+    extra_values: Collection[str],
+) -> dict[int, Packer]:
+    """A packer per uniform binding, its members resolved by name (each name once)."""
     uniforms = [b for b in declared if b.kind == "uniform"]
     members: dict[str, tuple[ResourceBinding, WgslType, int]] = {}
     for b in uniforms:
         for name, wgsl_type, offset in _uniform_fields(b):
             if name in members:
-                raise fail(
+                raise _fail(
+                    entry,
                     f"{entry.source} declares a params member {name!r} in two uniforms "
-                    f"({members[name][0].name} and {b.name}); members are filled by name"
+                    f"({members[name][0].name} and {b.name}); members are filled by name",
                 )
             members[name] = (b, wgsl_type, offset)
     layout = {name: f"{t.name} at offset {offset}" for name, (_, t, offset) in members.items()}
     resolved = entry.resolve_members(
         list(members), dispatch=dispatch, extra_values=extra_values, layout=layout
     )
-    packers = {
+    return {
         b.binding: Packer(
             entry.slot,
             entry.source,
@@ -444,28 +503,25 @@ def plan_kernel(
         for b in uniforms
     }
 
+
+def _passed_overrides(
+    entry: KernelEntry, reflection: WgslReflection
+) -> tuple[tuple[Override, Expression], ...]:
+    """(declared override, its expression) of each override the entry passes; one without
+    a default must be passed."""
     names = [o.name for o in reflection.overrides]
     passed = entry.resolve_overrides(names)
     by_name = {o.name: o for o in reflection.overrides}
     missing = [o.name for o in reflection.overrides if o.required and o.name not in passed]
     if missing:
         offered = ", ".join(entry.interface.values)
-        raise fail(
+        raise _fail(
+            entry,
             f"override {missing[0]!r} of {entry.source} has no default and no value; map it "
             f'with overrides = {{ {missing[0]} = "<expression>" }} ({entry.interface.op} '
-            f"offers [{offered}])"
+            f"offers [{offered}])",
         )
-    return KernelPlan(
-        entry=entry,
-        dispatch=dispatch,
-        source=source,
-        digest=reflection.sha256,
-        bindings=tuple(planned),
-        packers=packers,
-        overrides=tuple((by_name[name], expression) for name, expression in passed.items()),
-        workgroup=point.workgroup_size,
-        declared_overrides=reflection.overrides,
-    )
+    return tuple((by_name[name], expression) for name, expression in passed.items())
 
 
 def _kind_text(kind: BindingKind) -> str:

@@ -40,7 +40,6 @@ Resize model (docs/design.md §4.1; upstream's, with its known divergences fixed
 from __future__ import annotations
 
 import math
-import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -69,11 +68,8 @@ from graph_format import (
 )
 from graph_format.kernels import (
     Count,
-    Expression,
     KernelInterfaceError,
-    KernelRequirementError,
     Value,
-    adapter_provides,
     scratch_sizes,
 )
 from webgpu_backend.binding import BACKEND, KernelCatalog
@@ -392,6 +388,8 @@ class WebGPUGraph:
         tensors: Mapping[str, WebGPUTensor | ScratchBuffer],
         static: dict[str, Value],
     ) -> SlotKernel:
+        """The kernel of `slot` in `node`: its adapter and scratch, its `requires` over the
+        values fixed at load, a run per dispatch of its entry."""
         entry = self.catalog.entry(slot, stem)
         source = self.catalog.source(entry, stem)
         kernel = SlotKernel(
@@ -400,30 +398,7 @@ class WebGPUGraph:
         scratch: dict[str, ScratchBuffer] = {}
         adapter_class = self.catalog.adapter(entry)
         if adapter_class is not None:
-            kernel.provides = frozenset(adapter_provides(adapter_class))
-            try:
-                kernel.adapter = adapter_class(kernel.static)
-                sizes = dict(kernel.adapter.scratch())
-            except Exception as err:  # the user's code: any failure is a finding
-                text = "".join(traceback.format_exception(err)).strip()
-                raise kernel.fail(f"adapter {entry.adapter} failed at load:\n{text}") from None
-            for role, nbytes in sizes.items():
-                if (
-                    not isinstance(role, str)
-                    or not role.isidentifier()
-                    or role in tensors
-                    or role in entry.shared_roles
-                ):
-                    roles = ", ".join([*SLOTS[slot].tensors, *entry.shared_roles])
-                    raise kernel.fail(
-                        f"adapter {entry.adapter}: scratch role {role!r} must be a new name "
-                        f"(the slot's roles: {roles})"
-                    )
-                if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
-                    raise kernel.fail(
-                        f"adapter {entry.adapter}: scratch {role!r} of {nbytes!r} bytes; "
-                        "expected a positive integer"
-                    )
+            for role, nbytes in kernel.load_adapter(adapter_class, tensors).items():
                 scratch[role] = self.create_scratch(node, role, nbytes)
         for role in entry.shared_roles:  # the manifest's new roles: one buffer per op node
             shared = self._shared.get((node.name, role))
@@ -431,55 +406,48 @@ class WebGPUGraph:
                 nbytes = self._manifest_scratch(node, static)[role]
                 shared = self._shared[(node.name, role)] = self.create_scratch(node, role, nbytes)
             scratch[role] = shared
-        live: list[Expression] = []
-        for condition in entry.requires:
-            if not condition.names <= static.keys():
-                live.append(condition)
-            elif not condition.evaluate(static):
-                raise KernelRequirementError(node.name, slot, condition.text, entry.source)
-        kernel.live_requires = tuple(live)
+        kernel.check_requires()
         for index in range(len(entry.dispatches)):
-            try:
-                plan = self.catalog.plan(
-                    entry, index, source, tuple(sorted(kernel.provides)), tuple(scratch)
-                )
-            except WgslReflectionError:
-                # The implementation's compiler is the authority on WGSL: its whole
-                # message, when it refuses too.
-                self.dev.gpu.compile(slot, source, entry.source)
-                raise
-            constants = plan.constants(static, node.op)
-            size = plan.workgroup_size(constants)
-            if math.prod(size) > self.dev.max_invocations_per_workgroup:
-                raise self.fail(
-                    node,
-                    f"{slot}: {entry.source} asks for {math.prod(size)} invocations per "
-                    f"workgroup {list(size)}, the device allows "
-                    f"{self.dev.max_invocations_per_workgroup}",
-                )
-            pipeline = self.pipelines.pipeline(
-                slot, source, plan.digest, entry.source, plan.layout, constants, entry.entry
-            )
-            run = KernelRun(plan, pipeline, size, [], [], [], [])
-            for binding in plan.bindings:
-                if binding.kind == "uniform":
-                    packer = plan.packers[binding.index]
-                    params = self._create_params(packer.size)
-                    run.params.append((params, packer))
-                    run.bindings.append((binding.index, params.slot))
-                    continue
-                buffer = tensors.get(binding.target) or scratch.get(binding.target)
-                if buffer is None:
-                    raise plan.fail(
-                        f"binding {binding.index} {binding.name!r} takes role "
-                        f"{binding.target!r}, which op {node.op} does not bind here (it binds: "
-                        f"{', '.join([*tensors, *scratch])})"
-                    )
-                run.bindings.append((binding.index, buffer.slot))
-                (run.written if binding.kind == "storage_rw" else run.read).append(buffer.slot)
-            kernel.runs.append(run)
+            kernel.runs.append(self._build_run(node, kernel, index, source, tensors, scratch))
         kernel.enable_fast_path()
         return kernel
+
+    def _build_run(
+        self,
+        node: OpNode,
+        kernel: SlotKernel,
+        index: int,
+        source: str,
+        tensors: Mapping[str, WebGPUTensor | ScratchBuffer],
+        scratch: Mapping[str, ScratchBuffer],
+    ) -> KernelRun:
+        """Dispatch `index` of `kernel`'s entry: its plan, pipeline and workgroup size (within
+        the device's limit), its buffers bound by role."""
+        entry, slot = kernel.entry, kernel.slot
+        try:
+            plan = self.catalog.plan(
+                entry, index, source, tuple(sorted(kernel.provides)), tuple(scratch)
+            )
+        except WgslReflectionError:
+            # The implementation's compiler is the authority on WGSL: its whole
+            # message, when it refuses too.
+            self.dev.gpu.compile(slot, source, entry.source)
+            raise
+        constants = plan.constants(kernel.static, node.op)
+        size = plan.workgroup_size(constants)
+        if math.prod(size) > self.dev.max_invocations_per_workgroup:
+            raise self.fail(
+                node,
+                f"{slot}: {entry.source} asks for {math.prod(size)} invocations per "
+                f"workgroup {list(size)}, the device allows "
+                f"{self.dev.max_invocations_per_workgroup}",
+            )
+        pipeline = self.pipelines.pipeline(
+            slot, source, plan.digest, entry.source, plan.layout, constants, entry.entry
+        )
+        run = KernelRun(plan, pipeline, size, [], [], [], [])
+        run.bind(node.op, tensors, scratch, self._create_params)
+        return run
 
     def add_resize_hook(
         self, node: OpNode, triggers: Iterable[str], fn: Callable[[], None]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import struct
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -30,12 +30,15 @@ from graph_format.kernels import (
     KernelAdapter,
     KernelEntry,
     KernelInterfaceError,
+    KernelRequirementError,
     Value,
+    adapter_provides,
 )
 from webgpu_backend.binding import KernelPlan, Packer
 from webgpu_backend.device import Pipeline
 from webgpu_backend.gpu import GpuBindGroup
 from webgpu_backend.pool import BufferPool, Slot
+from webgpu_backend.tensor import WebGPUTensor
 
 
 @dataclass
@@ -94,6 +97,37 @@ class KernelRun:
             self._bind_group = self._pool.bind_group(self.pipeline.layout, self.bindings)
         return self._bind_group
 
+    def bind(
+        self,
+        op: str,
+        tensors: Mapping[str, WebGPUTensor | ScratchBuffer],
+        scratch: Mapping[str, ScratchBuffer],
+        make_params: Callable[[int], ParamsBuffer],
+    ) -> None:
+        """Bind each binding of the plan: a uniform to a params buffer of its own (of
+        `make_params(bytes)`), a storage binding to the tensor or scratch buffer of its role.
+
+        Raises:
+            KernelInterfaceError: a binding takes a role that op `op` does not bind here.
+        """
+        plan = self.plan
+        for binding in plan.bindings:
+            if binding.kind == "uniform":
+                packer = plan.packers[binding.index]
+                params = make_params(packer.size)
+                self.params.append((params, packer))
+                self.bindings.append((binding.index, params.slot))
+                continue
+            buffer = tensors.get(binding.target) or scratch.get(binding.target)
+            if buffer is None:
+                raise plan.fail(
+                    f"binding {binding.index} {binding.name!r} takes role "
+                    f"{binding.target!r}, which op {op} does not bind here (it binds: "
+                    f"{', '.join([*tensors, *scratch])})"
+                )
+            self.bindings.append((binding.index, buffer.slot))
+            (self.written if binding.kind == "storage_rw" else self.read).append(buffer.slot)
+
 
 # (slot, names fixed at load, names handed per step) an op module was seen to offer right.
 # Kept for the process: a check of the op modules' code against the shipped slot table, the
@@ -134,6 +168,58 @@ class SlotKernel:
                 for params, packer in pairs
                 if packer.simple is not None
             ]
+
+    def load_adapter(
+        self, adapter_class: type[KernelAdapter], roles: Collection[str]
+    ) -> dict[str, int]:
+        """Make the entry's adapter for the values fixed at load; returns the scratch it asks
+        for (role -> bytes): each a new name (not one of `roles`, the op's, nor the
+        manifest's shared roles) of a positive size.
+
+        Raises:
+            KernelBuildError: the adapter's code fails, or it asks for bad scratch.
+        """
+        entry = self.entry
+        self.provides = frozenset(adapter_provides(adapter_class))
+        try:
+            self.adapter = adapter_class(self.static)
+            sizes = dict(self.adapter.scratch())
+        except Exception as err:  # the user's code: any failure is a finding
+            text = "".join(traceback.format_exception(err)).strip()
+            raise self.fail(f"adapter {entry.adapter} failed at load:\n{text}") from None
+        for role, nbytes in sizes.items():
+            if (
+                not isinstance(role, str)
+                or not role.isidentifier()
+                or role in roles
+                or role in entry.shared_roles
+            ):
+                names = ", ".join([*SLOTS[self.slot].tensors, *entry.shared_roles])
+                raise self.fail(
+                    f"adapter {entry.adapter}: scratch role {role!r} must be a new name "
+                    f"(the slot's roles: {names})"
+                )
+            if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1:
+                raise self.fail(
+                    f"adapter {entry.adapter}: scratch {role!r} of {nbytes!r} bytes; "
+                    "expected a positive integer"
+                )
+        return sizes
+
+    def check_requires(self) -> None:
+        """Check the entry's `requires` over the values fixed at load; keep those that read
+        a step's values (`live_requires`, checked by `Dispatch.set`).
+
+        Raises:
+            KernelRequirementError: a condition over the values fixed at load fails.
+        """
+        live: list[Expression] = []
+        for condition in self.entry.requires:
+            if not condition.names <= self.static.keys():
+                live.append(condition)
+            elif not condition.evaluate(self.static):
+                raise KernelRequirementError(self.op, self.slot, condition.text, self.entry.source)
+        self.live_requires = tuple(live)
 
     def fail(self, message: str, *, values: bool = False) -> KernelBuildError:
         """A finding against this kernel, for its op (`values`: a manifest kernel's
@@ -232,12 +318,7 @@ class Dispatch:
             InputError: a kernel's `requires` broken by these values ("kernel_requires").
             KernelBuildError: an expression, an adapter or a params member fails on them.
         """
-        kernel = self._selected
-        if slot is not None and slot != self.kernel:
-            if slot not in self.kernels:
-                raise KeyError(f"{self.op}: no slot {slot!r}; built: {sorted(self.kernels)}")
-            self.kernel = slot
-            kernel = self._selected = self.kernels[slot]
+        kernel = self._select(slot)
         if not kernel.checked:
             kernel.check_values(step)
         self.count = count = step["workgroups"]  # type: ignore[assignment]  # int: checked
@@ -245,17 +326,22 @@ class Dispatch:
             return  # nothing of a skipped slot is read: its values stay as they last ran
         values = kernel.values
         values.update(step)
-        fast = kernel.fast
-        if fast is not None:  # members by name, no adapter, no requires, the op's count
-            try:
-                for params, pack, get in fast:
-                    data = pack(*get(values))
-                    if data != params.data:
-                        params.data = data
-                        params.dirty = True
-                return
-            except (KeyError, struct.error):
-                pass  # the general path below names the member at fault
+        if kernel.fast is not None and _pack_fast(kernel.fast, values):
+            return
+        self._pack(kernel, values)
+
+    def _select(self, slot: str | None) -> SlotKernel:
+        """The kernel of `slot` (None: the one selected), selected from now on."""
+        if slot is not None and slot != self.kernel:
+            if slot not in self.kernels:
+                raise KeyError(f"{self.op}: no slot {slot!r}; built: {sorted(self.kernels)}")
+            self.kernel = slot
+            self._selected = self.kernels[slot]
+        return self._selected
+
+    def _pack(self, kernel: SlotKernel, values: dict[str, Value]) -> None:
+        """The general path: the adapter's values, live `requires`, every params uniform
+        packed, a manifest's counts (the member at fault named when one fails)."""
         if kernel.adapter is not None:
             values = kernel.derive(values)
         try:
@@ -276,6 +362,23 @@ class Dispatch:
                 )
         except (ExpressionError, KernelInterfaceError) as err:
             raise kernel.fail(kernel.entry.failure_text(err), values=True) from None
+
+
+def _pack_fast(
+    fast: list[tuple[ParamsBuffer, Callable[..., bytes], Callable[[Any], Any]]],
+    values: Mapping[str, Value],
+) -> bool:
+    """Pack a kernel's uniforms by member name (no adapter, no requires, the op's count);
+    False when a value is missing or misfits (the general path names the member at fault)."""
+    try:
+        for params, pack, get in fast:
+            data = pack(*get(values))
+            if data != params.data:
+                params.data = data
+                params.dirty = True
+    except (KeyError, struct.error):
+        return False
+    return True
 
 
 class Scheduled(NamedTuple):

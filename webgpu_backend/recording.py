@@ -56,6 +56,35 @@ class Reads:
     guards: list[tuple[Slot, int]] = field(default_factory=list)
     size: int = 0
 
+    def add(self, block: Block, current: _Copy | None, slot: Slot, src: int, size: int) -> _Copy:
+        """Read `size` bytes at `src` of `slot` in `block`: extending `current` (the copy
+        being extended) when the gap is short, else a new copy; returns the copy extended."""
+        gap = src - (current.src + current.size) if current else -1
+        if current is not None and 0 <= gap <= _MERGE_GAP:
+            dst = current.dst + current.size + gap
+            current.size += gap + size
+        else:
+            dst = self.size
+            current = _Copy(block, src, dst, size)
+            self.copies.append(current)
+        self.size = max(self.size, align_up(dst + size, 8))
+        if src == slot.offset:
+            self.at[slot.name] = dst
+            if slot.guard and size >= slot.binding_size:
+                self.guards.append((slot, dst + slot.size))
+        elif slot.guard:
+            self.guards.append((slot, dst))
+        return current
+
+
+def _pieces(slot: Slot, nbytes: int) -> list[tuple[int, int]]:
+    """(offset, bytes) to read of a slot of which `nbytes` are wanted: the slot whole with its
+    guard when that leaves a short slack, else the bytes wanted and the guard apart."""
+    if nbytes and slot.size - nbytes <= _WHOLE_COPY_SLACK:
+        return [(slot.offset, slot.binding_size)]
+    pieces = [(slot.offset, nbytes)] if nbytes else []
+    return pieces + ([(slot.guard_offset, slot.guard)] if slot.guard else [])
+
 
 class Recorder:
     """One graph's traffic with its device, once its arena is placed.
@@ -210,26 +239,6 @@ class Recorder:
                 continue
             current: _Copy | None = None  # the copy being extended
             for slot in placed.slots:
-                nbytes = need.get(slot, 0)
-                if nbytes and slot.size - nbytes <= _WHOLE_COPY_SLACK:
-                    pieces = [(slot.offset, slot.binding_size)]
-                else:
-                    pieces = [(slot.offset, nbytes)] if nbytes else []
-                    pieces += [(slot.guard_offset, slot.guard)] if slot.guard else []
-                for src, size in pieces:
-                    gap = src - (current.src + current.size) if current else -1
-                    if current is not None and 0 <= gap <= _MERGE_GAP:
-                        dst = current.dst + current.size + gap
-                        current.size += gap + size
-                    else:
-                        dst = reads.size
-                        current = _Copy(placed.block, src, dst, size)
-                        reads.copies.append(current)
-                    reads.size = max(reads.size, align_up(dst + size, 8))
-                    if src == slot.offset:
-                        reads.at[slot.name] = dst
-                        if slot.guard and size >= slot.binding_size:
-                            reads.guards.append((slot, dst + slot.size))
-                    elif slot.guard:
-                        reads.guards.append((slot, dst))
+                for src, size in _pieces(slot, need.get(slot, 0)):
+                    current = reads.add(placed.block, current, slot, src, size)
         return reads

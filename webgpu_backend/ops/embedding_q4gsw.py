@@ -17,6 +17,7 @@ from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
+from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
 
@@ -34,34 +35,7 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     indices = graph.arg_tensor(node, "indices")
     out = graph.output(node, "out")
     group_size = int(graph.arg_scalar(node, "group_size"))
-    if weight.dtype != "uint8" or len(weight.dims) != 2:
-        raise graph.fail(
-            node,
-            f"weight must be uint8 [vocab, D/2], got {weight.dtype} {list(weight.dims)}",
-            tensor=weight.name,
-        )
-    if scales.dtype != "float32":
-        raise graph.fail(node, f"scales must be float32, got {scales.dtype}", tensor=scales.name)
-    if indices.dtype != "int32":
-        raise graph.fail(node, f"indices must be int32, got {indices.dtype}", tensor=indices.name)
-    if out.dtype not in FLOAT_DTYPES:
-        raise graph.fail(node, f"out must be float32 or float16, got {out.dtype}", out.name)
-    vocab, dim = weight.dims[0], 2 * weight.dims[1]
-    if group_size <= 0 or dim % group_size:
-        raise graph.fail(node, f"group_size {group_size} must divide the embedding dim {dim}")
-    groups = dim // group_size
-    if scales.dims != (vocab, groups):
-        raise graph.fail(
-            node, f"scales must be [{vocab}, {groups}], got {list(scales.dims)}", scales.name
-        )
-    if indices.name not in graph.graph.inputs:
-        raise graph.fail(
-            node, "indices must be a graph input: token ids are checked on the host", indices.name
-        )
-    if out.dims != (*indices.dims, dim):
-        raise graph.fail(
-            node, f"out must be {[*indices.dims, dim]}, got {list(out.dims)}", tensor=out.name
-        )
+    vocab, dim, groups = _check_build(graph, node, (weight, scales, indices, out), group_size)
 
     def check_ids(ids: np.ndarray) -> None:
         bad = np.flatnonzero((ids < 0) | (ids >= vocab))
@@ -97,3 +71,43 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         dispatch.set({"numel": numel, "workgroups": -(-numel // WORKGROUP_SIZE)})
 
     graph.add_resize_hook(node, [indices.name], resize)
+
+
+def _check_build(
+    graph: WebGPUGraph,
+    node: OpNode,
+    tensors: tuple[WebGPUTensor, WebGPUTensor, WebGPUTensor, WebGPUTensor],
+    group_size: int,
+) -> tuple[int, int, int]:
+    """Check (weight, scales, indices, out) at load; returns the vocabulary, the embedding
+    dim and the groups per row."""
+    weight, scales, indices, out = tensors
+    if weight.dtype != "uint8" or len(weight.dims) != 2:
+        raise graph.fail(
+            node,
+            f"weight must be uint8 [vocab, D/2], got {weight.dtype} {list(weight.dims)}",
+            tensor=weight.name,
+        )
+    if scales.dtype != "float32":
+        raise graph.fail(node, f"scales must be float32, got {scales.dtype}", tensor=scales.name)
+    if indices.dtype != "int32":
+        raise graph.fail(node, f"indices must be int32, got {indices.dtype}", tensor=indices.name)
+    if out.dtype not in FLOAT_DTYPES:
+        raise graph.fail(node, f"out must be float32 or float16, got {out.dtype}", out.name)
+    vocab, dim = weight.dims[0], 2 * weight.dims[1]
+    if group_size <= 0 or dim % group_size:
+        raise graph.fail(node, f"group_size {group_size} must divide the embedding dim {dim}")
+    groups = dim // group_size
+    if scales.dims != (vocab, groups):
+        raise graph.fail(
+            node, f"scales must be [{vocab}, {groups}], got {list(scales.dims)}", scales.name
+        )
+    if indices.name not in graph.graph.inputs:
+        raise graph.fail(
+            node, "indices must be a graph input: token ids are checked on the host", indices.name
+        )
+    if out.dims != (*indices.dims, dim):
+        raise graph.fail(
+            node, f"out must be {[*indices.dims, dim]}, got {list(out.dims)}", tensor=out.name
+        )
+    return vocab, dim, groups

@@ -10,11 +10,12 @@ q, k, v and the mask: S and L move independently; the mask is read through strid
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from graph_format import InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
-from webgpu_backend.nodes import ScratchBuffer
+from webgpu_backend.nodes import Dispatch, ScratchBuffer
 from webgpu_backend.ops import register
 from webgpu_backend.tensor import Dims, WebGPUTensor
 
@@ -33,9 +34,8 @@ def _mask_strides(mask: Dims) -> tuple[int, ...]:
     return tuple(strides)
 
 
-@register("fused_sdpa")
-def build(graph: WebGPUGraph, node: OpNode) -> None:
-    """Record the three fused_sdpa slots of `node`, its scratch buffer and its hook."""
+def _check_build(graph: WebGPUGraph, node: OpNode) -> None:
+    """Check dtypes and dims at load."""
     q, k, v = (graph.arg_tensor(node, s) for s in ("q", "k", "v"))
     mask = graph.optional_tensor(node, "attn_mask")
     out = graph.output(node, "out")
@@ -65,6 +65,17 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         )
     if out.dims != q.dims:
         raise graph.fail(node, f"out must be {list(q.dims)}", tensor=out.name)
+
+
+@register("fused_sdpa")
+def build(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record the three fused_sdpa slots of `node`, its scratch buffer and its hook."""
+    q, k, v = (graph.arg_tensor(node, s) for s in ("q", "k", "v"))
+    mask = graph.optional_tensor(node, "attn_mask")
+    out = graph.output(node, "out")
+    _check_build(graph, node)
+    batch, heads, max_q, dim = q.dims
+    max_kv = k.dims[2]
     scale_name = node.optional_arg("scale")
     scale = float(graph.graph.scalar(scale_name)) if scale_name is not None else 1 / math.sqrt(dim)
     static: dict[str, Value] = {
@@ -93,6 +104,23 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     weighted = graph.add_kernel(
         node, {"fused_sdpa_av": "fused_sdpa_av"}, tensors=buffers, static=static
     )
+
+    resize = _resize_fn(graph, node, (q, k, v, mask, out), (score, softmax, weighted))
+    triggers = [q.name, k.name, v.name, *([] if mask is None else [mask.name])]
+    graph.add_resize_hook(node, triggers, resize)
+
+
+def _resize_fn(
+    graph: WebGPUGraph,
+    node: OpNode,
+    tensors: tuple[WebGPUTensor, WebGPUTensor, WebGPUTensor, WebGPUTensor | None, WebGPUTensor],
+    dispatches: tuple[Dispatch, Dispatch, Dispatch],
+) -> Callable[[], None]:
+    """The resize hook of a fused_sdpa node of (q, k, v, attn_mask, out) and its scores,
+    softmax and weighted-sum dispatches: live shapes checked, counts, out's dims."""
+    q, k, v, mask, out = tensors
+    score, softmax, weighted = dispatches
+    batch, heads, _, dim = q.dims
 
     def fail(reason: str, message: str) -> InputError:
         return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
@@ -123,5 +151,4 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         weighted.set({**values, "workgroups": -(-rows * dim // wg)})
         graph.set_cur_dims(out, qd)
 
-    triggers = [q.name, k.name, v.name, *([] if mask is None else [mask.name])]
-    graph.add_resize_hook(node, triggers, resize)
+    return resize

@@ -17,11 +17,14 @@ rounded up to 4 bytes, and a row of K_pad/2 bytes is a whole number of words.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
+from webgpu_backend.nodes import Dispatch
 from webgpu_backend.ops import register
+from webgpu_backend.tensor import WebGPUTensor
 
 TILE = 4  # the GEMM's outputs per invocation: TILE rows × TILE columns
 GEMM_WORKGROUP = 64
@@ -58,6 +61,53 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     scales = graph.arg_tensor(node, "scales")
     bias = graph.optional_tensor(node, "bias")
     out = graph.output(node, "out")
+    dtype, group_size, bits = _check_precision(graph, node, x, weight, scales, bias, out)
+    k, k_words, n, n_padded = _check_shapes(graph, node, x, weight, scales, bias, out, group_size)
+
+    # Without a bias, a 4-byte dummy fills the bias role (the kernels read it only if has_bias).
+    bias_buffer = bias if bias is not None else graph.create_scratch(node, "no_bias", 4)
+    tensors = {"out": out, "x": x, "weight": weight, "scales": scales, "bias": bias_buffer}
+    pairs_grid = gemv_workgroups(n)
+    gemm_static: dict[str, Value] = {
+        "n": n,
+        "k": k,
+        "k_words": k_words,
+        "group_size": group_size,
+        "n_padded": n_padded,
+        "has_bias": int(bias is not None),
+        "gemv_workgroups": pairs_grid,
+        "workgroup_size": GEMM_WORKGROUP,
+    }
+    # The GEMV reads the group size as an override (a pipeline per group size, as on Vulkan).
+    gemv_static: dict[str, Value] = {
+        **gemm_static,
+        "max_workgroups": GEMV_MAX_WORKGROUPS,
+        "workgroup_size": GEMV_LANES,
+    }
+    # accumulate_bits 16: the GEMM accumulating in f16 blocks (the GEMV stays f32-accumulating)
+    gemm_slot = "q4gsw_gemm_f16acc" if bits == 16 else graph.dtype_slot(node, "q4gsw_gemm", dtype)
+    gemv_slot = graph.dtype_slot(node, "q4gsw_gemv", dtype)
+    gemm = graph.add_kernel(node, {gemm_slot: gemm_slot}, tensors=tensors, static=gemm_static)
+    gemv = (
+        graph.add_kernel(node, {gemv_slot: gemv_slot}, tensors=tensors, static=gemv_static)
+        if gemv_supported(k, group_size)
+        else None
+    )
+
+    resize = _resize_fn(graph, node, (x, out), (k, n), (gemm, gemv), pairs_grid)
+    graph.add_resize_hook(node, [x.name], resize)
+
+
+def _check_precision(
+    graph: WebGPUGraph,
+    node: OpNode,
+    x: WebGPUTensor,
+    weight: WebGPUTensor,
+    scales: WebGPUTensor,
+    bias: WebGPUTensor | None,
+    out: WebGPUTensor,
+) -> tuple[str, int, int]:
+    """The op's dtype, group_size and accumulate_bits, each tensor's dtype checked."""
     # x's float type is the op's precision: bias and out follow it, scales stay float32.
     dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
     wanted = [(x, dtype), (weight, "uint8"), (scales, "float32")]
@@ -77,6 +127,20 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(
             node, f"accumulate_bits must be 32, or 16 with float16 x (x is {dtype}), got {bits}"
         )
+    return dtype, group_size, bits
+
+
+def _check_shapes(
+    graph: WebGPUGraph,
+    node: OpNode,
+    x: WebGPUTensor,
+    weight: WebGPUTensor,
+    scales: WebGPUTensor,
+    bias: WebGPUTensor | None,
+    out: WebGPUTensor,
+    group_size: int,
+) -> tuple[int, int, int, int]:
+    """K, its u32 words, N and the scales' padded width, each tensor's dims checked."""
     k = x.dims[-1]
     k_words = -(-k // 8)
     if len(weight.dims) != 2 or weight.dims[1] != 4 * k_words:
@@ -113,36 +177,21 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             f"out {out.name!r} must be {[*x.dims[:-1], n]}, got {list(out.dims)}",
             tensor=out.name,
         )
+    return k, k_words, n, n_padded
 
-    # Without a bias, a 4-byte dummy fills the bias role (the kernels read it only if has_bias).
-    bias_buffer = bias if bias is not None else graph.create_scratch(node, "no_bias", 4)
-    tensors = {"out": out, "x": x, "weight": weight, "scales": scales, "bias": bias_buffer}
-    pairs_grid = gemv_workgroups(n)
-    gemm_static: dict[str, Value] = {
-        "n": n,
-        "k": k,
-        "k_words": k_words,
-        "group_size": group_size,
-        "n_padded": n_padded,
-        "has_bias": int(bias is not None),
-        "gemv_workgroups": pairs_grid,
-        "workgroup_size": GEMM_WORKGROUP,
-    }
-    # The GEMV reads the group size as an override (a pipeline per group size, as on Vulkan).
-    gemv_static: dict[str, Value] = {
-        **gemm_static,
-        "max_workgroups": GEMV_MAX_WORKGROUPS,
-        "workgroup_size": GEMV_LANES,
-    }
-    # accumulate_bits 16: the GEMM accumulating in f16 blocks (the GEMV stays f32-accumulating)
-    gemm_slot = "q4gsw_gemm_f16acc" if bits == 16 else graph.dtype_slot(node, "q4gsw_gemm", dtype)
-    gemv_slot = graph.dtype_slot(node, "q4gsw_gemv", dtype)
-    gemm = graph.add_kernel(node, {gemm_slot: gemm_slot}, tensors=tensors, static=gemm_static)
-    gemv = (
-        graph.add_kernel(node, {gemv_slot: gemv_slot}, tensors=tensors, static=gemv_static)
-        if gemv_supported(k, group_size)
-        else None
-    )
+
+def _resize_fn(
+    graph: WebGPUGraph,
+    node: OpNode,
+    tensors: tuple[WebGPUTensor, WebGPUTensor],
+    features: tuple[int, int],
+    dispatches: tuple[Dispatch, Dispatch | None],
+    pairs_grid: int,
+) -> Callable[[], None]:
+    """The resize hook on x of (x, out) with (K, N): the route from the live M, out's dims."""
+    x, out = tensors
+    k, n = features
+    gemm, gemv = dispatches
 
     def resize() -> None:
         dims = x.cur_dims
@@ -160,4 +209,4 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             gemv.set({"m": m, "workgroups": pairs_grid if route == "gemv" else 0})
         graph.set_cur_dims(out, (*dims[:-1], n))
 
-    graph.add_resize_hook(node, [x.name], resize)
+    return resize

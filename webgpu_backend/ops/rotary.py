@@ -15,24 +15,30 @@ from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
-from webgpu_backend.tensor import WebGPUTensor
+from webgpu_backend.tensor import Dims, WebGPUTensor
 
 WORKGROUP_SIZE = 64
+
+
+def _check_dtypes(graph: WebGPUGraph, node: OpNode, tensors: tuple[WebGPUTensor, ...]) -> None:
+    """All float32 or all float16 (the `_f16` slot), as xq's (the first's) type says."""
+    first = tensors[0]
+    dtype = first.dtype if first.dtype in FLOAT_DTYPES else "float32"
+    for tensor in tensors:
+        if tensor.dtype != dtype:
+            raise graph.fail(
+                node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
+            )
 
 
 def _check_build(
     graph: WebGPUGraph, node: OpNode, tables: tuple[WebGPUTensor, WebGPUTensor], hf: bool
 ) -> None:
+    """Load-time checks shared by both variants; the tables have D (hf) or D / 2 columns."""
     xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     cos, sin = tables
-    # All float32 or all float16 (the `_f16` slot), as xq's type says.
-    dtype = xq.dtype if xq.dtype in FLOAT_DTYPES else "float32"
-    for tensor in (xq, xk, cos, sin, xq_out, xk_out):
-        if tensor.dtype != dtype:
-            raise graph.fail(
-                node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
-            )
+    _check_dtypes(graph, node, (xq, xk, cos, sin, xq_out, xk_out))
     for tensor in (xq, xk):
         if len(tensor.dims) != 4:
             raise graph.fail(
@@ -79,37 +85,10 @@ def _build(
     static: dict[str, Value] = {"half_dim": dim // 2, "workgroup_size": WORKGROUP_SIZE}
     dispatch = graph.add_kernel(node, {slot: slot}, tensors=tensors, static=static)
 
-    def fail(reason: str, message: str) -> InputError:
-        return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
-
     def resize() -> None:
-        q, k = xq.cur_dims, xk.cur_dims
-        if q[3] != dim or k[3] != dim:
-            raise fail("head_dim", f"live head dims {q[3]} and {k[3]} must stay {dim}")
-        if k[:2] != q[:2]:
-            raise fail("qk_shape", f"live xk {list(k)} must share B and S with xq {list(q)}")
+        q, k = _check_qk(node, xq, xk)
         seq = q[1]
-        position = 0
-        if start_pos is None:
-            if cos.cur_dims != (seq, dim // 2) or sin.cur_dims != cos.cur_dims:
-                raise fail(
-                    "freqs_shape",
-                    f"live freqs {list(cos.cur_dims)} and {list(sin.cur_dims)} must be "
-                    f"[{seq}, {dim // 2}]",
-                )
-        else:
-            if sin.cur_dims != cos.cur_dims or cos.cur_dims[1] != dim:
-                raise fail(
-                    "table_shape",
-                    f"live tables {list(cos.cur_dims)} and {list(sin.cur_dims)} must be "
-                    f"equal with {dim} columns",
-                )
-            position = start_pos()
-            rows = cos.cur_dims[0]
-            if position < 0 or position + seq > rows:
-                raise fail(
-                    "start_pos", f"start_pos {position} + S {seq} must lie within {rows} rows"
-                )
+        position = _check_tables(node, (cos, sin), seq, start_pos)
         graph.set_cur_dims(xq_out, q)
         graph.set_cur_dims(xk_out, k)
         q_pairs = xq.cur_numel // 2
@@ -131,6 +110,56 @@ def _build(
     if pos_name is not None and pos_name in graph.symints:
         triggers.append(pos_name)
     graph.add_resize_hook(node, triggers, resize)
+
+
+def _fail(node: OpNode, reason: str, message: str) -> InputError:
+    return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
+
+
+def _check_qk(node: OpNode, xq: WebGPUTensor, xk: WebGPUTensor) -> tuple[Dims, Dims]:
+    """Refuse live q/k dims the kernel cannot rotate; returns them."""
+    dim = xq.dims[3]
+    q, k = xq.cur_dims, xk.cur_dims
+    if q[3] != dim or k[3] != dim:
+        raise _fail(node, "head_dim", f"live head dims {q[3]} and {k[3]} must stay {dim}")
+    if k[:2] != q[:2]:
+        raise _fail(node, "qk_shape", f"live xk {list(k)} must share B and S with xq {list(q)}")
+    return q, k
+
+
+def _check_tables(
+    node: OpNode,
+    tables: tuple[WebGPUTensor, WebGPUTensor],
+    seq: int,
+    start_pos: Callable[[], int] | None,
+) -> int:
+    """Refuse live tables that do not cover the S rows rotated (the Llama freqs [S, D/2];
+    the HF tables [rows, D] from start_pos); returns the first row (0 for Llama)."""
+    cos, sin = tables
+    if start_pos is None:
+        half = cos.dims[1]
+        if cos.cur_dims != (seq, half) or sin.cur_dims != cos.cur_dims:
+            raise _fail(
+                node,
+                "freqs_shape",
+                f"live freqs {list(cos.cur_dims)} and {list(sin.cur_dims)} must be [{seq}, {half}]",
+            )
+        return 0
+    dim = cos.dims[1]
+    if sin.cur_dims != cos.cur_dims or cos.cur_dims[1] != dim:
+        raise _fail(
+            node,
+            "table_shape",
+            f"live tables {list(cos.cur_dims)} and {list(sin.cur_dims)} must be "
+            f"equal with {dim} columns",
+        )
+    position = start_pos()
+    rows = cos.cur_dims[0]
+    if position < 0 or position + seq > rows:
+        raise _fail(
+            node, "start_pos", f"start_pos {position} + S {seq} must lie within {rows} rows"
+        )
+    return position
 
 
 @register("apply_rotary_emb")

@@ -12,6 +12,7 @@ from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
+from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
 PAIR = 2
@@ -30,17 +31,7 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
                 node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
             )
     slot = graph.dtype_slot(node, "rotary_emb_interleaved", dtype)
-    if len(x.dims) != 3:
-        raise graph.fail(node, f"x must be [B, N, C], got {list(x.dims)}", tensor=x.name)
-    width = x.dims[2]
-    if width % PAIR:
-        raise graph.fail(node, f"C = {width} must be even ((real, imag) pairs)", tensor=x.name)
-    if freqs.dims != x.dims[1:]:
-        raise graph.fail(
-            node, f"freqs_cis must be {list(x.dims[1:])}, got {list(freqs.dims)}", freqs.name
-        )
-    if out.dims != x.dims:
-        raise graph.fail(node, f"out must be {list(x.dims)}", tensor=out.name)
+    width = _check_dims(graph, node, x, freqs, out)
     static: dict[str, Value] = {"row_pairs": width // PAIR, "workgroup_size": WORKGROUP_SIZE}
     dispatch = graph.add_kernel(
         node,
@@ -66,3 +57,21 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
         dispatch.set({"pairs": pairs, "tokens": dims[1], "workgroups": workgroups})
 
     graph.add_resize_hook(node, [x.name, freqs.name], resize)
+
+
+def _check_dims(
+    graph: WebGPUGraph, node: OpNode, x: WebGPUTensor, freqs: WebGPUTensor, out: WebGPUTensor
+) -> int:
+    """Check x [B, N, C] of (real, imag) pairs, freqs_cis [N, C] and out at load; returns C."""
+    if len(x.dims) != 3:
+        raise graph.fail(node, f"x must be [B, N, C], got {list(x.dims)}", tensor=x.name)
+    width = x.dims[2]
+    if width % PAIR:
+        raise graph.fail(node, f"C = {width} must be even ((real, imag) pairs)", tensor=x.name)
+    if freqs.dims != x.dims[1:]:
+        raise graph.fail(
+            node, f"freqs_cis must be {list(x.dims[1:])}, got {list(freqs.dims)}", freqs.name
+        )
+    if out.dims != x.dims:
+        raise graph.fail(node, f"out must be {list(x.dims)}", tensor=out.name)
+    return width

@@ -11,27 +11,29 @@ The hook follows xq, xk and positions, whose live length must be S.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
-from webgpu_backend.nodes import ScratchBuffer
+from webgpu_backend.nodes import Dispatch, ScratchBuffer
 from webgpu_backend.ops import register
 from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
 
 
-@register("apply_rotary_emb_pos")
-def build_rotary_emb_pos(graph: WebGPUGraph, node: OpNode) -> None:
-    """Record apply_rotary_emb_pos (pair-interleaved, angles from positions and theta)."""
-    xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
-    positions = graph.arg_tensor(node, "positions")
-    factors = graph.optional_tensor(node, "freq_factors")
-    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
-    # q, k and the outputs all float32 or all float16 (the `_f16` slot), as xq's type says.
-    dtype = xq.dtype if xq.dtype in FLOAT_DTYPES else "float32"
-    for tensor in (xq, xk, xq_out, xk_out):
+def _check_dtypes(
+    graph: WebGPUGraph,
+    node: OpNode,
+    rotated: tuple[WebGPUTensor, ...],
+    positions: WebGPUTensor,
+    factors: WebGPUTensor | None,
+) -> None:
+    """q, k and the outputs (`rotated`) all float32 or all float16 (the `_f16` slot), as
+    xq's type says; int32 positions; float32 factors."""
+    dtype = rotated[0].dtype if rotated[0].dtype in FLOAT_DTYPES else "float32"
+    for tensor in rotated:
         if tensor.dtype != dtype:
             raise graph.fail(
                 node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
@@ -40,6 +42,15 @@ def build_rotary_emb_pos(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(node, f"positions must be int32, got {positions.dtype}", positions.name)
     if factors is not None and factors.dtype != "float32":
         raise graph.fail(node, f"freq_factors must be float32, got {factors.dtype}", factors.name)
+
+
+def _check_build(graph: WebGPUGraph, node: OpNode) -> tuple[int, float, float]:
+    """Check dtypes and dims at load; returns D, theta_base and freq_scale."""
+    xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
+    positions = graph.arg_tensor(node, "positions")
+    factors = graph.optional_tensor(node, "freq_factors")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    _check_dtypes(graph, node, (xq, xk, xq_out, xk_out), positions, factors)
     for tensor in (xq, xk):
         if len(tensor.dims) != 4:
             raise graph.fail(
@@ -70,6 +81,17 @@ def build_rotary_emb_pos(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(node, f"xq_out must be {list(xq.dims)}", tensor=xq_out.name)
     if xk_out.dims != xk.dims:
         raise graph.fail(node, f"xk_out must be {list(xk.dims)}", tensor=xk_out.name)
+    return dim, base, scale
+
+
+@register("apply_rotary_emb_pos")
+def build_rotary_emb_pos(graph: WebGPUGraph, node: OpNode) -> None:
+    """Record apply_rotary_emb_pos (pair-interleaved, angles from positions and theta)."""
+    xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
+    positions = graph.arg_tensor(node, "positions")
+    factors = graph.optional_tensor(node, "freq_factors")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    dim, base, scale = _check_build(graph, node)
 
     slot = graph.dtype_slot(node, "rotary_emb_pos", xq.dtype)
     # Without factors, a 4-byte dummy fills the role (the kernels read it only if has_...).
@@ -91,6 +113,20 @@ def build_rotary_emb_pos(graph: WebGPUGraph, node: OpNode) -> None:
         "workgroup_size": WORKGROUP_SIZE,
     }
     dispatch = graph.add_kernel(node, {slot: slot}, tensors=tensors, static=static)
+
+    resize = _resize_fn(graph, node, (xq, xk, positions, xq_out, xk_out), dispatch)
+    graph.add_resize_hook(node, [xq.name, xk.name, positions.name], resize)
+
+
+def _resize_fn(
+    graph: WebGPUGraph,
+    node: OpNode,
+    tensors: tuple[WebGPUTensor, WebGPUTensor, WebGPUTensor, WebGPUTensor, WebGPUTensor],
+    dispatch: Dispatch,
+) -> Callable[[], None]:
+    """The resize hook of a position rope of (xq, xk, positions, xq_out, xk_out)."""
+    xq, xk, positions, xq_out, xk_out = tensors
+    dim = xq.dims[3]
 
     def fail(reason: str, message: str) -> InputError:
         return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
@@ -121,4 +157,4 @@ def build_rotary_emb_pos(graph: WebGPUGraph, node: OpNode) -> None:
             }
         )
 
-    graph.add_resize_hook(node, [xq.name, xk.name, positions.name], resize)
+    return resize

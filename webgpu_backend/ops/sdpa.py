@@ -15,6 +15,7 @@ their contents (upstream Vulkan drops such writes silently, docs/design.md §8.8
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 
 from graph_format import FLOAT_DTYPES, InputError, OpNode
 from graph_format.kernels import KernelRequirementError, Value, masked_columns_unwritten
@@ -27,18 +28,19 @@ WORKGROUP_SIZE = 64
 SPLIT_ROWS = 64  # cache rows per split of the decode route: one per lane of sdpa_fd_split
 
 
-def _check_build(graph: WebGPUGraph, node: OpNode) -> None:
-    q, k, v = (graph.arg_tensor(node, s) for s in ("q", "k", "v"))
-    k_cache, v_cache = graph.arg_tensor(node, "k_cache"), graph.arg_tensor(node, "v_cache")
-    out = graph.output(node, "out")
+def _check_kinds(
+    graph: WebGPUGraph, node: OpNode, inputs: tuple[WebGPUTensor, ...], out: WebGPUTensor
+) -> None:
+    """Dtypes, ranks and state of (q, k, v, k_cache, v_cache) and out."""
+    q, *_, k_cache, v_cache = inputs
     # All float32 or all float16 (the `_f16` slots), as q's type says.
     dtype = q.dtype if q.dtype in FLOAT_DTYPES else "float32"
-    for tensor in (q, k, v, k_cache, v_cache, out):
+    for tensor in (*inputs, out):
         if tensor.dtype != dtype:
             raise graph.fail(
                 node, f"{tensor.name!r} must be {dtype}, got {tensor.dtype}", tensor=tensor.name
             )
-    for tensor in (q, k, v, k_cache, v_cache):
+    for tensor in inputs:
         if len(tensor.dims) != 4 or tensor.dims[0] != 1:
             raise graph.fail(
                 node, f"{tensor.name!r} must be [1, ., ., .], got {list(tensor.dims)}", tensor.name
@@ -46,6 +48,13 @@ def _check_build(graph: WebGPUGraph, node: OpNode) -> None:
     for tensor in (k_cache, v_cache):
         if not tensor.is_state:
             raise graph.fail(node, f"cache {tensor.name!r} must be a state tensor", tensor.name)
+
+
+def _check_build(graph: WebGPUGraph, node: OpNode) -> None:
+    q, k, v = (graph.arg_tensor(node, s) for s in ("q", "k", "v"))
+    k_cache, v_cache = graph.arg_tensor(node, "k_cache"), graph.arg_tensor(node, "v_cache")
+    out = graph.output(node, "out")
+    _check_kinds(graph, node, (q, k, v, k_cache, v_cache), out)
     if v.dims != k.dims:
         raise graph.fail(node, f"v {list(v.dims)} must have k's dims {list(k.dims)}", v.name)
     if k.dims[1] != q.dims[1] or k.dims[3] != q.dims[3]:
@@ -113,17 +122,41 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             name = graph.dtype_slot(node, name, q.dtype)
         return graph.add_kernel(node, {name: name}, tensors=buffers, static=static)
 
-    qk_slot = graph.dtype_slot(node, "sdpa_qk", q.dtype)
+    _check_softmax(graph, node, q.dtype)
+    names = ("sdpa_update_cache", "sdpa_qk", "sdpa_softmax", "sdpa_av")
+    dispatches = {name: slot(name) for name in (*names, "sdpa_fd_split", "sdpa_fd_reduce")}
+    resize = _resize_fn(
+        graph, node, (q, k, v, out), input_pos, (q_heads, kv_heads, dim), cache_rows, dispatches
+    )
+    triggers = [q.name, k.name, v.name]
+    pos_name = node.arg("input_pos")
+    if pos_name in graph.symints:
+        triggers.append(pos_name)
+    graph.add_resize_hook(node, triggers, resize)
+
+
+def _check_softmax(graph: WebGPUGraph, node: OpNode, dtype: str) -> None:
+    """A manifest's softmax must not read what the qk kernel leaves unwritten."""
+    qk_slot = graph.dtype_slot(node, "sdpa_qk", dtype)
     qk_entry, softmax_entry = (graph.catalog.entry(s, s) for s in (qk_slot, "sdpa_softmax"))
     unwritten = masked_columns_unwritten(qk_entry, softmax_entry)
     if unwritten is not None:  # a manifest's softmax reading what this qk leaves unwritten
         raise KernelRequirementError(node.name, "sdpa_softmax", unwritten, softmax_entry.source)
-    update = slot("sdpa_update_cache")
-    qk = slot("sdpa_qk")
-    softmax = slot("sdpa_softmax")
-    av = slot("sdpa_av")
-    split = slot("sdpa_fd_split")
-    reduce = slot("sdpa_fd_reduce")
+
+
+def _resize_fn(
+    graph: WebGPUGraph,
+    node: OpNode,
+    tensors: tuple[WebGPUTensor, WebGPUTensor, WebGPUTensor, WebGPUTensor],
+    input_pos: Callable[[], int],
+    heads: tuple[int, int, int],
+    cache_rows: int,
+    dispatches: Mapping[str, Dispatch],
+) -> Callable[[], None]:
+    """The resize hook of an sdpa node of (q, k, v, out), with (query heads, kv heads, head
+    dim), the cache's rows and its six dispatches by slot (the float32 names)."""
+    q, k, v, out = tensors
+    q_heads, kv_heads, dim = heads
 
     def fail(reason: str, message: str) -> InputError:
         return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
@@ -153,18 +186,24 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
             "context": context,
             "num_splits": splits,
         }
-        wg = WORKGROUP_SIZE
-        decode = seq == 1
-        update.set({**values, "workgroups": -(-seq * kv_heads * dim // wg)})
-        qk.set({**values, "workgroups": 0 if decode else -(-q_heads * seq * context // wg)})
-        softmax.set({**values, "workgroups": 0 if decode else q_heads * seq})
-        av.set({**values, "workgroups": 0 if decode else -(-seq * q_heads * dim // wg)})
-        split.set({**values, "workgroups": q_heads * splits if decode else 0})
-        reduce.set({**values, "workgroups": q_heads if decode else 0})
+        counts = _workgroups(seq, context, splits, heads)
+        for name, dispatch in dispatches.items():
+            dispatch.set({**values, "workgroups": counts[name]})
         graph.set_cur_dims(out, qd)
 
-    triggers = [q.name, k.name, v.name]
-    pos_name = node.arg("input_pos")
-    if pos_name in graph.symints:
-        triggers.append(pos_name)
-    graph.add_resize_hook(node, triggers, resize)
+    return resize
+
+
+def _workgroups(seq: int, context: int, splits: int, heads: tuple[int, int, int]) -> dict[str, int]:
+    """Each slot's count: the update always, one route's kernels per step."""
+    q_heads, kv_heads, dim = heads
+    wg = WORKGROUP_SIZE
+    decode = seq == 1
+    return {
+        "sdpa_update_cache": -(-seq * kv_heads * dim // wg),
+        "sdpa_qk": 0 if decode else -(-q_heads * seq * context // wg),
+        "sdpa_softmax": 0 if decode else q_heads * seq,
+        "sdpa_av": 0 if decode else -(-seq * q_heads * dim // wg),
+        "sdpa_fd_split": q_heads * splits if decode else 0,
+        "sdpa_fd_reduce": q_heads if decode else 0,
+    }

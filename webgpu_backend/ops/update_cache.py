@@ -12,6 +12,7 @@ from graph_format import InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
+from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
 
@@ -21,23 +22,9 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     """Record the update_cache dispatch of `node` and its hook."""
     value = graph.arg_tensor(node, "value")
     cache = graph.arg_tensor(node, "cache")
-    for tensor in (value, cache):
-        if tensor.dtype != "float32":
-            raise graph.fail(
-                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor.name
-            )
-        if len(tensor.dims) != 4 or tensor.dims[0] != 1:
-            raise graph.fail(
-                node, f"{tensor.name!r} must be [1, ., ., .], got {list(tensor.dims)}", tensor.name
-            )
-    if not cache.is_state:
-        raise graph.fail(node, f"cache {cache.name!r} must be a state tensor", cache.name)
+    _check_build(graph, node, value, cache)
     _, _, heads, dim = value.dims
     rows = cache.dims[1]
-    if cache.dims[2:] != (heads, dim):
-        raise graph.fail(
-            node, f"cache must be [1, C, {heads}, {dim}], got {list(cache.dims)}", cache.name
-        )
     input_pos = graph.int_or_symint(node, "input_pos")
     static: dict[str, Value] = {
         "heads": heads,
@@ -72,3 +59,26 @@ def build(graph: WebGPUGraph, node: OpNode) -> None:
     if pos_name in graph.symints:
         triggers.append(pos_name)
     graph.add_resize_hook(node, triggers, resize)
+
+
+def _check_build(
+    graph: WebGPUGraph, node: OpNode, value: WebGPUTensor, cache: WebGPUTensor
+) -> None:
+    """Check value and cache at load: float32 [1, ., ., .], the cache a state tensor of the
+    value's heads and head dim."""
+    for tensor in (value, cache):
+        if tensor.dtype != "float32":
+            raise graph.fail(
+                node, f"{tensor.name!r} must be float32, got {tensor.dtype}", tensor.name
+            )
+        if len(tensor.dims) != 4 or tensor.dims[0] != 1:
+            raise graph.fail(
+                node, f"{tensor.name!r} must be [1, ., ., .], got {list(tensor.dims)}", tensor.name
+            )
+    if not cache.is_state:
+        raise graph.fail(node, f"cache {cache.name!r} must be a state tensor", cache.name)
+    heads, dim = value.dims[2:]
+    if cache.dims[2:] != (heads, dim):
+        raise graph.fail(
+            node, f"cache must be [1, C, {heads}, {dim}], got {list(cache.dims)}", cache.name
+        )

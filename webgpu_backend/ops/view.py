@@ -15,11 +15,13 @@ of a stale intermediate (upstream evaluates it before any tensor hook, docs/desi
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from graph_format import InputError, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.ops import register
+from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
 VIEW_DTYPES = ("float32", "int32", "float16")
@@ -40,20 +42,7 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
         raise graph.fail(
             node, f"{len(names)} sizes for out of rank {len(out.dims)}", tensor=out.name
         )
-    inferred: list[int] = []  # the dim of the literal -1, if any
-    for d, name in enumerate(names):
-        if name not in graph.symints:
-            size = int(graph.graph.scalar(name))
-            if size == INFERRED:
-                if inferred:
-                    raise graph.fail(
-                        node, f"dims {inferred[0]} and {d} are both -1: one may be", out.name
-                    )
-                inferred.append(d)
-            elif not 1 <= size <= out.dims[d]:
-                raise graph.fail(
-                    node, f"literal size {size} of dim {d} is not in [1, {out.dims[d]}]", out.name
-                )
+    inferred = _literal_sizes(graph, node, names, out)
     sizes = graph.int_list(node, "sizes")
     static: dict[str, Value] = {"workgroup_size": WORKGROUP_SIZE}
     # 32-bit elements (float32, int32): a word copy; float16: the `view_copy_f16` slot.
@@ -89,6 +78,28 @@ def build_view_copy(graph: WebGPUGraph, node: OpNode) -> None:
 
     triggers = [x.name, *(n for n in names if n in graph.symints)]
     graph.add_resize_hook(node, triggers, resize)
+
+
+def _literal_sizes(
+    graph: WebGPUGraph, node: OpNode, names: Sequence[str], out: WebGPUTensor
+) -> list[int]:
+    """Check the size list's literals at load: each in [1, out's dim], or one -1; returns
+    the dim of the -1 (empty without one)."""
+    inferred: list[int] = []  # the dim of the literal -1, if any
+    for d, name in enumerate(names):
+        if name not in graph.symints:
+            size = int(graph.graph.scalar(name))
+            if size == INFERRED:
+                if inferred:
+                    raise graph.fail(
+                        node, f"dims {inferred[0]} and {d} are both -1: one may be", out.name
+                    )
+                inferred.append(d)
+            elif not 1 <= size <= out.dims[d]:
+                raise graph.fail(
+                    node, f"literal size {size} of dim {d} is not in [1, {out.dims[d]}]", out.name
+                )
+    return inferred
 
 
 @register("sym_size")
