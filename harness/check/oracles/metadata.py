@@ -72,6 +72,16 @@ def check_metadata(
     contract says; a backend that runs a manifest's kernels is held to its own dispatches
     (`expected_by`: the manifest's counts for its replaced slots, whose workgroup size is
     the kernel's own and not compared)."""
+    return [
+        *_live_metadata(step, graph, expected, results),
+        *_dispatch_slots(step, expected, results, expected_by),
+    ]
+
+
+def _live_metadata(
+    step: int, graph: Graph, expected: ModelStep, results: Mapping[str, StepResult]
+) -> list[Divergence]:
+    """`check_metadata`'s cur_dims of every tensor and value of every SymInt."""
     out: list[Divergence] = []
     for tensor, want in expected.cur_dims.items():
         got = {name: tuple(res.cur_dims.get(tensor, ())) for name, res in results.items()}
@@ -106,6 +116,18 @@ def check_metadata(
                     details=CurDimsDetails(value, dict(got_int)),
                 )
             )
+    return out
+
+
+def _dispatch_slots(
+    step: int,
+    expected: ModelStep,
+    results: Mapping[str, StepResult],
+    expected_by: Mapping[str, ModelStep | ParityError] | None,
+) -> list[Divergence]:
+    """`check_metadata`'s dispatch slots of every op, each backend held to its own
+    prediction where it has one."""
+    out: list[Divergence] = []
     own = {name: want for name, want in (expected_by or {}).items() if isinstance(want, ModelStep)}
     want_by_op = _by_op(expected.dispatches)
     wants_by_op = {
