@@ -1,6 +1,6 @@
 """Runs a case on every backend in lockstep and applies the oracle stack after each step.
 
-Per step (docs/design.md §6; the oracles are in harness/check/oracles.py):
+Per step (docs/design.md §6; the oracles are in harness/check/oracles/):
 1. The contract model predicts the rejection, or every tensor's live dims and the dispatch
    log; each backend must match it exactly (errors by class and key).
 2. Before the step, every non-constant tensor's slack (allocation past its live bytes) is

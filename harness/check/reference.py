@@ -27,7 +27,7 @@ input's scale unchanged. `SPREAD` covers the tail and the estimate's
 sampling error. Worst-case first-order propagation (all signs aligned) compounds by
 sqrt(K) per linear layer and is useless after two decoder layers (a bound of 1e10 on logits
 of magnitude 4); this one is not, and each op is also checked on its own inputs with its
-rigorous local bound (harness/check/oracles.py), so no bug hides in the slack.
+rigorous local bound (harness/check/oracles/), so no bug hides in the slack.
 
 The probes of an op run in one call of its `probe_reference` over a leading probe axis
 (harness/model/__init__.py), in chunks that keep large tensors in cache; the moves are drawn
@@ -93,7 +93,7 @@ def _int_value(graph: Graph, symints: Mapping[str, int], name: str) -> int:
 @dataclass(frozen=True)
 class OpEvaluation:
     """One op as the evaluator evaluated it in the current step, for the per-op check to
-    reuse where a backend gave the op the very same arguments (harness/check/oracles.py).
+    reuse where a backend gave the op the very same arguments (harness/check/oracles/).
 
     Attributes:
         args: its arguments, state tensors as they were before the op.
