@@ -71,6 +71,37 @@ def single_op_graph(
         ValueError: an unknown op or slot, a missing argument, a value of the wrong kind, or
             an op without outputs and no `state` slot to read its effect from.
     """
+    _check_args(op, args, constants=constants, state=state, symints=symints)
+    name = name or op
+    roles = _Roles(constants, state, symints, dict(max_dims or {}))
+    graph, inputs = _build_one_op(op, args, roles, name, out_dims, out_dtype)
+    if out_dims is None and SIGNATURES[op].outputs:
+        dims = _reference_out_dims(graph, inputs)
+        graph, inputs = _build_one_op(op, args, roles, name, dims, out_dtype)
+    return Case(graph, [inputs], name=name)
+
+
+@dataclass(frozen=True)
+class _Roles:
+    """What `single_op_graph` makes of each slot: constants, state and SymInt inputs, and
+    the max dims of tensor inputs built larger than their arrays."""
+
+    constants: Collection[str]
+    state: Collection[str]
+    symints: Collection[str]
+    max_dims: Mapping[str, Sequence[int]]
+
+
+def _check_args(
+    op: str,
+    args: Mapping[str, Any],
+    *,
+    constants: Collection[str],
+    state: Collection[str],
+    symints: Collection[str],
+) -> None:
+    """Refuse (ValueError) an unknown op or slot, a role naming a slot without a value, and an
+    op without outputs whose `state` names nothing to output."""
     if op not in SIGNATURES:
         raise ValueError(f"unknown op {op!r}; expected one of {sorted(SIGNATURES)}")
     signature = SIGNATURES[op]
@@ -90,33 +121,35 @@ def single_op_graph(
             f"{op} has no outputs: name the tensor it updates in `state` (one of {writes}), "
             "so that the graph outputs it"
         )
-    max_dims = dict(max_dims or {})
-    name = name or op
 
-    def build(dims: Mapping[str, Sequence[int]] | None) -> tuple[Graph, StepInputs]:
-        b = GraphBuilder()
-        node_args: dict[str, Any] = {}
-        inputs: StepInputs = {}
-        for slot in signature.args:
-            if args.get(slot.name) is None:
-                if not slot.optional:
-                    raise ValueError(f"{op}: argument {slot.name!r} is missing")
-                continue
-            node_args[slot.name] = _value(
-                b, op, slot, args[slot.name], constants, state, symints, max_dims, inputs
-            )
-        outs = b.op(
-            op, name=name, out_dims=dict(dims) if dims else None, out_dtype=out_dtype, **node_args
-        )
-        if not signature.outputs:  # it updates state in place: the state is what it gives
-            outs = tuple(node_args[s] for s in sorted(state) if isinstance(node_args[s], str))
-        b.output(*(outs if isinstance(outs, tuple) else (outs,)))
-        return b.build(), inputs
 
-    graph, inputs = build(out_dims)
-    if out_dims is None and signature.outputs:
-        graph, inputs = build(_reference_out_dims(graph, inputs))
-    return Case(graph, [inputs], name=name)
+def _build_one_op(
+    op: str,
+    args: Mapping[str, Any],
+    roles: _Roles,
+    name: str,
+    dims: Mapping[str, Sequence[int]] | None,
+    out_dtype: str | None,
+) -> tuple[Graph, StepInputs]:
+    """The graph of `single_op_graph` with its outputs at `dims` (None: the builder's), and
+    its step's inputs."""
+    signature = SIGNATURES[op]
+    b = GraphBuilder()
+    node_args: dict[str, Any] = {}
+    inputs: StepInputs = {}
+    for slot in signature.args:
+        if args.get(slot.name) is None:
+            if not slot.optional:
+                raise ValueError(f"{op}: argument {slot.name!r} is missing")
+            continue
+        node_args[slot.name] = _value(b, op, slot, args[slot.name], roles, inputs)
+    outs = b.op(
+        op, name=name, out_dims=dict(dims) if dims else None, out_dtype=out_dtype, **node_args
+    )
+    if not signature.outputs:  # it updates state in place: the state is what it gives
+        outs = tuple(node_args[s] for s in sorted(roles.state) if isinstance(node_args[s], str))
+    b.output(*(outs if isinstance(outs, tuple) else (outs,)))
+    return b.build(), inputs
 
 
 def _value(
@@ -124,10 +157,7 @@ def _value(
     op: str,
     slot: ArgSlot,
     value: Any,
-    constants: Collection[str],
-    state: Collection[str],
-    symints: Collection[str],
-    max_dims: Mapping[str, Sequence[int]],
+    roles: _Roles,
     inputs: StepInputs,
 ) -> str | list[str]:
     """Add one argument's value to the builder; returns what the op's slot names."""
@@ -139,17 +169,17 @@ def _value(
         dtype = next((k for k, v in DTYPES.items() if v == array.dtype), None)
         if dtype is None:
             raise ValueError(f"{where}: dtype {value.dtype} is none of {sorted(DTYPES)}")
-        if slot.name in constants:
+        if slot.name in roles.constants:
             return b.constant(slot.name, array)
-        if slot.name in state:
+        if slot.name in roles.state:
             return b.state(slot.name, dtype, array.shape, initial=array)
         inputs[slot.name] = value
-        return b.input(slot.name, dtype, max_dims.get(slot.name, value.shape))
+        return b.input(slot.name, dtype, roles.max_dims.get(slot.name, value.shape))
     if slot.kind == "size_list":
         return [b.int(int(v), f"{slot.name}_{i}") for i, v in enumerate(value)]
     if slot.kind == "float":
         return b.float(float(value), slot.name)
-    if slot.name in symints:
+    if slot.name in roles.symints:
         if slot.kind != "int_or_sym":
             raise ValueError(f"{where} is a literal int slot; it cannot be a SymInt input")
         inputs[slot.name] = int(value)

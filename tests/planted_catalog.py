@@ -93,7 +93,7 @@ _WRITE_PAST_END: tuple[Swap, ...] = (
     ("binary_flat", "if (i >= params.numel)", "if (i > params.numel)"),
 )
 # The last element copies b's element past its live end (a copy keeps the poison's tag on
-# every device; see harness/check/oracles.py).
+# every device; see harness/check/oracles/).
 _READ_PAST_END: tuple[Swap, ...] = (
     ("binary_flat", "a[i] + b[i]", "select(a[i] + b[i], b[i + 1u], i + 1u == params.numel)"),
 )

@@ -191,19 +191,19 @@ def test_replay_warns_when_the_python_code_differs(planted_run: Path, tmp_path: 
     shutil.copytree(planted_run / _first_finding(planted_run)["bundle"], bundle)
     doc = json.loads((bundle / "bundle.json").read_text())
     python = doc["sources"]["python"]
-    assert "harness/check/oracles.py" in python and "webgpu_backend/__init__.py" in python
+    assert "harness/check/oracles/numerics.py" in python and "webgpu_backend/__init__.py" in python
     assert set(doc["sources"]["shaders"]) == {"wgsl", "glsl"}
-    python["harness/check/oracles.py"] = "0" * 16  # found with another oracle
+    python["harness/check/oracles/numerics.py"] = "0" * 16  # found with another oracle
     python["vulkan_ref/gone.py"] = "1" * 16  # and a file that no longer exists
     (bundle / "bundle.json").write_text(json.dumps(doc))
     proc = parity("replay", bundle, "--json")
     assert proc.returncode == 1, proc.stderr  # the shader bug still reproduces
     assert json.loads(proc.stdout)["python_mismatch"] == [
-        "harness/check/oracles.py",
+        "harness/check/oracles/numerics.py",
         "vulkan_ref/gone.py",
     ]
     warning = next(line for line in proc.stderr.splitlines() if "Python code differs" in line)
-    assert "2 file(s)" in warning and "harness/check/oracles.py" in warning
+    assert "2 file(s)" in warning and "harness/check/oracles/numerics.py" in warning
 
 
 def _readme_commands(bundle: Path) -> list[str]:

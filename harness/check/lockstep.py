@@ -1,6 +1,6 @@
 """Runs a case on every backend in lockstep and applies the oracle stack after each step.
 
-Per step (docs/design.md §6; the oracles are in harness/check/oracles.py):
+Per step (docs/design.md §6; the oracles are in harness/check/oracles/):
 1. The contract model predicts the rejection, or every tensor's live dims and the dispatch
    log; each backend must match it exactly (errors by class and key).
 2. Before the step, every non-constant tensor's slack (allocation past its live bytes) is
@@ -43,6 +43,9 @@ from harness.check.reference import ReferenceEvaluator
 from harness.check.steps import StepLoop, StepRun, backend_kernels, intermediates, states
 from harness.gen.case import Case, StepInputs
 from harness.model import LiveState, op_dtype
+
+# Per backend, values by name (the values each op saw, its float64 references).
+_PerBackend = dict[str, dict[str, np.ndarray]]
 
 # Re-exported for callers that inspect rejections and poison words.
 error_key = oracles.error_key
@@ -323,10 +326,33 @@ class _CaseRun:
         ref_values, ref_errors, _ = reference.step(inputs)
         timing.add("reference", time.perf_counter() - referenced)
         div += oracles.check_degenerate(index, graph, inputs, ref_values, ref_errors)
+        numeric, seen, refs = self._check_numerics(
+            step, record, reference, pre_state, (ref_values, ref_errors)
+        )
+        div += oracles.merge_blame(numeric, [rt.name for rt in self.runner.runtimes])
+        if self.runner.per_op and len(results) > 1:
+            div += self._check_exact(index, results, record, numeric, seen, refs)
+        self._cover(expected, results, inputs)
+        return record
+
+    def _check_numerics(
+        self,
+        step: StepRun,
+        record: StepRecord,
+        reference: ReferenceEvaluator,
+        pre_state: dict[str, dict[str, np.ndarray]],
+        ends_reference: tuple[dict[str, np.ndarray], dict[str, np.ndarray]],
+    ) -> tuple[list[Divergence], _PerBackend, _PerBackend]:
+        """Each backend's numeric findings (per op, and end to end where every op was within
+        its budget), with the values each op saw and its float64 references per backend;
+        moves `pre_state` on to this step's state. `ends_reference`: the float64 reference's
+        outputs and their error bounds, end to end."""
+        graph, index, inputs = self.graph, step.index, step.inputs
+        ref_values, ref_errors = ends_reference
         numeric: list[Divergence] = []
-        seen: dict[str, dict[str, np.ndarray]] = {}
-        refs: dict[str, dict[str, np.ndarray]] = {}
-        for name, res in results.items():
+        seen: _PerBackend = {}
+        refs: _PerBackend = {}
+        for name, res in step.results.items():
             util = record.backends[name].utilization
             observed = {**res.outputs, **res.tensors}
             local: list[Divergence] = []
@@ -356,40 +382,49 @@ class _CaseRun:
             # accumulated across ops beyond the propagated bound.
             within = all(d.kind == Kind.NUMERIC_SUSPECT for d in local)
             numeric += local + (ends if within else [])
-        div += oracles.merge_blame(numeric, [rt.name for rt in self.runner.runtimes])
-        if self.runner.per_op and len(results) > 1:
-            produced = {n: {**r.outputs, **r.tensors} for n, r in results.items()}
-            bits = oracles.compare_bits(
-                graph,
-                list(results),
-                produced,
-                seen,
-                {n: r.symints for n, r in results.items()},
-                {n: r.dispatches for n, r in results.items()},
-                self.states,
+        return numeric, seen, refs
+
+    def _check_exact(
+        self,
+        index: int,
+        results: Mapping[str, StepResult],
+        record: StepRecord,
+        numeric: list[Divergence],
+        seen: _PerBackend,
+        refs: _PerBackend,
+    ) -> list[Divergence]:
+        """The exact tier's findings: the backends' bits compared op by op where every backend
+        is within its budget; records the widest distance per kernel pair in `self.bits`."""
+        produced = {n: {**r.outputs, **r.tensors} for n, r in results.items()}
+        bits = oracles.compare_bits(
+            self.graph,
+            list(results),
+            produced,
+            seen,
+            {n: r.symints for n, r in results.items()},
+            {n: r.dispatches for n, r in results.items()},
+            self.states,
+        )
+        replaced = self.runner.foreign_exact
+        for c in bits:
+            key = f"{c.op_type}|{'+'.join(c.kernels)}|{c.pair[0]}~{c.pair[1]}"
+            allowed = oracles.exact_tolerance(
+                c.op_type, c.kernels, c.pair, self.runner.adapters, replaced
             )
-            replaced = self.runner.foreign_exact
-            for c in bits:
-                key = f"{c.op_type}|{'+'.join(c.kernels)}|{c.pair[0]}~{c.pair[1]}"
-                allowed = oracles.exact_tolerance(
-                    c.op_type, c.kernels, c.pair, self.runner.adapters, replaced
-                )
-                self.bits[key] = (max(self.bits.get(key, (0, None))[0], c.ulps), allowed)
-            # An op over its budget is the numeric tier's finding; the exact tier speaks
-            # where every backend is within it.
-            over = {d.op for d in numeric if d.kind != Kind.NUMERIC_SUSPECT}
-            div += oracles.check_exact(
-                index,
-                [c for c in bits if c.op not in over],
-                produced,
-                refs,
-                {n: record.backends[n].utilization for n in results},
-                [rt.name for rt in self.runner.runtimes],
-                self.runner.adapters,
-                replaced,
-            )
-        self._cover(expected, results, inputs)
-        return record
+            self.bits[key] = (max(self.bits.get(key, (0, None))[0], c.ulps), allowed)
+        # An op over its budget is the numeric tier's finding; the exact tier speaks
+        # where every backend is within it.
+        over = {d.op for d in numeric if d.kind != Kind.NUMERIC_SUSPECT}
+        return oracles.check_exact(
+            index,
+            [c for c in bits if c.op not in over],
+            produced,
+            refs,
+            {n: record.backends[n].utilization for n in results},
+            [rt.name for rt in self.runner.runtimes],
+            self.runner.adapters,
+            replaced,
+        )
 
     def _backend_values(
         self,

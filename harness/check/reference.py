@@ -27,7 +27,7 @@ input's scale unchanged. `SPREAD` covers the tail and the estimate's
 sampling error. Worst-case first-order propagation (all signs aligned) compounds by
 sqrt(K) per linear layer and is useless after two decoder layers (a bound of 1e10 on logits
 of magnitude 4); this one is not, and each op is also checked on its own inputs with its
-rigorous local bound (harness/check/oracles.py), so no bug hides in the slack.
+rigorous local bound (harness/check/oracles/), so no bug hides in the slack.
 
 The probes of an op run in one call of its `probe_reference` over a leading probe axis
 (harness/model/__init__.py), in chunks that keep large tensors in cache; the moves are drawn
@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from graph_format import Graph, OpNode, SymIntValue, TensorValue
-from harness.model import Args, BudgetTiers, local_budgets
+from harness.model import Args, BudgetTiers, OpModel, local_budgets
 from harness.model.numerics import F32, Arithmetic
 from harness.ops import model_for
 
@@ -93,7 +93,7 @@ def _int_value(graph: Graph, symints: Mapping[str, int], name: str) -> int:
 @dataclass(frozen=True)
 class OpEvaluation:
     """One op as the evaluator evaluated it in the current step, for the per-op check to
-    reuse where a backend gave the op the very same arguments (harness/check/oracles.py).
+    reuse where a backend gave the op the very same arguments (harness/check/oracles/).
 
     Attributes:
         args: its arguments, state tensors as they were before the op.
@@ -326,26 +326,14 @@ class ReferenceEvaluator:
         )
         chunk = max(1, min(2 * PROBES, CHUNK_ELEMENTS // max(largest, 1))) if batched else 1
         sums: tuple[dict[str, np.ndarray], dict[str, np.ndarray]] = ({}, {})
+        probed = _Probed(node, args, before, outputs, tensor_outs)
         for start in range(0, 2 * PROBES, chunk):
             stop = min(start + chunk, 2 * PROBES)
             moved = {slot: moves(slot, start, stop) for slot in carried}
             if batched:
-                batch = dict(args)
-                for slot in probe_slots:
-                    value = moved.get(slot, before.get(slot, args.get(slot)))
-                    if slot not in moved and isinstance(value, np.ndarray):
-                        value = np.repeat(value[None], stop - start, axis=0)  # a copy each
-                    batch[slot] = value
-                outs = model.probe_reference(node, batch)
-                changes = {slot: _change(outs[slot], outputs[slot]) for slot in tensor_outs}
-                changes.update({slot: _change(batch[slot], args[slot]) for slot in before})
+                changes = probed.batched(model, moved, probe_slots, stop - start)
             else:
-                probe = dict(args)
-                probe.update({slot: state.copy() for slot, state in before.items()})
-                probe.update({slot: value[0] for slot, value in moved.items()})
-                outs = model.reference(node, probe)
-                changes = {slot: _change(outs[slot], outputs[slot])[None] for slot in tensor_outs}
-                changes.update({slot: _change(probe[slot], args[slot])[None] for slot in before})
+                changes = probed.one(model, moved)
             for slot, delta in changes.items():
                 _add_squares(sums, slot, delta * delta / PROBES, start)
         return {slot: np.maximum(sums[0][slot], sums[1][slot]) for slot in sums[0]}
@@ -372,6 +360,46 @@ class ReferenceEvaluator:
                 signs[mode][slot] = drawn[mode][:, offset : offset + size].reshape(PROBES, *shape)
                 offset += size
         return signs
+
+
+@dataclass(frozen=True)
+class _Probed:
+    """What `_propagate` probes: an op node, its arguments, the state it starts from, its
+    unmoved outputs and its tensor output slots. Its methods give each output's and state's
+    change under a chunk of moves (`moved`: per carried slot, [moves, *shape])."""
+
+    node: OpNode
+    args: Args
+    before: Mapping[str, np.ndarray]
+    outputs: Mapping[str, Any]
+    tensor_outs: Mapping[str, str]
+
+    def batched(
+        self, model: OpModel, moved: Mapping[str, np.ndarray], probe_slots: set[str], count: int
+    ) -> dict[str, np.ndarray]:
+        """The changes of `count` moves in one `probe_reference` call over a probe axis."""
+        args, before, outputs = self.args, self.before, self.outputs
+        batch = dict(args)
+        for slot in probe_slots:
+            value = moved.get(slot, before.get(slot, args.get(slot)))
+            if slot not in moved and isinstance(value, np.ndarray):
+                value = np.repeat(value[None], count, axis=0)  # a copy each
+            batch[slot] = value
+        outs = model.probe_reference(self.node, batch)
+        changes = {slot: _change(outs[slot], outputs[slot]) for slot in self.tensor_outs}
+        changes.update({slot: _change(batch[slot], args[slot]) for slot in before})
+        return changes
+
+    def one(self, model: OpModel, moved: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The changes of one move (a chunk of one) by a `reference` call."""
+        args, before, outputs = self.args, self.before, self.outputs
+        probe = dict(args)
+        probe.update({slot: state.copy() for slot, state in before.items()})
+        probe.update({slot: value[0] for slot, value in moved.items()})
+        outs = model.reference(self.node, probe)
+        changes = {slot: _change(outs[slot], outputs[slot])[None] for slot in self.tensor_outs}
+        changes.update({slot: _change(probe[slot], args[slot])[None] for slot in before})
+        return changes
 
 
 def _change(probed: np.ndarray, base: np.ndarray) -> np.ndarray:

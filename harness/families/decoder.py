@@ -128,89 +128,102 @@ def rope_tables(config: DecoderConfig) -> tuple[np.ndarray, np.ndarray]:
 def build_decoder(config: DecoderConfig, weights: DecoderWeights) -> Graph:
     """The decoder graph for `config` with `weights`; output `logits` `[1, S, vocab]`."""
     config.check()
-    w = weights.arrays
-    b = GraphBuilder()
-    seq, hd = config.max_seq, config.head_dim
-    tokens = b.input("tokens", "int32", [1, seq])
-    input_pos = b.symint_input("input_pos")
-    freqs_cos = b.input("freqs_cos", "float32", [seq, hd // 2])
-    freqs_sin = b.input("freqs_sin", "float32", [seq, hd // 2])
-    gs = b.int(config.group_size, "group_size")
-    eps = b.float(config.eps, "eps")
-    one, heads, kv_heads, head_dim = (
-        b.int(1, "one"),
-        b.int(config.n_heads, "n_heads"),
-        b.int(config.n_kv_heads, "n_kv_heads"),
-        b.int(hd, "head_dim"),
-    )
-    q_width = b.int(config.n_heads * hd, "q_width")
-
-    def const(name: str) -> str:
-        return b.constant(name, w[name])
-
-    def linear(name: str, x: str, n: int) -> str:
-        out: str = b.op(
-            "linear_q4gsw",
-            name=name,
-            x=x,
-            weight=const(f"{name}.weight"),
-            scales=const(f"{name}.scales"),
-            group_size=gs,
-            out_dims=[1, seq, n],
-        )
-        return out
-
+    d = _DecoderGraph(config, weights.arrays, GraphBuilder())
+    b = d.b
     x = b.op(
         "embedding_q4gsw",
         name="tok_embeddings",
-        weight=const("tok_embeddings.weight"),
-        scales=const("tok_embeddings.scales"),
-        group_size=gs,
-        indices=tokens,
-        out_dims=[1, seq, config.hidden],
+        weight=d.const("tok_embeddings.weight"),
+        scales=d.const("tok_embeddings.scales"),
+        group_size=d.gs,
+        indices=d.tokens,
+        out_dims=[1, config.max_seq, config.hidden],
     )
-    shapes = config.linear_shapes()
     for layer in range(config.layers):
         p = f"layers.{layer}"
+        x = d.feed_forward(p, d.attention(p, x))
+    n = b.op("rms_norm", name="norm", x=x, weight=d.const("norm.weight"), eps=d.eps)
+    b.output(d.linear("output", n, config.vocab))
+    return b.build()
+
+
+class _DecoderGraph:
+    """`build_decoder`'s builder and the graph's shared inputs and scalars, with the blocks
+    each layer adds (built in the order the graph lists them)."""
+
+    def __init__(self, config: DecoderConfig, w: Mapping[str, np.ndarray], b: GraphBuilder):
+        self.config, self.w, self.b = config, w, b
+        seq, hd = config.max_seq, config.head_dim
+        self.tokens = b.input("tokens", "int32", [1, seq])
+        self.input_pos = b.symint_input("input_pos")
+        self.freqs_cos = b.input("freqs_cos", "float32", [seq, hd // 2])
+        self.freqs_sin = b.input("freqs_sin", "float32", [seq, hd // 2])
+        self.gs = b.int(config.group_size, "group_size")
+        self.eps = b.float(config.eps, "eps")
+        self.one, self.heads, self.kv_heads, self.head_dim = (
+            b.int(1, "one"),
+            b.int(config.n_heads, "n_heads"),
+            b.int(config.n_kv_heads, "n_kv_heads"),
+            b.int(hd, "head_dim"),
+        )
+        self.q_width = b.int(config.n_heads * hd, "q_width")
+        self.shapes = config.linear_shapes()
+
+    def const(self, name: str) -> str:
+        """The weight `name` as a graph constant."""
+        return self.b.constant(name, self.w[name])
+
+    def linear(self, name: str, x: str, n: int) -> str:
+        """A q4 linear layer `name` of `x` with `n` outputs."""
+        out: str = self.b.op(
+            "linear_q4gsw",
+            name=name,
+            x=x,
+            weight=self.const(f"{name}.weight"),
+            scales=self.const(f"{name}.scales"),
+            group_size=self.gs,
+            out_dims=[1, self.config.max_seq, n],
+        )
+        return out
+
+    def _heads(self, p: str, part: str, x: str, s: str, heads: str, n: int) -> str:
+        """`x` `[1, S, n * head_dim]` viewed as `[1, S, n, head_dim]`."""
+        config = self.config
+        out: str = self.b.op(
+            "view_copy",
+            name=f"{p}.{part}_heads",
+            x=x,
+            sizes=[self.one, s, heads, self.head_dim],
+            out_dims=[1, config.max_seq, n, config.head_dim],
+        )
+        return out
+
+    def attention(self, p: str, x: str) -> str:
+        """Layer `p`'s attention block on `x`: norm, q/k/v, rope, the cached sdpa and the
+        output projection; returns the residual sum."""
+        b, config, shapes = self.b, self.config, self.shapes
+        seq, hd = config.max_seq, config.head_dim
         h = b.op(
             "rms_norm",
             name=f"{p}.attention_norm",
             x=x,
-            weight=const(f"{p}.attention_norm.weight"),
-            eps=eps,
+            weight=self.const(f"{p}.attention_norm.weight"),
+            eps=self.eps,
         )
-        q = linear(f"{p}.wq", h, shapes["wq"][0])
-        k = linear(f"{p}.wk", h, shapes["wk"][0])
-        v = linear(f"{p}.wv", h, shapes["wv"][0])
+        q = self.linear(f"{p}.wq", h, shapes["wq"][0])
+        k = self.linear(f"{p}.wk", h, shapes["wk"][0])
+        v = self.linear(f"{p}.wv", h, shapes["wv"][0])
         s = b.op("sym_size", name=f"{p}.seq_len", x=q, dim=b.int(1, f"{p}.seq_dim"))
-        q4_ = b.op(
-            "view_copy",
-            name=f"{p}.q_heads",
-            x=q,
-            sizes=[one, s, heads, head_dim],
-            out_dims=[1, seq, config.n_heads, hd],
-        )
-        k4 = b.op(
-            "view_copy",
-            name=f"{p}.k_heads",
-            x=k,
-            sizes=[one, s, kv_heads, head_dim],
-            out_dims=[1, seq, config.n_kv_heads, hd],
-        )
-        v4 = b.op(
-            "view_copy",
-            name=f"{p}.v_heads",
-            x=v,
-            sizes=[one, s, kv_heads, head_dim],
-            out_dims=[1, seq, config.n_kv_heads, hd],
-        )
+        q4_ = self._heads(p, "q", q, s, self.heads, config.n_heads)
+        k4 = self._heads(p, "k", k, s, self.kv_heads, config.n_kv_heads)
+        v4 = self._heads(p, "v", v, s, self.kv_heads, config.n_kv_heads)
         q_rot, k_rot = b.op(
             "apply_rotary_emb",
             name=f"{p}.rope",
             xq=q4_,
             xk=k4,
-            freqs_cos=freqs_cos,
-            freqs_sin=freqs_sin,
+            freqs_cos=self.freqs_cos,
+            freqs_sin=self.freqs_sin,
             out_dims={
                 "xq_out": [1, seq, config.n_heads, hd],
                 "xk_out": [1, seq, config.n_kv_heads, hd],
@@ -226,29 +239,36 @@ def build_decoder(config: DecoderConfig, weights: DecoderWeights) -> Graph:
             v=v4,
             k_cache=k_cache,
             v_cache=v_cache,
-            input_pos=input_pos,
+            input_pos=self.input_pos,
             out_dims=[1, seq, config.n_heads, hd],
         )
         flat = b.op(
             "view_copy",
             name=f"{p}.attn_flat",
             x=attn,
-            sizes=[one, s, q_width],
+            sizes=[self.one, s, self.q_width],
             out_dims=[1, seq, config.n_heads * hd],
         )
-        o = linear(f"{p}.wo", flat, shapes["wo"][0])
-        h2 = b.op("add", name=f"{p}.attn_residual", a=x, b=o)
+        o = self.linear(f"{p}.wo", flat, shapes["wo"][0])
+        out: str = b.op("add", name=f"{p}.attn_residual", a=x, b=o)
+        return out
+
+    def feed_forward(self, p: str, h2: str) -> str:
+        """Layer `p`'s feed-forward block on `h2`: norm, gated SiLU; returns the residual sum."""
+        b, shapes = self.b, self.shapes
         f = b.op(
-            "rms_norm", name=f"{p}.ffn_norm", x=h2, weight=const(f"{p}.ffn_norm.weight"), eps=eps
+            "rms_norm",
+            name=f"{p}.ffn_norm",
+            x=h2,
+            weight=self.const(f"{p}.ffn_norm.weight"),
+            eps=self.eps,
         )
-        gate = linear(f"{p}.w_gate", f, shapes["w_gate"][0])
-        up = linear(f"{p}.w_up", f, shapes["w_up"][0])
+        gate = self.linear(f"{p}.w_gate", f, shapes["w_gate"][0])
+        up = self.linear(f"{p}.w_up", f, shapes["w_up"][0])
         act = b.op("silu_mul", name=f"{p}.silu_mul", gate=gate, up=up)
-        down = linear(f"{p}.w_down", act, shapes["w_down"][0])
-        x = b.op("add", name=f"{p}.ffn_residual", a=h2, b=down)
-    n = b.op("rms_norm", name="norm", x=x, weight=const("norm.weight"), eps=eps)
-    b.output(linear("output", n, config.vocab))
-    return b.build()
+        down = self.linear(f"{p}.w_down", act, shapes["w_down"][0])
+        out: str = b.op("add", name=f"{p}.ffn_residual", a=h2, b=down)
+        return out
 
 
 def decoder_step(

@@ -329,7 +329,7 @@ def rope_tables(
     """Rotation angles pos * theta^(-2i/dim), i < dim/2, one row per position.
 
     The positions get a random fractional phase: at position 0 the true tables are constant
-    (cos 1, sin 0), which would make the case degenerate (harness/check/oracles.py); the kernels'
+    (cos 1, sin 0), which would make the case degenerate (harness/check/oracles/); the kernels'
     job is the same for any angle.
     """
     freqs = theta ** (-np.arange(0, dim, 2) / dim)

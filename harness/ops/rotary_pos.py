@@ -38,7 +38,15 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
+from graph_format import (
+    FLOAT_DTYPES,
+    Graph,
+    GraphBuildError,
+    InputError,
+    OpNode,
+    TensorValue,
+    dtype_slot,
+)
 from graph_format.kernels import Value
 from harness.gen.blocks import DynamicDim, family_dtype, float_array, head_dims, seeds
 from harness.gen.builder import GraphBuilder
@@ -238,28 +246,8 @@ class PositionRotaryModel(OpModel):
             raise GraphBuildError(node.name, "positions must be int32", tensor=positions.name)
         if factors is not None and factors.dtype != "float32":
             raise GraphBuildError(node.name, "freq_factors must be float32", tensor=factors.name)
-        for t in (xq, xk):
-            if len(t.dims) != 4:
-                raise GraphBuildError(node.name, "xq and xk must be [B, S, H, D]", tensor=t.name)
-        dim = xq.dims[3]
-        if dim % 2:
-            raise GraphBuildError(node.name, f"head dim {dim} must be even", tensor=xq.name)
-        if xk.dims[3] != dim or xk.dims[:2] != xq.dims[:2]:
-            raise GraphBuildError(node.name, "xk must share xq's B, S and D", tensor=xk.name)
-        if positions.dims != (xq.dims[1],):
-            raise GraphBuildError(
-                node.name, f"positions must be [{xq.dims[1]}]", tensor=positions.name
-            )
-        if factors is not None and factors.dims != (dim // 2,):
-            raise GraphBuildError(
-                node.name, f"freq_factors must be [{dim // 2}]", tensor=factors.name
-            )
-        base = float(graph.scalar(node.arg("theta_base")))
-        scale = float(graph.scalar(node.arg("freq_scale")))
-        if not (math.isfinite(base) and base > 0) or not math.isfinite(scale):
-            raise GraphBuildError(
-                node.name, f"theta_base {base} must be finite and > 0, freq_scale {scale} finite"
-            )
+        _check_shapes(node, xq, xk, positions, factors)
+        _check_scalars(node, graph)
         if xq_out.dims != xq.dims:
             raise GraphBuildError(node.name, "xq_out dims != xq dims", tensor=xq_out.name)
         if xk_out.dims != xk.dims:
@@ -467,3 +455,36 @@ def gen_apply_rotary_emb_pos(g: GraphGen) -> bool:
     )
     rotated(g, outputs, q, k)
     return True
+
+
+def _check_shapes(
+    node: OpNode,
+    xq: TensorValue,
+    xk: TensorValue,
+    positions: TensorValue,
+    factors: TensorValue | None,
+) -> None:
+    """`PositionRotaryModel.check`'s shapes: xq and xk [B, S, H, D] with an even D shared, one
+    position per token, one factor per frequency."""
+    for t in (xq, xk):
+        if len(t.dims) != 4:
+            raise GraphBuildError(node.name, "xq and xk must be [B, S, H, D]", tensor=t.name)
+    dim = xq.dims[3]
+    if dim % 2:
+        raise GraphBuildError(node.name, f"head dim {dim} must be even", tensor=xq.name)
+    if xk.dims[3] != dim or xk.dims[:2] != xq.dims[:2]:
+        raise GraphBuildError(node.name, "xk must share xq's B, S and D", tensor=xk.name)
+    if positions.dims != (xq.dims[1],):
+        raise GraphBuildError(node.name, f"positions must be [{xq.dims[1]}]", tensor=positions.name)
+    if factors is not None and factors.dims != (dim // 2,):
+        raise GraphBuildError(node.name, f"freq_factors must be [{dim // 2}]", tensor=factors.name)
+
+
+def _check_scalars(node: OpNode, graph: Graph) -> None:
+    """`PositionRotaryModel.check`'s scalars: theta_base finite and > 0, freq_scale finite."""
+    base = float(graph.scalar(node.arg("theta_base")))
+    scale = float(graph.scalar(node.arg("freq_scale")))
+    if not (math.isfinite(base) and base > 0) or not math.isfinite(scale):
+        raise GraphBuildError(
+            node.name, f"theta_base {base} must be finite and > 0, freq_scale {scale} finite"
+        )

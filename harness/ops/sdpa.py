@@ -42,7 +42,15 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
+from graph_format import (
+    FLOAT_DTYPES,
+    Graph,
+    GraphBuildError,
+    InputError,
+    OpNode,
+    TensorValue,
+    dtype_slot,
+)
 from graph_format.kernels import Value
 from harness.gen.blocks import (
     family_dtype,
@@ -187,18 +195,7 @@ class SdpaModel(OpModel):
         for t in (kc, vc):
             if not t.state:
                 raise GraphBuildError(node.name, "caches must be state tensors", tensor=t.name)
-        if v.dims != k.dims:
-            raise GraphBuildError(node.name, "v dims != k dims", tensor=v.name)
-        if k.dims[1] != q.dims[1] or k.dims[3] != q.dims[3]:
-            raise GraphBuildError(node.name, "k must share q's S and D", tensor=k.name)
-        if kc.dims[2:] != k.dims[2:]:
-            raise GraphBuildError(node.name, "k_cache must be [1, C, Hkv, D]", tensor=kc.name)
-        if vc.dims != kc.dims:
-            raise GraphBuildError(node.name, "v_cache dims != k_cache dims", tensor=vc.name)
-        if q.dims[2] % k.dims[2]:
-            raise GraphBuildError(node.name, "Hq must be a multiple of Hkv", tensor=q.name)
-        if out.dims != q.dims:
-            raise GraphBuildError(node.name, "out dims != q dims", tensor=out.name)
+        _check_dims(node, q, k, v, kc, vc, out)
 
     def resize(self, node: OpNode, live: LiveState) -> None:
         q, k, v = (live.of(node, s) for s in ("q", "k", "v"))
@@ -531,3 +528,28 @@ def gen_sdpa_with_kv_cache(g: GraphGen) -> bool:
     )
     g.produced(out, q.dims, [q, k, v])
     return True
+
+
+def _check_dims(
+    node: OpNode,
+    q: TensorValue,
+    k: TensorValue,
+    v: TensorValue,
+    kc: TensorValue,
+    vc: TensorValue,
+    out: TensorValue,
+) -> None:
+    """The cached sdpa's dims agree: k and v share q's S and D, the caches k's heads and D,
+    Hq is a multiple of Hkv, and out is q's shape."""
+    if v.dims != k.dims:
+        raise GraphBuildError(node.name, "v dims != k dims", tensor=v.name)
+    if k.dims[1] != q.dims[1] or k.dims[3] != q.dims[3]:
+        raise GraphBuildError(node.name, "k must share q's S and D", tensor=k.name)
+    if kc.dims[2:] != k.dims[2:]:
+        raise GraphBuildError(node.name, "k_cache must be [1, C, Hkv, D]", tensor=kc.name)
+    if vc.dims != kc.dims:
+        raise GraphBuildError(node.name, "v_cache dims != k_cache dims", tensor=vc.name)
+    if q.dims[2] % k.dims[2]:
+        raise GraphBuildError(node.name, "Hq must be a multiple of Hkv", tensor=q.name)
+    if out.dims != q.dims:
+        raise GraphBuildError(node.name, "out dims != q dims", tensor=out.name)

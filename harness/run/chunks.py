@@ -9,6 +9,8 @@ in lockstep, shrinks, classifies each finding's repeatability, writes the bundle
 provisional one per bug as soon as it is seen, the finding's own once it is shrunk) and
 hands every record to a `ChunkSink`: the session writes them into `cases.jsonl` and counts
 them (in the same process, or in the parent of the workers).
+What a run is asked (`RunConfig`), when it stops (`Stop`) and the tallies a sink receives
+live in harness.run.runconfig (re-exported here).
 
 Shrinking: the search finds every bug without shrinking it (harness.check.shrinking
 `SEARCH_PHASES`); then each bug is shrunk on its own, in the order the bugs were found (those
@@ -34,10 +36,9 @@ from __future__ import annotations
 import dataclasses
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from hypothesis import given, seed, settings, target
@@ -48,7 +49,7 @@ from hypothesis.errors import Flaky
 from graph_format import Runtime
 from graph_format.kernels import load_manifest
 from harness.check import timing
-from harness.check.backends import BACKENDS, open_runtimes
+from harness.check.backends import open_runtimes
 from harness.check.cold import RuntimeSpec, cold_check
 from harness.check.coverage import folds_under
 from harness.check.divergence import BugKey, Divergence
@@ -65,8 +66,7 @@ from harness.check.verdict import (
 from harness.families import FAMILIES, covered_ops
 from harness.gen.case import Case
 from harness.run.bundle import existing_bundle, write_bundle
-from harness.run.expectations import Expectations
-from harness.run.findings import divergent_keys, finding_id, severity
+from harness.run.findings import divergent_keys, finding_id
 from harness.run.plan import Chunk, Shard
 from harness.run.profiles import PROFILES, hypothesis_settings, quiet_hypothesis
 from harness.run.records import (
@@ -77,154 +77,18 @@ from harness.run.records import (
     RunMeta,
     case_record,
 )
-
-# The stop reason of a run whose output the disk would not take (a full or read-only disk).
-OUTPUT_ERROR = "output error"
-
-
-class RunSetupError(ValueError):
-    """The devices cannot run as asked (a workgroup limit above theirs); the message says why."""
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Everything a run is asked to do (resolved from the command line).
-
-    Attributes:
-        jobs: chunk-running processes: 1 runs the chunks in the command's own process;
-            N > 1 starts N workers (harness.run.workers).
-        adapters: the adapter (by index, `parity list` order) each worker opens, dealt out
-            round robin; empty: every worker opens the default one.
-        timings: accumulate the host-time split of harness.check.timing (benchmarks).
-        kernels: a kernel manifest (`parity run --kernels`) whose kernels replace slots on
-            the backends its sections name; its adapters run (the user named it).
-        worker_cases: with N > 1 workers, a worker that has run this many cases is replaced
-            by a fresh process between two chunks: a driver's memory that grows with every
-            case it runs (lavapipe 22.x, docs/benchmarks.md "Memory per worker") is given back
-            with the process. None: never replaced. `--jobs 1` runs in its own process and
-            never replaces it.
-    """
-
-    families: list[str]
-    profile: str
-    seed: int
-    max_examples: int  # per family
-    chunk_examples: int
-    out: Path
-    shard: Shard = field(default_factory=Shard)
-    time_budget_s: float | None = None
-    database: Path | None = None
-    shader_dirs: Mapping[str, Path] = field(default_factory=dict)
-    kernels: Path | None = None
-    expectations: Expectations = field(default_factory=Expectations)
-    progress_every_s: float = 10.0
-    repeats: int = 3  # re-runs per backend to classify a divergent case's repeatability
-    cold_rerun: bool = True  # also re-run each finding in a fresh process (harness.check.cold)
-    command: str = ""
-    max_workgroups_per_dim: int | None = None  # a lowered limit for every chunk
-    jobs: int = 1
-    adapters: tuple[int, ...] = ()
-    timings: bool = False
-    worker_cases: int | None = None
-    shrink_budget_s: float | None = None  # None: the profile's (`Profile.shrink_budget_s`)
-    # The runtimes checked in lockstep, by name (`harness.check.backends.lockstep_backends`).
-    backends: tuple[str, ...] = BACKENDS
-
-
-# Why a finding is not shrunk (`ChunkFinding.unshrunk`).
-BUDGET_SPENT = "shrink budget spent"
-NOT_REPLAYED = "its case did not fail again when replayed for shrinking"
-BESIDE = "it showed only beside another bug, the one its case was shrunk by"
-
-
-@dataclass
-class Stop:
-    """Why chunks should stop, shared by the code that decides it and the chunks that obey.
-
-    Attributes:
-        reason: a signal's name ("SIGINT", "SIGTERM"), "time_budget" or `OUTPUT_ERROR`;
-            None: go on.
-        started: when the search began (`time.monotonic()`); the time budget counts from it.
-            CLOCK_MONOTONIC is the machine's, so a worker may be handed its parent's.
-    """
-
-    budget_s: float | None = None
-    started: float = field(default_factory=time.monotonic)
-    reason: str | None = None
-
-    def out_of_time(self, grace: bool = False) -> bool:
-        """The time budget is spent (with `grace`: also its grace period for shrinking)."""
-        budget = self.budget_s
-        if budget is None:
-            return False
-        if grace:
-            budget += max(30.0, 0.25 * budget)
-        return time.monotonic() - self.started > budget
-
-
-@dataclass
-class CaseTally:
-    """What the session counts of a case record (its totals, coverage and ops), small enough
-    for a worker to send beside the record's line."""
-
-    case_id: str
-    steps: int
-    level: int  # harness.run.findings: CLEAN, KNOWN or UNEXPECTED
-    coverage: dict[str, Any]
-    ops: list[str]
-    # What a chunk lost with its worker keeps of a divergent case (harness.run.workers).
-    seq: int = 0
-    bug: BugKey | None = None
-    unexpected: int = 0
-    provisional_bundle: str | None = None
-    others: list[BugKey] = field(default_factory=list)  # its keys beside `bug`
-
-    @classmethod
-    def of(cls, record: CaseRecord) -> CaseTally:
-        """The tally of one case record."""
-        return cls(
-            record.case_id,
-            record.steps,
-            severity(record.divergences),
-            record.coverage,
-            list(record.ops),
-            record.seq,
-            record.bug,
-            record.unexpected,
-            record.provisional_bundle,
-            divergent_keys(record.divergences)[1:],
-        )
-
-
-@dataclass
-class ChunkTally:
-    """What the session counts of a chunk's end: its planned examples and finding ids, and
-    the provisional bundles (`bundles/<id>`) its record replaces, removed only once that
-    record is written (until then, they are what its case records name)."""
-
-    chunk: str
-    examples: int
-    findings: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)
-
-
-class ChunkSink(Protocol):
-    """Where a `ChunkRunner` hands what it produces (the session, or a worker's pipe)."""
-
-    def case(self, record: CaseRecord) -> None:
-        """One executed case, as soon as it ran."""
-
-    def chunk(self, record: ChunkRecord, tally: ChunkTally) -> None:
-        """The end of a chunk, naming its findings."""
-
-    def error(self, text: str) -> None:
-        """A failure that is not a divergence (a chunk that failed, a bundle not written)."""
-
-    def output_error(self, error: OutputError) -> None:
-        """An output the disk would not take (a bundle): the run stops."""
-
-    def log(self, line: str) -> None:
-        """A progress line for stderr."""
+from harness.run.runconfig import (
+    BESIDE,
+    BUDGET_SPENT,
+    NOT_REPLAYED,
+    OUTPUT_ERROR,
+    CaseTally,
+    ChunkSink,
+    ChunkTally,
+    RunConfig,
+    RunSetupError,
+    Stop,
+)
 
 
 @dataclass
@@ -884,6 +748,9 @@ def describe(err: BaseException) -> str:
 
 
 __all__ = [
+    "BESIDE",
+    "BUDGET_SPENT",
+    "NOT_REPLAYED",
     "OUTPUT_ERROR",
     "CaseTally",
     "ChunkRunner",

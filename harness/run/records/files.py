@@ -83,15 +83,8 @@ def plain(value: Any) -> Any:
         return value.value
     if isinstance(value, bool | None | str | int):
         return value
-    if isinstance(value, float | np.floating):
-        f = float(value)
-        if math.isfinite(f):
-            return f
-        return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.bool_):
-        return bool(value)
+    if isinstance(value, float | np.floating | np.integer | np.bool_):
+        return _plain_number(value)
     if isinstance(value, np.ndarray):
         return plain(value.tolist())
     if isinstance(value, BugKey):
@@ -105,9 +98,19 @@ def plain(value: Any) -> Any:
         if callable(to_json):
             return plain(to_json())
         return plain({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
-    if isinstance(value, Path):
-        return str(value)
-    return str(value)
+    return str(value)  # a Path, or anything else: its text
+
+
+def _plain_number(value: float | np.floating[Any] | np.integer[Any] | np.bool_) -> Any:
+    """A numpy or Python float, a numpy integer or bool as `plain` writes it."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.bool_):
+        return bool(value)
+    f = float(value)
+    if math.isfinite(f):
+        return f
+    return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
 
 
 def as_float(value: Any) -> float:
