@@ -9,7 +9,7 @@ inputs were bit-identical on both (`harness.check.oracles.compare_bits`). It pri
 line per op type and kernels (the kernel names carry the dtype: `_f16`) with that largest
 distance per pair and the number of cases compared; `--from DIR` reads an earlier run's
 folder instead of running one. The declarations (`KernelSpec.exact`,
-`harness.check.oracles.WEBGPU_ULPS`) and docs/oracles.md "Exact equality" come from it.
+`KernelSpec.webgpu_ulps`) and docs/oracles.md "Exact equality" come from it.
 """
 
 from __future__ import annotations
