@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ from benchmarks.linear_q4gsw import (
     linear_graph,
     reference_rows,
 )
+from graph_format import Graph
 from harness.model.numerics import compare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,71 +154,206 @@ def set_knobs(lanes: int, cap: int) -> None:
     vk_linear.GEMV_MAX_WORKGROUPS = cap
 
 
+class _Backends:
+    """The sweep's backends: their devices, adapters and clock burners, and the read ceiling and
+    timed-dispatch floor of each API, measured when the backend opens."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from vulkan_ref.instance import get_context
+        from webgpu_backend.device import get_timing_device
+
+        self.args = args
+        self.names: list[str] = args.backends.split(",")
+        self.dev = get_timing_device() if "webgpu" in self.names else None
+        self.ctx = get_context(False) if "vulkan" in self.names else None
+        self.adapters: dict[str, Any] = {}
+        self.burners: dict[str, Any] = {}
+        self.ceiling: dict[str, float] = {}
+        self.floor_us: dict[str, float] = {}
+        self.ceiling_b2b: dict[str, float] = {}
+        self.floor_b2b_us: dict[str, float] = {}
+        for name in self.names:
+            self._open(name)
+
+    def read_times(self, name: str, nbytes: int, copies: int, batch: int = 0) -> list[float]:
+        """Times of the read kernel of backend `name` over `nbytes` (`copies` cold copies)."""
+        from benchmarks.ceiling import vulkan_read_times, webgpu_read_times
+
+        fn: Any = webgpu_read_times if name == "webgpu" else vulkan_read_times
+        handle = self.dev if name == "webgpu" else self.ctx
+        return fn(
+            handle,
+            nbytes,
+            repeats=self.args.repeats,
+            warmup=self.args.warmup,
+            copies=copies,
+            burn_passes=self.args.burn_passes,
+            batch=batch,
+        )
+
+    def _open(self, name: str) -> None:
+        from benchmarks.ceiling import VulkanBurn, WebGPUBurn
+        from vulkan_ref import VulkanRuntime
+        from webgpu_backend import WebGPURuntime
+
+        if name == "webgpu":
+            self.adapters[name] = WebGPURuntime(self.dev).info()
+            self.burners[name] = WebGPUBurn(self.dev)
+        else:
+            self.adapters[name] = VulkanRuntime(self.ctx).info()
+            self.burners[name] = VulkanBurn(self.ctx)
+        nbytes = self.args.ceiling_mib * 2**20
+        self.ceiling[name] = nbytes / float(np.median(self.read_times(name, nbytes, 1)))
+        self.floor_us[name] = float(np.median(self.read_times(name, 1 << 16, 1))) / 1e3
+        print(
+            f"sweep: {name} read ceiling {self.ceiling[name]:.1f} GB/s, timed-dispatch floor "
+            f"{self.floor_us[name]:.2f} us",
+            flush=True,
+        )
+        if self.args.back_to_back:
+            self.ceiling_b2b[name] = nbytes / float(
+                np.median(self.read_times(name, nbytes, 1, CEILING_BATCH))
+            )
+            self.floor_b2b_us[name] = (
+                float(np.median(self.read_times(name, 1 << 16, FLOOR_BATCH, FLOOR_BATCH))) / 1e3
+            )
+            print(
+                f"sweep: {name} back to back: read ceiling {self.ceiling_b2b[name]:.1f} GB/s, "
+                f"64 KiB read {self.floor_b2b_us[name]:.2f} us per dispatch",
+                flush=True,
+            )
+
+    def runtime(self, name: str, wgsl_dir: Path, glsl_dir: Path) -> tuple[Any, Any]:
+        """(runtime reading the variant's shader folder, its graph timer) of backend `name`."""
+        from benchmarks.timing import vulkan_time_graph, webgpu_time_graph
+        from vulkan_ref import VulkanRuntime
+        from webgpu_backend import WebGPURuntime
+
+        if name == "webgpu":
+            return WebGPURuntime(self.dev, shader_dir=wgsl_dir), webgpu_time_graph
+        return VulkanRuntime(self.ctx, shader_dir=glsl_dir), vulkan_time_graph
+
+    def close(self) -> None:
+        """Close the clock burners."""
+        for burner in self.burners.values():
+            burner.close()
+
+
+def _read_row(
+    backends: _Backends, k: int, n: int, copies: int, stream_bytes: int, batch: int
+) -> dict[str, Any]:
+    """The row of the read kernel over the shape's bytes (as many cold copies), per backend."""
+    row: dict[str, Any] = {
+        "variant": "read",
+        "k": k,
+        "n": n,
+        "copies": copies,
+        "stream_bytes": stream_bytes,
+    }
+    for name in backends.names:
+        same = stream_bytes / float(np.median(backends.read_times(name, stream_bytes, copies)))
+        row[name] = same
+        msg = f"sweep: read of the same bytes K={k} N={n} {name}: {same:.0f} GB/s"
+        if backends.args.back_to_back:
+            same_b = stream_bytes / float(
+                np.median(backends.read_times(name, stream_bytes, copies, batch))
+            )
+            row[f"{name}_b2b"] = same_b
+            msg += f", back to back {same_b:.0f} GB/s"
+        print(msg, flush=True)
+    return row
+
+
+@dataclass
+class _Shape:
+    """One shape of the sweep: its graph, input, float64 reference and weight copies."""
+
+    k: int
+    n: int
+    graph: Graph
+    stream_bytes: int
+    x: np.ndarray
+    ref: np.ndarray
+    budget: np.ndarray
+    copies: int
+    batch: int
+
+
+def _time_variant(
+    backends: _Backends, name: str, v: dict[str, Any], shape: _Shape, folders: tuple[Path, Path]
+) -> tuple[dict[str, Any], np.ndarray]:
+    """(the variant's cell of backend `name` on `shape`, its output)."""
+    args = backends.args
+    start = time.perf_counter()
+    runtime, time_graph = backends.runtime(name, *folders)
+    n_copies = 1 if v.get("warm") else shape.copies
+    loaded = [runtime.load(shape.graph) for _ in range(n_copies)]
+    timed = {
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "burn": backends.burners[name],
+        "burn_passes": args.burn_passes,
+    }
+    try:
+        (timing,) = time_graph(loaded, {"x": shape.x}, **timed)
+        assert timing.kernel == "q4gsw_gemv", timing.kernel
+        timing_b2b = None
+        if args.back_to_back and not v.get("warm"):
+            (timing_b2b,) = time_graph(loaded, {"x": shape.x}, **timed, batch=shape.batch)
+        out = loaded[0].execute({"x": shape.x}).outputs["linear.out"]
+    finally:
+        for lg in loaded:
+            lg.close()
+    ns = timing.median_ns
+    times = sorted(timing.times_ns)
+    cell: dict[str, Any] = {
+        "us": ns / 1e3,
+        "us_min": times[0] / 1e3,
+        "us_max": times[-1] / 1e3,
+        "gbps": shape.stream_bytes / ns,
+        "of_ceiling": shape.stream_bytes / ns / backends.ceiling[name],
+        "err_budget": compare(out[:CHECK_ROWS], shape.ref, shape.budget).utilization,
+        "wall": time.time(),
+    }
+    b2b_text = ""
+    if timing_b2b is not None:
+        ns_b = timing_b2b.median_ns
+        cell |= {
+            "b2b_us": ns_b / 1e3,
+            "b2b_gbps": shape.stream_bytes / ns_b,
+            "b2b_of_ceiling": shape.stream_bytes / ns_b / backends.ceiling_b2b[name],
+            "batch": shape.batch,
+        }
+        b2b_text = f"; back to back {ns_b / 1e3:.2f} us {cell['b2b_of_ceiling'] * 100:.1f} %"
+    print(
+        f"sweep: {v['name']} K={shape.k} N={shape.n} {name}: {ns / 1e3:.2f} us "
+        f"{cell['of_ceiling'] * 100:.1f} % of ceiling "
+        f"err/budget {cell['err_budget']:.2g}{b2b_text} "
+        f"({time.perf_counter() - start:.1f} s)",
+        flush=True,
+    )
+    return cell, out
+
+
+def _shape(args: argparse.Namespace, rng: np.random.Generator, k: int, n: int) -> _Shape:
+    graph, stream_bytes = linear_graph(rng, k, n, 1, args.group_size)
+    copies = max(1, min(MAX_COPIES, math.ceil(args.cold_mib * 2**20 / stream_bytes)))
+    if args.back_to_back:
+        copies = max(copies, args.min_copies)
+    x = rng.standard_normal((1, k)).astype(np.float32)
+    ref, budget = reference_rows(graph, x)
+    batch = copies if args.back_to_back else 0
+    return _Shape(k, n, graph, stream_bytes, x, ref, budget, copies, batch)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Time every variant on every shape and backend; returns plain data."""
-    from benchmarks.ceiling import VulkanBurn, WebGPUBurn, vulkan_read_times, webgpu_read_times
-    from benchmarks.timing import vulkan_time_graph, webgpu_time_graph
-    from vulkan_ref import VulkanRuntime
-    from vulkan_ref.instance import get_context
     from vulkan_ref.ops import linear_q4gsw as vk_linear
-    from webgpu_backend import WebGPURuntime
-    from webgpu_backend.device import get_timing_device
     from webgpu_backend.ops import linear_q4gsw as wg_linear
 
     shipped_lanes, shipped_cap = wg_linear.GEMV_LANES, wg_linear.GEMV_MAX_WORKGROUPS
     assert shipped_lanes == vk_linear.GEMV_WORKGROUP
-    backends = args.backends.split(",")
-    dev = get_timing_device() if "webgpu" in backends else None
-    ctx = get_context(False) if "vulkan" in backends else None
-    adapters: dict[str, Any] = {}
-    ceiling: dict[str, float] = {}
-    floor_us: dict[str, float] = {}
-    burn = args.burn_passes
-    burners: dict[str, Any] = {}
-    b2b = args.back_to_back
-    ceiling_b2b: dict[str, float] = {}
-    floor_b2b_us: dict[str, float] = {}
-
-    def read_times(name: str, nbytes: int, copies: int, batch: int = 0) -> list[float]:
-        fn: Any = webgpu_read_times if name == "webgpu" else vulkan_read_times
-        handle = dev if name == "webgpu" else ctx
-        return fn(
-            handle,
-            nbytes,
-            repeats=args.repeats,
-            warmup=args.warmup,
-            copies=copies,
-            burn_passes=burn,
-            batch=batch,
-        )
-
-    for name in backends:
-        if name == "webgpu":
-            adapters[name] = WebGPURuntime(dev).info()
-            burners[name] = WebGPUBurn(dev)
-        else:
-            adapters[name] = VulkanRuntime(ctx).info()
-            burners[name] = VulkanBurn(ctx)
-        nbytes = args.ceiling_mib * 2**20
-        ceiling[name] = nbytes / float(np.median(read_times(name, nbytes, 1)))
-        floor_us[name] = float(np.median(read_times(name, 1 << 16, 1))) / 1e3
-        print(
-            f"sweep: {name} read ceiling {ceiling[name]:.1f} GB/s, timed-dispatch floor "
-            f"{floor_us[name]:.2f} us",
-            flush=True,
-        )
-        if b2b:
-            ceiling_b2b[name] = nbytes / float(
-                np.median(read_times(name, nbytes, 1, CEILING_BATCH))
-            )
-            floor_b2b_us[name] = (
-                float(np.median(read_times(name, 1 << 16, FLOOR_BATCH, FLOOR_BATCH))) / 1e3
-            )
-            print(
-                f"sweep: {name} back to back: read ceiling {ceiling_b2b[name]:.1f} GB/s, "
-                f"64 KiB read {floor_b2b_us[name]:.2f} us per dispatch",
-                flush=True,
-            )
+    backends = _Backends(args)
     variants = [parse_variant(v) for v in args.variants.split(";") if v]
     tmp = Path(tempfile.mkdtemp(prefix="gemv-sweep-"))
     folders = {
@@ -225,104 +362,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     rows: list[dict[str, Any]] = []
     for k, n in args.shapes:
-        graph, stream_bytes = linear_graph(rng, k, n, 1, args.group_size)
-        copies = max(1, min(MAX_COPIES, math.ceil(args.cold_mib * 2**20 / stream_bytes)))
-        if b2b:
-            copies = max(copies, args.min_copies)
-        batch = copies if b2b else 0
-        x = rng.standard_normal((1, k)).astype(np.float32)
-        ref, budget = reference_rows(graph, x)
-        read_row: dict[str, Any] = {
-            "variant": "read",
-            "k": k,
-            "n": n,
-            "copies": copies,
-            "stream_bytes": stream_bytes,
-        }
-        for name in backends:
-            same = stream_bytes / float(np.median(read_times(name, stream_bytes, copies)))
-            read_row[name] = same
-            msg = f"sweep: read of the same bytes K={k} N={n} {name}: {same:.0f} GB/s"
-            if b2b:
-                same_b = stream_bytes / float(
-                    np.median(read_times(name, stream_bytes, copies, batch))
-                )
-                read_row[f"{name}_b2b"] = same_b
-                msg += f", back to back {same_b:.0f} GB/s"
-            print(msg, flush=True)
-        rows.append(read_row)
+        shape = _shape(args, rng, k, n)
+        rows.append(_read_row(backends, k, n, shape.copies, shape.stream_bytes, shape.batch))
         for v in variants:
             set_knobs(v.get("lanes", shipped_lanes), v.get("cap", shipped_cap))
-            wgsl_dir, glsl_dir = folders[v["name"]]
-            n_copies = 1 if v.get("warm") else copies
+            n_copies = 1 if v.get("warm") else shape.copies
             row: dict[str, Any] = {"variant": v["name"], "k": k, "n": n, "copies": n_copies}
             outs = {}
-            for name in backends:
-                start = time.perf_counter()
-                if name == "webgpu":
-                    runtime: Any = WebGPURuntime(dev, shader_dir=wgsl_dir)
-                    time_graph: Any = webgpu_time_graph
-                else:
-                    runtime = VulkanRuntime(ctx, shader_dir=glsl_dir)
-                    time_graph = vulkan_time_graph
-                loaded = [runtime.load(graph) for _ in range(n_copies)]
-                try:
-                    (timing,) = time_graph(
-                        loaded,
-                        {"x": x},
-                        repeats=args.repeats,
-                        warmup=args.warmup,
-                        burn=burners[name],
-                        burn_passes=burn,
-                    )
-                    assert timing.kernel == "q4gsw_gemv", timing.kernel
-                    timing_b2b = None
-                    if b2b and not v.get("warm"):
-                        (timing_b2b,) = time_graph(
-                            loaded,
-                            {"x": x},
-                            repeats=args.repeats,
-                            warmup=args.warmup,
-                            burn=burners[name],
-                            burn_passes=burn,
-                            batch=batch,
-                        )
-                    out = loaded[0].execute({"x": x}).outputs["linear.out"]
-                finally:
-                    for lg in loaded:
-                        lg.close()
-                ns = timing.median_ns
-                times = sorted(timing.times_ns)
-                outs[name] = out
-                row[name] = {
-                    "us": ns / 1e3,
-                    "us_min": times[0] / 1e3,
-                    "us_max": times[-1] / 1e3,
-                    "gbps": stream_bytes / ns,
-                    "of_ceiling": stream_bytes / ns / ceiling[name],
-                    "err_budget": compare(out[:CHECK_ROWS], ref, budget).utilization,
-                    "wall": time.time(),
-                }
-                b2b_text = ""
-                if timing_b2b is not None:
-                    ns_b = timing_b2b.median_ns
-                    row[name] |= {
-                        "b2b_us": ns_b / 1e3,
-                        "b2b_gbps": stream_bytes / ns_b,
-                        "b2b_of_ceiling": stream_bytes / ns_b / ceiling_b2b[name],
-                        "batch": batch,
-                    }
-                    b2b_text = (
-                        f"; back to back {ns_b / 1e3:.2f} us "
-                        f"{row[name]['b2b_of_ceiling'] * 100:.1f} %"
-                    )
-                print(
-                    f"sweep: {v['name']} K={k} N={n} {name}: {ns / 1e3:.2f} us "
-                    f"{row[name]['of_ceiling'] * 100:.1f} % of ceiling "
-                    f"err/budget {row[name]['err_budget']:.2g}{b2b_text} "
-                    f"({time.perf_counter() - start:.1f} s)",
-                    flush=True,
-                )
+            for name in backends.names:
+                row[name], outs[name] = _time_variant(backends, name, v, shape, folders[v["name"]])
             if len(outs) == 2:
                 a, b = outs.values()
                 row["backend_diff"] = float(np.abs(a.astype(np.float64) - b).max()) / (
@@ -330,26 +378,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             rows.append(row)
     set_knobs(shipped_lanes, shipped_cap)
-    for burner in burners.values():
-        burner.close()
+    backends.close()
     shutil.rmtree(tmp, ignore_errors=True)
     return {
-        "adapters": adapters,
-        "ceiling_gbps": ceiling,
-        "floor_us": floor_us,
-        "ceiling_b2b_gbps": ceiling_b2b,
-        "floor_b2b_us": floor_b2b_us,
+        "adapters": backends.adapters,
+        "ceiling_gbps": backends.ceiling,
+        "floor_us": backends.floor_us,
+        "ceiling_b2b_gbps": backends.ceiling_b2b,
+        "floor_b2b_us": backends.floor_b2b_us,
         "config": {
             "repeats": args.repeats,
             "warmup": args.warmup,
             "cold_mib": args.cold_mib,
             "ceiling_mib": args.ceiling_mib,
             "group_size": args.group_size,
-            "burn_passes": burn,
-            "back_to_back": b2b,
+            "burn_passes": args.burn_passes,
+            "back_to_back": args.back_to_back,
             "min_copies": args.min_copies,
         },
-        "backends": backends,
+        "backends": backends.names,
         "rows": rows,
     }
 

@@ -346,14 +346,8 @@ def measure_ceiling(
     return ceiling
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Measure every shape on every backend; returns the results as plain data."""
-    dirs = None
-    if args.gemv_words is not None or args.gemv_variant is not None:
-        dirs = gemv_source_dirs(args.gemv_variant, args.gemv_words)
-    backends = open_backends(args.backends.split(","), args.validation, dirs)
-    if not backends:
-        raise SystemExit("bench: no backend available")
+def _config(args: argparse.Namespace, backends: list[Backend]) -> tuple[str, dict[str, Any]]:
+    """(preset, configuration): the preset's values, overridden by those given on the line."""
     preset = args.preset
     if preset == "auto":
         preset = "cpu" if any(be.is_cpu for be in backends) else "gpu"
@@ -366,6 +360,210 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cfg[key] = value
     if args.shapes is not None and args.gemv_shapes is None:
         cfg["gemv_shapes"] = []  # the shapes asked for, not the preset's GEMV-only extras
+    return preset, cfg
+
+
+@dataclass
+class _Plan:
+    """What every shape's timings share: the configuration and the read ceilings."""
+
+    cfg: dict[str, Any]
+    ceiling: dict[str, float]
+    ceiling_b2b: dict[str, float]  # empty unless back to back
+    back_to_back: bool
+
+
+@dataclass
+class _Stream:
+    """One (K, N) shape's weights: bytes streamed per call, cold copies, calls per batch."""
+
+    k: int
+    n: int
+    stream_bytes: int
+    copies: int
+    batch: int  # 0: single mode only
+
+
+def _time_back_to_back(
+    plan: _Plan,
+    be: Backend,
+    loaded: list[Any],
+    inputs: dict[str, np.ndarray],
+    row: Row,
+    stream: _Stream,
+    burner: Any,
+) -> None:
+    """Time the GEMV back to back (a batch of calls over the weight copies) into `row`."""
+    cfg, nbytes = plan.cfg, stream.stream_bytes
+    burn = cfg["burn_passes"]
+    (timing,) = be.time_graph(
+        loaded,
+        inputs,
+        repeats=cfg["repeats"],
+        warmup=cfg["warmup"],
+        burn=burner,
+        burn_passes=burn,
+        batch=stream.batch,
+    )
+    if timing.kernel not in GEMV_KERNELS:
+        return
+    row.batch = stream.batch
+    ns = timing.median_ns
+    row.b2b_us[be.name] = ns / 1e3
+    row.b2b_rate[be.name] = nbytes / ns
+    row.b2b_of_ceiling[be.name] = nbytes / ns / plan.ceiling_b2b[be.name]
+    same = be.read_times(nbytes, cfg["repeats"], cfg["warmup"], stream.copies, burn, stream.batch)
+    row.b2b_read_same[be.name] = nbytes / float(np.median(same))
+    print(
+        f"bench: {be.name} K={stream.k} N={stream.n} M=1 {timing.kernel} "
+        "back to back: "
+        f"{ns / 1e3:.1f} us per call ({stream.batch} per batch); read of the "
+        f"same bytes {row.b2b_read_same[be.name]:.0f} GB/s"
+    )
+
+
+def _time_single(
+    plan: _Plan,
+    be: Backend,
+    loaded: list[Any],
+    inputs: dict[str, np.ndarray],
+    row: Row,
+    stream: _Stream,
+    burner: Any,
+    m: int,
+) -> Any:
+    """Time single timed calls into `row` (GEMV: GB/s and a read of the same bytes; GEMM:
+    GFLOP/s); returns the timing."""
+    cfg, nbytes = plan.cfg, stream.stream_bytes
+    (timing,) = be.time_graph(
+        loaded,
+        inputs,
+        repeats=cfg["repeats"],
+        warmup=cfg["warmup"],
+        burn=burner,
+        burn_passes=cfg["burn_passes"],
+    )
+    row.kernel = timing.kernel
+    median_ns = timing.median_ns
+    row.median_us[be.name] = median_ns / 1e3
+    if timing.kernel in GEMV_KERNELS:
+        row.rate[be.name] = nbytes / median_ns  # GB/s
+        row.of_ceiling[be.name] = row.rate[be.name] / plan.ceiling[be.name]
+        same = be.read_times(
+            nbytes, cfg["repeats"], cfg["warmup"], stream.copies, cfg["burn_passes"]
+        )
+        row.read_same[be.name] = nbytes / float(np.median(same))
+        print(
+            f"bench: {be.name} K={stream.k} N={stream.n} read of the same bytes "
+            f"{row.read_same[be.name]:.0f} GB/s"
+        )
+    else:
+        row.rate[be.name] = 2.0 * m * stream.n * stream.k / median_ns  # GFLOP/s
+    return timing
+
+
+def _time_backend(
+    plan: _Plan,
+    be: Backend,
+    graph: Graph,
+    x_full: np.ndarray,
+    stream: _Stream,
+    shape_rows: dict[int, Row],
+    outputs: dict[int, dict[str, np.ndarray]],
+    reference: tuple[np.ndarray, np.ndarray],
+) -> None:
+    """Time every M of `shape_rows` on one backend (a device without the dtype: skipped, and
+    said), keeping each output and its utilization of the budget."""
+    ref, budget = reference
+    try:
+        loaded = [be.runtime.load(graph) for _ in range(stream.copies)]
+    except FeatureUnavailable as err:  # a device without f16
+        print(f"bench: {be.name} {x_full.dtype} skipped: {err}", file=sys.stderr)
+        return
+    burner = be.make_burn() if plan.cfg["burn_passes"] else None
+    try:
+        for m, row in shape_rows.items():
+            row.stream_bytes, row.copies = stream.stream_bytes, stream.copies
+            inputs = {"x": np.ascontiguousarray(x_full[:m])}
+            start = time.perf_counter()
+            if plan.back_to_back and m == 1:
+                _time_back_to_back(plan, be, loaded, inputs, row, stream, burner)
+            timing = _time_single(plan, be, loaded, inputs, row, stream, burner, m)
+            out = loaded[0].execute(inputs).outputs["linear.out"]
+            outputs[m][be.name] = out
+            rows_checked = min(m, CHECK_ROWS)
+            row.utilization[be.name] = compare(
+                out[:rows_checked], ref[:rows_checked], budget[:rows_checked]
+            ).utilization
+            print(
+                f"bench: {be.name} K={stream.k} N={stream.n} M={m} {timing.kernel}: "
+                f"{timing.median_ns / 1e3:.1f} us ({stream.copies} weight copies, "
+                f"{time.perf_counter() - start:.1f} s wall)"
+            )
+    finally:
+        for lg in loaded:
+            lg.close()
+        if burner is not None:
+            burner.close()
+
+
+def _backend_diff(row: Row, outputs: dict[str, np.ndarray]) -> None:
+    """Set `row.backend_diff` where two or more backends gave an output."""
+    if len(outputs) >= 2:
+        first, *others = outputs.values()
+        scale = float(np.abs(first).max()) or 1.0
+        row.backend_diff = max(
+            float(np.abs(first.astype(np.float64) - b).max()) / scale for b in others
+        )
+
+
+def _measure_shape(
+    plan: _Plan,
+    backends: list[Backend],
+    args: argparse.Namespace,
+    rng: np.random.Generator,
+    shape: tuple[int, int, list[int]],
+) -> list[Row]:
+    """The rows of one (K, N) shape: fp32 at every M; each f16 dtype at M = 1, the GEMV."""
+    cfg, (k, n, m_list) = plan.cfg, shape
+    max_m = max(m_list)
+    graph, stream_bytes = linear_graph(rng, k, n, max_m, args.group_size)
+    copies = max(1, min(MAX_COPIES, math.ceil(cfg["cold_mib"] * 2**20 / stream_bytes)))
+    if plan.back_to_back:
+        copies = max(copies, MIN_B2B_COPIES, args.batch or 0)
+    batch = (args.batch or copies) if plan.back_to_back else 0
+    stream = _Stream(k, n, stream_bytes, copies, batch)
+    x_f32 = rng.standard_normal((max_m, k)).astype(np.float32)
+    # fp32 at every M; f16 (`--dtypes`) at M = 1, the GEMV, over the same weight bytes
+    # and the same activations rounded to f16, in the same run on the same device.
+    weights = (graph.constants["weight"], graph.constants["scales"])
+    rows: list[Row] = []
+    for dtype in cfg["dtypes"]:
+        if dtype != "float32" and 1 not in m_list:
+            continue
+        dtype_m = m_list if dtype == "float32" else [1]
+        graph = linear_graph_of(*weights, k, max_m, args.group_size, dtype)
+        x_full = x_f32.astype(dtype)
+        shape_rows = {m: Row(k, n, m, dtype) for m in dtype_m}
+        outputs: dict[int, dict[str, np.ndarray]] = {m: {} for m in dtype_m}
+        reference = reference_rows(graph, x_full[:CHECK_ROWS])
+        for be in backends:
+            _time_backend(plan, be, graph, x_full, stream, shape_rows, outputs, reference)
+        for m, row in shape_rows.items():
+            _backend_diff(row, outputs[m])
+            rows.append(row)
+    return rows
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure every shape on every backend; returns the results as plain data."""
+    dirs = None
+    if args.gemv_words is not None or args.gemv_variant is not None:
+        dirs = gemv_source_dirs(args.gemv_variant, args.gemv_words)
+    backends = open_backends(args.backends.split(","), args.validation, dirs)
+    if not backends:
+        raise SystemExit("bench: no backend available")
+    preset, cfg = _config(args, backends)
     tune_gemv(args.gemv_lanes, args.gemv_max_workgroups)
     print(f"bench: preset {preset}: {cfg}")
     burn = cfg["burn_passes"]
@@ -376,121 +574,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         ceiling_b2b = measure_ceiling(
             backends, cfg["ceiling_mib"], cfg["repeats"], cfg["warmup"], burn, CEILING_BATCH
         )
+    plan = _Plan(cfg, ceiling, ceiling_b2b, b2b)
     rng = np.random.default_rng(0)
-    rows: list[Row] = []
-    plan = [(k, n, list(cfg["m"])) for k, n in cfg["shapes"]]
-    plan += [(k, n, [1]) for k, n in cfg["gemv_shapes"]]
-    for k, n, m_list in plan:
-        max_m = max(m_list)
-        graph, stream_bytes = linear_graph(rng, k, n, max_m, args.group_size)
-        copies = max(1, min(MAX_COPIES, math.ceil(cfg["cold_mib"] * 2**20 / stream_bytes)))
-        if b2b:
-            copies = max(copies, MIN_B2B_COPIES, args.batch or 0)
-        batch = (args.batch or copies) if b2b else 0
-        x_f32 = rng.standard_normal((max_m, k)).astype(np.float32)
-        # fp32 at every M; f16 (`--dtypes`) at M = 1, the GEMV, over the same weight bytes
-        # and the same activations rounded to f16, in the same run on the same device.
-        weights = (graph.constants["weight"], graph.constants["scales"])
-        shape_m = m_list
-        for dtype in cfg["dtypes"]:
-            if dtype != "float32" and 1 not in shape_m:
-                continue
-            m_list = shape_m if dtype == "float32" else [1]
-            graph = linear_graph_of(*weights, k, max_m, args.group_size, dtype)
-            x_full = x_f32.astype(dtype)
-            shape_rows = {m: Row(k, n, m, dtype) for m in m_list}
-            outputs: dict[int, dict[str, np.ndarray]] = {m: {} for m in m_list}
-            ref, budget = reference_rows(graph, x_full[:CHECK_ROWS])
-            for be in backends:
-                try:
-                    loaded = [be.runtime.load(graph) for _ in range(copies)]
-                except FeatureUnavailable as err:  # a device without f16
-                    print(f"bench: {be.name} {dtype} skipped: {err}", file=sys.stderr)
-                    continue
-                burner = be.make_burn() if burn else None
-                try:
-                    for m in m_list:
-                        row = shape_rows[m]
-                        row.stream_bytes, row.copies = stream_bytes, copies
-                        inputs = {"x": np.ascontiguousarray(x_full[:m])}
-                        start = time.perf_counter()
-                        if b2b and m == 1:
-                            (timing,) = be.time_graph(
-                                loaded,
-                                inputs,
-                                repeats=cfg["repeats"],
-                                warmup=cfg["warmup"],
-                                burn=burner,
-                                burn_passes=burn,
-                                batch=batch,
-                            )
-                            if timing.kernel in GEMV_KERNELS:
-                                row.batch = batch
-                                ns = timing.median_ns
-                                row.b2b_us[be.name] = ns / 1e3
-                                row.b2b_rate[be.name] = stream_bytes / ns
-                                row.b2b_of_ceiling[be.name] = (
-                                    stream_bytes / ns / ceiling_b2b[be.name]
-                                )
-                                same = be.read_times(
-                                    stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn, batch
-                                )
-                                row.b2b_read_same[be.name] = stream_bytes / float(np.median(same))
-                                print(
-                                    f"bench: {be.name} K={k} N={n} M=1 {timing.kernel} "
-                                    "back to back: "
-                                    f"{ns / 1e3:.1f} us per call ({batch} per batch); read of the "
-                                    f"same bytes {row.b2b_read_same[be.name]:.0f} GB/s"
-                                )
-                        timings = be.time_graph(
-                            loaded,
-                            inputs,
-                            repeats=cfg["repeats"],
-                            warmup=cfg["warmup"],
-                            burn=burner,
-                            burn_passes=burn,
-                        )
-                        (timing,) = timings
-                        row.kernel = timing.kernel
-                        median_ns = timing.median_ns
-                        row.median_us[be.name] = median_ns / 1e3
-                        if timing.kernel in GEMV_KERNELS:
-                            row.rate[be.name] = stream_bytes / median_ns  # GB/s
-                            row.of_ceiling[be.name] = row.rate[be.name] / ceiling[be.name]
-                            same = be.read_times(
-                                stream_bytes, cfg["repeats"], cfg["warmup"], copies, burn
-                            )
-                            row.read_same[be.name] = stream_bytes / float(np.median(same))
-                            print(
-                                f"bench: {be.name} K={k} N={n} read of the same bytes "
-                                f"{row.read_same[be.name]:.0f} GB/s"
-                            )
-                        else:
-                            row.rate[be.name] = 2.0 * m * n * k / median_ns  # GFLOP/s
-                        out = loaded[0].execute(inputs).outputs["linear.out"]
-                        outputs[m][be.name] = out
-                        rows_checked = min(m, CHECK_ROWS)
-                        row.utilization[be.name] = compare(
-                            out[:rows_checked], ref[:rows_checked], budget[:rows_checked]
-                        ).utilization
-                        print(
-                            f"bench: {be.name} K={k} N={n} M={m} {timing.kernel}: "
-                            f"{median_ns / 1e3:.1f} us ({copies} weight copies, "
-                            f"{time.perf_counter() - start:.1f} s wall)"
-                        )
-                finally:
-                    for lg in loaded:
-                        lg.close()
-                    if burner is not None:
-                        burner.close()
-            for m, row in shape_rows.items():
-                if len(outputs[m]) >= 2:
-                    first, *others = outputs[m].values()
-                    scale = float(np.abs(first).max()) or 1.0
-                    row.backend_diff = max(
-                        float(np.abs(first.astype(np.float64) - b).max()) / scale for b in others
-                    )
-                rows.append(row)
+    shapes = [(k, n, list(cfg["m"])) for k, n in cfg["shapes"]]
+    shapes += [(k, n, [1]) for k, n in cfg["gemv_shapes"]]
+    rows = [row for shape in shapes for row in _measure_shape(plan, backends, args, rng, shape)]
     return {
         "preset": preset,
         "config": {

@@ -36,7 +36,7 @@ import struct
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,48 +187,75 @@ def _string(words: tuple[int, ...]) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
-def _scan(name: str, module: bytes) -> _Words:
+def _module_words(name: str, module: bytes) -> tuple[int, ...]:
+    """The module's 32-bit words in its own byte order (the magic number tells which)."""
     if len(module) < 20 or len(module) % 4:
         raise SpirvReflectionError(name, f"not a SPIR-V module: {len(module)} bytes")
     order = "<" if struct.unpack_from("<I", module)[0] == SPIRV_MAGIC else ">"
     if struct.unpack_from(f"{order}I", module)[0] != SPIRV_MAGIC:
         magic = struct.unpack_from("<I", module)[0]
         raise SpirvReflectionError(name, f"not a SPIR-V module: magic 0x{magic:08x}")
-    words = struct.unpack(f"{order}{len(module) // 4}I", module)
-    found = _Words()
-    sets: dict[int, int] = {}
-    bindings: dict[int, int] = {}
-    workgroup_size_id = None
-    composites: dict[int, tuple[int, ...]] = {}
+    return struct.unpack(f"{order}{len(module) // 4}I", module)
+
+
+def _instructions(name: str, words: tuple[int, ...]) -> Iterator[tuple[int, tuple[int, ...]]]:
+    """(opcode, operands) of each instruction after the 5-word header, in order."""
     at = 5
     while at < len(words):
         count, opcode = words[at] >> 16, words[at] & 0xFFFF
         if count == 0 or at + count > len(words):
             raise SpirvReflectionError(name, f"malformed SPIR-V: instruction at word {at}")
-        operands = words[at + 1 : at + count]
-        if opcode == _OP_NAME:
-            found.names[operands[0]] = _string(operands[1:])
-        elif opcode == _OP_MEMBER_NAME:
-            found.member_names[(operands[0], operands[1])] = _string(operands[2:])
-        elif opcode == _OP_DECORATE and len(operands) >= 3:
-            target, decoration, value = operands[0], operands[1], operands[2]
-            if decoration == _DECORATION_SET:
-                sets[target] = value
-            elif decoration == _DECORATION_BINDING:
-                bindings[target] = value
-            elif decoration == _DECORATION_BUILTIN and value == _BUILTIN_WORKGROUP_SIZE:
-                workgroup_size_id = target
-        elif opcode == _OP_SPEC_CONSTANT_COMPOSITE:
-            composites[operands[1]] = tuple(operands[2:])
-        elif opcode == _OP_VARIABLE and operands[2] == _STORAGE_PUSH_CONSTANT:
-            found.push_constant_variables.append(operands[1])
-        elif opcode == _OP_EXECUTION_MODE_ID and operands[1] == _MODE_LOCAL_SIZE_ID:
-            found.local_size_ids = tuple(operands[2:5])
+        yield opcode, words[at + 1 : at + count]
         at += count
-    found.variables = {(sets.get(v, 0), b): v for v, b in bindings.items()}
-    if not found.local_size_ids and workgroup_size_id in composites:
-        found.local_size_ids = composites[workgroup_size_id]
-    return found
+
+
+@dataclass
+class _Scan:
+    """One pass over the instructions: what `_Words` keeps, and what resolves it at the end."""
+
+    found: _Words = field(default_factory=_Words)
+    sets: dict[int, int] = field(default_factory=dict)  # variable id -> descriptor set
+    bindings: dict[int, int] = field(default_factory=dict)  # variable id -> binding
+    workgroup_size_id: int | None = None  # the constant decorated BuiltIn WorkgroupSize
+    composites: dict[int, tuple[int, ...]] = field(default_factory=dict)  # spec composites
+
+    def take(self, opcode: int, operands: tuple[int, ...]) -> None:
+        """Keep what one instruction says that reflection needs."""
+        if opcode == _OP_NAME:
+            self.found.names[operands[0]] = _string(operands[1:])
+        elif opcode == _OP_MEMBER_NAME:
+            self.found.member_names[(operands[0], operands[1])] = _string(operands[2:])
+        elif opcode == _OP_DECORATE and len(operands) >= 3:
+            self._decorate(operands[0], operands[1], operands[2])
+        elif opcode == _OP_SPEC_CONSTANT_COMPOSITE:
+            self.composites[operands[1]] = tuple(operands[2:])
+        elif opcode == _OP_VARIABLE and operands[2] == _STORAGE_PUSH_CONSTANT:
+            self.found.push_constant_variables.append(operands[1])
+        elif opcode == _OP_EXECUTION_MODE_ID and operands[1] == _MODE_LOCAL_SIZE_ID:
+            self.found.local_size_ids = tuple(operands[2:5])
+
+    def _decorate(self, target: int, decoration: int, value: int) -> None:
+        if decoration == _DECORATION_SET:
+            self.sets[target] = value
+        elif decoration == _DECORATION_BINDING:
+            self.bindings[target] = value
+        elif decoration == _DECORATION_BUILTIN and value == _BUILTIN_WORKGROUP_SIZE:
+            self.workgroup_size_id = target
+
+    def words(self) -> _Words:
+        """The scan's result: variables by (set, binding), the local size's constants."""
+        found = self.found
+        found.variables = {(self.sets.get(v, 0), b): v for v, b in self.bindings.items()}
+        if not found.local_size_ids and self.workgroup_size_id in self.composites:
+            found.local_size_ids = self.composites[self.workgroup_size_id]
+        return found
+
+
+def _scan(name: str, module: bytes) -> _Words:
+    scan = _Scan()
+    for opcode, operands in _instructions(name, _module_words(name, module)):
+        scan.take(opcode, operands)
+    return scan.words()
 
 
 # --- spirv-cross's JSON into the data model ---------------------------------------------------

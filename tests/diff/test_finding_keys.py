@@ -87,6 +87,7 @@ def _run_chunk(
     return sink
 
 
+@pytest.mark.slow  # a parity run that finds, shrinks and bundles two planted bugs
 def test_a_key_that_only_shows_beside_another_is_a_finding_with_its_bundle(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

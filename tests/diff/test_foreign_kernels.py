@@ -342,6 +342,7 @@ def test_the_shipped_spirv_carries_no_names_and_is_bound_by_index() -> None:
 # --- the command ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a `parity run --profile pr` over every example family: about a minute
 def test_parity_run_with_the_examples_exits_clean(tmp_path: Path) -> None:
     """`parity run --kernels examples/foreign-kernels --profile pr` over their families, with a
     small budget of two chunks a family (the second under pr's lowered workgroup limit): every

@@ -113,6 +113,7 @@ def test_history_keeps_the_newest_loops_within_its_bounds() -> None:
     assert (history.noted, history.dropped) == (3, 1)
 
 
+@pytest.mark.slow  # a warm history, a cold re-run and a history shrink: about a minute
 def test_a_cold_rerun_classes_it_history_dependent_and_shrinks_its_history(
     planted: dict[str, str], tmp_path: Path
 ) -> None:

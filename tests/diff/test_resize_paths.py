@@ -67,6 +67,7 @@ def test_rejection_names_tensor_dim_value_and_limit(runtimes: list[Runtime]) -> 
             graph.close()
 
 
+@pytest.mark.slow  # 70,001 rows through both backends and the reference
 def test_counts_above_the_dimension_limit_fold(runner: LockstepRunner) -> None:
     rng = np.random.default_rng(4)
     rows = 70_001  # rms_norm: one workgroup per row; 64 * 65535 < numel for the add

@@ -63,6 +63,7 @@ def test_one_wrong_weight_code_at_long_k_is_a_numeric_suspect(planted_folder: Pa
         assert d.details.hard_utilization < 1.0 < d.details.statistical_utilization
 
 
+@pytest.mark.slow  # a whole `parity run --profile pr` of the family: about a minute
 def test_a_pr_run_finds_a_wrong_code_on_the_long_path_as_a_suspect(
     planted_folder: Path, tmp_path: Path
 ) -> None:

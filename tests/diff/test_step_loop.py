@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import harness.check.steps
-from graph_format import Runtime, StepResult, TensorValue
+from graph_format import LoadedGraph, Runtime, StepResult, TensorValue
 from harness.check.contract import ContractModel, ModelStep, expected_build_error
 from harness.check.oracles import canary_fill
 from harness.check.reference import ReferenceEvaluator
@@ -72,19 +72,11 @@ def _old_evidence_loop(
     runtimes: Sequence[Runtime], case: Case, records: Sequence[DivergenceRecord]
 ) -> Evidence:
     """harness.run.bundle.capture_evidence before the loop was shared (verbatim, but for the
-    divergences, which were dicts then)."""
+    divergences, which were dicts then, and three parts moved into the `_old_` helpers below
+    as they were)."""
     divergences: list[Mapping[str, Any]] = [plain(r) for r in records]
     graph = case.graph
-    wanted: dict[int, set[str]] = {}
-    canary: dict[int, set[str]] = {}
-    for d in divergences:
-        tensor, step = d.get("tensor"), int(d.get("step", -1))
-        if not tensor or step < 0:
-            continue
-        if d.get("kind") in ("numeric", "nan_inf", "stale_read"):
-            wanted.setdefault(step, set()).add(str(tensor))
-        if d.get("kind") in ("canary_write", "stale_read"):
-            canary.setdefault(step, set()).add(str(tensor))
+    wanted, canary = _old_wanted(divergences)
     evidence = Evidence()
     arrays = evidence.arrays
     if (not wanted and not canary) or expected_build_error(graph) is not None:
@@ -109,33 +101,70 @@ def _old_evidence_loop(
             fill: dict[str, tuple[int, int]] = {}
             if isinstance(expected, ModelStep):
                 fill = canary_fill(index, graph, expected, canaried)
-            results: dict[str, StepResult] = {}
-            for name, lg in loaded.items():
-                try:
-                    results[name] = lg.execute(
-                        inputs, read=intermediates, read_raw=list(fill), fill=fill
-                    )
-                except Exception:
-                    continue
+            results = _old_execute(loaded, inputs, intermediates, fill)
             if not isinstance(expected, ModelStep):
                 continue
             values, errors, _ = reference.step(inputs)
             for tensor in sorted(wanted.get(index, ())):
                 _numeric_evidence(evidence, graph, index, tensor, inputs, results, values, errors)
             for tensor in sorted(canary.get(index, ())):
-                for name, res in results.items():
-                    raw = res.raw.get(tensor)
-                    if raw is None:
-                        continue
-                    offset, word = fill[tensor]
-                    words = raw[: len(raw) // 4 * 4].view(np.uint32)
-                    state = np.zeros(words.shape, np.uint8)
-                    state[offset // 4 :] = np.where(words[offset // 4 :] == word, 1, 2)
-                    arrays[f"canary/s{index}/{tensor}/{name}"] = state
+                _old_canary_state(arrays, index, tensor, results, fill)
     finally:
         for lg in loaded.values():
             lg.close()
     return evidence
+
+
+def _old_wanted(
+    divergences: Sequence[Mapping[str, Any]],
+) -> tuple[dict[int, set[str]], dict[int, set[str]]]:
+    """(tensors wanting numeric evidence, tensors wanting canary evidence) by step."""
+    wanted: dict[int, set[str]] = {}
+    canary: dict[int, set[str]] = {}
+    for d in divergences:
+        tensor, step = d.get("tensor"), int(d.get("step", -1))
+        if not tensor or step < 0:
+            continue
+        if d.get("kind") in ("numeric", "nan_inf", "stale_read"):
+            wanted.setdefault(step, set()).add(str(tensor))
+        if d.get("kind") in ("canary_write", "stale_read"):
+            canary.setdefault(step, set()).add(str(tensor))
+    return wanted, canary
+
+
+def _old_execute(
+    loaded: Mapping[str, LoadedGraph],
+    inputs: Mapping[str, np.ndarray],
+    intermediates: list[str],
+    fill: dict[str, tuple[int, int]],
+) -> dict[str, StepResult]:
+    """Each loaded graph's step (a backend that raises: left out)."""
+    results: dict[str, StepResult] = {}
+    for name, lg in loaded.items():
+        try:
+            results[name] = lg.execute(inputs, read=intermediates, read_raw=list(fill), fill=fill)
+        except Exception:
+            continue
+    return results
+
+
+def _old_canary_state(
+    arrays: dict[str, np.ndarray],
+    index: int,
+    tensor: str,
+    results: Mapping[str, StepResult],
+    fill: dict[str, tuple[int, int]],
+) -> None:
+    """Each backend's canary state of `tensor` at step `index` (1 intact, 2 overwritten)."""
+    for name, res in results.items():
+        raw = res.raw.get(tensor)
+        if raw is None:
+            continue
+        offset, word = fill[tensor]
+        words = raw[: len(raw) // 4 * 4].view(np.uint32)
+        state = np.zeros(words.shape, np.uint8)
+        state[offset // 4 :] = np.where(words[offset // 4 :] == word, 1, 2)
+        arrays[f"canary/s{index}/{tensor}/{name}"] = state
 
 
 def _refused_case() -> Case:

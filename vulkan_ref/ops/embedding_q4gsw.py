@@ -17,23 +17,29 @@ from graph_format import FLOAT_DTYPES, InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
 from vulkan_ref.ops.activation import elementwise_values
+from vulkan_ref.tensor import VTensor
 
 WORKGROUP = 64
 
 
-@register("embedding_q4gsw")
-def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
-    """Add the embedding dispatch node of `node` and its host-side token id check."""
+def _nibble_slot(graph: ComputeGraph, node: OpNode) -> str:
+    """The kernel slot `is_linear_weight` picks (1, the default: even element in the low nibble)."""
     has_flag = node.optional_arg("is_linear_weight") is not None
     linear = int(graph.scalar_arg(node, "is_linear_weight")) if has_flag else 1
     if linear not in (0, 1):
         raise graph.fail(node, f"is_linear_weight is a bool (0 or 1), not {linear}")
-    slot = "embedding_q4gsw" if linear == 1 else "embedding_q4gsw_even_high"
-    weight = graph.tensor_arg(node, "weight")
-    scales = graph.tensor_arg(node, "scales")
-    indices = graph.tensor_arg(node, "indices")
-    out = graph.output(node, "out")
-    group_size = int(graph.scalar_arg(node, "group_size"))
+    return "embedding_q4gsw" if linear == 1 else "embedding_q4gsw_even_high"
+
+
+def _check_dtypes(
+    graph: ComputeGraph,
+    node: OpNode,
+    weight: VTensor,
+    scales: VTensor,
+    indices: VTensor,
+    out: VTensor,
+) -> None:
+    """Refuse arguments of the wrong dtype (and a weight that is not two-dimensional)."""
     if weight.dtype != "uint8" or len(weight.max_sizes) != 2:
         raise graph.fail(node, "weight must be uint8 [vocab, D/2]", tensor=weight.name)
     if scales.dtype != "float32":
@@ -42,7 +48,19 @@ def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(node, f"indices must be int32, not {indices.dtype}", indices.name)
     if out.dtype not in FLOAT_DTYPES:
         raise graph.fail(node, f"out must be float32 or float16, not {out.dtype}", out.name)
-    vocab, dim = weight.max_sizes[0], 2 * weight.max_sizes[1]
+
+
+def _check_shapes(
+    graph: ComputeGraph,
+    node: OpNode,
+    group_size: int,
+    scales: VTensor,
+    indices: VTensor,
+    out: VTensor,
+    vocab: int,
+    dim: int,
+) -> None:
+    """Refuse a group size, scales, indices or out that do not fit the weight's [vocab, D/2]."""
     if group_size <= 0 or dim % group_size:
         raise graph.fail(node, f"group_size {group_size} does not divide D = {dim}")
     if scales.max_sizes != (vocab, dim // group_size):
@@ -59,6 +77,20 @@ def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
         raise graph.fail(
             node, f"out must be {[*indices.max_sizes, dim]}, got {list(out.max_sizes)}", out.name
         )
+
+
+@register("embedding_q4gsw")
+def add_embedding_q4gsw_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the embedding dispatch node of `node` and its host-side token id check."""
+    slot = _nibble_slot(graph, node)
+    weight = graph.tensor_arg(node, "weight")
+    scales = graph.tensor_arg(node, "scales")
+    indices = graph.tensor_arg(node, "indices")
+    out = graph.output(node, "out")
+    group_size = int(graph.scalar_arg(node, "group_size"))
+    _check_dtypes(graph, node, weight, scales, indices, out)
+    vocab, dim = weight.max_sizes[0], 2 * weight.max_sizes[1]
+    _check_shapes(graph, node, group_size, scales, indices, out, vocab, dim)
 
     def check_token_ids(ids: np.ndarray) -> None:
         outside = (ids < 0) | (ids >= vocab)

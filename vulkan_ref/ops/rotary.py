@@ -46,19 +46,20 @@ def _pair_values(
     return values
 
 
-def _check_build(
-    graph: ComputeGraph, node: OpNode, cos: VTensor, sin: VTensor, width_of_d: int
-) -> None:
-    """Load-time checks shared by both variants; tables have D / width_of_d columns."""
-    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
-    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
-    # All float32 or all float16 (the `_f16` slot), as xq's type says.
-    dtype = xq.dtype if xq.dtype in FLOAT_DTYPES else "float32"
-    for tensor in (xq, xk, cos, sin, xq_out, xk_out):
+def check_one_float_dtype(graph: ComputeGraph, node: OpNode, tensors: tuple[VTensor, ...]) -> str:
+    """Refuse mixed dtypes: all float32 or all float16 (the `_f16` slot), as the first tensor's
+    type says (any other first type asks for float32); returns that dtype."""
+    dtype = tensors[0].dtype if tensors[0].dtype in FLOAT_DTYPES else "float32"
+    for tensor in tensors:
         if tensor.dtype != dtype:
             raise graph.fail(
                 node, f"{node.op} takes all {dtype}; {tensor.name!r} is {tensor.dtype}", tensor.name
             )
+    return dtype
+
+
+def _check_qk_build(graph: ComputeGraph, node: OpNode, xq: VTensor, xk: VTensor) -> int:
+    """Refuse xq/xk that are not [B, S, H, D] with one even D and one B, S; returns D."""
     for tensor in (xq, xk):
         if len(tensor.max_sizes) != 4:
             raise graph.fail(node, f"{tensor.name!r} must have rank 4 [B, S, H, D]", tensor.name)
@@ -71,7 +72,17 @@ def _check_build(
             f"xk {list(xk.max_sizes)} and xq {list(xq.max_sizes)} differ in B, S or D",
             xk.name,
         )
-    width = dim // width_of_d
+    return dim
+
+
+def _check_build(
+    graph: ComputeGraph, node: OpNode, cos: VTensor, sin: VTensor, width_of_d: int
+) -> None:
+    """Load-time checks shared by both variants; tables have D / width_of_d columns."""
+    xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    check_one_float_dtype(graph, node, (xq, xk, cos, sin, xq_out, xk_out))
+    width = _check_qk_build(graph, node, xq, xk) // width_of_d
     if len(cos.max_sizes) != 2 or cos.max_sizes[1] != width:
         raise graph.fail(
             node, f"{cos.name!r} {list(cos.max_sizes)} must be [rows, {width}]", tensor=cos.name

@@ -11,27 +11,21 @@ global size is 1-D (numel / 2 pairs) where upstream's is (C/4, N, B).
 
 from __future__ import annotations
 
-from graph_format import FLOAT_DTYPES, InputError, OpNode
+from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
+from vulkan_ref.ops.rotary import check_one_float_dtype
+from vulkan_ref.tensor import VTensor
 
 WORKGROUP = 64
 PAIR = 2
 
 
-@register("apply_rotary_emb_interleaved")
-def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
-    """Add the interleaved rotary node of `node`; freqs_cis is [N, C] at x's live N."""
-    x, freqs = graph.tensor_arg(node, "x"), graph.tensor_arg(node, "freqs_cis")
-    out = graph.output(node, "out")
-    # All float32 or all float16 (the `_f16` slot), as x's type says.
-    dtype = x.dtype if x.dtype in FLOAT_DTYPES else "float32"
-    for tensor in (x, freqs, out):
-        if tensor.dtype != dtype:
-            raise graph.fail(
-                node, f"{node.op} takes all {dtype}; {tensor.name!r} is {tensor.dtype}", tensor.name
-            )
-    slot = graph.dtype_slot(node, "rotary_emb_interleaved", dtype)
+def _check_shapes(
+    graph: ComputeGraph, node: OpNode, x: VTensor, freqs: VTensor, out: VTensor
+) -> int:
+    """Refuse x that is not [B, N, C] with an even C, freqs not [N, C], out not x's sizes;
+    returns C."""
     if len(x.max_sizes) != 3:
         raise graph.fail(node, f"x {list(x.max_sizes)} must have rank 3 [B, N, C]", x.name)
     width = x.max_sizes[2]
@@ -43,6 +37,17 @@ def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
         )
     if out.max_sizes != x.max_sizes:
         raise graph.fail(node, f"out must be {list(x.max_sizes)}", tensor=out.name)
+    return width
+
+
+@register("apply_rotary_emb_interleaved")
+def add_rotary_emb_interleaved_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the interleaved rotary node of `node`; freqs_cis is [N, C] at x's live N."""
+    x, freqs = graph.tensor_arg(node, "x"), graph.tensor_arg(node, "freqs_cis")
+    out = graph.output(node, "out")
+    dtype = check_one_float_dtype(graph, node, (x, freqs, out))
+    slot = graph.dtype_slot(node, "rotary_emb_interleaved", dtype)
+    width = _check_shapes(graph, node, x, freqs, out)
 
     def fail(reason: str, message: str) -> InputError:
         return InputError(node.name, reason, f"vulkan: {node.name}: {message}")

@@ -13,15 +13,16 @@ from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.nodes import SymInt
 from vulkan_ref.ops import register
+from vulkan_ref.tensor import VTensor
 
 WORKGROUP = 64
 
 
-@register("update_cache")
-def add_update_cache_node(graph: ComputeGraph, node: OpNode) -> None:
-    """Add the update_cache dispatch node of `node`."""
-    value = graph.tensor_arg(node, "value")
-    cache = graph.tensor_arg(node, "cache")
+def _check_build(
+    graph: ComputeGraph, node: OpNode, value: VTensor, cache: VTensor
+) -> tuple[int, int, int]:
+    """Refuse a value or cache that is not float32 [1, ., H, D], a cache that is not a state
+    tensor or does not hold value's H and D; returns the cache's rows, H and D."""
     for tensor in (value, cache):
         if tensor.dtype != "float32":
             raise graph.fail(
@@ -34,11 +35,19 @@ def add_update_cache_node(graph: ComputeGraph, node: OpNode) -> None:
     if not cache.is_state:
         raise graph.fail(node, f"{cache.name!r} must be a state tensor", tensor=cache.name)
     _, _, heads, dim = value.max_sizes
-    rows = cache.max_sizes[1]
     if cache.max_sizes[2:] != (heads, dim):
         raise graph.fail(
             node, f"cache {list(cache.max_sizes)} does not hold value's heads and D", cache.name
         )
+    return cache.max_sizes[1], heads, dim
+
+
+@register("update_cache")
+def add_update_cache_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the update_cache dispatch node of `node`."""
+    value = graph.tensor_arg(node, "value")
+    cache = graph.tensor_arg(node, "cache")
+    rows, heads, dim = _check_build(graph, node, value, cache)
     input_pos = graph.symint_arg(node, "input_pos")
 
     def pos() -> int:

@@ -17,18 +17,18 @@ from graph_format import InputError, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode, ExecuteNode
 from vulkan_ref.ops import register
 from vulkan_ref.ops.activation import elementwise_values
+from vulkan_ref.tensor import VTensor
 
 WORKGROUP = 64
 VIEW_DTYPES = ("float32", "int32", "float16")
 INFER_SIZE = -1
 
 
-@register("view_copy")
-def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
-    """Add the view_copy dispatch node of `node`."""
-    x = graph.tensor_arg(node, "x")
-    out = graph.output(node, "out")
-    names = node.size_list("sizes")
+def _check_build(
+    graph: ComputeGraph, node: OpNode, x: VTensor, out: VTensor, names: tuple[str, ...]
+) -> list[int]:
+    """Refuse a dtype view_copy does not copy, a size list that does not match out's rank,
+    more than one -1 or an int literal outside out's dim; returns the dims holding -1."""
     if x.dtype not in VIEW_DTYPES:
         raise graph.fail(node, f"view_copy copies float32, int32 or float16, not {x.dtype}", x.name)
     if out.dtype != x.dtype:
@@ -53,6 +53,16 @@ def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
                 raise graph.fail(
                     node, f"size {size} at dim {d} outside [1, {out.max_sizes[d]}]", out.name
                 )
+    return infer_dims
+
+
+@register("view_copy")
+def add_view_copy_node(graph: ComputeGraph, node: OpNode) -> None:
+    """Add the view_copy dispatch node of `node`."""
+    x = graph.tensor_arg(node, "x")
+    out = graph.output(node, "out")
+    names = node.size_list("sizes")
+    infer_dims = _check_build(graph, node, x, out, names)
 
     # 32-bit elements: a word copy; float16: the `view_copy_f16` slot.
     slot = graph.dtype_slot(node, "view_copy", x.dtype)
