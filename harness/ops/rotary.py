@@ -34,7 +34,15 @@ from collections.abc import Mapping
 import numpy as np
 from hypothesis import strategies as st
 
-from graph_format import FLOAT_DTYPES, Graph, GraphBuildError, InputError, OpNode, dtype_slot
+from graph_format import (
+    FLOAT_DTYPES,
+    Graph,
+    GraphBuildError,
+    InputError,
+    OpNode,
+    TensorValue,
+    dtype_slot,
+)
 from graph_format.kernels import Value
 from harness.gen.blocks import (
     DynamicDim,
@@ -70,6 +78,43 @@ from harness.model.numerics import SAFETY, arithmetic, gamma
 from harness.ops.view import view_as
 
 WORKGROUP = (64, 1, 1)
+
+
+def pairs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first and second elements of x's adjacent pairs along its last axis."""
+    split = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
+    return split[..., 0], split[..., 1]
+
+
+def join(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """The inverse of `pairs`: first and second interleaved along the last axis."""
+    return np.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)
+
+
+def check_qk(node: OpNode, xq: TensorValue, xk: TensorValue) -> int:
+    """The load-time checks of xq and xk every rope shares: [B, S, H, D] with one even D and
+    one B, S; returns D."""
+    for t in (xq, xk):
+        if len(t.dims) != 4:
+            raise GraphBuildError(node.name, "xq and xk must be [B, S, H, D]", tensor=t.name)
+    dim = int(xq.dims[3])
+    if dim % 2:
+        raise GraphBuildError(node.name, f"head dim {dim} must be even", tensor=xq.name)
+    if xk.dims[3] != dim or xk.dims[:2] != xq.dims[:2]:
+        raise GraphBuildError(node.name, "xk must share xq's B, S and D", tensor=xk.name)
+    return dim
+
+
+def live_qk(node: OpNode, live: LiveState) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """The live dims of xq and xk every rope checks alike (D as at load, one B and S), and
+    the max D; raises the InputError of dims that do not fit."""
+    xq, xk = live.of(node, "xq"), live.of(node, "xk")
+    dim = live.max_of(node, "xq")[3]
+    if xq[3] != dim or xk[3] != dim:
+        raise InputError(node.name, "head_dim", f"live head dims {xq[3]}, {xk[3]} must stay {dim}")
+    if xk[:2] != xq[:2]:
+        raise InputError(node.name, "qk_shape", f"live xk {list(xk)} vs xq {list(xq)}")
+    return xq, xk, dim
 
 
 def _rotate_budget(a: np.ndarray, b: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -128,14 +173,7 @@ class _RotaryBase(OpModel):
             node, graph, "xq", "xk", c_slot, s_slot, "xq_out", "xk_out"
         )
         uniform_float_dtype(node, graph, "xq", "xk", c_slot, s_slot, "xq_out", "xk_out")
-        for t in (xq, xk):
-            if len(t.dims) != 4:
-                raise GraphBuildError(node.name, "xq and xk must be [B, S, H, D]", tensor=t.name)
-        dim = xq.dims[3]
-        if dim % 2:
-            raise GraphBuildError(node.name, f"head dim {dim} must be even", tensor=xq.name)
-        if xk.dims[3] != dim or xk.dims[:2] != xq.dims[:2]:
-            raise GraphBuildError(node.name, "xk must share xq's B, S and D", tensor=xk.name)
+        dim = check_qk(node, xq, xk)
         if len(cos.dims) != 2 or cos.dims[1] != self.table_width(dim):
             raise GraphBuildError(
                 node.name, f"{c_slot} must be [rows, {self.table_width(dim)}]", tensor=cos.name
@@ -152,14 +190,7 @@ class _RotaryBase(OpModel):
         raise NotImplementedError
 
     def resize(self, node: OpNode, live: LiveState) -> None:
-        xq, xk = live.of(node, "xq"), live.of(node, "xk")
-        dim = live.max_of(node, "xq")[3]
-        if xq[3] != dim or xk[3] != dim:
-            raise InputError(
-                node.name, "head_dim", f"live head dims {xq[3]}, {xk[3]} must stay {dim}"
-            )
-        if xk[:2] != xq[:2]:
-            raise InputError(node.name, "qk_shape", f"live xk {list(xk)} vs xq {list(xq)}")
+        xq, xk, dim = live_qk(node, live)
         self.check_tables(node, live, xq[1], dim)
         live.set_output(node, "xq_out", xq)
         live.set_output(node, "xk_out", xk)
@@ -211,22 +242,13 @@ class LlamaRotaryModel(_RotaryBase):
                 f"live freqs {list(cos)}, {list(sin)} must be [{seq}, {dim // 2}]",
             )
 
-    @staticmethod
-    def _pairs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
-        return pairs[..., 0], pairs[..., 1]
-
-    @staticmethod
-    def _join(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-        return np.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)
-
     def reference(self, node: OpNode, args: Args) -> dict[str, np.ndarray]:
         c = args["freqs_cos"][None, :, None, :]
         s = args["freqs_sin"][None, :, None, :]
         out = {}
         for name in ("xq", "xk"):
-            a, b = self._pairs(args[name])
-            out[f"{name}_out"] = self._join(a * c - b * s, a * s + b * c)
+            a, b = pairs(args[name])
+            out[f"{name}_out"] = join(a * c - b * s, a * s + b * c)
         return out
 
     # The tables broadcast from the right: xq and xk may carry a leading probe axis.
@@ -239,8 +261,8 @@ class LlamaRotaryModel(_RotaryBase):
         s = args["freqs_sin"][None, :, None, :]
         out = {}
         for name in ("xq", "xk"):
-            a, b = self._pairs(args[name])
-            out[f"{name}_out"] = self._join(_rotate_budget(a, b, c, s), _rotate_budget(a, b, s, c))
+            a, b = pairs(args[name])
+            out[f"{name}_out"] = join(_rotate_budget(a, b, c, s), _rotate_budget(a, b, s, c))
         return out
 
 

@@ -72,7 +72,15 @@ from harness.model import (
     uniform_float_dtype,
 )
 from harness.model.numerics import SAFETY, Arithmetic, arithmetic, gamma
-from harness.ops.rotary import rope_operands, rotated, rotated_dims
+from harness.ops.rotary import (
+    check_qk,
+    join,
+    live_qk,
+    pairs,
+    rope_operands,
+    rotated,
+    rotated_dims,
+)
 
 OP = "apply_rotary_emb_pos"
 KERNEL = "rotary_emb_pos"
@@ -179,15 +187,6 @@ def angle_error(
     return bound
 
 
-def _pairs(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    pairs = x.reshape(*x.shape[:-1], x.shape[-1] // 2, 2)
-    return pairs[..., 0], pairs[..., 1]
-
-
-def _join(first: np.ndarray, second: np.ndarray) -> np.ndarray:
-    return np.stack([first, second], axis=-1).reshape(*first.shape[:-1], -1)
-
-
 def _op_floats(node: OpNode, args: Args) -> tuple[float, float, np.ndarray | None]:
     factors = args.get("freq_factors")
     return (
@@ -254,14 +253,7 @@ class PositionRotaryModel(OpModel):
             raise GraphBuildError(node.name, "xk_out dims != xk dims", tensor=xk_out.name)
 
     def resize(self, node: OpNode, live: LiveState) -> None:
-        xq, xk = live.of(node, "xq"), live.of(node, "xk")
-        dim = live.max_of(node, "xq")[3]
-        if xq[3] != dim or xk[3] != dim:
-            raise InputError(
-                node.name, "head_dim", f"live head dims {xq[3]}, {xk[3]} must stay {dim}"
-            )
-        if xk[:2] != xq[:2]:
-            raise InputError(node.name, "qk_shape", f"live xk {list(xk)} vs xq {list(xq)}")
+        xq, xk, _ = live_qk(node, live)
         positions = live.of(node, "positions")
         if positions != (xq[1],):
             raise InputError(
@@ -315,8 +307,8 @@ class PositionRotaryModel(OpModel):
         c, s = np.cos(theta), np.sin(theta)
         out = {}
         for name in ("xq", "xk"):
-            a, b = _pairs(args[name])
-            out[f"{name}_out"] = _join(a * c - b * s, a * s + b * c)
+            a, b = pairs(args[name])
+            out[f"{name}_out"] = join(a * c - b * s, a * s + b * c)
         return out
 
     probe_reference = reference
@@ -335,12 +327,12 @@ class PositionRotaryModel(OpModel):
         c, s = np.abs(np.cos(theta)), np.abs(np.sin(theta))
         out = {}
         for name in ("xq", "xk"):
-            a, b = (np.abs(v) for v in _pairs(args[name]))
+            a, b = (np.abs(v) for v in pairs(args[name]))
             trig = (a + b) * delta
             flushed = 3 * arithmetic().tiny
             first = SAFETY * (trig + gamma(2) * (a * c + b * s) + flushed)
             second = SAFETY * (trig + gamma(2) * (a * s + b * c) + flushed)
-            out[f"{name}_out"] = _join(first, second)
+            out[f"{name}_out"] = join(first, second)
         return out
 
 
@@ -466,14 +458,7 @@ def _check_shapes(
 ) -> None:
     """`PositionRotaryModel.check`'s shapes: xq and xk [B, S, H, D] with an even D shared, one
     position per token, one factor per frequency."""
-    for t in (xq, xk):
-        if len(t.dims) != 4:
-            raise GraphBuildError(node.name, "xq and xk must be [B, S, H, D]", tensor=t.name)
-    dim = xq.dims[3]
-    if dim % 2:
-        raise GraphBuildError(node.name, f"head dim {dim} must be even", tensor=xq.name)
-    if xk.dims[3] != dim or xk.dims[:2] != xq.dims[:2]:
-        raise GraphBuildError(node.name, "xk must share xq's B, S and D", tensor=xk.name)
+    dim = check_qk(node, xq, xk)
     if positions.dims != (xq.dims[1],):
         raise GraphBuildError(node.name, f"positions must be [{xq.dims[1]}]", tensor=positions.name)
     if factors is not None and factors.dims != (dim // 2,):

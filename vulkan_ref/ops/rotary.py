@@ -58,7 +58,7 @@ def check_one_float_dtype(graph: ComputeGraph, node: OpNode, tensors: tuple[VTen
     return dtype
 
 
-def _check_qk_build(graph: ComputeGraph, node: OpNode, xq: VTensor, xk: VTensor) -> int:
+def check_qk_build(graph: ComputeGraph, node: OpNode, xq: VTensor, xk: VTensor) -> int:
     """Refuse xq/xk that are not [B, S, H, D] with one even D and one B, S; returns D."""
     for tensor in (xq, xk):
         if len(tensor.max_sizes) != 4:
@@ -82,7 +82,7 @@ def _check_build(
     xq, xk = graph.tensor_arg(node, "xq"), graph.tensor_arg(node, "xk")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     check_one_float_dtype(graph, node, (xq, xk, cos, sin, xq_out, xk_out))
-    width = _check_qk_build(graph, node, xq, xk) // width_of_d
+    width = check_qk_build(graph, node, xq, xk) // width_of_d
     if len(cos.max_sizes) != 2 or cos.max_sizes[1] != width:
         raise graph.fail(
             node, f"{cos.name!r} {list(cos.max_sizes)} must be [rows, {width}]", tensor=cos.name
@@ -95,18 +95,19 @@ def _check_build(
         raise graph.fail(node, f"xk_out must be {list(xk.max_sizes)}", tensor=xk_out.name)
 
 
-def _fail(node: OpNode, reason: str, message: str) -> InputError:
+def refusal(node: OpNode, reason: str, message: str) -> InputError:
+    """The InputError of a live size the rope refuses (`reason` is its key)."""
     return InputError(node.name, reason, f"vulkan: {node.name}: {message}")
 
 
-def _check_qk(g: ComputeGraph, node: OpNode, xq: VTensor, xk: VTensor) -> int:
+def check_live_qk(g: ComputeGraph, node: OpNode, xq: VTensor, xk: VTensor) -> int:
     """Refuse live q/k sizes the kernel cannot rotate; returns the live S."""
     dim = xq.max_sizes[3]
     q, k = g.sizes_of(xq), g.sizes_of(xk)
     if q[3] != dim or k[3] != dim:
-        raise _fail(node, "head_dim", f"D must stay {dim}; live xq {list(q)}, xk {list(k)}")
+        raise refusal(node, "head_dim", f"D must stay {dim}; live xq {list(q)}, xk {list(k)}")
     if k[:2] != q[:2]:
-        raise _fail(node, "qk_shape", f"xk {list(k)} and xq {list(q)} differ in B or S")
+        raise refusal(node, "qk_shape", f"xk {list(k)} and xq {list(q)} differ in B or S")
     return q[1]
 
 
@@ -121,9 +122,9 @@ def add_rotary_emb_node(graph: ComputeGraph, node: OpNode) -> None:
     slot = graph.dtype_slot(node, "rotary_emb", xq.dtype)
 
     def resize_rotary_emb_node(g: ComputeGraph) -> None:
-        seq = _check_qk(g, node, xq, xk)
+        seq = check_live_qk(g, node, xq, xk)
         if g.sizes_of(cos) != (seq, half) or g.sizes_of(sin) != g.sizes_of(cos):
-            raise _fail(
+            raise refusal(
                 node,
                 "freqs_shape",
                 f"freqs {list(cos.sizes)} / {list(sin.sizes)} must be [{seq}, {half}]",
@@ -166,15 +167,15 @@ def add_rotary_emb_hf_node(graph: ComputeGraph, node: OpNode) -> None:
         return start_pos.value if isinstance(start_pos, SymInt) else start_pos
 
     def resize_rotary_emb_hf_node(g: ComputeGraph) -> None:
-        seq = _check_qk(g, node, xq, xk)
+        seq = check_live_qk(g, node, xq, xk)
         table = g.sizes_of(cos)
         if g.sizes_of(sin) != table or table[1] != dim:
-            raise _fail(
+            raise refusal(
                 node, "table_shape", f"tables {list(table)} / {list(sin.sizes)} need {dim} columns"
             )
         pos = position()
         if pos < 0 or pos + seq > table[0]:
-            raise _fail(
+            raise refusal(
                 node, "start_pos", f"rows {pos}..{pos + seq - 1} are not all in the {table[0]} rows"
             )
         g.virtual_resize(xq_out, g.sizes_of(xq))

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import math
 
-from graph_format import FLOAT_DTYPES, InputError, OpNode
+from graph_format import FLOAT_DTYPES, OpNode
 from vulkan_ref.graph import ComputeGraph, DispatchNode
 from vulkan_ref.ops import register
+from vulkan_ref.ops.rotary import check_live_qk, check_qk_build, refusal
 from vulkan_ref.tensor import VTensor
 
 WORKGROUP = 64
-
-
-def _fail(node: OpNode, reason: str, message: str) -> InputError:
-    return InputError(node.name, reason, f"vulkan: {node.name}: {message}")
 
 
 def _check_dtypes(
@@ -55,18 +52,7 @@ def _check_build(graph: ComputeGraph, node: OpNode) -> tuple[int, float, float]:
     factors = graph.optional_tensor_arg(node, "freq_factors")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     _check_dtypes(graph, node, (xq, xk, xq_out, xk_out), positions, factors)
-    for tensor in (xq, xk):
-        if len(tensor.max_sizes) != 4:
-            raise graph.fail(node, f"{tensor.name!r} must have rank 4 [B, S, H, D]", tensor.name)
-    dim = xq.max_sizes[3]
-    if dim % 2:
-        raise graph.fail(node, f"D = {dim} is odd; rotary pairs need an even D", tensor=xq.name)
-    if xk.max_sizes[3] != dim or xk.max_sizes[:2] != xq.max_sizes[:2]:
-        raise graph.fail(
-            node,
-            f"xk {list(xk.max_sizes)} and xq {list(xq.max_sizes)} differ in B, S or D",
-            xk.name,
-        )
+    dim = check_qk_build(graph, node, xq, xk)
     seq_max = xq.max_sizes[1]
     if positions.max_sizes != (seq_max,):
         raise graph.fail(
@@ -103,13 +89,10 @@ def add_rotary_emb_pos_node(graph: ComputeGraph, node: OpNode) -> None:
     )
 
     def resize_rotary_emb_pos_node(g: ComputeGraph) -> None:
+        check_live_qk(g, node, xq, xk)
         q, k = g.sizes_of(xq), g.sizes_of(xk)
-        if q[3] != dim or k[3] != dim:
-            raise _fail(node, "head_dim", f"D must stay {dim}; live xq {list(q)}, xk {list(k)}")
-        if k[:2] != q[:2]:
-            raise _fail(node, "qk_shape", f"xk {list(k)} and xq {list(q)} differ in B or S")
         if g.sizes_of(positions) != (q[1],):
-            raise _fail(
+            raise refusal(
                 node,
                 "positions_shape",
                 f"positions {list(g.sizes_of(positions))} must hold one per token: [{q[1]}]",

@@ -31,14 +31,9 @@ def _check_dtypes(graph: WebGPUGraph, node: OpNode, tensors: tuple[WebGPUTensor,
             )
 
 
-def _check_build(
-    graph: WebGPUGraph, node: OpNode, tables: tuple[WebGPUTensor, WebGPUTensor], hf: bool
-) -> None:
-    """Load-time checks shared by both variants; the tables have D (hf) or D / 2 columns."""
-    xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
-    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
-    cos, sin = tables
-    _check_dtypes(graph, node, (xq, xk, cos, sin, xq_out, xk_out))
+def check_qk_build(graph: WebGPUGraph, node: OpNode, xq: WebGPUTensor, xk: WebGPUTensor) -> int:
+    """The load-time checks of xq and xk every rope shares: [B, S, H, D] with one even D and
+    one B, S; returns D."""
     for tensor in (xq, xk):
         if len(tensor.dims) != 4:
             raise graph.fail(
@@ -51,6 +46,18 @@ def _check_build(
         raise graph.fail(
             node, f"xk {list(xk.dims)} must share B, S and D with xq {list(xq.dims)}", xk.name
         )
+    return dim
+
+
+def _check_build(
+    graph: WebGPUGraph, node: OpNode, tables: tuple[WebGPUTensor, WebGPUTensor], hf: bool
+) -> None:
+    """Load-time checks shared by both variants; the tables have D (hf) or D / 2 columns."""
+    xq, xk = graph.arg_tensor(node, "xq"), graph.arg_tensor(node, "xk")
+    xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
+    cos, sin = tables
+    _check_dtypes(graph, node, (xq, xk, cos, sin, xq_out, xk_out))
+    dim = check_qk_build(graph, node, xq, xk)
     width = dim if hf else dim // 2
     if len(cos.dims) != 2 or cos.dims[1] != width:
         raise graph.fail(
@@ -86,7 +93,7 @@ def _build(
     dispatch = graph.add_kernel(node, {slot: slot}, tensors=tensors, static=static)
 
     def resize() -> None:
-        q, k = _check_qk(node, xq, xk)
+        q, k = check_live_qk(node, xq, xk)
         seq = q[1]
         position = _check_tables(node, (cos, sin), seq, start_pos)
         graph.set_cur_dims(xq_out, q)
@@ -112,18 +119,19 @@ def _build(
     graph.add_resize_hook(node, triggers, resize)
 
 
-def _fail(node: OpNode, reason: str, message: str) -> InputError:
+def refusal(node: OpNode, reason: str, message: str) -> InputError:
+    """The InputError of a live size the rope refuses (`reason` is its key)."""
     return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
 
 
-def _check_qk(node: OpNode, xq: WebGPUTensor, xk: WebGPUTensor) -> tuple[Dims, Dims]:
+def check_live_qk(node: OpNode, xq: WebGPUTensor, xk: WebGPUTensor) -> tuple[Dims, Dims]:
     """Refuse live q/k dims the kernel cannot rotate; returns them."""
     dim = xq.dims[3]
     q, k = xq.cur_dims, xk.cur_dims
     if q[3] != dim or k[3] != dim:
-        raise _fail(node, "head_dim", f"live head dims {q[3]} and {k[3]} must stay {dim}")
+        raise refusal(node, "head_dim", f"live head dims {q[3]} and {k[3]} must stay {dim}")
     if k[:2] != q[:2]:
-        raise _fail(node, "qk_shape", f"live xk {list(k)} must share B and S with xq {list(q)}")
+        raise refusal(node, "qk_shape", f"live xk {list(k)} must share B and S with xq {list(q)}")
     return q, k
 
 
@@ -139,7 +147,7 @@ def _check_tables(
     if start_pos is None:
         half = cos.dims[1]
         if cos.cur_dims != (seq, half) or sin.cur_dims != cos.cur_dims:
-            raise _fail(
+            raise refusal(
                 node,
                 "freqs_shape",
                 f"live freqs {list(cos.cur_dims)} and {list(sin.cur_dims)} must be [{seq}, {half}]",
@@ -147,7 +155,7 @@ def _check_tables(
         return 0
     dim = cos.dims[1]
     if sin.cur_dims != cos.cur_dims or cos.cur_dims[1] != dim:
-        raise _fail(
+        raise refusal(
             node,
             "table_shape",
             f"live tables {list(cos.cur_dims)} and {list(sin.cur_dims)} must be "
@@ -156,7 +164,7 @@ def _check_tables(
     position = start_pos()
     rows = cos.cur_dims[0]
     if position < 0 or position + seq > rows:
-        raise _fail(
+        raise refusal(
             node, "start_pos", f"start_pos {position} + S {seq} must lie within {rows} rows"
         )
     return position

@@ -13,11 +13,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from graph_format import FLOAT_DTYPES, InputError, OpNode
+from graph_format import FLOAT_DTYPES, OpNode
 from graph_format.kernels import Value
 from webgpu_backend.graph import WebGPUGraph
 from webgpu_backend.nodes import Dispatch, ScratchBuffer
 from webgpu_backend.ops import register
+from webgpu_backend.ops.rotary import check_live_qk, check_qk_build, refusal
 from webgpu_backend.tensor import WebGPUTensor
 
 WORKGROUP_SIZE = 64
@@ -51,18 +52,7 @@ def _check_build(graph: WebGPUGraph, node: OpNode) -> tuple[int, float, float]:
     factors = graph.optional_tensor(node, "freq_factors")
     xq_out, xk_out = graph.output(node, "xq_out"), graph.output(node, "xk_out")
     _check_dtypes(graph, node, (xq, xk, xq_out, xk_out), positions, factors)
-    for tensor in (xq, xk):
-        if len(tensor.dims) != 4:
-            raise graph.fail(
-                node, f"{tensor.name!r} must be [B, S, H, D], got {list(tensor.dims)}", tensor.name
-            )
-    dim = xq.dims[3]
-    if dim % 2:
-        raise graph.fail(node, f"the head dim {dim} must be even", tensor=xq.name)
-    if xk.dims[3] != dim or xk.dims[:2] != xq.dims[:2]:
-        raise graph.fail(
-            node, f"xk {list(xk.dims)} must share B, S and D with xq {list(xq.dims)}", xk.name
-        )
+    dim = check_qk_build(graph, node, xq, xk)
     if positions.dims != (xq.dims[1],):
         raise graph.fail(
             node, f"positions must be [{xq.dims[1]}], got {list(positions.dims)}", positions.name
@@ -126,19 +116,12 @@ def _resize_fn(
 ) -> Callable[[], None]:
     """The resize hook of a position rope of (xq, xk, positions, xq_out, xk_out)."""
     xq, xk, positions, xq_out, xk_out = tensors
-    dim = xq.dims[3]
-
-    def fail(reason: str, message: str) -> InputError:
-        return InputError(node.name, reason, f"webgpu: op {node.name!r}: {message}")
 
     def resize() -> None:
-        q, k = xq.cur_dims, xk.cur_dims
-        if q[3] != dim or k[3] != dim:
-            raise fail("head_dim", f"live head dims {q[3]} and {k[3]} must stay {dim}")
-        if k[:2] != q[:2]:
-            raise fail("qk_shape", f"live xk {list(k)} must share B and S with xq {list(q)}")
+        q, k = check_live_qk(node, xq, xk)
         if positions.cur_dims != (q[1],):
-            raise fail(
+            raise refusal(
+                node,
                 "positions_shape",
                 f"live positions {list(positions.cur_dims)} must be [{q[1]}], one per token",
             )
