@@ -138,12 +138,6 @@ def f16_store(compute: np.ndarray | float, reference: np.ndarray | float) -> np.
     return compute + SAFETY * (U16 * np.abs(reference) + SUBNORMAL_HALF_SPACING16)
 
 
-def ulp_exp(x: np.ndarray | float) -> np.ndarray | float:
-    """exp's accuracy in ULPs of its result in the arithmetic in force (`arithmetic`):
-    3 + 2|x| in f32, 1 + 2|x| in f16 (WGSL and Vulkan alike)."""
-    return arithmetic().ulp_exp(x)
-
-
 def gamma(n: int | np.ndarray) -> float | np.ndarray:
     """The relative error bound of an n-term sum (or product chain) in the kernel's
     arithmetic, under the error model in force (`error_model`): Higham's worst case
@@ -179,7 +173,7 @@ LAMBDA = 9.0
 
 
 def gamma_tilde(
-    n: int | np.ndarray, lam: float = LAMBDA, u: float | None = None
+    n: int | np.ndarray, u: float | None = None, lam: float = LAMBDA
 ) -> float | np.ndarray:
     """Higham and Mary's probabilistic gamma_tilde_n(lambda) = exp(lambda sqrt(n) u + n u^2 /
     (1 - u)) - 1 (about lambda sqrt(n) u), never above the worst case `gamma_worst`
@@ -188,10 +182,6 @@ def gamma_tilde(
     u = arithmetic().u if u is None else u
     tilde = np.expm1(lam * np.sqrt(n) * u + n * u * u / (1.0 - u))
     return np.minimum(tilde, gamma_worst(n, u))
-
-
-def _gamma_tilde(n: int | np.ndarray, u: float) -> float | np.ndarray:
-    return gamma_tilde(n, LAMBDA, u)
 
 
 @dataclass(frozen=True)
@@ -217,7 +207,7 @@ class ErrorModel:
 
 
 RIGOROUS = ErrorModel("rigorous", gamma_worst)
-STATISTICAL = ErrorModel("statistical", _gamma_tilde)
+STATISTICAL = ErrorModel("statistical", gamma_tilde)
 # The model `gamma` follows, and (while `longest_sum` watches) the longest sum seen. Context
 # variables, not module state: each thread and task evaluates under its own.
 _MODEL: ContextVar[ErrorModel] = ContextVar("error_model", default=RIGOROUS)
