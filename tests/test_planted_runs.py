@@ -273,6 +273,20 @@ def test_a_kernel_that_does_not_build_is_a_replayable_finding(
     assert any("compiler-output" in p.read_text() for p in page)
 
 
+def _pr_run_keys(tmp_path: Path, family: str, plant: Callable[[Path], Path]) -> list[list[str]]:
+    """The bug keys (op[@dtype], class, blamed backend[, magnitude]) a pr run of `family` on
+    a copy of wgsl/ planted by `plant` finds; the run must exit 1."""
+    planted = plant(tmp_path / "wgsl")
+    out = tmp_path / "run"
+    status = _run(
+        out,
+        *("--families", family, "--profile", "pr", "--shrink-budget", "0"),
+        *("--wgsl-dir", str(planted)),
+    )
+    assert status == 1
+    return [f["bug"].split("|") for f in _findings(out)]
+
+
 @pytest.mark.parametrize(
     ("family", "op", "plant"),
     [
@@ -294,16 +308,7 @@ def test_pr_run_finds_a_bug_on_a_long_path(
     past 4 workgroups of 256 invocations); fused_sdpa's softmax normalizing by a row's first
     1024 exps (only at L past 1024; the family's long cases have L of 2048 to 4096). A pr
     run of the family finds each (it exited 0 before the families drew such sizes)."""
-    planted = plant(tmp_path / "wgsl")
-    out = tmp_path / "run"
-    status = _run(
-        out,
-        *("--families", family, "--profile", "pr", "--shrink-budget", "0"),
-        *("--wgsl-dir", str(planted)),
-    )
-    assert status == 1
-    # Bug keys: op[@dtype]|class|blamed backend|magnitude.
-    keys = [f["bug"].split("|") for f in _findings(out)]
+    keys = _pr_run_keys(tmp_path, family, plant)
     assert keys and all(key[1:3] == ["numeric", "webgpu"] for key in keys), keys
     assert [op, "numeric", "webgpu"] in [key[:3] for key in keys], keys
 
@@ -328,15 +333,7 @@ def test_pr_run_finds_a_small_bug_on_a_long_path_bit_for_bit(
     passed a pr run unnoticed before the exact and statistical tiers; a pr run of the family
     finds each as a `bit_mismatch` blamed on webgpu (the side farther from the reference),
     beside the statistical tier's `numeric_suspect` of all but the dropped eps (measured)."""
-    planted = plant(tmp_path / "wgsl")
-    out = tmp_path / "run"
-    status = _run(
-        out,
-        *("--families", family, "--profile", "pr", "--shrink-budget", "0"),
-        *("--wgsl-dir", str(planted)),
-    )
-    assert status == 1
-    keys = [f["bug"].split("|") for f in _findings(out)]
+    keys = _pr_run_keys(tmp_path, family, plant)
     assert keys and all(key[2] == "webgpu" for key in keys), keys
     assert [op, "bit_mismatch", "webgpu"] in [key[:3] for key in keys], keys
 
