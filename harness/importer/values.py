@@ -11,6 +11,7 @@ against what the project op's slot takes; anything else is a `Refusal` naming th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,7 +147,7 @@ class ValueTable:
             )
         raw = self.arrays[tensor.constant_id]
         dtype = np.dtype(_NUMPY[tensor.dtype])
-        expected = int(np.prod(tensor.dims)) * dtype.itemsize
+        expected = math.prod(tensor.dims) * dtype.itemsize
         if raw is None or len(raw) != expected:
             got = "no bytes" if raw is None else f"{len(raw)} bytes"
             raise Refusal(
