@@ -129,6 +129,13 @@ def _weight_flipped(data: bytearray) -> None:
     data[at + 100] ^= 0x10
 
 
+def _header_length_32(data: bytearray) -> None:
+    """The VH00 header claims 32 bytes (a layout after the 30-byte one read here)."""
+    at = data.find(b"VH00")
+    assert at > 0 and data.find(b"VH00", at + 1) < 0
+    data[at + 4 : at + 6] = struct.pack("<H", 32)
+
+
 DAMAGE: dict[str, tuple[Callable[[bytearray], None], str]] = {
     "truncated half": (lambda d: d.__delitem__(slice(len(d) // 2, None)), "damaged file: "),
     "truncated to 6 bytes": (lambda d: d.__delitem__(slice(6, None)), "too short"),
@@ -140,6 +147,7 @@ DAMAGE: dict[str, tuple[Callable[[bytearray], None], str]] = {
     ),
     "weight changed": (_weight_flipped, "sha256"),
     "external data": (_external, "external data (a .ptd file)"),
+    "another delegate header": (_header_length_32, "Vulkan delegate header length 32"),
     "another program schema": (
         lambda d: d.__setitem__(slice(4, 8), b"ET13"),
         "program schema 'ET13': this importer reads ET12",
