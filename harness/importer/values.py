@@ -91,12 +91,10 @@ class ValueTable:
                 # f16 -> f32 is exact: every binary16 value is a binary32 value.
                 array, dtype = array.astype(np.float32), "float32"
                 self.widened.append(name)
-            if value_id in self.state_ids:
+            state = value_id in self.state_ids
+            if state:
                 entry["state"] = True
-                if np.any(array):
-                    entry["constant"] = name
-                    self.constants[name] = array
-            else:
+            if not state or np.any(array):  # a state tensor of zeros needs no initial data
                 entry["constant"] = name
                 self.constants[name] = array
         elif value_id in self.state_ids:
@@ -106,8 +104,11 @@ class ValueTable:
         return name
 
     def literal(self, value_id: int, kind: str, value: int | float) -> str:
-        """Declare the int or float literal `value_id` (a Bool as the int 0 or 1)."""
+        """Declare the int or float literal `value_id` (a Bool as the int 0 or 1); an Int
+        one slot reads as a float is `v<id>_float` beside its int `v<id>`."""
         name = self.name(value_id)
+        if name in self.entries and self.entries[name]["kind"] != kind:
+            name = f"{name}_{kind}"
         if name not in self.entries:
             self._add(name, value_id, {"name": name, "kind": kind, "value": value})
         return name
