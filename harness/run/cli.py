@@ -8,6 +8,7 @@
     parity regress  BUNDLE               keep a bundle as a permanent regression test
     parity list                          families, ops, kernel variants, adapters
     parity check-kernels DIR             validate a kernel manifest against its shaders
+    parity import   MODEL.pte --out DIR  an ExecuTorch model's Vulkan delegate as a graph
 
 Exit statuses: `harness.run.exitcodes` (the table in `parity --help`). Every failure goes
 through `main`: bad input is one line `parity CMD: <file>[:line]: <what is wrong>` (status
@@ -32,6 +33,7 @@ from graph_format import BackendUnavailable
 from graph_format.kernels import KernelManifestError
 from harness.check.backends import SHADER_LANGUAGES, lockstep_backends
 from harness.families import FAMILIES, family_for_op
+from harness.importer import ImportRefused, import_pte, write_import
 from harness.run import console
 from harness.run.bundle import (
     REPO_ROOT,
@@ -58,6 +60,7 @@ from harness.run.records import (
     RecordError,
     Summary,
 )
+from harness.run.records.files import writing
 from harness.run.regress import regress_command, replay_command
 from harness.run.report import load_run, render_report
 from harness.run.runlock import LockUnavailable, RunFolderLock, command_line
@@ -85,6 +88,7 @@ INPUT_ERRORS = (
     LockUnavailable,
     BackendUnavailable,
     KernelManifestError,
+    ImportRefused,
 )
 
 
@@ -420,6 +424,19 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     chk.add_argument(
         "kernels_dir", metavar="DIR", help="a kernel folder holding kernels.toml (or the file)"
     )
+    imp = sub.add_parser(
+        "import",
+        help="convert an ExecuTorch .pte (one Vulkan delegate) into a graph folder",
+        description="Read an ExecuTorch program whose one VulkanBackend delegate holds the "
+        "whole method and write it as a graph folder (graph.json, graph.npz) and model.json "
+        "(docs/executorch-models.md). Refuses, in one line and writing nothing, what it "
+        "cannot convert exactly (exit 2).",
+    )
+    imp.add_argument("model", metavar="MODEL.pte", help="the ExecuTorch program file")
+    imp.add_argument("--out", required=True, metavar="DIR", help="the graph folder to write")
+    imp.add_argument(
+        "--force", action="store_true", help="replace an earlier import's files in DIR"
+    )
     return parser, dict(sub.choices)
 
 
@@ -478,6 +495,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "regress": regress_command,
         "list": list_command,
         "check-kernels": check_kernels_command,
+        "import": _import,
     }
     where = f"parity {args.command}"
     try:
@@ -668,6 +686,19 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         shrink_budget_s=args.shrink_budget,
         backends=_backends(args.webgpu),
     )
+
+
+def _import(args: argparse.Namespace) -> int:
+    model = import_pte(Path(args.model))  # everything is read and converted before a write
+    out = Path(args.out)
+    with writing(out):
+        write_import(model, out, force=args.force)
+    graph = model.graph
+    console.out(
+        f"{args.model}: {len(graph.ops)} ops, inputs {', '.join(graph.inputs)}, outputs "
+        f"{', '.join(graph.outputs)} -> {out} (graph.json, model.json)"
+    )
+    return ExitStatus.CLEAN
 
 
 def _run(args: argparse.Namespace) -> int:

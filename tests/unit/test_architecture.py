@@ -11,9 +11,12 @@ each of them; any other import of a name computed at run time is refused outside
 - the backends never import the harness or each other; `graph_format` imports neither;
 - the harness reaches the backends through one module, `harness/check/backends.py`;
 - each harness layer imports only the layers to its left:
-  model <- gen <- ops <- families <- check <- run (the public API, the package's `__init__`
-  and `harness/api.py`, and the `harness/cli.py` shim sit above them all), and the model
-  imports no hypothesis;
+  importer <- model <- gen <- ops <- families <- check <- run (the public API, the
+  package's `__init__` and `harness/api.py`, and the `harness/cli.py` shim sit above them
+  all), and the model imports no hypothesis;
+- the importer (leftmost: it needs nothing of the harness) imports only graph_format and
+  the third-party packages of its room (`ROOM_THIRD_PARTY`: numpy, flatbuffers), and
+  flatbuffers is imported nowhere else;
 - no import cycles among the modules of the four packages.
 Each rule is also seen failing on an import planted into a real module's source.
 
@@ -56,8 +59,14 @@ THIRD_PARTY = {
     "graph_format": {"numpy"},
     "webgpu_backend": {"numpy", "wgpu"},
     "vulkan_ref": {"numpy", "vulkan"},
-    "harness": {"numpy", "hypothesis", "jinja2", "filelock", "_typeshed"},
+    "harness": {"numpy", "hypothesis", "jinja2", "filelock", "flatbuffers", "_typeshed"},
 }
+# Rooms of a package held to a narrower allow-list than their package's; a third-party
+# package on a room's list and no other room's is imported only there. The `.pte` importer
+# reads flatbuffers and makes numpy arrays, nothing more: a model file becomes a graph
+# without the harness's other dependencies.
+ROOM_THIRD_PARTY = {"harness.importer": {"numpy", "flatbuffers"}}
+ONLY_IN_ROOM = {"flatbuffers": "harness.importer"}
 # Modules that import a module named at run time, and why that is safe.
 DYNAMIC_IMPORTERS = {
     # PEP 562 lazy names: each resolves through `_EXPORTS`, a table of harness modules, and
@@ -66,7 +75,7 @@ DYNAMIC_IMPORTERS = {
 }
 DYNAMIC = "<a module named at run time>"
 # The harness's layers, left to right: a layer may import itself and those to its left.
-LAYERS = ("model", "gen", "ops", "families", "check", "run")
+LAYERS = ("importer", "model", "gen", "ops", "families", "check", "run")
 # Modules above every layer: the public API (`harness/__init__.py`, whose names resolve
 # lazily, and `harness/api.py`, which composes gen, ops and check: single_op_graph, op_budget,
 # run_case, check_case) and the `python -m harness.cli` shim. No layer may import them, so the
@@ -242,6 +251,27 @@ def third_party_violations(name: str, where: str, imported: str) -> list[str]:
         )
     if name.startswith("harness.model") and target == "hypothesis":
         problems.append(f"{where}: the op model imports hypothesis")
+    problems += room_violations(name, where, target)
+    return problems
+
+
+def in_room(name: str, room: str) -> bool:
+    return name == room or name.startswith(room + ".")
+
+
+def room_violations(name: str, where: str, target: str) -> list[str]:
+    """A third-party import outside its room's narrower allow-list, or of a package only
+    one room may import, from elsewhere."""
+    problems = []
+    for room, allowed in ROOM_THIRD_PARTY.items():
+        if in_room(name, room) and target not in allowed:
+            problems.append(
+                f"{where}: {name} imports {target}; {room} may import only the standard "
+                f"library, graph_format and {sorted(allowed)}"
+            )
+    room = ONLY_IN_ROOM.get(target)
+    if room is not None and not in_room(name, room):
+        problems.append(f"{where}: {name} imports {target}; only {room} may")
     return problems
 
 
@@ -317,6 +347,11 @@ def test_import_boundaries_hold() -> None:
         ("webgpu_backend.gpu.wgpu_native", "import vulkan", "webgpu_backend may import only"),
         ("vulkan_ref.instance", "import wgpu", "vulkan_ref may import only"),
         ("harness.check.backends", "import vulkan", "harness may import only"),
+        # The importer's room: its own narrower list, and flatbuffers nowhere else.
+        ("harness.importer.convert", "import hypothesis", "harness.importer may import only"),
+        ("harness.check.backends", "import flatbuffers", "only harness.importer may"),
+        # The importer is the leftmost layer: it imports nothing of the harness.
+        ("harness.importer.convert", "import harness.model.q4", "a layer to its right"),
         # Imports through importlib, of a constant name, obey the same rules.
         (
             "graph_format.graph",
